@@ -1,0 +1,318 @@
+/*
+ * fp4kit: 4-bit floating-point (NVFP4, MXFP4) matrix multiplication.
+ *
+ * One header, C11, usable from C++ and from CUDA host code. Every call returns an fp4_status;
+ * fp4_last_error() says which argument, file offset or library call was wrong. The library never
+ * aborts and never prints unless FP4KIT_LOG asks it to.
+ *
+ * Conventions (FlashInfer's, so tensors move between the two untouched):
+ *   - a quantized matrix [rows, cols] stores rows x cols/2 bytes, row-major (K-major), element 2j in
+ *     the low nibble of byte j;
+ *   - block scales run along cols: E4M3 per 16 elements (NVFP4) or UE8M0 per 32 (MXFP4), in one of
+ *     three layouts (linear, 128x4 swizzled, 8x4 swizzled);
+ *   - dequantized value = e2m1(code) * block_scale * multiplier, where multiplier is the per-tensor
+ *     decode multiplier (Model Optimizer's weight_scale_2 / input_scale, or 1/global_scale);
+ *   - GEMM: out[M, N] = alpha * A[M, K] * B[N, K]^T, FP32 (or wider) accumulation.
+ */
+#ifndef FP4KIT_H
+#define FP4KIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(FP4KIT_BUILDING_SHARED)
+#define FP4_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FP4_API __attribute__((visibility("default")))
+#else
+#define FP4_API
+#endif
+
+#define FP4KIT_VERSION_MAJOR 0
+#define FP4KIT_VERSION_MINOR 1
+#define FP4KIT_VERSION_PATCH 0
+#define FP4KIT_VERSION_STRING "0.1.0"
+
+/* The library's version string ("0.1.0"); compare with FP4KIT_VERSION_STRING to detect a header
+ * and library mismatch. */
+FP4_API const char *fp4_version(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status and errors                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum fp4_status {
+  FP4_OK = 0,
+  FP4_ERR_INVALID_ARGUMENT = -1, /* null pointer, bad shape, misaligned K, wrong dtype/layout  */
+  FP4_ERR_UNSUPPORTED = -2,      /* a valid request this backend, device or build cannot run    */
+  FP4_ERR_OUT_OF_MEMORY = -3,    /* host or device allocation failed                            */
+  FP4_ERR_CUDA = -4,             /* CUDA runtime, driver or vendor-library call failed          */
+  FP4_ERR_IO = -5,               /* a file could not be opened, read or written                 */
+  FP4_ERR_FORMAT = -6,           /* a file (checkpoint, tuning cache) is malformed              */
+  FP4_ERR_NOT_FOUND = -7,        /* a named backend, tensor, config or file does not exist      */
+  FP4_ERR_INTERNAL = -8          /* a bug in fp4kit: please report the fp4_last_error() text    */
+} fp4_status;
+
+/* Short name of a status ("FP4_ERR_INVALID_ARGUMENT"); never NULL. */
+FP4_API const char *fp4_status_str(fp4_status status);
+
+/* Detail of the last failing call on this thread ("fp4_mm: b->cols (100) is not a multiple of
+ * the NVFP4 block size 16"); "" when the last call succeeded or nothing failed yet. */
+FP4_API const char *fp4_last_error(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Formats, layouts, element types                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum fp4_format {
+  FP4_FORMAT_NVFP4 = 0, /* E2M1 elements, E4M3 scale per 16, FP32 per-tensor multiplier */
+  FP4_FORMAT_MXFP4 = 1  /* E2M1 elements, UE8M0 scale per 32, no per-tensor multiplier   */
+} fp4_format;
+
+typedef enum fp4_scale_layout {
+  FP4_LAYOUT_LINEAR = 0, /* off = r*C + c: checkpoints' weight_scale [N, K/16]              */
+  FP4_LAYOUT_128X4 = 1,  /* 128x4 swizzle of cuBLASLt, cuDNN, CUTLASS, FlashInfer (default) */
+  FP4_LAYOUT_8X4 = 2     /* TensorRT-LLM small-M layout (activations only upstream)        */
+} fp4_scale_layout;
+
+typedef enum fp4_dtype {
+  FP4_DTYPE_F32 = 0,
+  FP4_DTYPE_BF16 = 1,
+  FP4_DTYPE_F16 = 2,
+  FP4_DTYPE_E2M1X2 = 3, /* two E2M1 codes per byte, element 0 in the low nibble */
+  FP4_DTYPE_E4M3 = 4,   /* float8_e4m3fn                                         */
+  FP4_DTYPE_UE8M0 = 5   /* float8_e8m0fnu: 2^(e-127)                             */
+} fp4_dtype;
+
+typedef enum fp4_memory {
+  FP4_MEMORY_HOST = 0,
+  FP4_MEMORY_DEVICE = 1 /* CUDA device memory (or memory the device can address) */
+} fp4_memory;
+
+/* Elements per block scale: 16 (NVFP4) or 32 (MXFP4); 0 for an unknown format. */
+FP4_API int fp4_format_block_size(fp4_format format);
+/* Names for messages and tables: "nvfp4", "128x4", "bf16", "device". NULL for unknown values. */
+FP4_API const char *fp4_format_name(fp4_format format);
+FP4_API const char *fp4_layout_name(fp4_scale_layout layout);
+FP4_API const char *fp4_dtype_name(fp4_dtype dtype);
+FP4_API const char *fp4_memory_name(fp4_memory memory);
+/* Bytes per element (E2M1X2: 1 byte per 2 elements, reported as 1); 0 for unknown. */
+FP4_API size_t fp4_dtype_size(fp4_dtype dtype);
+
+/* A quantized matrix [rows, cols]: FP4 codes plus block scales plus a per-tensor multiplier. */
+typedef struct fp4_qmatrix {
+  void *data;              /* rows * cols/2 bytes, row-major                                */
+  void *scales;            /* fp4_scales_size(format, layout, rows, cols) bytes             */
+  int64_t rows;            /* M for activations, N for weights                              */
+  int64_t cols;            /* K: logical FP4 elements per row, a multiple of the block size  */
+  fp4_format format;
+  fp4_scale_layout layout;
+  float multiplier;        /* per-tensor decode multiplier; 1.0f for MXFP4                  */
+  fp4_memory memory;       /* where data and scales live                                    */
+} fp4_qmatrix;
+
+/* A dense matrix of f32, bf16 or f16 elements. */
+typedef struct fp4_matrix {
+  void *data;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;              /* elements between the starts of two rows; 0 means cols */
+  fp4_dtype dtype;
+  fp4_memory memory;
+} fp4_matrix;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scalar codecs: the bits every other implementation is tested against                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* float -> E2M1 code (0..15): round to nearest, ties to the even code, saturate to +-6,
+ * NaN -> 0x7, the sign kept for values that round to zero. */
+FP4_API uint8_t fp4_e2m1_encode(float x);
+FP4_API float fp4_e2m1_decode(uint8_t code); /* low nibble only */
+/* float -> E4M3: round to nearest even, saturate to +-448, NaN -> 0x7F. */
+FP4_API uint8_t fp4_e4m3_encode(float x);
+FP4_API float fp4_e4m3_decode(uint8_t code); /* 0x7F/0xFF -> NaN */
+/* float -> UE8M0 rounding up (2^ceil(log2 x)), clamped to [2^-127, 2^127]; 0 -> 0x00, NaN -> 0xFF. */
+FP4_API uint8_t fp4_ue8m0_encode(float x);
+FP4_API float fp4_ue8m0_decode(uint8_t code); /* 0xFF -> NaN */
+/* bf16 / f16 <-> f32, round to nearest even; NaN stays NaN. */
+FP4_API uint16_t fp4_bf16_from_f32(float x);
+FP4_API float fp4_bf16_to_f32(uint16_t bits);
+FP4_API uint16_t fp4_f16_from_f32(float x);
+FP4_API float fp4_f16_to_f32(uint16_t bits);
+
+/* Converts n elements between host arrays with the codecs above. Supported: any of f32, bf16,
+ * f16, e4m3, ue8m0 to any other, e2m1x2 -> f32 (n elements from n/2 bytes) and f32 -> e2m1x2
+ * (n even). */
+FP4_API fp4_status fp4_convert(const void *src, fp4_dtype src_dtype, void *dst, fp4_dtype dst_dtype,
+                               size_t n);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scale-factor layouts                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Bytes of the block scales of a [rows, cols] matrix in a layout (padding included). */
+FP4_API fp4_status fp4_scales_size(fp4_format format, fp4_scale_layout layout, int64_t rows,
+                                   int64_t cols, size_t *bytes);
+/* Byte offset of scale (r, c) (c counts blocks) in a layout; -1 outside [rows, cols/block). */
+FP4_API int64_t fp4_scale_offset(fp4_format format, fp4_scale_layout layout, int64_t rows,
+                                 int64_t cols, int64_t r, int64_t c);
+/* Re-lays host scales; every padding byte of dst is written as zero. src and dst must not overlap. */
+FP4_API fp4_status fp4_scales_convert(fp4_format format, int64_t rows, int64_t cols, const void *src,
+                                      fp4_scale_layout src_layout, void *dst,
+                                      fp4_scale_layout dst_layout);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context and options                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A context owns per-device resources (vendor-library handles, workspaces, the tuning cache).
+ * Host-only work may pass NULL where a context is asked for. A context is used by one thread at a
+ * time. */
+typedef struct fp4_context fp4_context;
+
+/* device: CUDA device ordinal, or -1 for a host-only context. */
+FP4_API fp4_status fp4_context_create(fp4_context **ctx, int device);
+FP4_API void fp4_context_destroy(fp4_context *ctx);
+/* The context's device, -1 for host-only. */
+FP4_API int fp4_context_device(const fp4_context *ctx);
+
+/* What a call actually did; filled when fp4_options.info is set. */
+typedef struct fp4_run_info {
+  char backend[32];       /* the backend that ran                                        */
+  char config[64];        /* its configuration (tile shape, algorithm), "" for the default */
+  int pdl;                /* 1 if the kernel was launched with programmatic dependent launch */
+  char note[160];         /* why an option was not honoured ("PDL needs SM90+, device is SM80") */
+} fp4_run_info;
+
+typedef struct fp4_options {
+  const char *backend;    /* NULL or "auto": best supported backend; else a registered name */
+  const char *config;     /* NULL: the backend's choice (tuned or heuristic); else a config name */
+  int enable_pdl;         /* launch own CUDA kernels with programmatic dependent launch (SM90+) */
+  void *stream;           /* cudaStream_t for device operands; NULL = legacy default stream      */
+  fp4_run_info *info;     /* optional: receives what ran                                        */
+} fp4_options;
+
+/* Memory helpers for tools and bindings that hold no CUDA runtime of their own. Host memory comes
+ * from malloc; device memory from cudaMalloc on the context's device (FP4_ERR_UNSUPPORTED in a build
+ * without CUDA). fp4_copy copies bytes between any two memories and waits for completion. */
+FP4_API fp4_status fp4_alloc(fp4_context *ctx, fp4_memory memory, size_t bytes, void **ptr);
+FP4_API void fp4_free(fp4_context *ctx, fp4_memory memory, void *ptr);
+FP4_API fp4_status fp4_copy(fp4_context *ctx, void *dst, fp4_memory dst_memory, const void *src,
+                            fp4_memory src_memory, size_t bytes);
+/* Waits for all work queued on the context's device (no-op for host-only contexts). */
+FP4_API fp4_status fp4_synchronize(fp4_context *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Quantization and dequantization                                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Runtime recipe (TensorRT-LLM / FlashInfer fp4_quantize with IEEE arithmetic): quantizes the rows
+ * of x (f32/bf16/f16) into out. The caller sets out->data, out->scales, out->format, out->layout,
+ * out->memory, out->rows = x->rows, out->cols = x->cols. global_scale is the NVFP4 encode scale
+ * (448*6/amax; 1.0f keeps values as they are) and is ignored for MXFP4. On return
+ * out->multiplier = 1/global_scale (NVFP4) or 1 (MXFP4). Runs where the data lives: host data on a
+ * host backend, device data on the cuda backend. */
+FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale,
+                                fp4_qmatrix *out, const fp4_options *options);
+
+/* Model Optimizer checkpoint recipe for NVFP4 weights (host): weight_scale_2 = amax(W)/(6*448),
+ * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, clamped to [2^-9, 448]), codes of
+ * W/(block_scale*weight_scale_2). out must be NVFP4; out->multiplier and *weight_scale_2 receive
+ * weight_scale_2. An all-zero W gets weight_scale_2 = 0 and all-zero codes. */
+FP4_API fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out,
+                                         float *weight_scale_2);
+
+/* Dequantizes host q into host out (f32, bf16 or f16), multiplier included. */
+FP4_API fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* GEMM                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* W4A4: out[M, N] = alpha * a.multiplier * b.multiplier * dq(a)[M, K] * dq(b)[N, K]^T.
+ * a and b share a format (NVFP4 or MXFP4) and K; out is f32, bf16 or f16; all three live in the
+ * same memory. */
+FP4_API fp4_status fp4_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b, float alpha,
+                          fp4_matrix *out, const fp4_options *options);
+
+/* W4A16: out[M, N] = alpha * b.multiplier * a[M, K] * dq(b)[N, K]^T with a in f32, bf16 or f16. */
+FP4_API fp4_status fp4_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b,
+                                float alpha, fp4_matrix *out, const fp4_options *options);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Backends                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Registered backends, in registry order: "ref", "cpu", "cuda", ... A backend that was not built
+ * in is still listed; fp4_backend_available() says why it cannot run. */
+FP4_API int fp4_backend_count(void);
+FP4_API const char *fp4_backend_name(int index);
+FP4_API const char *fp4_backend_summary(int index);
+/* FP4_OK when the backend can run on ctx's device (or the host for ctx NULL / device -1);
+ * otherwise FP4_ERR_UNSUPPORTED with the reason in reason[0..reason_size). */
+FP4_API fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reason,
+                                         size_t reason_size);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Timing and same-run peers (src/tune/timing.c): what `fp4kit bench` and the tuner measure with  */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fp4_timing {
+  double median_us;
+  double min_us;
+  double max_us;
+  int runs;
+} fp4_timing;
+
+/* One timed call; iteration counts from 0 so callers can rotate through input sets larger than the
+ * L2 cache. Returns FP4_OK or the failure that stops the measurement. */
+typedef fp4_status (*fp4_timed_fn)(void *user, int iteration);
+
+/* Calls fn warmup times, then times runs calls one by one: with CUDA events on stream when ctx has a
+ * device, with a monotonic host clock otherwise. */
+FP4_API fp4_status fp4_time(fp4_context *ctx, void *stream, fp4_timed_fn fn, void *user, int warmup, int runs,
+                            fp4_timing *timing);
+
+typedef enum fp4_peer {
+  FP4_PEER_COPY = 0,          /* device-to-device copy of n*k bytes; bandwidth counts read + written */
+  FP4_PEER_READ = 1,          /* device read-only reduction over n*k bytes                           */
+  FP4_PEER_CUBLAS_BF16 = 2,   /* cuBLAS BF16 GEMM [m, k] x [n, k]^T, FP32 accumulation               */
+  FP4_PEER_CUBLASLT_FP8 = 3,  /* cuBLASLt FP8 E4M3 GEMM of the same shape                             */
+  FP4_PEER_HOST_READ = 4      /* host memory read bandwidth over n*k bytes with the CPU threads        */
+} fp4_peer;
+
+/* Times a peer on the same machine in the same run. bytes_per_s (optional) receives the bandwidth
+ * for the memory peers. FP4_ERR_UNSUPPORTED when the peer cannot run here, with the reason. */
+FP4_API fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
+                                 fp4_timing *timing, double *bytes_per_s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Model shape sets (src/model/shapes.c): the GEMMs of real NVFP4 models (MODELS.md)              */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fp4_gemm_shape {
+  char name[48];      /* "layers.*.mlp.experts.*.gate_up_proj" style or a short role name */
+  int64_t n;          /* output features of one GEMM (after TP/EP sharding)                 */
+  int64_t k;          /* input features                                                     */
+  int64_t count;      /* GEMMs of this shape per forward pass (layers x experts touched)   */
+  int experts;        /* experts per layer for MoE GEMMs (after EP), 0 for dense           */
+  int active;         /* experts active per token, 0 for dense                             */
+  char storage[16];   /* how the checkpoint stores the weight: "nvfp4", "bf16", "fp8"      */
+} fp4_gemm_shape;
+
+/* Names of the embedded shape sets ("qwen3.5-397b-a17b", "llama-3.3-70b", ...); NULL past the end. */
+FP4_API const char *fp4_shape_set_name(int index);
+/* The GEMMs of a model sharded for tensor parallelism tp and expert parallelism ep (1 = none).
+ * Writes at most max shapes and the total into *count. */
+FP4_API fp4_status fp4_shape_set(const char *model, int tp, int ep, fp4_gemm_shape *shapes, int max, int *count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FP4KIT_H */

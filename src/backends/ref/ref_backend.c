@@ -1,0 +1,96 @@
+/*
+ * The reference backend: plain C, host memory, the oracle every other backend is compared with.
+ * Operands are dequantized exactly to float (e2m1 * scale always fits), products are exact in
+ * double, sums are double; the multipliers and alpha are applied once to the double sum, which is
+ * rounded to float and then to the output dtype.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dispatch/backend.h"
+#include "format/format.h"
+
+enum { REF_B_CHUNK = 64 }; /* rows of B dequantized at a time: bounded memory for any N */
+
+static fp4_status ref_available(fp4_context *ctx, char *reason, size_t reason_size) {
+  (void)ctx;
+  fp4_reason(reason, reason_size, "%s", "");
+  return FP4_OK;
+}
+
+static fp4_status ref_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  (void)ctx;
+  if (p->memory != FP4_MEMORY_HOST) {
+    fp4_reason(reason, reason_size, "the reference backend runs on host memory only");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return FP4_OK;
+}
+
+/* Row m of the activations as float: dequantized FP4 (W4A4) or converted dense (W4A16). */
+static void load_a_rows(const fp4_problem *p, float *dst) {
+  if (p->op == FP4_OP_MM) {
+    fp4_dequantize_rows(p->a_q, 0, p->a_q->rows, dst);
+    return;
+  }
+  for (int64_t m = 0; m < p->a->rows; m++)
+    for (int64_t k = 0; k < p->a->cols; k++) dst[m * p->a->cols + k] = fp4_matrix_get(p->a, m, k);
+}
+
+static fp4_status ref_gemm(const fp4_problem *p) {
+  const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
+  double scale = (double)p->alpha * (double)p->b->multiplier;
+  if (p->op == FP4_OP_MM) scale *= (double)p->a_q->multiplier;
+  float *a = malloc((size_t)M * (size_t)K * sizeof *a);
+  float *b = malloc((size_t)REF_B_CHUNK * (size_t)K * sizeof *b);
+  if (!a || !b) {
+    free(a);
+    free(b);
+    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "ref: out of host memory for a %lld x %lld x %lld GEMM", (long long)M,
+                    (long long)N, (long long)K);
+  }
+  load_a_rows(p, a);
+  for (int64_t n0 = 0; n0 < N; n0 += REF_B_CHUNK) {
+    int64_t nb = N - n0 < REF_B_CHUNK ? N - n0 : REF_B_CHUNK;
+    fp4_dequantize_rows(p->b, n0, nb, b);
+    for (int64_t m = 0; m < M; m++) {
+      const float *ar = a + m * K;
+      for (int64_t j = 0; j < nb; j++) {
+        const float *br = b + j * K;
+        double acc = 0.0;
+        for (int64_t k = 0; k < K; k++) acc += (double)ar[k] * (double)br[k];
+        fp4_matrix_set(p->out, m, n0 + j, (float)(acc * scale));
+      }
+    }
+  }
+  free(a);
+  free(b);
+  return FP4_OK;
+}
+
+static fp4_status ref_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
+  (void)ctx;
+  if (config && strcmp(config, "default") != 0)
+    return fp4_fail(FP4_ERR_NOT_FOUND, "ref: unknown config '%s' (the reference has one, 'default')", config);
+  if (info) {
+    snprintf(info->backend, sizeof info->backend, "ref");
+    if (p->enable_pdl) snprintf(info->note, sizeof info->note, "PDL does not apply to host backends");
+  }
+  if (p->op == FP4_OP_QUANTIZE) {
+    fp4_quantize_ref(p->a, p->global_scale, p->q_out);
+    return FP4_OK;
+  }
+  return ref_gemm(p);
+}
+
+const fp4_backend fp4_backend_ref = {
+    .name = "ref",
+    .summary = "plain C reference: exact dequantization, double accumulation (the oracle)",
+    .available = ref_available,
+    .supports = ref_supports,
+    .configs = NULL,
+    .run = ref_run,
+    .release_state = NULL,
+};

@@ -1,0 +1,73 @@
+#include "core/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char last_error[512];
+
+fp4_status fp4_fail(fp4_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  fp4_log(FP4_LOG_DEBUG, "%s: %s", fp4_status_str(status), last_error);
+  return status;
+}
+
+void fp4_clear_error(void) { last_error[0] = '\0'; }
+
+const char *fp4_last_error(void) { return last_error; }
+
+const char *fp4_status_str(fp4_status status) {
+  switch (status) {
+  case FP4_OK: return "FP4_OK";
+  case FP4_ERR_INVALID_ARGUMENT: return "FP4_ERR_INVALID_ARGUMENT";
+  case FP4_ERR_UNSUPPORTED: return "FP4_ERR_UNSUPPORTED";
+  case FP4_ERR_OUT_OF_MEMORY: return "FP4_ERR_OUT_OF_MEMORY";
+  case FP4_ERR_CUDA: return "FP4_ERR_CUDA";
+  case FP4_ERR_IO: return "FP4_ERR_IO";
+  case FP4_ERR_FORMAT: return "FP4_ERR_FORMAT";
+  case FP4_ERR_NOT_FOUND: return "FP4_ERR_NOT_FOUND";
+  case FP4_ERR_INTERNAL: return "FP4_ERR_INTERNAL";
+  }
+  return "FP4_ERR_UNKNOWN_STATUS";
+}
+
+static int log_threshold(void) {
+  /* Read once per process; a race here only repeats the same getenv. */
+  static int level = -1;
+  if (level < 0) {
+    const char *env = getenv("FP4KIT_LOG");
+    level = 0;
+    if (env) {
+      if (!strcmp(env, "error")) level = FP4_LOG_ERROR;
+      else if (!strcmp(env, "warn")) level = FP4_LOG_WARN;
+      else if (!strcmp(env, "info")) level = FP4_LOG_INFO;
+      else if (!strcmp(env, "debug")) level = FP4_LOG_DEBUG;
+    }
+  }
+  return level;
+}
+
+void fp4_log(fp4_log_level level, const char *fmt, ...) {
+  static const char *const names[] = {"", "error", "warn", "info", "debug"};
+  if ((int)level > log_threshold()) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "fp4kit %s: ", names[level]);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void fp4_reason(char *reason, size_t reason_size, const char *fmt, ...) {
+  if (!reason || reason_size == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, reason_size, fmt, ap);
+  va_end(ap);
+}
+
+const char *fp4_version(void) { return FP4KIT_VERSION_STRING; }

@@ -1,0 +1,86 @@
+/* Allocation and copies for callers without their own CUDA runtime (the fp4kit command, tests). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#if FP4KIT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static fp4_status need_device(const char *fn, fp4_context *ctx) {
+#if FP4KIT_HAVE_CUDA
+  if (fp4_context_device(ctx) < 0)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: device memory needs a context created for a CUDA device", fn);
+  cudaError_t e = cudaSetDevice(fp4_context_device(ctx));
+  if (e != cudaSuccess) return fp4_fail(FP4_ERR_CUDA, "%s: cudaSetDevice(%d): %s", fn, fp4_context_device(ctx), cudaGetErrorString(e));
+  return FP4_OK;
+#else
+  (void)ctx;
+  return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: this fp4kit was built without CUDA", fn);
+#endif
+}
+
+fp4_status fp4_alloc(fp4_context *ctx, fp4_memory memory, size_t bytes, void **ptr) {
+  fp4_clear_error();
+  if (!ptr) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_alloc: ptr is NULL");
+  *ptr = NULL;
+  if (bytes == 0) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_alloc: bytes is 0");
+  if (memory == FP4_MEMORY_HOST) {
+    *ptr = malloc(bytes);
+    return *ptr ? FP4_OK : fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_alloc: %zu bytes of host memory", bytes);
+  }
+  if (memory != FP4_MEMORY_DEVICE) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_alloc: memory %d is neither host nor device", (int)memory);
+  fp4_status st = need_device("fp4_alloc", ctx);
+  if (st) return st;
+#if FP4KIT_HAVE_CUDA
+  cudaError_t e = cudaMalloc(ptr, bytes);
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_alloc: cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+  }
+#endif
+  return FP4_OK;
+}
+
+void fp4_free(fp4_context *ctx, fp4_memory memory, void *ptr) {
+  if (!ptr) return;
+  if (memory == FP4_MEMORY_HOST) {
+    free(ptr);
+    return;
+  }
+#if FP4KIT_HAVE_CUDA
+  if (fp4_context_device(ctx) >= 0) cudaSetDevice(fp4_context_device(ctx));
+  cudaFree(ptr);
+#else
+  (void)ctx;
+#endif
+}
+
+fp4_status fp4_copy(fp4_context *ctx, void *dst, fp4_memory dst_memory, const void *src, fp4_memory src_memory,
+                    size_t bytes) {
+  fp4_clear_error();
+  if (!dst || !src) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_copy: %s is NULL", dst ? "src" : "dst");
+  if (dst_memory == FP4_MEMORY_HOST && src_memory == FP4_MEMORY_HOST) {
+    memmove(dst, src, bytes);
+    return FP4_OK;
+  }
+  fp4_status st = need_device("fp4_copy", ctx);
+  if (st) return st;
+#if FP4KIT_HAVE_CUDA
+  cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  if (e != cudaSuccess) return fp4_fail(FP4_ERR_CUDA, "fp4_copy: cudaMemcpy(%zu bytes): %s", bytes, cudaGetErrorString(e));
+#endif
+  return FP4_OK;
+}
+
+fp4_status fp4_synchronize(fp4_context *ctx) {
+  fp4_clear_error();
+  if (fp4_context_device(ctx) < 0) return FP4_OK;
+  fp4_status st = need_device("fp4_synchronize", ctx);
+  if (st) return st;
+#if FP4KIT_HAVE_CUDA
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return fp4_fail(FP4_ERR_CUDA, "fp4_synchronize: %s", cudaGetErrorString(e));
+#endif
+  return FP4_OK;
+}

@@ -1,0 +1,72 @@
+/*
+ * The backend interface. A backend is a static const table of function pointers; adding one is a
+ * folder under src/backends/ plus one line in src/dispatch/registry.c (docs/adding-a-backend.md).
+ * "Not supported" is a normal answer with a human-readable reason, never a crash.
+ */
+#ifndef FP4_DISPATCH_BACKEND_H
+#define FP4_DISPATCH_BACKEND_H
+
+#include "fp4kit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fp4_op {
+  FP4_OP_QUANTIZE = 0, /* a (dense) -> q_out, runtime recipe with global_scale */
+  FP4_OP_MM = 1,       /* W4A4:  out = alpha * dq(a_q) * dq(b)^T              */
+  FP4_OP_MM_W4A16 = 2  /* W4A16: out = alpha * a * dq(b)^T                    */
+} fp4_op;
+
+/* A validated request. Backends may assume every check of src/dispatch/validate.c passed. */
+typedef struct fp4_problem {
+  fp4_op op;
+  const fp4_qmatrix *a_q; /* FP4_OP_MM: activations [M, K]                         */
+  const fp4_matrix *a;    /* FP4_OP_MM_W4A16 activations; FP4_OP_QUANTIZE input    */
+  const fp4_qmatrix *b;   /* weights [N, K]                                         */
+  float alpha;
+  fp4_matrix *out;        /* [M, N]                                                 */
+  float global_scale;     /* FP4_OP_QUANTIZE: NVFP4 encode scale                    */
+  fp4_qmatrix *q_out;     /* FP4_OP_QUANTIZE output                                 */
+  fp4_memory memory;      /* where every operand lives                              */
+  int enable_pdl;
+  void *stream;
+} fp4_problem;
+
+/* Problem dimensions, for messages and tables. */
+static inline int64_t fp4_problem_m(const fp4_problem *p) {
+  return p->op == FP4_OP_MM ? p->a_q->rows : p->a->rows;
+}
+static inline int64_t fp4_problem_n(const fp4_problem *p) { return p->op == FP4_OP_QUANTIZE ? 0 : p->b->rows; }
+static inline int64_t fp4_problem_k(const fp4_problem *p) {
+  return p->op == FP4_OP_MM ? p->a_q->cols : p->a->cols;
+}
+
+typedef struct fp4_backend {
+  const char *name;    /* "ref", "cpu", "cuda", ...                                */
+  const char *summary; /* one line for tables                                      */
+  /* Can this backend run at all for ctx (NULL = host)? FP4_OK, or FP4_ERR_UNSUPPORTED with the
+   * reason ("built without CUDA", "needs SM100/SM120, device is SM90"). */
+  fp4_status (*available)(fp4_context *ctx, char *reason, size_t reason_size);
+  /* Can it run this problem? FP4_OK or FP4_ERR_UNSUPPORTED with the reason. */
+  fp4_status (*supports)(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size);
+  /* Candidate configurations for the tuner, heuristic best first; returns how many were written to
+   * names (at most max). NULL means one default configuration. */
+  int (*configs)(fp4_context *ctx, const fp4_problem *p, const char **names, int max);
+  /* Runs the problem with a configuration (NULL: the backend's default). Fills info if non-NULL. */
+  fp4_status (*run)(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info);
+  /* Frees the per-context state this backend stored with fp4_context_state (NULL: none). */
+  void (*release_state)(void *state);
+} fp4_backend;
+
+/* Registry (src/dispatch/registry.c). */
+int fp4_registry_count(void);
+const fp4_backend *fp4_registry_get(int index);
+const fp4_backend *fp4_registry_find(const char *name);
+int fp4_registry_index(const fp4_backend *backend);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,142 @@
+/* Public entry points that run on a backend: validate, build the problem, pick the backend, run. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dispatch/backend.h"
+#include "dispatch/dispatch.h"
+#include "dispatch/validate.h"
+
+static const fp4_options default_options = {0};
+
+fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reason, size_t reason_size) {
+  fp4_clear_error();
+  fp4_reason(reason, reason_size, "%s", "");
+  if (!name) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_backend_available: name is NULL");
+  const fp4_backend *b = fp4_registry_find(name);
+  if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "fp4_backend_available: no backend named '%s'", name);
+  return b->available(ctx, reason, reason_size);
+}
+
+fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p, char *reason,
+                                 size_t reason_size) {
+  fp4_status st = b->available(ctx, reason, reason_size);
+  if (st) return st;
+  return b->supports(ctx, p, reason, reason_size);
+}
+
+fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn) {
+  const fp4_options *o = options ? options : &default_options;
+  p->enable_pdl = o->enable_pdl;
+  p->stream = o->stream;
+  if (o->info) memset(o->info, 0, sizeof *o->info);
+  char reason[256];
+
+  if (o->backend && strcmp(o->backend, "auto") != 0) {
+    const fp4_backend *b = fp4_registry_find(o->backend);
+    if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, o->backend);
+    fp4_status st = fp4_problem_supported(ctx, b, p, reason, sizeof reason);
+    if (st) return fp4_fail(st, "%s: backend '%s' cannot run this problem: %s", fn, b->name, reason);
+    return b->run(ctx, p, o->config, o->info);
+  }
+
+  const fp4_backend *b = fp4_select_backend(ctx, p, reason, sizeof reason);
+  if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
+  if (o->config) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
+  return b->run(ctx, p, NULL, o->info);
+}
+
+/* Auto selection before the tuner: the first backend in preference order (own fast kernels, vendor
+ * libraries, the portable CPU code, the reference last) that is available and supports p. */
+const fp4_backend *fp4_select_backend(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  static const char *const preference[] = {"cuda", "cublaslt", "cudnn", "cublas-dequant", "cpu", "ref"};
+  char why[256];
+  fp4_reason(reason, reason_size, "no backend is registered for %s memory", fp4_memory_name(p->memory));
+  for (size_t i = 0; i < sizeof preference / sizeof *preference; i++) {
+    const fp4_backend *b = fp4_registry_find(preference[i]);
+    if (!b) continue;
+    if (fp4_problem_supported(ctx, b, p, why, sizeof why) == FP4_OK) return b;
+    fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
+  }
+  return NULL;
+}
+
+static fp4_status check_memory(const char *fn, fp4_context *ctx, fp4_memory memory) {
+  if (memory == FP4_MEMORY_DEVICE && fp4_context_device(ctx) < 0)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: operands are in device memory but the context is %s", fn,
+                    ctx ? "host-only (device -1)" : "NULL; create one with fp4_context_create(&ctx, device)");
+  return FP4_OK;
+}
+
+fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_qmatrix *out,
+                        const fp4_options *options) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_quantize";
+  if (out) out->multiplier = 1.0f;
+  fp4_status st = fp4_check_quantize_io(fn, x, out);
+  if (st) return st;
+  if (out->format == FP4_FORMAT_NVFP4 && !(isfinite(global_scale) && global_scale > 0.0f))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: global_scale (%g) must be finite and positive", fn, (double)global_scale);
+  if (out->format == FP4_FORMAT_MXFP4) global_scale = 1.0f;
+  if ((st = check_memory(fn, ctx, x->memory))) return st;
+  fp4_problem p = {.op = FP4_OP_QUANTIZE, .a = x, .global_scale = global_scale, .q_out = out, .memory = x->memory};
+  return fp4_problem_run(ctx, &p, options, fn);
+}
+
+static fp4_status check_mm_common(const char *fn, const fp4_qmatrix *b, int64_t m, int64_t k, fp4_memory a_mem,
+                                  float alpha, const fp4_matrix *out) {
+  fp4_status st = fp4_check_qmatrix(fn, "b", b);
+  if (st) return st;
+  if ((st = fp4_check_matrix(fn, "out", out))) return st;
+  if (b->cols != k)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a has K = %lld columns but b has K = %lld", fn, (long long)k,
+                    (long long)b->cols);
+  if (out->rows != m || out->cols != b->rows)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: out is [%lld, %lld] but must be [M, N] = [%lld, %lld]", fn,
+                    (long long)out->rows, (long long)out->cols, (long long)m, (long long)b->rows);
+  if (b->memory != a_mem || out->memory != a_mem)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a, b and out must share one memory (a %s, b %s, out %s)", fn,
+                    fp4_memory_name(a_mem), fp4_memory_name(b->memory), fp4_memory_name(out->memory));
+  if (!isfinite(alpha)) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: alpha (%g) is not finite", fn, (double)alpha);
+  return FP4_OK;
+}
+
+fp4_status fp4_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b, float alpha, fp4_matrix *out,
+                  const fp4_options *options) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_mm";
+  fp4_status st = fp4_check_qmatrix(fn, "a", a);
+  if (st) return st;
+  if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, alpha, out))) return st;
+  if (a->format != b->format)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a is %s but b is %s; both operands must share a format", fn,
+                    fp4_format_name(a->format), fp4_format_name(b->format));
+  if ((st = check_memory(fn, ctx, a->memory))) return st;
+  fp4_problem p = {.op = FP4_OP_MM, .a_q = a, .b = b, .alpha = alpha, .out = out, .memory = a->memory};
+  return fp4_problem_run(ctx, &p, options, fn);
+}
+
+fp4_status fp4_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b, float alpha, fp4_matrix *out,
+                        const fp4_options *options) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_mm_w4a16";
+  fp4_status st = fp4_check_matrix(fn, "a", a);
+  if (st) return st;
+  if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, alpha, out))) return st;
+  if ((st = check_memory(fn, ctx, a->memory))) return st;
+  fp4_problem p = {.op = FP4_OP_MM_W4A16, .a = a, .b = b, .alpha = alpha, .out = out, .memory = a->memory};
+  return fp4_problem_run(ctx, &p, options, fn);
+}
+
+int fp4_backend_count(void) { return fp4_registry_count(); }
+
+const char *fp4_backend_name(int index) {
+  const fp4_backend *b = fp4_registry_get(index);
+  return b ? b->name : NULL;
+}
+
+const char *fp4_backend_summary(int index) {
+  const fp4_backend *b = fp4_registry_get(index);
+  return b ? b->summary : NULL;
+}

@@ -1,0 +1,30 @@
+/* The backend registry: one line per backend. Backends that were not built in still register a
+ * table whose available() says why, so probes and tables list every backend. */
+#include <string.h>
+
+#include "dispatch/backend.h"
+
+extern const fp4_backend fp4_backend_ref;
+
+static const fp4_backend *const registry[] = {
+    &fp4_backend_ref,
+};
+
+int fp4_registry_count(void) { return (int)(sizeof registry / sizeof *registry); }
+
+const fp4_backend *fp4_registry_get(int index) {
+  return (index >= 0 && index < fp4_registry_count()) ? registry[index] : NULL;
+}
+
+const fp4_backend *fp4_registry_find(const char *name) {
+  if (!name) return NULL;
+  for (int i = 0; i < fp4_registry_count(); i++)
+    if (!strcmp(registry[i]->name, name)) return registry[i];
+  return NULL;
+}
+
+int fp4_registry_index(const fp4_backend *backend) {
+  for (int i = 0; i < fp4_registry_count(); i++)
+    if (registry[i] == backend) return i;
+  return -1;
+}

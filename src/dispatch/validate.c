@@ -1,0 +1,75 @@
+#include "dispatch/validate.h"
+
+#include <math.h>
+
+#include "core/error.h"
+
+fp4_status fp4_check_format_layout(const char *fn, const char *name, fp4_format format,
+                                   fp4_scale_layout layout) {
+  if (!fp4_format_name(format))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s format %d is neither NVFP4 nor MXFP4", fn, name, (int)format);
+  if (!fp4_layout_name(layout))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s scale layout %d is not linear, 128x4 or 8x4", fn, name, (int)layout);
+  if (format == FP4_FORMAT_MXFP4 && layout == FP4_LAYOUT_8X4)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: %s uses the 8x4 scale layout, which is defined for NVFP4 (E4M3 scales) only, not MXFP4",
+                    fn, name);
+  return FP4_OK;
+}
+
+fp4_status fp4_check_shape(const char *fn, const char *name, int64_t rows, int64_t cols) {
+  if (rows <= 0) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s rows (%lld) must be positive", fn, name, (long long)rows);
+  if (cols <= 0) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s cols (%lld) must be positive", fn, name, (long long)cols);
+  if (rows > FP4_MAX_DIM || cols > FP4_MAX_DIM)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s shape [%lld, %lld] exceeds the limit 2^31 per dimension", fn, name,
+                    (long long)rows, (long long)cols);
+  return FP4_OK;
+}
+
+fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *m) {
+  if (!m) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+  if (!m->data) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
+  fp4_status st = fp4_check_shape(fn, name, m->rows, m->cols);
+  if (st) return st;
+  if (m->dtype != FP4_DTYPE_F32 && m->dtype != FP4_DTYPE_BF16 && m->dtype != FP4_DTYPE_F16)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s dtype %s is not f32, bf16 or f16", fn, name,
+                    fp4_dtype_name(m->dtype) ? fp4_dtype_name(m->dtype) : "(unknown)");
+  if (m->ld != 0 && (m->ld < m->cols || m->ld > FP4_MAX_DIM))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s ld (%lld) must be 0 or in [cols (%lld), 2^31]", fn, name,
+                    (long long)m->ld, (long long)m->cols);
+  if (!fp4_memory_name(m->memory))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s memory %d is neither host nor device", fn, name, (int)m->memory);
+  return FP4_OK;
+}
+
+fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix *q) {
+  if (!q) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+  if (!q->data) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
+  if (!q->scales) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s->scales is NULL", fn, name);
+  fp4_status st = fp4_check_format_layout(fn, name, q->format, q->layout);
+  if (st) return st;
+  if ((st = fp4_check_shape(fn, name, q->rows, q->cols))) return st;
+  int bs = fp4_format_block_size(q->format);
+  if (q->cols % bs)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s cols (K = %lld) is not a multiple of the %s block size %d", fn, name,
+                    (long long)q->cols, fp4_format_name(q->format), bs);
+  if (!isfinite(q->multiplier))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s multiplier (%g) is not finite", fn, name, (double)q->multiplier);
+  if (!fp4_memory_name(q->memory))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s memory %d is neither host nor device", fn, name, (int)q->memory);
+  return FP4_OK;
+}
+
+fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_qmatrix *out) {
+  fp4_status st = fp4_check_matrix(fn, "x", x);
+  if (st) return st;
+  if ((st = fp4_check_qmatrix(fn, "out", out))) return st;
+  if (out->rows != x->rows || out->cols != x->cols)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: out shape [%lld, %lld] differs from x [%lld, %lld]", fn,
+                    (long long)out->rows, (long long)out->cols, (long long)x->rows, (long long)x->cols);
+  if (out->memory != x->memory)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: x is in %s memory but out is in %s memory", fn,
+                    fp4_memory_name(x->memory), fp4_memory_name(out->memory));
+  return FP4_OK;
+}
+

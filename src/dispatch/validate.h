@@ -1,0 +1,29 @@
+/* Argument checks shared by every public entry point: each failure names the function and the
+ * argument in fp4_last_error(). */
+#ifndef FP4_DISPATCH_VALIDATE_H
+#define FP4_DISPATCH_VALIDATE_H
+
+#include "fp4kit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest rows or cols accepted: keeps every byte count of a matrix inside int64 and size_t. */
+#define FP4_MAX_DIM ((int64_t)1 << 31)
+
+fp4_status fp4_check_format_layout(const char *fn, const char *name, fp4_format format,
+                                   fp4_scale_layout layout);
+fp4_status fp4_check_shape(const char *fn, const char *name, int64_t rows, int64_t cols);
+fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *m);
+/* Checks a quantized matrix; data is checked for read (scales may be written by quantize). */
+fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix *q);
+
+/* Checks a quantize call: x dense, out quantized, same shape and memory. */
+fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_qmatrix *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,68 @@
+/* fp4kit: probe, check, bench, tune, quantize and inspect FP4 GEMMs. Calls only the public API. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int cmd_version(int argc, char **argv);
+
+static const fp4cli_command commands[] = {
+    {"check", "run every available backend against the reference on embedded cases", fp4cli_check},
+    {"version", "print the library version", cmd_version},
+};
+static const int command_count = (int)(sizeof commands / sizeof *commands);
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: fp4kit <command> [options]\n"
+          "\n"
+          "FP4 (NVFP4, MXFP4) matrix multiplication: which backends run here, are they right, how fast.\n"
+          "\n"
+          "commands:\n");
+  for (int i = 0; i < command_count; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f,
+          "\n"
+          "Run 'fp4kit <command> --help' for a command's options.\n"
+          "Environment: FP4KIT_DEVICE (CUDA ordinal, -1 = host only), FP4KIT_LOG (error|warn|info|debug).\n");
+}
+
+static int cmd_version(int argc, char **argv) {
+  (void)argv;
+  if (argc > 1) {
+    fprintf(stderr, "usage: fp4kit version\n");
+    return FP4CLI_USAGE;
+  }
+  printf("fp4kit %s (header %s)\n", fp4_version(), FP4KIT_VERSION_STRING);
+  return FP4CLI_OK;
+}
+
+int fp4cli_report(const char *what, fp4_status st) {
+  fprintf(stderr, "fp4kit: %s: %s (%s)\n", what, fp4_status_str(st), fp4_last_error());
+  return FP4CLI_ERROR;
+}
+
+int fp4cli_default_device(void) {
+  const char *env = getenv("FP4KIT_DEVICE");
+  if (env && *env) return atoi(env);
+  fp4_context *ctx = NULL;
+  char reason[256];
+  int device = -1;
+  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_backend_available(ctx, "cuda", reason, sizeof reason) == FP4_OK)
+    device = 0;
+  fp4_context_destroy(ctx);
+  return device;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return argc < 2 ? FP4CLI_USAGE : FP4CLI_OK;
+  }
+  if (!strcmp(argv[1], "--version")) return cmd_version(1, argv + 1);
+  for (int i = 0; i < command_count; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "fp4kit: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return FP4CLI_USAGE;
+}
