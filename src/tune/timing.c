@@ -1,5 +1,5 @@
-/* Timing of repeated calls: CUDA events on the caller's stream for device work, a monotonic clock
 #define _POSIX_C_SOURCE 200809L
+/* Timing of repeated calls: CUDA events on the caller's stream for device work, a monotonic clock
  * for host work; the median of single-call times is what every report and the tuner use. */
 #include <stdlib.h>
 #include <time.h>
@@ -73,6 +73,7 @@ fp4_status fp4_time(fp4_context *ctx, void *stream, fp4_timed_fn fn, void *user,
     cudaSetDevice(fp4_context_device(ctx));
     st = time_device(stream, fn, user, warmup, runs, samples);
 #else
+    (void)stream;
     st = fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_time: device timing needs a build with CUDA");
 #endif
   } else {
