@@ -166,6 +166,16 @@ def _candidates():
     return found, False
 
 
+def _wheel_runtime_dirs():
+    """CUDA runtime folders of the wheels PyTorch installs (nvidia-cuda-runtime-cu12, and the
+    nvidia/cu13 layout of CUDA 13 wheels)."""
+    dirs = []
+    for entry in sys.path:
+        dirs += glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))
+        dirs += glob.glob(os.path.join(entry, "nvidia", "cu*", "lib"))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
 def _cuda_runtime_dirs():
     """Folders that may hold libcudart when the dynamic linker cannot find it on its own."""
     dirs = []
@@ -174,20 +184,17 @@ def _cuda_runtime_dirs():
         if root:
             dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib"),
                      os.path.join(root, "targets", "x86_64-linux", "lib")]
-    # CUDA runtime wheels that PyTorch installs (nvidia-cuda-runtime-cu12, nvidia-cuda-runtime for 13).
-    for entry in sys.path:
-        dirs += glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))
-        dirs += glob.glob(os.path.join(entry, "nvidia", "cu*", "lib"))
+    dirs += _wheel_runtime_dirs()
     dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda/targets/x86_64-linux/lib"]
     return [d for d in dirs if os.path.isdir(d)]
 
 
-def _preload_cudart():
-    """Loads the first libcudart found into the global namespace so libfp4kit's dependency on it
-    resolves by soname; returns the paths tried."""
+def _preload_cudart(dirs):
+    """Loads the first libcudart found in dirs into the global namespace, so that libfp4kit's
+    dependency resolves to it by soname; returns the paths tried."""
     tried = []
-    for d in _cuda_runtime_dirs():
-        for path in sorted(glob.glob(os.path.join(d, "libcudart.so*")), reverse=True):
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "libcudart.so.*")), reverse=True):
             tried.append(path)
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -195,6 +202,23 @@ def _preload_cudart():
             except OSError:
                 continue
     return tried
+
+
+def _needs_cudart(path):
+    try:
+        with open(path, "rb") as f:
+            return b"libcudart.so" in f.read()
+    except OSError:
+        return False
+
+
+def _share_torch_runtime(path):
+    """Only one libcudart of a soname can be loaded in a process. When PyTorch's CUDA runtime wheel
+    is installed, load that one first: otherwise an `import torch` after `import fp4kit` would bind
+    PyTorch to the (possibly older) toolkit runtime libfp4kit found on its own."""
+    dirs = _wheel_runtime_dirs()
+    if dirs and "torch" not in sys.modules and _needs_cudart(path):
+        _preload_cudart(dirs)
 
 
 def _bind(lib):
@@ -221,10 +245,11 @@ def load():
     errors = []
     for path in paths:
         try:
+            _share_torch_runtime(path)
             return _bind(ctypes.CDLL(path)), path
         except OSError as e:
             if "libcudart" in str(e):
-                tried = _preload_cudart()
+                tried = _preload_cudart(_cuda_runtime_dirs())
                 try:
                     return _bind(ctypes.CDLL(path)), path
                 except OSError as e2:
