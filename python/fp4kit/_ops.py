@@ -142,6 +142,17 @@ def _fp4_weight_t(v, fn):
     return v.shape[1], 2 * v.shape[0]
 
 
+def _weight_n(vb, va, k, a_dims, block_size, fn):
+    """N of the weight view b = w_q.T, checked against the K of the activations a."""
+    n, kb = _fp4_weight_t(vb, fn)
+    if kb != k:
+        raise InvalidArgumentError("%s: a is %s = %s but b is [K/2, N] = %s: K differs (%d vs %d)"
+                                   % (fn, a_dims, list(va.shape), list(vb.shape), k, kb))
+    if k % block_size:
+        raise InvalidArgumentError("%s: K = %d is not a multiple of the block size %d" % (fn, k, block_size))
+    return n
+
+
 def _scales(v, fmt, layout, rows, cols, fn, exact=True):
     """A scale buffer: any shape whose memory is one contiguous block (the view or its transpose),
     holding exactly the bytes of [rows, cols] scales in the layout."""
@@ -219,12 +230,7 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     vsa, vsb = T.View(a_descale, "a_descale"), T.View(b_descale, "b_descale")
     device = T.same_place(va, vb, vsa, vsb)
     m, k = _fp4_rowmajor(va, fn)
-    n, kb = _fp4_weight_t(vb, fn)
-    if kb != k:
-        raise InvalidArgumentError("%s: a is [M, K/2] = %s but b is [K/2, N] = %s: K differs (%d vs %d)"
-                                   % (fn, list(va.shape), list(vb.shape), k, kb))
-    if k % block_size:
-        raise InvalidArgumentError("%s: K = %d is not a multiple of the block size %d" % (fn, k, block_size))
+    n = _weight_n(vb, va, k, "[M, K/2]", block_size, fn)
     a_layout = _lib.LAYOUT_8X4 if use_8x4_sf_layout else _lib.LAYOUT_128X4
     sa = _scales(vsa, fmt, a_layout, m, k, fn)
     sb = _scales(vsb, fmt, _lib.LAYOUT_128X4, n, k, fn)
@@ -261,12 +267,7 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
     if lda is None:
         raise InvalidArgumentError("%s: a must be row-major with unit column stride (strides %s)" % (fn, list(va.strides)))
     m, k = va.shape
-    n, kb = _fp4_weight_t(vb, fn)
-    if kb != k:
-        raise InvalidArgumentError("%s: a is [M, K] = %s but b is [K/2, N] = %s: K differs (%d vs %d)"
-                                   % (fn, list(va.shape), list(vb.shape), k, kb))
-    if k % block_size:
-        raise InvalidArgumentError("%s: K = %d is not a multiple of the block size %d" % (fn, k, block_size))
+    n = _weight_n(vb, va, k, "[M, K]", block_size, fn)
     sb = _scales(vsb, fmt, layout, n, k, fn)
     alpha_f = T.scalar(alpha, "alpha", 1.0)
     out, vo, ld = _output(out, out_dtype, va, m, n, va.dtype, fn)

@@ -571,6 +571,7 @@ def test_cuda_mm_fp4_against_torch_float64_on_a_side_stream(m, out_dtype):
     dt = getattr(torch, out_dtype)
     for backend in ["auto"] + names:
         stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())  # the quantized operands come from the default stream
         with torch.cuda.stream(stream):
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
             got = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, dt, out, backend=backend)
