@@ -81,6 +81,8 @@ def _backend_bytes(backend, fn):
 
 
 def _call(fn_name, device, backend, enable_pdl, c_fn, *args):
+    # fn_name: the Python function, for messages this module writes; the C library's messages name
+    # the C function.
     """Runs a quantize/GEMM entry point with options built for the operands' device: the device's
     context, PyTorch's current stream, PDL, backend. Raises the status as an exception."""
     info = _lib.RunInfo()
@@ -93,7 +95,7 @@ def _call(fn_name, device, backend, enable_pdl, c_fn, *args):
         status = c_fn(ctx, *args, ctypes.byref(opts))
         if status == _lib.OK:
             _record(info)
-        _lib.check(status, fn_name)
+        _lib.check(status, c_fn.__name__)
 
 
 # How each function spells the format flag, per format: mm_fp4's use_nvfp4 is True for NVFP4.
@@ -240,7 +242,7 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     qa = _qmatrix(va.ptr, sa, m, k, fmt, a_layout, 1.0, va.memory)
     qb = _qmatrix(vb.ptr, sb, n, k, fmt, _lib.LAYOUT_128X4, 1.0, vb.memory)
     mo = _matrix(vo, m, n, ld)
-    _call("fp4_mm", device, backend, enable_pdl, _lib.LIB.fp4_mm, ctypes.byref(qa), ctypes.byref(qb),
+    _call(fn, device, backend, enable_pdl, _lib.LIB.fp4_mm, ctypes.byref(qa), ctypes.byref(qb),
           ctypes.c_float(alpha_f), ctypes.byref(mo))
     return out
 
@@ -275,7 +277,7 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
     ma = _matrix(va, m, k, lda)
     qb = _qmatrix(vb.ptr, sb, n, k, fmt, layout, 1.0, vb.memory)
     mo = _matrix(vo, m, n, ld)
-    _call("fp4_mm_w4a16", device, backend, enable_pdl, _lib.LIB.fp4_mm_w4a16, ctypes.byref(ma), ctypes.byref(qb),
+    _call(fn, device, backend, enable_pdl, _lib.LIB.fp4_mm_w4a16, ctypes.byref(ma), ctypes.byref(qb),
           ctypes.c_float(alpha_f), ctypes.byref(mo))
     return out
 
@@ -335,7 +337,7 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     vq, vs = T.View(x_q, "x_q"), T.View(sf, "sf")
     mx = _matrix(v, rows, k, ld)
     q = _qmatrix(vq.ptr, vs.ptr, rows, k, fmt, layout, 1.0, v.memory)
-    _call("fp4_quantize", v.device, backend, enable_pdl, _lib.LIB.fp4_quantize, ctypes.byref(mx), ctypes.c_float(gs),
+    _call(fn, v.device, backend, enable_pdl, _lib.LIB.fp4_quantize, ctypes.byref(mx), ctypes.c_float(gs),
           ctypes.byref(q))
     return x_q, T.reshape(sf, _scale_shape(nbytes, fmt, layout, k))
 
