@@ -110,12 +110,7 @@ class View:
     # -- layout checks -------------------------------------------------------------------------
     def is_contiguous(self):
         """C-contiguous (dimensions of size 1 may have any stride)."""
-        expect = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if size != 1 and stride != expect:
-                return False
-            expect *= size
-        return True
+        return _is_contig(self.shape, self.strides)
 
     def is_transposed_contiguous(self):
         """A 2-D view whose transpose is C-contiguous: the `.T` of a row-major matrix."""
