@@ -23,6 +23,10 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
                                  size_t reason_size) {
   fp4_status st = b->available(ctx, reason, reason_size);
   if (st) return st;
+  if (p->op > FP4_OP_MM_W4A16 && !(b->extra_ops & FP4_OP_BIT(p->op))) {
+    fp4_reason(reason, reason_size, "backend '%s' does not implement this operation (op %d)", b->name, (int)p->op);
+    return FP4_ERR_UNSUPPORTED;
+  }
   return b->supports(ctx, p, reason, reason_size);
 }
 
