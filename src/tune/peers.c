@@ -220,7 +220,10 @@ static fp4_status time_host(fp4_peer peer, int64_t m, int64_t n, int64_t k, int 
     if (posix_memalign((void **)&buf, 64, p.bytes))
       return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_time_peer: host-read: %zu bytes of host memory", p.bytes);
     /* Nonzero, varied contents; every page touched before timing. */
-    for (size_t i = 0; i < p.bytes; i++) buf[i] = (uint8_t)(i * 131u + 7u);
+    for (size_t i = 0; i + 8 <= p.bytes; i += 8) {
+      uint64_t v = (uint64_t)i * 0x9E3779B97F4A7C15ull + 1u;
+      memcpy(buf + i, &v, 8);
+    }
     p.buf = buf;
     p.work = read_work;
     units = (double)p.bytes;
