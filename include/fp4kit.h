@@ -221,9 +221,10 @@ FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float glo
                                 fp4_qmatrix *out, const fp4_options *options);
 
 /* Model Optimizer checkpoint recipe for NVFP4 weights (host): weight_scale_2 = amax(W)/(6*448),
- * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, clamped to [2^-9, 448]), codes of
- * W/(block_scale*weight_scale_2). out must be NVFP4; out->multiplier and *weight_scale_2 receive
- * weight_scale_2. An all-zero W gets weight_scale_2 = 0 and all-zero codes. */
+ * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, no lower clamp: below 2^-10 the
+ * byte is 0), codes of W/(block_scale*weight_scale_2) with -0 -> +0; bit-identical to Model
+ * Optimizer's NVFP4QTensor. out must be NVFP4; out->multiplier and *weight_scale_2 receive
+ * weight_scale_2. An all-zero W gets weight_scale_2 = 0, scale bytes of 1.0 and all-zero codes. */
 FP4_API fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out,
                                          float *weight_scale_2);
 
