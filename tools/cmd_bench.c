@@ -16,11 +16,6 @@
 #include "cli.h"
 #include "harness.h"
 
-/* The model shape sets live on another part of the library; a build without them still benchmarks
- * explicit --shapes and says why --model cannot work. */
-#pragma weak fp4_shape_set
-#pragma weak fp4_shape_set_name
-
 enum {
   BENCH_MAX_SHAPES = 256,
   BENCH_MAX_MS = 64,
@@ -251,10 +246,6 @@ static int add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, cons
 }
 
 static int list_models(FILE *f) {
-  if (!fp4_shape_set_name) {
-    fprintf(f, "fp4kit bench: this fp4kit has no model shape sets (src/model/shapes.c is not built in)\n");
-    return FP4CLI_ERROR;
-  }
   fprintf(f, "shape sets:\n");
   for (int i = 0; fp4_shape_set_name(i); i++) fprintf(f, "  %s\n", fp4_shape_set_name(i));
   return FP4CLI_OK;
@@ -276,11 +267,6 @@ static const char *find_model(const char *want) {
 }
 
 static int model_shapes(const char *want, int tp, bench_shape *shapes, int *count) {
-  if (!fp4_shape_set || !fp4_shape_set_name) {
-    fprintf(stderr, "fp4kit bench: model shape sets are not in this fp4kit build (src/model/shapes.c); "
-                    "pass explicit --shapes NxK,...\n");
-    return FP4CLI_ERROR;
-  }
   const char *model = find_model(want);
   if (!model) {
     fprintf(stderr, "fp4kit bench: no shape set matches '%s'\n", want);
@@ -1108,7 +1094,9 @@ int fp4cli_bench(int argc, char **argv) {
           host |= bl[i].memory[op] == FP4_MEMORY_HOST;
           dev |= bl[i].memory[op] == FP4_MEMORY_DEVICE;
         }
-    if (e->o.peers && !r->copy_gbps.ok && !r->host_read_gbps.ok && !r->peer_notes[0]) run_global_peers(e, host, dev);
+    /* The device peers describe the device of the run even when only host backends are timed. */
+    (void)dev;
+    if (e->o.peers && !r->copy_gbps.ok && !r->host_read_gbps.ok && !r->peer_notes[0]) run_global_peers(e, host, e->dctx != NULL);
     total = done_points;
     for (int op = 0; op < 3; op++) total += ops[op] ? nb * nshapes * nms : 0;
     rc = run_format(e, (fp4_format)f, shapes, nshapes, ms, nms, ops, bl, nb, &done_points, total);
