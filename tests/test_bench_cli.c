@@ -7,16 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static int failures = 0;
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      failures++;                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, "\n");                              \
-    }                                                     \
-  } while (0)
+#include "testing.h"
 
 #ifndef FP4KIT_CLI
 int main(void) {
@@ -285,8 +276,8 @@ int main(void) {
 
   char cleanup[128];
   snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
-  if (!failures && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
-  if (failures) fprintf(stderr, "%d check(s) failed; files kept in %s\n", failures, dir);
-  return failures ? 1 : 0;
+  if (!test_failed && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (test_failed) fprintf(stderr, "%d check(s) failed; files kept in %s\n", test_failed, dir);
+  return test_failed ? 1 : 0;
 }
 #endif

@@ -5,16 +5,7 @@
 
 #include "fp4kit.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (!(cond)) {                                        \
-      failures++;                                         \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                       \
-      fprintf(stderr, " (%s)\n", fp4_last_error());       \
-    }                                                     \
-  } while (0)
+#include "testing.h"
 
 static void check_timing(const char *what, fp4_status st, const fp4_timing *t, double rate, double min_rate) {
   CHECK(st == FP4_OK, "%s: status %s", what, fp4_status_str(st));
@@ -81,6 +72,6 @@ int main(void) {
   }
   fp4_context_destroy(ctx);
 
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  return failures ? 1 : 0;
+  if (test_failed) fprintf(stderr, "%d check(s) failed\n", test_failed);
+  return test_failed ? 1 : 0;
 }

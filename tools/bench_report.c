@@ -22,8 +22,20 @@ static const bench_value none = {0, 0};
 /* Table                                                                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
-static void print_header(FILE *f, const bench_run *r) {
+/* The once-per-run peers, one line each, ended by eol ("\n" or "<br>\n"). */
+static void print_peers(FILE *f, const bench_run *r, const char *eol) {
   char a[32], b[32], c[32], d[32];
+  if (r->copy_gbps.ok || r->bf16_peak_tflops.ok)
+    fprintf(f, "same-run device peers: copy %s GB/s (read+write), read %s GB/s, cuBLAS BF16 %s TFLOP/s, cuBLASLt FP8 %s "
+               "TFLOP/s (8192^3)%s",
+            num(a, sizeof a, r->copy_gbps, 0), num(b, sizeof b, r->read_gbps, 0), num(c, sizeof c, r->bf16_peak_tflops, 0),
+            num(d, sizeof d, r->fp8_peak_tflops, 0), eol);
+  if (r->host_read_gbps.ok || r->host_fma_gflops.ok)
+    fprintf(f, "same-run host peers: read %s GB/s, FP32 FMA peak %s GFLOP/s%s", num(a, sizeof a, r->host_read_gbps, 1),
+            num(b, sizeof b, r->host_fma_gflops, 0), eol);
+}
+
+static void print_header(FILE *f, const bench_run *r) {
   fprintf(f, "fp4kit %s bench  %s  commit %s\n", fp4_version(), r->date, r->commit);
   if (r->dev.device >= 0)
     fprintf(f, "device %d: %s (SM%d%d, %d SMs, L2 %lld MiB), driver %d, CUDA runtime %d\n", r->dev.device, r->dev.name,
@@ -31,14 +43,7 @@ static void print_header(FILE *f, const bench_run *r) {
             r->dev.driver_version, r->dev.runtime_version);
   fprintf(f, "host: %s (%d threads, LLC %lld MiB)\n", r->host.name, r->host.processors,
           (long long)(r->host.cache_bytes >> 20));
-  if (r->copy_gbps.ok || r->bf16_peak_tflops.ok)
-    fprintf(f, "same-run device peers: copy %s GB/s (read+write), read %s GB/s, cuBLAS BF16 %s TFLOP/s, cuBLASLt FP8 %s "
-               "TFLOP/s (8192^3)\n",
-            num(a, sizeof a, r->copy_gbps, 0), num(b, sizeof b, r->read_gbps, 0), num(c, sizeof c, r->bf16_peak_tflops, 0),
-            num(d, sizeof d, r->fp8_peak_tflops, 0));
-  if (r->host_read_gbps.ok || r->host_fma_gflops.ok)
-    fprintf(f, "same-run host peers: read %s GB/s, FP32 FMA peak %s GFLOP/s\n", num(a, sizeof a, r->host_read_gbps, 1),
-            num(b, sizeof b, r->host_fma_gflops, 0));
+  print_peers(f, r, "\n");
   if (r->peer_notes[0]) fprintf(f, "peers not measured: %s\n", r->peer_notes);
   fprintf(f, "median of %d timed calls (device) / %d (host) after %d warm-up calls\n\n", r->runs_device, r->runs_host,
           r->warmup);
@@ -366,7 +371,6 @@ static void chart(FILE *f, const bench_run *r, fp4_memory mem) {
 }
 
 int bench_write_html(FILE *f, const bench_run *r) {
-  char a[32], b[32], c[32], d[32];
   fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fp4kit bench</title>\n"
         "<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:12px}"
         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td.l,th.l{text-align:left}"
@@ -386,14 +390,7 @@ int bench_write_html(FILE *f, const bench_run *r) {
   fprintf(f, " (%d threads)<br>\ncommand: <code>", r->host.processors);
   html_str(f, r->command);
   fputs("</code><br>\n", f);
-  if (r->copy_gbps.ok || r->bf16_peak_tflops.ok)
-    fprintf(f, "same-run device peers: copy %s GB/s (read+write), read %s GB/s, cuBLAS BF16 %s TFLOP/s, cuBLASLt FP8 %s "
-               "TFLOP/s (8192<sup>3</sup>)<br>\n",
-            num(a, sizeof a, r->copy_gbps, 0), num(b, sizeof b, r->read_gbps, 0), num(c, sizeof c, r->bf16_peak_tflops, 0),
-            num(d, sizeof d, r->fp8_peak_tflops, 0));
-  if (r->host_read_gbps.ok || r->host_fma_gflops.ok)
-    fprintf(f, "same-run host peers: read %s GB/s, FP32 FMA peak %s GFLOP/s<br>\n", num(a, sizeof a, r->host_read_gbps, 1),
-            num(b, sizeof b, r->host_fma_gflops, 0));
+  print_peers(f, r, "<br>\n");
   if (r->peer_notes[0]) {
     fputs("peers not measured: ", f);
     html_str(f, r->peer_notes);
