@@ -284,13 +284,34 @@ typedef enum fp4_peer {
   FP4_PEER_READ = 1,          /* device read-only reduction over n*k bytes                           */
   FP4_PEER_CUBLAS_BF16 = 2,   /* cuBLAS BF16 GEMM [m, k] x [n, k]^T, FP32 accumulation               */
   FP4_PEER_CUBLASLT_FP8 = 3,  /* cuBLASLt FP8 E4M3 GEMM of the same shape                             */
-  FP4_PEER_HOST_READ = 4      /* host memory read bandwidth over n*k bytes with the CPU threads        */
+  FP4_PEER_HOST_READ = 4,     /* host memory read bandwidth over n*k bytes with the CPU threads        */
+  FP4_PEER_HOST_FMA = 5       /* host FP32 FMA peak: 2*m*n*k FLOPs of register-only FMAs on the threads */
 } fp4_peer;
 
 /* Times a peer on the same machine in the same run. bytes_per_s (optional) receives the bandwidth
- * for the memory peers. FP4_ERR_UNSUPPORTED when the peer cannot run here, with the reason. */
+ * for the memory peers (COPY counts bytes read + written) and FLOP/s (2*m*n*k / median) for the
+ * compute peers (CUBLAS_BF16, CUBLASLT_FP8, HOST_FMA). Device GEMM peers rotate through enough
+ * operand sets to exceed the L2 cache. Host peers use FP4KIT_THREADS threads (default: every online
+ * CPU). FP4_ERR_UNSUPPORTED when the peer cannot run here, with the reason. */
 FP4_API fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
                                  fp4_timing *timing, double *bytes_per_s);
+/* Name of a peer for tables ("cublas-bf16", "copy"); NULL for unknown values. */
+FP4_API const char *fp4_peer_name(fp4_peer peer);
+
+/* What a measurement record needs to say about the machine it ran on. */
+typedef struct fp4_device_info {
+  int device;             /* CUDA ordinal, -1 for the host                                       */
+  char name[128];         /* "NVIDIA H200", or the CPU model name                                */
+  int cc_major, cc_minor; /* compute capability; 0 for the host                                  */
+  int processors;         /* streaming multiprocessors, or the host threads fp4kit uses          */
+  int64_t cache_bytes;    /* GPU L2, or the CPU's last-level cache (0 when unknown)              */
+  int64_t memory_bytes;   /* device global memory, or host physical memory (0 when unknown)      */
+  int driver_version;     /* cudaDriverGetVersion (13000 = 13.0); 0 on the host or without CUDA  */
+  int runtime_version;    /* the CUDA runtime fp4kit runs with; 0 without CUDA                   */
+} fp4_device_info;
+
+/* Describes ctx's device, or the host for ctx NULL / device -1. */
+FP4_API fp4_status fp4_device_info_get(fp4_context *ctx, fp4_device_info *info);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Model shape sets (src/model/shapes.c): the GEMMs of real NVFP4 models (MODELS.md)              */

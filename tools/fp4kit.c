@@ -9,6 +9,7 @@ static int cmd_version(int argc, char **argv);
 
 static const fp4cli_command commands[] = {
     {"check", "run every available backend against the reference on embedded cases", fp4cli_check},
+    {"bench", "time FP4 GEMMs per shape, M and backend against same-run peers", fp4cli_bench},
     {"version", "print the library version", cmd_version},
 };
 static const int command_count = (int)(sizeof commands / sizeof *commands);

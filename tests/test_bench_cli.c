@@ -1,0 +1,283 @@
+#define _POSIX_C_SOURCE 200809L
+/* `fp4kit bench` end to end on the host with the reference backend: option errors give exit status
+ * 2, a tiny run writes valid JSON (checked by a small parser), CSV with one row per point and a
+ * self-contained HTML page with one labelled chart point per GEMM. No timing is asserted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "testing.h"
+
+#ifndef FP4KIT_CLI
+int main(void) {
+  printf("skip: the fp4kit command is not built (FP4KIT_BUILD_TOOLS=OFF)\n");
+  return 77;
+}
+#else
+
+static char dir[64];
+
+static int run(const char *args, const char *out_name) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "FP4KIT_THREADS=2 '%s' bench %s >'%s/%s' 2>'%s/%s.err'", FP4KIT_CLI, args, dir, out_name, dir,
+           out_name);
+  int s = system(cmd);
+  return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+}
+
+static char *slurp(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  if (s) s[n] = '\0';
+  fclose(f);
+  return s;
+}
+
+static int count(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
+
+/* ---- a strict little JSON parser: the records must be an array of flat objects ---- */
+typedef struct jp {
+  const char *p;
+  int ok;
+  /* per record */
+  char status[32];
+  int median_null;
+  double median;
+  int records, ok_records, skipped_records, keys;
+} jp;
+
+static void ws(jp *j) {
+  while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r') j->p++;
+}
+
+static int str(jp *j, char *out, size_t size) {
+  size_t n = 0;
+  if (*j->p != '"') return j->ok = 0;
+  for (j->p++; *j->p != '"'; j->p++) {
+    if (!*j->p || (unsigned char)*j->p < 0x20) return j->ok = 0;
+    if (*j->p == '\\') {
+      j->p++;
+      if (*j->p == 'u') {
+        for (int i = 1; i <= 4; i++)
+          if (!strchr("0123456789abcdefABCDEF", j->p[i]) || !j->p[i]) return j->ok = 0;
+        j->p += 4;
+      } else if (!strchr("\"\\/bfnrt", *j->p) || !*j->p) {
+        return j->ok = 0;
+      }
+    }
+    if (out && n + 1 < size) out[n++] = *j->p;
+  }
+  j->p++;
+  if (out) out[n] = '\0';
+  return 1;
+}
+
+static int number(jp *j, double *v) {
+  char *end = NULL;
+  if (!strchr("-0123456789", *j->p)) return j->ok = 0;
+  *v = strtod(j->p, &end);
+  if (end == j->p) return j->ok = 0;
+  j->p = end;
+  return 1;
+}
+
+/* value := string | number | null (records are flat) */
+static int record(jp *j) {
+  ws(j);
+  if (*j->p != '{') return j->ok = 0;
+  j->p++;
+  j->status[0] = '\0';
+  j->median_null = -1;
+  j->keys = 0;
+  for (;;) {
+    char key[64];
+    ws(j);
+    if (!str(j, key, sizeof key)) return 0;
+    ws(j);
+    if (*j->p++ != ':') return j->ok = 0;
+    ws(j);
+    j->keys++;
+    if (*j->p == '"') {
+      char v[64];
+      if (!str(j, v, sizeof v)) return 0;
+      if (!strcmp(key, "status")) snprintf(j->status, sizeof j->status, "%.31s", v);
+    } else if (!strncmp(j->p, "null", 4)) {
+      j->p += 4;
+      if (!strcmp(key, "median_us")) j->median_null = 1;
+    } else {
+      double v = 0;
+      if (!number(j, &v)) return 0;
+      if (!strcmp(key, "median_us")) {
+        j->median_null = 0;
+        j->median = v;
+      }
+    }
+    ws(j);
+    if (*j->p == ',') {
+      j->p++;
+      continue;
+    }
+    if (*j->p++ != '}') return j->ok = 0;
+    break;
+  }
+  j->records++;
+  if (!strcmp(j->status, "ok")) {
+    j->ok_records++;
+    CHECK(j->median_null == 0 && j->median > 0, "record %d is ok but median_us is missing or not positive", j->records);
+  } else {
+    if (!strcmp(j->status, "skipped")) j->skipped_records++;
+    CHECK(j->median_null == 1, "record %d is '%s' but has a median", j->records, j->status);
+  }
+  return 1;
+}
+
+static void parse_records(jp *j, const char *s) {
+  memset(j, 0, sizeof *j);
+  j->p = s;
+  j->ok = 1;
+  ws(j);
+  if (*j->p++ != '[') {
+    j->ok = 0;
+    return;
+  }
+  ws(j);
+  if (*j->p == ']') {
+    j->p++;
+  } else {
+    while (record(j)) {
+      ws(j);
+      if (*j->p == ',') {
+        j->p++;
+        continue;
+      }
+      if (*j->p++ != ']') j->ok = 0;
+      break;
+    }
+  }
+  ws(j);
+  if (*j->p) j->ok = 0;
+}
+
+/* Fields of one CSV line, honouring quotes; -1 on a broken quote. */
+static int csv_fields(const char *line, const char **next) {
+  int n = 1, quoted = 0;
+  const char *p = line;
+  for (; *p && (quoted || *p != '\n'); p++) {
+    if (*p == '"') quoted = !quoted;
+    else if (*p == ',' && !quoted) n++;
+  }
+  *next = *p ? p + 1 : p;
+  return quoted ? -1 : n;
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/fp4kit_bench_XXXXXX");
+  if (!mkdtemp(dir)) {
+    printf("skip: cannot create a temporary directory\n");
+    return 77;
+  }
+
+  /* Help and usage errors. */
+  CHECK(run("--help", "help") == 0, "--help exits 0");
+  char *help = slurp("help");
+  CHECK(help && strstr(help, "usage: fp4kit bench"), "--help prints the usage");
+  free(help);
+  CHECK(run("--runs 10", "e1") == 2, "--runs below 50 is a usage error");
+  CHECK(run("--op gemm", "e2") == 2, "an unknown --op is a usage error");
+  CHECK(run("--backend nosuch --shapes 128x128", "e3") == 2, "an unknown backend is a usage error");
+  CHECK(run("--shapes 12y34", "e4") == 2, "a malformed shape is a usage error");
+  CHECK(run("--model x --shapes 128x128", "e5") == 2, "--model and --shapes exclude each other");
+  char *err = slurp("e1.err");
+  CHECK(err && strstr(err, "--runs"), "the usage error names the option");
+  free(err);
+
+  /* A tiny host run: 2 shapes that ref may run and one past its cap, 2 M values, every op. */
+  char args[1024];
+  snprintf(args, sizeof args,
+           "--device -1 --backend ref --shapes 128x256,200x128,8192x4096 --m 1,3 --op w4a16,w4a4,quantize "
+           "--runs 50 --warmup 1 --json %s/out.json --csv %s/out.csv --html %s/out.html",
+           dir, dir, dir);
+  int rc = run(args, "table");
+  char *e = slurp("table.err");
+  CHECK(rc == 0, "the tiny run exits 0 (got %d): %s", rc, e ? e : "");
+  free(e);
+  char *table = slurp("table"), *json = slurp("out.json"), *csv = slurp("out.csv"), *html = slurp("out.html");
+  CHECK(table && strstr(table, "median_us") && strstr(table, "ref is limited"), "the table has a header and the ref cap");
+  /* 3 shapes x 2 M x (w4a16, w4a4) = 12 GEMM points (4 past the ref cap) + quantize per K (3) x 2 M = 6. */
+  const int expect_records = 18, expect_skipped = 4, expect_gemm_ok = 8;
+  if (json) {
+    jp j;
+    parse_records(&j, json);
+    CHECK(j.ok, "out.json is valid JSON (stopped at offset %ld)", (long)(j.p - json));
+    CHECK(j.records == expect_records, "out.json has %d records, expected %d", j.records, expect_records);
+    CHECK(j.skipped_records == expect_skipped, "%d skipped records, expected %d", j.skipped_records, expect_skipped);
+    CHECK(j.ok_records == expect_records - expect_skipped, "%d ok records", j.ok_records);
+    CHECK(j.keys >= 50, "records carry the metadata (%d keys)", j.keys);
+    const char *keys[] = {"\"backend\"", "\"tflops\"", "\"weight_gbps\"", "\"host_read_gbps\"", "\"host_fma_gflops\"",
+                          "\"commit\"", "\"date\"", "\"command\"", "\"device\"", "\"quantize_us\"", "\"total_us\""};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) CHECK(count(json, keys[i]) == expect_records, "key %s in every record", keys[i]);
+    CHECK(strstr(json, "\"host_read_gbps\": null") == NULL, "the host read peer was measured");
+  } else {
+    CHECK(0, "out.json was not written");
+  }
+  if (csv) {
+    const char *p = csv, *next = NULL;
+    int header = csv_fields(p, &next), lines = 0;
+    CHECK(header >= 50, "the CSV header has the fields (%d)", header);
+    for (p = next; *p; p = next, lines++) CHECK(csv_fields(p, &next) == header, "CSV line %d has the header's field count", lines + 2);
+    CHECK(lines == expect_records, "out.csv has %d rows, expected %d", lines, expect_records);
+  } else {
+    CHECK(0, "out.csv was not written");
+  }
+  if (html) {
+    size_t n = strlen(html);
+    CHECK(!strncmp(html, "<!DOCTYPE html>", 15) && n > 8 && !strcmp(html + n - 8, "</html>\n"), "HTML is one whole page");
+    CHECK(count(html, "<svg") == 1 && count(html, "</svg>") == 1, "one roofline chart (host)");
+    CHECK(count(html, "<title>#") == expect_gemm_ok, "every measured GEMM point is in the chart, labelled (%d)",
+          count(html, "<title>#"));
+    CHECK(!strstr(html, "<script") && !strstr(html, " src=") && !strstr(html, "<link"), "self-contained: nothing loaded");
+    CHECK(strstr(html, "host read") != NULL, "the chart draws the same-run read-bandwidth roof");
+    CHECK(count(html, "<tr") == expect_records + 1, "the table has every point");
+  } else {
+    CHECK(0, "out.html was not written");
+  }
+  free(table);
+  free(json);
+  free(csv);
+  free(html);
+
+  /* JSON on stdout moves the table to stderr, and skips no record. */
+  rc = run("--device -1 --backend ref --shapes 128x256 --m 2 --op w4a16 --runs 50 --warmup 0 --no-peers --json -", "stdout.json");
+  char *sj = slurp("stdout.json");
+  if (sj) {
+    jp j;
+    parse_records(&j, sj);
+    CHECK(rc == 0 && j.ok && j.records == 1 && j.ok_records == 1, "--json - writes one valid record to stdout (rc %d)", rc);
+    CHECK(strstr(sj, "\"host_read_gbps\": null") != NULL, "--no-peers leaves the peers empty");
+  } else {
+    CHECK(0, "no stdout captured");
+  }
+  free(sj);
+  char *se = slurp("stdout.json.err");
+  CHECK(se && strstr(se, "median_us"), "the table went to stderr");
+  free(se);
+
+  char cleanup[128];
+  snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
+  if (!test_failed && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (test_failed) fprintf(stderr, "%d check(s) failed; files kept in %s\n", test_failed, dir);
+  return test_failed ? 1 : 0;
+}
+#endif

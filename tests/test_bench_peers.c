@@ -1,0 +1,77 @@
+/* Same-run peers and the machine description: argument checks, host peers measure something
+ * plausible, device peers say why they cannot run without a device (and run when one is present). */
+#include <stdio.h>
+#include <string.h>
+
+#include "fp4kit.h"
+
+#include "testing.h"
+
+static void check_timing(const char *what, fp4_status st, const fp4_timing *t, double rate, double min_rate) {
+  CHECK(st == FP4_OK, "%s: status %s", what, fp4_status_str(st));
+  if (st) return;
+  CHECK(t->runs > 0 && t->min_us > 0 && t->min_us <= t->median_us && t->median_us <= t->max_us,
+        "%s: timing min %g median %g max %g runs %d", what, t->min_us, t->median_us, t->max_us, t->runs);
+  CHECK(rate >= min_rate, "%s: rate %g below %g", what, rate, min_rate);
+  printf("%-14s median %10.2f us  rate %.4g /s\n", what, t->median_us, rate);
+}
+
+int main(void) {
+  for (int p = FP4_PEER_COPY; p <= FP4_PEER_HOST_FMA; p++) CHECK(fp4_peer_name((fp4_peer)p) != NULL, "peer %d has no name", p);
+  CHECK(fp4_peer_name((fp4_peer)99) == NULL, "unknown peer has a name");
+
+  fp4_timing t;
+  double rate = 0.0;
+  CHECK(fp4_time_peer(NULL, FP4_PEER_HOST_READ, 1, 1024, 1024, 5, NULL, &rate) == FP4_ERR_INVALID_ARGUMENT, "NULL timing");
+  CHECK(fp4_time_peer(NULL, FP4_PEER_HOST_READ, 1, 1024, 1024, 0, &t, &rate) == FP4_ERR_INVALID_ARGUMENT, "runs 0");
+  CHECK(fp4_time_peer(NULL, FP4_PEER_HOST_READ, 1, 0, 1024, 5, &t, &rate) == FP4_ERR_INVALID_ARGUMENT, "n 0");
+  CHECK(fp4_time_peer(NULL, FP4_PEER_HOST_FMA, 0, 16, 16, 5, &t, &rate) == FP4_ERR_INVALID_ARGUMENT, "m 0");
+  CHECK(fp4_time_peer(NULL, (fp4_peer)42, 1, 16, 16, 5, &t, &rate) == FP4_ERR_INVALID_ARGUMENT, "unknown peer");
+  CHECK(strstr(fp4_last_error(), "42") != NULL, "the message names the bad peer");
+
+  /* Host peers: 64 MiB read; 2^28 FLOPs of FMAs. Any machine does more than 100 MB/s and 100 MFLOP/s. */
+  rate = 0.0;
+  fp4_status st = fp4_time_peer(NULL, FP4_PEER_HOST_READ, 1, 64 << 10, 1 << 10, 5, &t, &rate);
+  check_timing("host-read", st, &t, rate, 1e8);
+  rate = 0.0;
+  st = fp4_time_peer(NULL, FP4_PEER_HOST_FMA, 1, 1 << 10, 1 << 17, 5, &t, &rate);
+  check_timing("host-fma", st, &t, rate, 1e8);
+
+  /* Device peers refuse a host context with a reason. */
+  for (int p = FP4_PEER_COPY; p <= FP4_PEER_CUBLASLT_FP8; p++) {
+    st = fp4_time_peer(NULL, (fp4_peer)p, 16, 256, 256, 3, &t, &rate);
+    CHECK(st == FP4_ERR_UNSUPPORTED, "%s without a device: %s", fp4_peer_name((fp4_peer)p), fp4_status_str(st));
+    CHECK(strstr(fp4_last_error(), "device") || strstr(fp4_last_error(), "CUDA"), "%s: reason says why",
+          fp4_peer_name((fp4_peer)p));
+  }
+
+  fp4_device_info info;
+  CHECK(fp4_device_info_get(NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL info");
+  st = fp4_device_info_get(NULL, &info);
+  CHECK(st == FP4_OK && info.device == -1 && info.name[0] && info.processors >= 1, "host info");
+  printf("host: %s, %d threads, cache %lld bytes, memory %lld bytes\n", info.name, info.processors,
+         (long long)info.cache_bytes, (long long)info.memory_bytes);
+
+  /* With a CUDA device: every device peer runs on small sizes and reports a positive rate. */
+  fp4_context *ctx = NULL;
+  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_device_info_get(ctx, &info) == FP4_OK) {
+    printf("device 0: %s (SM%d%d, %d SMs, L2 %lld bytes), driver %d, runtime %d\n", info.name, info.cc_major,
+           info.cc_minor, info.processors, (long long)info.cache_bytes, info.driver_version, info.runtime_version);
+    CHECK(info.cache_bytes > 0 && info.processors > 0, "device info");
+    st = fp4_time_peer(ctx, FP4_PEER_COPY, 1, 256 << 10, 1 << 10, 10, &t, &rate);
+    check_timing("copy", st, &t, rate, 1e9);
+    st = fp4_time_peer(ctx, FP4_PEER_READ, 1, 256 << 10, 1 << 10, 10, &t, &rate);
+    check_timing("read", st, &t, rate, 1e9);
+    st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, 16, 4096, 4096, 10, &t, &rate);
+    check_timing("cublas-bf16", st, &t, rate, 1e9);
+    st = fp4_time_peer(ctx, FP4_PEER_CUBLASLT_FP8, 16, 4096, 4096, 10, &t, &rate);
+    if (st == FP4_ERR_UNSUPPORTED) printf("cublaslt-fp8: unsupported here: %s\n", fp4_last_error());
+    else check_timing("cublaslt-fp8", st, &t, rate, 1e9);
+  } else {
+    printf("device peers: no CUDA device here (%s); only their refusal was checked\n", fp4_last_error());
+  }
+  fp4_context_destroy(ctx);
+
+  if (test_failed) fprintf(stderr, "%d check(s) failed\n", test_failed);
+  return test_failed ? 1 : 0;
+}

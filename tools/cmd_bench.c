@@ -1,0 +1,1125 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * fp4kit bench: times FP4 GEMMs and quantization per (shape, M, backend) and states every speed as
+ * a ratio to peers measured in the same run (copy/read bandwidth, cuBLAS BF16, cuBLASLt FP8, or the
+ * host's read bandwidth and FMA peak). Benchmarks are not tests: correctness is `fp4kit check`'s
+ * job; the bench only refuses to report a time for a call that left NaN in its output.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli.h"
+#include "harness.h"
+
+enum {
+  BENCH_MAX_SHAPES = 256,
+  BENCH_MAX_MS = 64,
+  BENCH_MAX_BACKENDS = 32,
+  BENCH_MAX_SETS = 1024,
+  BENCH_POOL_BLOCKS = 4, /* distinct random 128-row weight blocks, repeated along N */
+  BENCH_ROW_BLOCK = 128
+};
+#define BENCH_REF_MAX_MNK (1LL << 24) /* the reference is the slow oracle: small problems only */
+#define BENCH_DEFAULT_CACHE (64LL << 20)
+
+static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
+
+typedef struct bench_shape {
+  int64_t n, k;
+  char name[64];
+} bench_shape;
+
+typedef struct bench_opts {
+  const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html;
+  int runs, warmup, device, tp, peers;
+  fp4_dtype act_dtype, out_dtype;
+  fp4_scale_layout layout;
+} bench_opts;
+
+/* Where a backend runs each operation (probed with a tiny problem), or why it cannot. */
+typedef struct bench_backend {
+  const char *name;
+  int usable[3];
+  fp4_memory memory[3];
+  char reason[3][200];
+} bench_backend;
+
+/* Weight sets of one (shape, format, memory), rotated through so the timed loop streams past the
+ * cache; every set holds the same random values at a different address. */
+typedef struct bench_weights {
+  int sets;
+  void *data[BENCH_MAX_SETS], *scales[BENCH_MAX_SETS];
+  size_t data_bytes, scale_bytes;
+  float multiplier;
+} bench_weights;
+
+typedef struct bench_acts {
+  int sets;
+  void *dense[BENCH_MAX_SETS], *qdata[BENCH_MAX_SETS], *qscales[BENCH_MAX_SETS];
+  size_t dense_bytes, qdata_bytes, qscale_bytes;
+  float gsf, multiplier;
+  void *out;
+  size_t out_bytes;
+} bench_acts;
+
+typedef struct bench_env {
+  bench_opts o;
+  fp4_context *hctx, *dctx;
+  bench_run run;
+  int cap;
+  int64_t cache[2]; /* host, device */
+} bench_env;
+
+const char *bench_op_name(bench_op op) {
+  return op == BENCH_W4A16 ? "w4a16" : op == BENCH_W4A4 ? "w4a4" : op == BENCH_QUANTIZE ? "quantize" : "?";
+}
+
+static void bench_usage(FILE *f) {
+  fprintf(f,
+          "usage: fp4kit bench [--backend NAME[,NAME]|auto|all] [--model NAME|--shapes NxK[,NxK...]] [--tp N]\n"
+          "                    [--m 1,2,4,...] [--op w4a16,w4a4,quantize] [--format nvfp4,mxfp4]\n"
+          "                    [--act bf16|f16|f32] [--out bf16|f16|f32] [--layout 128x4|linear|8x4]\n"
+          "                    [--runs N] [--warmup N] [--no-peers] [--device N]\n"
+          "                    [--json FILE|-] [--csv FILE|-] [--html FILE]\n"
+          "\n"
+          "Times FP4 GEMMs (W4A16: FP4 weights x 16-bit activations; W4A4: both FP4) and activation\n"
+          "quantization for every (shape, M, backend), and measures peers in the same run so every\n"
+          "number is also a ratio: the copy bandwidth, cuBLAS BF16 and cuBLASLt FP8 GEMMs on the same\n"
+          "shape (device), or the host read bandwidth and FP32 FMA peak (host backends).\n"
+          "\n"
+          "  --backend   'all' (default): every available backend that runs on the chosen device's memory,\n"
+          "              except 'ref' (the slow oracle; name it to include it: it is limited to\n"
+          "              M*N*K <= %lld). 'auto' lets the library choose per call.\n"
+          "  --model     a shape set (fp4kit bench --model list); its dense GEMMs are timed. Default: the\n"
+          "              dense GEMMs of %s and %s.\n"
+          "  --shapes    explicit weight shapes N x K (N outputs, K inputs), e.g. 8192x28672,57344x8192.\n"
+          "  --tp        tensor-parallel degree the model shapes are sharded for (default 1).\n"
+          "  --m         token counts (default 1,2,4,8,16,32,64).\n"
+          "  --op        default w4a16,w4a4. W4A4 points also time the activation quantize alone and\n"
+          "              quantize followed by the GEMM (the total a layer pays).\n"
+          "  --format    default nvfp4. --act: W4A16 activations and quantize input (default bf16).\n"
+          "  --out       output dtype (default bf16). --layout: scale layout of both operands (128x4).\n"
+          "  --runs      timed calls per point, >= 50 (default 100 on a device, 50 on the host); the\n"
+          "              median is reported. --warmup: untimed calls first (default 10).\n"
+          "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
+          "  --device    CUDA ordinal, or -1 for host backends only (default: FP4KIT_DEVICE, else 0\n"
+          "              when a CUDA device is present, else -1).\n"
+          "  --json      one record per point (with device, driver, runtime, commit, date, command);\n"
+          "              '-' writes to stdout and moves the table to stderr. --csv likewise.\n"
+          "  --html      one self-contained page: roofline chart (SVG) against the same-run copy\n"
+          "              bandwidth and BF16 tensor-core ceilings, and the table.\n"
+          "\n"
+          "Operands are random (never zero), quantized with the runtime recipe, and rotated through\n"
+          "enough copies to exceed 3x the last-level cache (GPU L2 or CPU LLC). The commit recorded is\n"
+          "FP4KIT_COMMIT from the environment (scripts/bench-h200.sh sets it from git).\n",
+          (long long)BENCH_REF_MAX_MNK, default_models[0], default_models[1]);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Option parsing                                                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* Splits a comma list into a scratch copy; returns the count or -1 when there are too many. */
+static int split_list(const char *s, char *buf, size_t size, char **items, int max) {
+  snprintf(buf, size, "%s", s);
+  int n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (n == max) return -1;
+    items[n++] = tok;
+  }
+  return n;
+}
+
+static int parse_dtype(const char *s, fp4_dtype *t) {
+  if (!strcmp(s, "bf16")) *t = FP4_DTYPE_BF16;
+  else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *t = FP4_DTYPE_F16;
+  else if (!strcmp(s, "f32") || !strcmp(s, "fp32")) *t = FP4_DTYPE_F32;
+  else return -1;
+  return 0;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "fp4kit bench: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nRun 'fp4kit bench --help' for the options.\n");
+  return FP4CLI_USAGE;
+}
+
+static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
+  memset(o, 0, sizeof *o);
+  o->backends = "all";
+  o->ms = "1,2,4,8,16,32,64";
+  o->ops = "w4a16,w4a4";
+  o->formats = "nvfp4";
+  o->warmup = 10;
+  o->device = -2;
+  o->tp = 1;
+  o->peers = 1;
+  o->act_dtype = FP4_DTYPE_BF16;
+  o->out_dtype = FP4_DTYPE_BF16;
+  o->layout = FP4_LAYOUT_128X4;
+  *help = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long long x = 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      *help = 1;
+      return FP4CLI_OK;
+    }
+    if (!strcmp(a, "--no-peers")) {
+      o->peers = 0;
+      continue;
+    }
+    static const char *const valued[] = {"--backend", "--model", "--shapes", "--m",    "--op",     "--format", "--runs",
+                                         "--warmup",  "--json",  "--csv",    "--html", "--device", "--tp",     "--act",
+                                         "--out",     "--layout"};
+    int known = 0;
+    for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(a, valued[j]);
+    if (!known) return usage_error("unknown option '%s'", a);
+    if (!v) return usage_error("option '%s' needs a value", a);
+    i++;
+    if (!strcmp(a, "--backend")) o->backends = v;
+    else if (!strcmp(a, "--model")) o->model = v;
+    else if (!strcmp(a, "--shapes")) o->shapes = v;
+    else if (!strcmp(a, "--m")) o->ms = v;
+    else if (!strcmp(a, "--op")) o->ops = v;
+    else if (!strcmp(a, "--format")) o->formats = v;
+    else if (!strcmp(a, "--json")) o->json = v;
+    else if (!strcmp(a, "--csv")) o->csv = v;
+    else if (!strcmp(a, "--html")) o->html = v;
+    else if (!strcmp(a, "--runs")) {
+      if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
+      o->runs = (int)x;
+    } else if (!strcmp(a, "--warmup")) {
+      if (parse_int(v, 0, 100000, &x)) return usage_error("--warmup '%s': give a number >= 0", v);
+      o->warmup = (int)x;
+    } else if (!strcmp(a, "--device")) {
+      if (parse_int(v, -1, 1024, &x)) return usage_error("--device '%s': give a CUDA ordinal or -1 for the host", v);
+      o->device = (int)x;
+    } else if (!strcmp(a, "--tp")) {
+      if (parse_int(v, 1, 1024, &x)) return usage_error("--tp '%s': give a tensor-parallel degree >= 1", v);
+      o->tp = (int)x;
+    } else if (!strcmp(a, "--act")) {
+      if (parse_dtype(v, &o->act_dtype)) return usage_error("--act '%s': use bf16, f16 or f32", v);
+    } else if (!strcmp(a, "--out")) {
+      if (parse_dtype(v, &o->out_dtype)) return usage_error("--out '%s': use bf16, f16 or f32", v);
+    } else if (!strcmp(a, "--layout")) {
+      if (!strcmp(v, "128x4")) o->layout = FP4_LAYOUT_128X4;
+      else if (!strcmp(v, "linear")) o->layout = FP4_LAYOUT_LINEAR;
+      else if (!strcmp(v, "8x4")) o->layout = FP4_LAYOUT_8X4;
+      else return usage_error("--layout '%s': use 128x4, linear or 8x4", v);
+    }
+  }
+  if (o->model && o->shapes) return usage_error("%s", "--model and --shapes exclude each other");
+  if (o->json && o->csv && !strcmp(o->json, "-") && !strcmp(o->csv, "-"))
+    return usage_error("%s", "only one of --json and --csv can write to stdout");
+  return FP4CLI_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Shapes                                                                                         */
+/* ---------------------------------------------------------------------------------------------- */
+
+static int add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name) {
+  for (int i = 0; i < *count; i++)
+    if (shapes[i].n == n && shapes[i].k == k) return 0; /* the first name that needs it is enough */
+  if (*count == BENCH_MAX_SHAPES) return -1;
+  shapes[*count].n = n;
+  shapes[*count].k = k;
+  snprintf(shapes[*count].name, sizeof shapes[*count].name, "%s", name);
+  (*count)++;
+  return 0;
+}
+
+static int list_models(FILE *f) {
+  fprintf(f, "shape sets:\n");
+  for (int i = 0; fp4_shape_set_name(i); i++) fprintf(f, "  %s\n", fp4_shape_set_name(i));
+  return FP4CLI_OK;
+}
+
+/* A model name matches a shape set exactly, or as the unique set whose name starts with it. */
+static const char *find_model(const char *want) {
+  const char *hit = NULL;
+  int hits = 0;
+  for (int i = 0; fp4_shape_set_name(i); i++) {
+    const char *s = fp4_shape_set_name(i);
+    if (!strcmp(s, want)) return s;
+    if (!strncmp(s, want, strlen(want))) {
+      hit = s;
+      hits++;
+    }
+  }
+  return hits == 1 ? hit : NULL;
+}
+
+static int model_shapes(const char *want, int tp, bench_shape *shapes, int *count) {
+  const char *model = find_model(want);
+  if (!model) {
+    fprintf(stderr, "fp4kit bench: no shape set matches '%s'\n", want);
+    list_models(stderr);
+    return FP4CLI_USAGE;
+  }
+  fp4_gemm_shape g[BENCH_MAX_SHAPES];
+  int total = 0;
+  fp4_status st = fp4_shape_set(model, tp, 1, g, BENCH_MAX_SHAPES, &total);
+  if (st) return fp4cli_report("reading the model shape set", st);
+  if (total > BENCH_MAX_SHAPES) total = BENCH_MAX_SHAPES;
+  int dense = 0;
+  for (int i = 0; i < total; i++) {
+    if (g[i].experts != 0) continue; /* MoE experts are a grouped GEMM: a different benchmark */
+    char name[64];
+    snprintf(name, sizeof name, "%.20s %.42s", model, g[i].name);
+    if (add_shape(shapes, count, g[i].n, g[i].k, name)) break;
+    dense++;
+  }
+  if (!dense) fprintf(stderr, "fp4kit bench: shape set '%s' has no dense GEMMs\n", model);
+  return FP4CLI_OK;
+}
+
+static int collect_shapes(const bench_opts *o, bench_shape *shapes, int *count) {
+  *count = 0;
+  if (o->shapes) {
+    char buf[4096], *items[BENCH_MAX_SHAPES];
+    int n = split_list(o->shapes, buf, sizeof buf, items, BENCH_MAX_SHAPES);
+    if (n <= 0) return usage_error("--shapes '%s': give NxK[,NxK...]", o->shapes);
+    for (int i = 0; i < n; i++) {
+      long long nn = 0, kk = 0;
+      char *x = strchr(items[i], 'x');
+      if (!x) x = strchr(items[i], 'X');
+      if (!x) return usage_error("--shapes: '%s' is not NxK", items[i]);
+      *x = '\0';
+      if (parse_int(items[i], 1, 1LL << 31, &nn) || parse_int(x + 1, 1, 1LL << 31, &kk))
+        return usage_error("--shapes: '%s' needs positive N and K", items[i]);
+      char name[64];
+      snprintf(name, sizeof name, "%lldx%lld", nn, kk);
+      add_shape(shapes, count, nn, kk, name);
+    }
+    return FP4CLI_OK;
+  }
+  if (o->model) return model_shapes(o->model, o->tp, shapes, count);
+  for (size_t i = 0; i < sizeof default_models / sizeof *default_models; i++) {
+    int rc = model_shapes(default_models[i], o->tp, shapes, count);
+    if (rc) return rc;
+  }
+  return FP4CLI_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Operands                                                                                       */
+/* ---------------------------------------------------------------------------------------------- */
+
+static fp4_context *ctx_for(bench_env *e, fp4_memory mem) { return mem == FP4_MEMORY_DEVICE ? e->dctx : e->hctx; }
+
+static int sets_for(int64_t cache, double set_bytes) {
+  double want = 3.0 * (double)cache;
+  if (set_bytes >= want) return 1;
+  double s = ceil(want / set_bytes);
+  return s > BENCH_MAX_SETS ? BENCH_MAX_SETS : (int)s;
+}
+
+static float amax_of(const float *x, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+  return m;
+}
+
+/* Copies one host image into `sets` buffers of the memory. */
+static fp4_status replicate(fp4_context *ctx, fp4_memory mem, const void *img, size_t bytes, void **dst, int sets) {
+  for (int i = 0; i < sets; i++) {
+    fp4_status st = fp4_alloc(ctx, mem, bytes, &dst[i]);
+    if (!st) st = fp4_copy(ctx, dst[i], mem, img, FP4_MEMORY_HOST, bytes);
+    if (st) return st;
+  }
+  return FP4_OK;
+}
+
+static void weights_free(fp4_context *ctx, fp4_memory mem, bench_weights *w) {
+  for (int i = 0; i < w->sets; i++) {
+    fp4_free(ctx, mem, w->data[i]);
+    fp4_free(ctx, mem, w->scales[i]);
+  }
+  memset(w, 0, sizeof *w);
+}
+
+static void acts_free(fp4_context *ctx, fp4_memory mem, bench_acts *a) {
+  for (int i = 0; i < a->sets; i++) {
+    fp4_free(ctx, mem, a->dense[i]);
+    fp4_free(ctx, mem, a->qdata[i]);
+    fp4_free(ctx, mem, a->qscales[i]);
+  }
+  fp4_free(ctx, mem, a->out);
+  memset(a, 0, sizeof *a);
+}
+
+/* Random weights [n, k], quantized on the host with the runtime recipe: a pool of distinct 128-row
+ * blocks (a block's data and scales are contiguous in every layout) repeated along N; a last partial
+ * block is quantized on its own so its scale padding is zero as the layout requires. */
+static fp4_status weights_make(bench_env *e, fp4_memory mem, fp4_format fmt, int64_t n, int64_t k, bench_weights *w) {
+  memset(w, 0, sizeof *w);
+  const int bs = fp4_format_block_size(fmt);
+  size_t blk_scales = 0, all_scales = 0;
+  fp4_status st = fp4_scales_size(fmt, e->o.layout, BENCH_ROW_BLOCK, k, &blk_scales);
+  if (!st) st = fp4_scales_size(fmt, e->o.layout, n, k, &all_scales);
+  if (st) return st;
+  const int64_t pool_rows = BENCH_POOL_BLOCKS * BENCH_ROW_BLOCK;
+  const size_t blk_data = (size_t)BENCH_ROW_BLOCK * (size_t)k / 2;
+  w->data_bytes = (size_t)n * (size_t)k / 2;
+  w->scale_bytes = all_scales;
+  float *f = malloc((size_t)pool_rows * (size_t)k * sizeof *f);
+  uint8_t *pool_d = malloc((size_t)BENCH_POOL_BLOCKS * blk_data), *pool_s = malloc(BENCH_POOL_BLOCKS * blk_scales);
+  uint8_t *img_d = malloc(w->data_bytes), *img_s = malloc(all_scales);
+  if (!f || !pool_d || !pool_s || !img_d || !img_s) {
+    st = FP4_ERR_OUT_OF_MEMORY;
+    fprintf(stderr, "fp4kit bench: out of host memory for %lld x %lld weights\n", (long long)n, (long long)k);
+    goto out;
+  }
+  fp4h_rng g = {0x5EED0000ull + (uint64_t)n * 31u + (uint64_t)k};
+  fp4h_fill(&g, f, pool_rows * k, FP4H_DATA_NORMAL, bs);
+  const float gsf = 448.0f * 6.0f / amax_of(f, (size_t)(pool_rows * k));
+  for (int b = 0; b < BENCH_POOL_BLOCKS && !st; b++) {
+    fp4_matrix x = {f + (size_t)b * BENCH_ROW_BLOCK * (size_t)k, BENCH_ROW_BLOCK, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_qmatrix q = {pool_d + b * blk_data, pool_s + b * blk_scales, BENCH_ROW_BLOCK, k, fmt, e->o.layout, 1.0f,
+                     FP4_MEMORY_HOST};
+    st = fp4_quantize(e->hctx, &x, gsf, &q, NULL);
+    w->multiplier = q.multiplier;
+  }
+  const int64_t full = n / BENCH_ROW_BLOCK, rem = n % BENCH_ROW_BLOCK;
+  for (int64_t b = 0; b < full && !st; b++) {
+    memcpy(img_d + (size_t)b * blk_data, pool_d + (size_t)(b % BENCH_POOL_BLOCKS) * blk_data, blk_data);
+    memcpy(img_s + (size_t)b * blk_scales, pool_s + (size_t)(b % BENCH_POOL_BLOCKS) * blk_scales, blk_scales);
+  }
+  if (rem && !st) {
+    fp4_matrix x = {f, rem, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_qmatrix q = {img_d + (size_t)full * blk_data, img_s + (size_t)full * blk_scales, rem, k, fmt, e->o.layout, 1.0f,
+                     FP4_MEMORY_HOST};
+    st = fp4_quantize(e->hctx, &x, gsf, &q, NULL);
+  }
+  if (st) goto out;
+  w->sets = sets_for(e->cache[mem], (double)(w->data_bytes + w->scale_bytes));
+  fp4_context *ctx = ctx_for(e, mem);
+  if (!(st = replicate(ctx, mem, img_d, w->data_bytes, w->data, w->sets)))
+    st = replicate(ctx, mem, img_s, w->scale_bytes, w->scales, w->sets);
+out:
+  if (st) weights_free(ctx_for(e, mem), mem, w);
+  free(f);
+  free(pool_d);
+  free(pool_s);
+  free(img_d);
+  free(img_s);
+  return st;
+}
+
+static void fill_nan(void *p, fp4_dtype t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == FP4_DTYPE_F32) ((uint32_t *)p)[i] = 0x7FC00000u;
+    else ((uint16_t *)p)[i] = t == FP4_DTYPE_BF16 ? 0x7FC0u : 0x7E00u;
+  }
+}
+
+/* Random activations [m, k] in the activation dtype and their FP4 quantization (W4A4 operands), and
+ * one output [m, n] (n = 0: none). */
+static fp4_status acts_make(bench_env *e, fp4_memory mem, fp4_format fmt, int64_t m, int64_t n, int64_t k,
+                            int weight_sets, bench_acts *a) {
+  memset(a, 0, sizeof *a);
+  size_t qs = 0;
+  fp4_status st = fp4_scales_size(fmt, e->o.layout, m, k, &qs);
+  if (st) return st;
+  a->dense_bytes = (size_t)(m * k) * fp4_dtype_size(e->o.act_dtype);
+  a->qdata_bytes = (size_t)(m * k) / 2;
+  a->qscale_bytes = qs;
+  a->out_bytes = (size_t)(m * n) * fp4_dtype_size(e->o.out_dtype);
+  float *f = malloc((size_t)(m * k) * sizeof *f);
+  void *dense = malloc(a->dense_bytes), *qd = malloc(a->qdata_bytes), *qsc = malloc(qs);
+  if (!f || !dense || !qd || !qsc) {
+    st = FP4_ERR_OUT_OF_MEMORY;
+    fprintf(stderr, "fp4kit bench: out of host memory for %lld x %lld activations\n", (long long)m, (long long)k);
+    goto out;
+  }
+  fp4h_rng g = {0xAC7ull + (uint64_t)m * 131u + (uint64_t)k};
+  fp4h_fill(&g, f, m * k, FP4H_DATA_NORMAL, fp4_format_block_size(fmt));
+  fp4_convert(f, FP4_DTYPE_F32, dense, e->o.act_dtype, (size_t)(m * k));
+  /* The global scale from the values as the activation dtype holds them. */
+  fp4_convert(dense, e->o.act_dtype, f, FP4_DTYPE_F32, (size_t)(m * k));
+  a->gsf = 448.0f * 6.0f / amax_of(f, (size_t)(m * k));
+  fp4_matrix x = {dense, m, k, 0, e->o.act_dtype, FP4_MEMORY_HOST};
+  fp4_qmatrix q = {qd, qsc, m, k, fmt, e->o.layout, 1.0f, FP4_MEMORY_HOST};
+  if ((st = fp4_quantize(e->hctx, &x, a->gsf, &q, NULL))) goto out;
+  a->multiplier = q.multiplier;
+  fp4_context *ctx = ctx_for(e, mem);
+  a->sets = n ? weight_sets : sets_for(e->cache[mem], (double)(a->dense_bytes + a->qdata_bytes + qs));
+  if ((st = replicate(ctx, mem, dense, a->dense_bytes, a->dense, a->sets)) ||
+      (st = replicate(ctx, mem, qd, a->qdata_bytes, a->qdata, a->sets)) ||
+      (st = replicate(ctx, mem, qsc, qs, a->qscales, a->sets)))
+    goto out;
+  if (n) {
+    void *img = malloc(a->out_bytes);
+    if (!img) {
+      st = FP4_ERR_OUT_OF_MEMORY;
+      goto out;
+    }
+    fill_nan(img, e->o.out_dtype, (size_t)(m * n));
+    st = fp4_alloc(ctx, mem, a->out_bytes, &a->out);
+    if (!st) st = fp4_copy(ctx, a->out, mem, img, FP4_MEMORY_HOST, a->out_bytes);
+    free(img);
+  }
+out:
+  if (st) acts_free(ctx_for(e, mem), mem, a);
+  free(f);
+  free(dense);
+  free(qd);
+  free(qsc);
+  return st;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Timed calls                                                                                    */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef enum call_mode { CALL_GEMM, CALL_QUANTIZE, CALL_TOTAL } call_mode;
+
+typedef struct bench_call {
+  fp4_context *ctx;
+  bench_op op;
+  call_mode mode;
+  fp4_format fmt;
+  fp4_memory mem;
+  int64_t m, n, k;
+  fp4_scale_layout layout;
+  fp4_dtype act, out;
+  const bench_weights *w;
+  const bench_acts *a;
+  fp4_options gemm, quant;
+  fp4_run_info info, qinfo;
+} bench_call;
+
+static fp4_status do_call(void *user, int it) {
+  bench_call *c = user;
+  const bench_acts *a = c->a;
+  int j = it % a->sets;
+  fp4_matrix x = {a->dense[j], c->m, c->k, 0, c->act, c->mem};
+  fp4_qmatrix xq = {a->qdata[j], a->qscales[j], c->m, c->k, c->fmt, c->layout, a->multiplier, c->mem};
+  if (c->mode != CALL_GEMM) {
+    fp4_status st = fp4_quantize(c->ctx, &x, a->gsf, &xq, &c->quant);
+    if (st || c->mode == CALL_QUANTIZE) return st;
+  }
+  int i = it % c->w->sets;
+  fp4_qmatrix w = {c->w->data[i], c->w->scales[i], c->n, c->k, c->fmt, c->layout, c->w->multiplier, c->mem};
+  fp4_matrix y = {a->out, c->m, c->n, 0, c->out, c->mem};
+  if (c->op == BENCH_W4A16) return fp4_mm_w4a16(c->ctx, &x, &w, 1.0f, &y, &c->gemm);
+  return fp4_mm(c->ctx, &xq, &w, 1.0f, &y, &c->gemm);
+}
+
+/* One untimed call, so a backend that cannot run the point says why before anything is timed. */
+static fp4_status try_call(bench_call *c) {
+  fp4_status st = do_call(c, 0);
+  if (!st) st = fp4_synchronize(c->ctx);
+  return st;
+}
+
+/* Outputs were NaN before the first call: any NaN/inf left means elements were never written. */
+static int64_t nonfinite_outputs(bench_call *c) {
+  size_t n = (size_t)(c->m * c->n);
+  void *h = malloc(c->a->out_bytes);
+  float *f = malloc(n * sizeof *f);
+  int64_t bad = -1;
+  if (h && f && fp4_copy(c->ctx, h, FP4_MEMORY_HOST, c->a->out, c->mem, c->a->out_bytes) == FP4_OK &&
+      fp4_convert(h, c->out, f, FP4_DTYPE_F32, n) == FP4_OK) {
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(f[i]);
+  }
+  free(h);
+  free(f);
+  return bad;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Backends                                                                                       */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Finds where a backend runs an operation by timing nothing: one tiny call with host operands, then
+ * (with a device) with device operands. */
+static void probe_backend(bench_env *e, bench_backend *b, bench_op op, fp4_format fmt) {
+  const int64_t m = 1, n = 128, k = 256;
+  char why[2][200] = {"", ""};
+  for (int mi = 0; mi < 2; mi++) {
+    fp4_memory mem = mi ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
+    if (mem == FP4_MEMORY_DEVICE && !e->dctx) {
+      snprintf(why[mi], sizeof why[mi], "no device in this run");
+      continue;
+    }
+    bench_weights *w = calloc(1, sizeof *w);
+    bench_acts *a = calloc(1, sizeof *a);
+    int64_t saved = e->cache[mem];
+    e->cache[mem] = 1; /* one set is enough for a probe */
+    fp4_status st = (w && a) ? weights_make(e, mem, fmt, n, k, w) : FP4_ERR_OUT_OF_MEMORY;
+    if (!st) st = acts_make(e, mem, fmt, m, op == BENCH_QUANTIZE ? 0 : n, k, w->sets, a);
+    e->cache[mem] = saved;
+    if (!st) {
+      bench_call c = {.ctx = ctx_for(e, mem), .op = op, .mode = op == BENCH_QUANTIZE ? CALL_QUANTIZE : CALL_GEMM,
+                      .fmt = fmt, .mem = mem, .m = m, .n = n, .k = k, .layout = e->o.layout, .act = e->o.act_dtype,
+                      .out = e->o.out_dtype, .w = w, .a = a};
+      c.gemm.backend = c.quant.backend = b->name;
+      st = try_call(&c);
+      if (!st) {
+        b->usable[op] = 1;
+        b->memory[op] = mem;
+      }
+    }
+    if (st) snprintf(why[mi], sizeof why[mi], "%s", fp4_last_error()[0] ? fp4_last_error() : fp4_status_str(st));
+    if (w) weights_free(ctx_for(e, mem), mem, w);
+    if (a) acts_free(ctx_for(e, mem), mem, a);
+    free(w);
+    free(a);
+    if (b->usable[op]) return;
+  }
+  snprintf(b->reason[op], sizeof b->reason[op], "host: %.90s; device: %.90s", why[0], why[1]);
+}
+
+static int collect_backends(bench_env *e, bench_backend *list, int *count, const int *ops, fp4_format fmt) {
+  *count = 0;
+  const char *sel = e->o.backends;
+  const int all = !strcmp(sel, "all");
+  char buf[512], *items[BENCH_MAX_BACKENDS];
+  int nitems = 0;
+  if (!all) {
+    nitems = split_list(sel, buf, sizeof buf, items, BENCH_MAX_BACKENDS);
+    if (nitems <= 0) return usage_error("--backend '%s': give a name, a list, auto or all", sel);
+  }
+  for (int i = 0; !all && i < nitems; i++) {
+    if (!strcmp(items[i], "auto")) continue;
+    int found = 0;
+    for (int j = 0; j < fp4_backend_count(); j++) found |= !strcmp(fp4_backend_name(j), items[i]);
+    if (!found) {
+      fprintf(stderr, "fp4kit bench: no backend named '%s'; registered:", items[i]);
+      for (int j = 0; j < fp4_backend_count(); j++) fprintf(stderr, " %s", fp4_backend_name(j));
+      fprintf(stderr, "\n");
+      return FP4CLI_USAGE;
+    }
+  }
+  const int run_mem = e->dctx ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
+  int names = all ? fp4_backend_count() : nitems;
+  for (int i = 0; i < names && *count < BENCH_MAX_BACKENDS; i++) {
+    const char *name = all ? fp4_backend_name(i) : items[i];
+    if (all && !strcmp(name, "ref")) continue; /* the oracle is slow: only when named */
+    bench_backend *b = &list[*count];
+    memset(b, 0, sizeof *b);
+    b->name = !strcmp(name, "auto") ? "auto" : NULL;
+    for (int j = 0; !b->name && j < fp4_backend_count(); j++)
+      if (!strcmp(fp4_backend_name(j), name)) b->name = fp4_backend_name(j);
+    char reason[256] = "";
+    if (strcmp(b->name, "auto") &&
+        fp4_backend_available(e->dctx ? e->dctx : e->hctx, b->name, reason, sizeof reason) != FP4_OK) {
+      fprintf(stderr, "fp4kit bench: backend '%s' is not available: %s\n", b->name, reason);
+      continue;
+    }
+    int any = 0;
+    for (int op = 0; op < 3; op++) {
+      if (!ops[op]) continue;
+      probe_backend(e, b, (bench_op)op, fmt);
+      if (all && b->usable[op] && (int)b->memory[op] != run_mem) {
+        b->usable[op] = 0; /* 'all' means the backends of the chosen device */
+        snprintf(b->reason[op], sizeof b->reason[op], "runs on %s memory; this run uses %s (name it to include it)",
+                 fp4_memory_name(b->memory[op]), fp4_memory_name((fp4_memory)run_mem));
+      }
+      any |= b->usable[op];
+      if (!b->usable[op]) fprintf(stderr, "fp4kit bench: %s cannot run %s: %s\n", b->name, bench_op_name((bench_op)op), b->reason[op]);
+    }
+    if (any || !all) (*count)++;
+  }
+  return FP4CLI_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Peers                                                                                          */
+/* ---------------------------------------------------------------------------------------------- */
+
+static void note_peer(bench_run *r, const char *what) {
+  size_t len = strlen(r->peer_notes);
+  snprintf(r->peer_notes + len, sizeof r->peer_notes - len, "%s%s: %s", len ? "; " : "", what, fp4_last_error());
+}
+
+static bench_value peer_rate(fp4_context *ctx, fp4_peer p, int64_t m, int64_t n, int64_t k, int runs, double scale,
+                             bench_run *r, fp4_timing *t_out) {
+  fp4_timing t;
+  double rate = 0.0;
+  bench_value v = {0, 0.0};
+  if (fp4_time_peer(ctx, p, m, n, k, runs, &t, &rate) == FP4_OK) {
+    v.ok = 1;
+    v.v = rate * scale;
+    if (t_out) *t_out = t;
+  } else if (r) {
+    note_peer(r, fp4_peer_name(p));
+  }
+  return v;
+}
+
+static void run_global_peers(bench_env *e, int host, int device) {
+  bench_run *r = &e->run;
+  if (device) {
+    /* 1 GiB per buffer (less on small devices): far past any L2, so this is HBM/GDDR bandwidth. */
+    int64_t bytes = 1LL << 30;
+    if (r->dev.memory_bytes && bytes > r->dev.memory_bytes / 16) bytes = r->dev.memory_bytes / 16;
+    fprintf(stderr, "fp4kit bench: same-run device peers (copy, read, cuBLAS BF16 and cuBLASLt FP8 at 8192^3)\n");
+    r->copy_gbps = peer_rate(e->dctx, FP4_PEER_COPY, 1, bytes >> 20, 1 << 20, 50, 1e-9, r, NULL);
+    r->read_gbps = peer_rate(e->dctx, FP4_PEER_READ, 1, bytes >> 20, 1 << 20, 50, 1e-9, r, NULL);
+    r->bf16_peak_tflops = peer_rate(e->dctx, FP4_PEER_CUBLAS_BF16, 8192, 8192, 8192, 50, 1e-12, r, NULL);
+    r->fp8_peak_tflops = peer_rate(e->dctx, FP4_PEER_CUBLASLT_FP8, 8192, 8192, 8192, 50, 1e-12, r, NULL);
+  }
+  if (host) {
+    /* 4x the last-level cache, within [256 MiB, 1 GiB]: DRAM bandwidth, not cache bandwidth. */
+    int64_t bytes = 4 * e->cache[FP4_MEMORY_HOST];
+    if (bytes < (256LL << 20)) bytes = 256LL << 20;
+    if (bytes > (1LL << 30)) bytes = 1LL << 30;
+    if (r->host.memory_bytes && bytes > r->host.memory_bytes / 8) bytes = r->host.memory_bytes / 8;
+    fprintf(stderr, "fp4kit bench: same-run host peers (read over %lld MiB, FP32 FMA peak, %d threads)\n",
+            (long long)(bytes >> 20), r->host.processors);
+    r->host_read_gbps = peer_rate(NULL, FP4_PEER_HOST_READ, 1, bytes >> 10, 1 << 10, 20, 1e-9, r, NULL);
+    r->host_fma_gflops = peer_rate(NULL, FP4_PEER_HOST_FMA, 1, 1 << 10, 1 << 20, 20, 1e-9, r, NULL);
+  }
+}
+
+/* cuBLAS BF16 and cuBLASLt FP8 on the point's shape; shared by every point of that (M, N, K). */
+static void shape_peers(bench_env *e, bench_point *pt) {
+  for (int i = 0; i < e->run.npoints; i++) {
+    bench_point *q = &e->run.points[i];
+    if (q == pt || q->memory != FP4_MEMORY_DEVICE || q->m != pt->m || q->n != pt->n || q->k != pt->k) continue;
+    if (!q->bf16_us.ok && !q->fp8_us.ok && !q->peer_note[0]) continue;
+    pt->bf16_us = q->bf16_us;
+    pt->bf16_tflops = q->bf16_tflops;
+    pt->fp8_us = q->fp8_us;
+    pt->fp8_tflops = q->fp8_tflops;
+    snprintf(pt->peer_note, sizeof pt->peer_note, "%s", q->peer_note);
+    return;
+  }
+  const int runs = e->run.runs_device;
+  fp4_timing t;
+  bench_value v = peer_rate(e->dctx, FP4_PEER_CUBLAS_BF16, pt->m, pt->n, pt->k, runs, 1e-12, NULL, &t);
+  if (v.ok) {
+    pt->bf16_tflops = v;
+    pt->bf16_us = (bench_value){1, t.median_us};
+  } else {
+    snprintf(pt->peer_note, sizeof pt->peer_note, "cublas-bf16: %.90s", fp4_last_error());
+  }
+  v = peer_rate(e->dctx, FP4_PEER_CUBLASLT_FP8, pt->m, pt->n, pt->k, runs, 1e-12, NULL, &t);
+  if (v.ok) {
+    pt->fp8_tflops = v;
+    pt->fp8_us = (bench_value){1, t.median_us};
+  } else {
+    size_t len = strlen(pt->peer_note);
+    snprintf(pt->peer_note + len, sizeof pt->peer_note - len, "%scublaslt-fp8: %.90s", len ? "; " : "", fp4_last_error());
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* One point                                                                                      */
+/* ---------------------------------------------------------------------------------------------- */
+
+static bench_point *new_point(bench_env *e) {
+  if (e->run.npoints == e->cap) {
+    int cap = e->cap ? 2 * e->cap : 64;
+    bench_point *p = realloc(e->run.points, (size_t)cap * sizeof *p);
+    if (!p) return NULL;
+    e->run.points = p;
+    e->cap = cap;
+  }
+  bench_point *pt = &e->run.points[e->run.npoints++];
+  memset(pt, 0, sizeof *pt);
+  return pt;
+}
+
+static void set_metrics(bench_env *e, bench_point *pt) {
+  const double us = pt->t.median_us, s = us * 1e-6;
+  const double bs = fp4_format_block_size(pt->format);
+  if (pt->op == BENCH_QUANTIZE) {
+    pt->act_bytes = (double)(pt->m * pt->k) * (double)fp4_dtype_size(e->o.act_dtype);
+    pt->out_bytes = (double)(pt->m * pt->k) / 2 + (double)(pt->m * pt->k) / bs;
+    pt->weight_gbps = (bench_value){1, (pt->act_bytes + pt->out_bytes) / s * 1e-9};
+    return;
+  }
+  pt->flops = 2.0 * (double)pt->m * (double)pt->n * (double)pt->k;
+  pt->weight_bytes = (double)(pt->n * pt->k) / 2 + (double)(pt->n * pt->k) / bs;
+  pt->act_bytes = pt->op == BENCH_W4A16 ? (double)(pt->m * pt->k) * (double)fp4_dtype_size(e->o.act_dtype)
+                                        : (double)(pt->m * pt->k) / 2 + (double)(pt->m * pt->k) / bs;
+  pt->out_bytes = (double)(pt->m * pt->n) * (double)fp4_dtype_size(e->o.out_dtype);
+  pt->tflops = (bench_value){1, pt->flops / s * 1e-12};
+  pt->weight_gbps = (bench_value){1, pt->weight_bytes / s * 1e-9};
+  pt->intensity = (bench_value){1, pt->flops / (pt->weight_bytes + pt->act_bytes + pt->out_bytes)};
+  bench_value bw = pt->memory == FP4_MEMORY_DEVICE ? e->run.copy_gbps : e->run.host_read_gbps;
+  if (bw.ok) pt->frac_bw = (bench_value){1, pt->weight_gbps.v / bw.v};
+}
+
+static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b, const bench_weights *w,
+                          const bench_acts *a) {
+  fp4_context *ctx = ctx_for(e, pt->memory);
+  const int runs = pt->memory == FP4_MEMORY_DEVICE ? e->run.runs_device : e->run.runs_host;
+  bench_call c = {.ctx = ctx, .op = pt->op, .fmt = pt->format, .mem = pt->memory, .m = pt->m, .n = pt->n, .k = pt->k,
+                  .layout = e->o.layout, .act = e->o.act_dtype, .out = e->o.out_dtype, .w = w, .a = a};
+  c.gemm.backend = b->name;
+  c.gemm.info = &c.info;
+  /* The activation quantize runs on the GEMM's backend when it can, else wherever auto picks. */
+  c.quant.backend = b->usable[BENCH_QUANTIZE] && b->memory[BENCH_QUANTIZE] == pt->memory ? b->name : "auto";
+  c.quant.info = &c.qinfo;
+  c.mode = pt->op == BENCH_QUANTIZE ? CALL_QUANTIZE : CALL_GEMM;
+  pt->sets = pt->op == BENCH_QUANTIZE ? a->sets : w->sets;
+  fp4_status st = try_call(&c);
+  if (!st) st = fp4_time(ctx, NULL, do_call, &c, e->o.warmup, runs, &pt->t);
+  if (!st) st = fp4_synchronize(ctx);
+  if (st) {
+    pt->status = st == FP4_ERR_UNSUPPORTED ? "unsupported" : "error";
+    snprintf(pt->reason, sizeof pt->reason, "%s", fp4_last_error());
+    return;
+  }
+  fp4_run_info *info = pt->op == BENCH_QUANTIZE ? &c.qinfo : &c.info;
+  if (!strcmp(b->name, "auto") && info->backend[0]) snprintf(pt->backend, sizeof pt->backend, "auto:%.26s", info->backend);
+  snprintf(pt->config, sizeof pt->config, "%s", info->config);
+  pt->pdl = info->pdl;
+  pt->status = "ok";
+  if (pt->op != BENCH_QUANTIZE) {
+    int64_t bad = nonfinite_outputs(&c);
+    if (bad != 0) {
+      pt->status = "error";
+      snprintf(pt->reason, sizeof pt->reason,
+               bad < 0 ? "could not read the output back" : "%lld of %lld outputs are NaN/inf after the timed calls "
+                                                            "(elements left unwritten?); run fp4kit check",
+               (long long)bad, (long long)(pt->m * pt->n));
+      return;
+    }
+  }
+  set_metrics(e, pt);
+  if (pt->op == BENCH_W4A4) {
+    fp4_timing tq, tt;
+    c.mode = CALL_QUANTIZE;
+    st = fp4_time(ctx, NULL, do_call, &c, e->o.warmup, runs, &tq);
+    c.mode = CALL_TOTAL;
+    if (!st) st = fp4_time(ctx, NULL, do_call, &c, e->o.warmup, runs, &tt);
+    if (!st) st = fp4_synchronize(ctx);
+    if (st) {
+      snprintf(pt->quant_reason, sizeof pt->quant_reason, "%s", fp4_last_error());
+    } else {
+      pt->quant_us = (bench_value){1, tq.median_us};
+      pt->total_us = (bench_value){1, tt.median_us};
+      snprintf(pt->quant_backend, sizeof pt->quant_backend, "%s", c.qinfo.backend);
+    }
+  }
+  if (pt->memory == FP4_MEMORY_DEVICE && pt->op != BENCH_QUANTIZE && e->o.peers) {
+    shape_peers(e, pt);
+    /* Speedups compare what a layer pays: for W4A4 the quantize is part of it when it was timed. */
+    double ours = pt->op == BENCH_W4A4 && pt->total_us.ok ? pt->total_us.v : pt->t.median_us;
+    if (pt->bf16_us.ok) pt->bf16_speedup = (bench_value){1, pt->bf16_us.v / ours};
+    if (pt->fp8_us.ok) pt->fp8_speedup = (bench_value){1, pt->fp8_us.v / ours};
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The run                                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+static void make_command(bench_run *r, int argc, char **argv) {
+  size_t len = (size_t)snprintf(r->command, sizeof r->command, "fp4kit");
+  for (int i = 0; i < argc && len < sizeof r->command; i++) {
+    const char *a = argv[i];
+    int plain = *a != '\0';
+    for (const char *p = a; *p; p++)
+      if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,/=:+@%", *p)) plain = 0;
+    if (plain) {
+      len += (size_t)snprintf(r->command + len, sizeof r->command - len, " %s", a);
+      continue;
+    }
+    len += (size_t)snprintf(r->command + len, sizeof r->command - len, " '");
+    for (const char *p = a; *p && len + 5 < sizeof r->command; p++)
+      len += (size_t)snprintf(r->command + len, sizeof r->command - len, *p == '\'' ? "'\\''" : "%c", *p);
+    if (len < sizeof r->command) len += (size_t)snprintf(r->command + len, sizeof r->command - len, "'");
+  }
+}
+
+static FILE *open_out(const char *path, FILE *std, const char *what) {
+  if (!strcmp(path, "-")) return std;
+  FILE *f = fopen(path, "w");
+  if (!f) fprintf(stderr, "fp4kit bench: cannot write the %s file '%s'\n", what, path);
+  return f;
+}
+
+static int write_reports(bench_env *e) {
+  const bench_opts *o = &e->o;
+  int to_stdout = (o->json && !strcmp(o->json, "-")) || (o->csv && !strcmp(o->csv, "-"));
+  bench_print_table(to_stdout ? stderr : stdout, &e->run);
+  struct {
+    const char *path;
+    const char *what;
+    int (*write)(FILE *, const bench_run *);
+  } outs[] = {{o->json, "JSON", bench_write_json}, {o->csv, "CSV", bench_write_csv}, {o->html, "HTML", bench_write_html}};
+  int rc = FP4CLI_OK;
+  for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+    if (!outs[i].path) continue;
+    FILE *f = open_out(outs[i].path, stdout, outs[i].what);
+    if (!f) {
+      rc = FP4CLI_ERROR;
+      continue;
+    }
+    int bad = outs[i].write(f, &e->run);
+    if (f == stdout) bad |= fflush(f) != 0;
+    else bad |= fclose(f) != 0;
+    if (bad) {
+      fprintf(stderr, "fp4kit bench: writing the %s output '%s' failed\n", outs[i].what, outs[i].path);
+      rc = FP4CLI_ERROR;
+    }
+  }
+  return rc;
+}
+
+static int default_device(void) {
+  const char *env = getenv("FP4KIT_DEVICE");
+  if (env && *env) return atoi(env);
+  fp4_context *ctx = NULL;
+  fp4_device_info info;
+  int device = -1;
+  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_device_info_get(ctx, &info) == FP4_OK) device = 0;
+  fp4_context_destroy(ctx);
+  return device;
+}
+
+static void progress(int done, int total, const bench_point *pt) {
+  if (!isatty(fileno(stderr))) return;
+  if (!pt) {
+    fprintf(stderr, "\r%80s\r", "");
+    return;
+  }
+  fprintf(stderr, "\r[%d/%d] %-12s %-8s M=%-5lld %lldx%lld        ", done, total, pt->backend, bench_op_name(pt->op),
+          (long long)pt->m, (long long)pt->n, (long long)pt->k);
+  fflush(stderr);
+}
+
+static int parse_selection(const bench_opts *o, int64_t *ms, int *nms, int *ops, int *fmts) {
+  char buf[1024], *items[BENCH_MAX_MS];
+  int n = split_list(o->ms, buf, sizeof buf, items, BENCH_MAX_MS);
+  if (n <= 0) return usage_error("--m '%s': give M values like 1,2,4", o->ms);
+  for (int i = 0; i < n; i++) {
+    long long v = 0;
+    if (parse_int(items[i], 1, 1LL << 24, &v)) return usage_error("--m: '%s' is not a positive token count", items[i]);
+    ms[i] = v;
+  }
+  *nms = n;
+  memset(ops, 0, 3 * sizeof *ops);
+  if ((n = split_list(o->ops, buf, sizeof buf, items, 8)) <= 0) return usage_error("--op '%s': use w4a16, w4a4 or quantize", o->ops);
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(items[i], "w4a16")) ops[BENCH_W4A16] = 1;
+    else if (!strcmp(items[i], "w4a4")) ops[BENCH_W4A4] = 1;
+    else if (!strcmp(items[i], "quantize")) ops[BENCH_QUANTIZE] = 1;
+    else return usage_error("--op: '%s' is not w4a16, w4a4 or quantize", items[i]);
+  }
+  memset(fmts, 0, 2 * sizeof *fmts);
+  if ((n = split_list(o->formats, buf, sizeof buf, items, 4)) <= 0) return usage_error("--format '%s': use nvfp4 or mxfp4", o->formats);
+  for (int i = 0; i < n; i++) {
+    if (!strcmp(items[i], "nvfp4")) fmts[FP4_FORMAT_NVFP4] = 1;
+    else if (!strcmp(items[i], "mxfp4")) fmts[FP4_FORMAT_MXFP4] = 1;
+    else return usage_error("--format: '%s' is not nvfp4 or mxfp4", items[i]);
+  }
+  return FP4CLI_OK;
+}
+
+/* Every point of one format: shapes x M x ops x backends, operands built once per shape and M. */
+static int run_format(bench_env *e, fp4_format fmt, const bench_shape *shapes, int nshapes, const int64_t *ms, int nms,
+                      const int *ops, bench_backend *bl, int nb, int *done, int total) {
+  bench_weights *w[2] = {calloc(1, sizeof(bench_weights)), calloc(1, sizeof(bench_weights))};
+  bench_acts *a[2] = {calloc(1, sizeof(bench_acts)), calloc(1, sizeof(bench_acts))};
+  int rc = FP4CLI_OK;
+  if (!w[0] || !w[1] || !a[0] || !a[1]) {
+    rc = fp4cli_report("allocating the operand tables", FP4_ERR_OUT_OF_MEMORY);
+    goto out;
+  }
+  for (int si = 0; si < nshapes && !rc; si++) {
+    const bench_shape *sh = &shapes[si];
+    /* quantize points depend on K only: time them once per K, at the first shape with that K. */
+    int first_k = 1;
+    for (int j = 0; j < si; j++) first_k &= shapes[j].k != sh->k;
+    int have_w[2] = {0, 0};
+    fp4_status wst[2] = {FP4_OK, FP4_OK};
+    char wwhy[2][256] = {"", ""};
+    for (int mi = 0; mi < nms && !rc; mi++) {
+      int have_a[2][2] = {{0, 0}, {0, 0}}; /* [memory][quantize-only] */
+      for (int op = 0; op < 3; op++) {
+        if (!ops[op] || (op == BENCH_QUANTIZE && !first_k)) continue;
+        for (int bi = 0; bi < nb; bi++) {
+          bench_backend *b = &bl[bi];
+          bench_point *pt = new_point(e);
+          if (!pt) {
+            rc = fp4cli_report("recording a point", FP4_ERR_OUT_OF_MEMORY);
+            goto out;
+          }
+          snprintf(pt->backend, sizeof pt->backend, "%s", b->name);
+          pt->op = (bench_op)op;
+          pt->format = fmt;
+          pt->m = ms[mi];
+          pt->n = op == BENCH_QUANTIZE ? 0 : sh->n;
+          pt->k = sh->k;
+          snprintf(pt->shape, sizeof pt->shape, "%s", op == BENCH_QUANTIZE ? "activations" : sh->name);
+          (*done)++;
+          if (!b->usable[op]) {
+            pt->status = "unsupported";
+            snprintf(pt->reason, sizeof pt->reason, "%s", b->reason[op]);
+            continue;
+          }
+          const fp4_memory mem = b->memory[op];
+          pt->memory = mem;
+          if (!strcmp(b->name, "ref") && (double)pt->m * (double)(pt->n ? pt->n : 1) * (double)pt->k > (double)BENCH_REF_MAX_MNK) {
+            pt->status = "skipped";
+            snprintf(pt->reason, sizeof pt->reason, "ref is limited to M*N*K <= %lld (it is the slow oracle); time 'cpu' instead",
+                     (long long)BENCH_REF_MAX_MNK);
+            continue;
+          }
+          progress(*done, total, pt);
+          fp4_context *ctx = ctx_for(e, mem);
+          if (op != BENCH_QUANTIZE && !have_w[mem]) {
+            wst[mem] = weights_make(e, mem, fmt, sh->n, sh->k, w[mem]);
+            snprintf(wwhy[mem], sizeof wwhy[mem], "%s", fp4_last_error());
+            have_w[mem] = 1;
+          }
+          if (op != BENCH_QUANTIZE && wst[mem]) {
+            pt->status = "error";
+            snprintf(pt->reason, sizeof pt->reason, "preparing the weights: %s", wwhy[mem]);
+            continue;
+          }
+          const int qonly = op == BENCH_QUANTIZE;
+          if (!have_a[mem][qonly]) {
+            /* One activation table per memory at a time: free the other kind first. */
+            acts_free(ctx, mem, a[mem]);
+            have_a[mem][!qonly] = 0;
+            fp4_status st = acts_make(e, mem, fmt, pt->m, qonly ? 0 : sh->n, sh->k, qonly ? 0 : w[mem]->sets, a[mem]);
+            if (st) {
+              pt->status = "error";
+              snprintf(pt->reason, sizeof pt->reason, "preparing the activations: %s", fp4_last_error());
+              continue;
+            }
+            have_a[mem][qonly] = 1;
+          }
+          measure_point(e, pt, b, w[mem], a[mem]);
+        }
+      }
+      for (int mem = 0; mem < 2; mem++) acts_free(ctx_for(e, (fp4_memory)mem), (fp4_memory)mem, a[mem]);
+    }
+    for (int mem = 0; mem < 2; mem++) weights_free(ctx_for(e, (fp4_memory)mem), (fp4_memory)mem, w[mem]);
+  }
+out:
+  for (int mem = 0; mem < 2; mem++) {
+    if (w[mem]) weights_free(ctx_for(e, (fp4_memory)mem), (fp4_memory)mem, w[mem]);
+    if (a[mem]) acts_free(ctx_for(e, (fp4_memory)mem), (fp4_memory)mem, a[mem]);
+    free(w[mem]);
+    free(a[mem]);
+  }
+  return rc;
+}
+
+int fp4cli_bench(int argc, char **argv) {
+  bench_env *e = calloc(1, sizeof *e);
+  if (!e) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
+  int help = 0, rc = parse_opts(argc, argv, &e->o, &help);
+  bench_shape *shapes = NULL;
+  bench_backend *bl = NULL;
+  if (rc || help) {
+    if (help) bench_usage(stdout);
+    goto done;
+  }
+  if (e->o.model && !strcmp(e->o.model, "list")) {
+    rc = list_models(stdout);
+    goto done;
+  }
+  int64_t ms[BENCH_MAX_MS];
+  int nms = 0, ops[3], fmts[2];
+  if ((rc = parse_selection(&e->o, ms, &nms, ops, fmts))) goto done;
+  shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
+  bl = calloc(BENCH_MAX_BACKENDS, sizeof *bl);
+  int nshapes = 0, nb = 0;
+  if (!shapes || !bl) {
+    rc = fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
+    goto done;
+  }
+  if ((rc = collect_shapes(&e->o, shapes, &nshapes))) goto done;
+  if (!nshapes) {
+    fprintf(stderr, "fp4kit bench: no shapes to time\n");
+    rc = FP4CLI_USAGE;
+    goto done;
+  }
+
+  bench_run *r = &e->run;
+  int device = e->o.device == -2 ? default_device() : e->o.device;
+  fp4_status st = fp4_context_create(&e->hctx, -1);
+  if (!st && device >= 0) st = fp4_context_create(&e->dctx, device);
+  if (!st) st = fp4_device_info_get(NULL, &r->host);
+  if (!st) st = fp4_device_info_get(e->dctx, &r->dev);
+  if (st) {
+    rc = fp4cli_report(device >= 0 ? "opening the device" : "describing the host", st);
+    goto done;
+  }
+  e->cache[FP4_MEMORY_HOST] = r->host.cache_bytes > 0 ? r->host.cache_bytes : BENCH_DEFAULT_CACHE;
+  e->cache[FP4_MEMORY_DEVICE] = r->dev.cache_bytes > 0 ? r->dev.cache_bytes : BENCH_DEFAULT_CACHE;
+  r->runs_device = e->o.runs ? e->o.runs : 100;
+  r->runs_host = e->o.runs ? e->o.runs : 50;
+  r->warmup = e->o.warmup;
+  const char *commit = getenv("FP4KIT_COMMIT");
+  snprintf(r->commit, sizeof r->commit, "%s", commit && *commit ? commit : "unknown");
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  make_command(r, argc, argv);
+
+  int done_points = 0, total = 0;
+  for (int f = 0; f < 2; f++) {
+    if (!fmts[f]) continue;
+    if ((rc = collect_backends(e, bl, &nb, ops, (fp4_format)f))) goto done;
+    if (!nb) {
+      fprintf(stderr, "fp4kit bench: no backend to time for %s on %s%s\n", fp4_format_name((fp4_format)f),
+              device >= 0 ? "the device" : "the host",
+              !strcmp(e->o.backends, "all") ? " ('all' leaves out ref, the slow oracle: name it with --backend ref)" : "");
+      continue;
+    }
+    int host = 0, dev = 0;
+    for (int i = 0; i < nb; i++)
+      for (int op = 0; op < 3; op++)
+        if (ops[op] && bl[i].usable[op]) {
+          host |= bl[i].memory[op] == FP4_MEMORY_HOST;
+          dev |= bl[i].memory[op] == FP4_MEMORY_DEVICE;
+        }
+    /* The device peers describe the device of the run even when only host backends are timed. */
+    (void)dev;
+    if (e->o.peers && !r->copy_gbps.ok && !r->host_read_gbps.ok && !r->peer_notes[0]) run_global_peers(e, host, e->dctx != NULL);
+    total = done_points;
+    for (int op = 0; op < 3; op++) total += ops[op] ? nb * nshapes * nms : 0;
+    rc = run_format(e, (fp4_format)f, shapes, nshapes, ms, nms, ops, bl, nb, &done_points, total);
+    progress(0, 0, NULL);
+    if (rc) goto done;
+  }
+  if (!r->npoints) {
+    rc = FP4CLI_ERROR;
+    goto done;
+  }
+  rc = write_reports(e);
+  int errors = 0;
+  for (int i = 0; i < r->npoints; i++) errors += !strcmp(r->points[i].status, "error");
+  if (errors) {
+    fprintf(stderr, "fp4kit bench: %d point(s) failed (see the table)\n", errors);
+    if (!rc) rc = FP4CLI_FAILED;
+  }
+done:
+  fp4_context_destroy(e->dctx);
+  fp4_context_destroy(e->hctx);
+  free(e->run.points);
+  free(e);
+  free(shapes);
+  free(bl);
+  return rc;
+}
