@@ -20,7 +20,7 @@ static char dir[64];
 
 static int run(const char *args, const char *out_name) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "FP4KIT_THREADS=2 '%s' bench %s >'%s/%s' 2>'%s/%s.err'", FP4KIT_CLI, args, dir, out_name, dir,
+  snprintf(cmd, sizeof cmd, "FP4KIT_NUM_THREADS=2 '%s' bench %s >'%s/%s' 2>'%s/%s.err'", FP4KIT_CLI, args, dir, out_name, dir,
            out_name);
   int s = system(cmd);
   return WIFEXITED(s) ? WEXITSTATUS(s) : -1;

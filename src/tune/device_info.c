@@ -13,7 +13,7 @@
 #endif
 
 int fp4_host_thread_count(void) {
-  const char *env = getenv("FP4KIT_THREADS");
+  const char *env = getenv("FP4KIT_NUM_THREADS");
   if (env && *env) {
     int t = atoi(env);
     if (t > 0) return t;

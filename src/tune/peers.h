@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-/* Threads the host peers use: FP4KIT_THREADS when set to a positive number, else every online CPU. */
+/* Threads the host peers use: FP4KIT_NUM_THREADS when set to a positive number, else every online CPU. */
 int fp4_host_thread_count(void);
 
 /* Kernels of the device peers. Each returns a cudaError_t as int (0 = success) so that this header
