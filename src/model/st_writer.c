@@ -201,7 +201,7 @@ uint64_t fp4_st_writer_data_bytes(const fp4_st_writer *w) { return w ? w->data_b
  * multiple of 8); within a width, declaration order. */
 static fp4_status write_header(fp4_st_writer *w) {
   uint64_t off = 0;
-  for (int width = 64; width >= 4; width /= 2)
+  for (int width = 64; width >= 8; width /= 2)
     for (int i = 0; i < w->n; i++) {
       int b = fp4_st_dtype_bits(w->t[i].dtype);
       if (b == width || (width == 8 && b < 8)) {
