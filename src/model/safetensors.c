@@ -254,7 +254,7 @@ static int cmp_name(const void *a, const void *b) {
 
 /* Sorts the tensor list and refuses duplicate names (within or across shards). */
 static fp4_status finalize(fp4_safetensors *st) {
-  qsort(st->tensors, (size_t)st->ntensors, sizeof *st->tensors, cmp_name);
+  if (st->ntensors > 1) qsort(st->tensors, (size_t)st->ntensors, sizeof *st->tensors, cmp_name);
   for (int64_t i = 1; i < st->ntensors; i++)
     if (!strcmp(st->tensors[i].name, st->tensors[i - 1].name))
       return fp4_fail(FP4_ERR_FORMAT, "safetensors %s: tensor '%s' (file byte %llu) is defined twice (also in %s)",
