@@ -13,16 +13,7 @@
 
 #include "fp4kit_model.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      failures++;                                                       \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, "\n");                                            \
-    }                                                                   \
-  } while (0)
+#include "model_test_check.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double uniform(void) {

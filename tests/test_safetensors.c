@@ -7,16 +7,7 @@
 
 #include "fp4kit_model.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      failures++;                                                       \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, "\n");                                            \
-    }                                                                   \
-  } while (0)
+#include "model_test_check.h"
 
 /* An image with the given header JSON and data_len bytes of data. */
 static size_t image(uint8_t *buf, const char *json, size_t data_len) {

@@ -130,7 +130,8 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
   }
   for (cJSON *e = root->child; e; e = e->next) {
     const char *name = e->string ? e->string : "";
-    unsigned long long pos = header_pos(hdr, n, name);
+    /* The position is searched for only when a message needs it: a scan per tensor is quadratic. */
+#define pos header_pos(hdr, n, name)
     if (!strcmp(name, "__metadata__")) {
       if (!cJSON_IsObject(e)) {
         status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: __metadata__ at byte %llu is not an object", path, pos);
@@ -220,6 +221,7 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
     t.bytes = end - begin;
     t.data = st->files[fi].map ? st->files[fi].map + t.offset : NULL;
     if ((status = push_tensor(st, &t))) goto done;
+#undef pos
   }
   /* No overlaps and no holes: sorted by begin, each tensor starts where the previous ended and the
    * last ends at the end of the file. */
