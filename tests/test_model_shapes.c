@@ -4,16 +4,7 @@
 
 #include "fp4kit.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      failures++;                                                         \
-      fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond);   \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-    }                                                                     \
-  } while (0)
+#include "model_test_check.h"
 
 static fp4_gemm_shape shapes[64];
 static int count;

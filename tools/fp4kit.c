@@ -10,6 +10,8 @@ static int cmd_version(int argc, char **argv);
 static const fp4cli_command commands[] = {
     {"check", "run every available backend against the reference on embedded cases", fp4cli_check},
     {"bench", "time FP4 GEMMs per shape, M and backend against same-run peers", fp4cli_bench},
+    {"inspect", "what a checkpoint holds: quantization, MTP heads, GEMM list (headers only)", fp4cli_inspect},
+    {"quantize", "quantize a BF16 safetensors checkpoint to NVFP4 (Model Optimizer layout) or MXFP4", fp4cli_quantize},
     {"version", "print the library version", cmd_version},
 };
 static const int command_count = (int)(sizeof commands / sizeof *commands);

@@ -1,0 +1,175 @@
+/* safetensors: writer -> reader round trip, sharded index, and every hostile-header rule. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fp4kit_model.h"
+
+#include "model_test_check.h"
+
+/* An image with the given header JSON and data_len bytes of data. */
+static size_t image(uint8_t *buf, const char *json, size_t data_len) {
+  size_t n = strlen(json);
+  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(n >> (8 * i));
+  memcpy(buf + 8, json, n);
+  for (size_t i = 0; i < data_len; i++) buf[8 + n + i] = (uint8_t)i;
+  return 8 + n + data_len;
+}
+
+/* Expects FP4_ERR_FORMAT whose message contains want. */
+static void hostile(const char *what, const char *json, size_t data_len, const char *want) {
+  static uint8_t buf[4096];
+  size_t size = image(buf, json, data_len);
+  fp4_safetensors *st = NULL;
+  fp4_status s = fp4_safetensors_open_memory(buf, size, &st);
+  CHECK(s == FP4_ERR_FORMAT && strstr(fp4_last_error(), want), "%s: status %s, message '%s' (want '%s')", what,
+        fp4_status_str(s), fp4_last_error(), want);
+  CHECK(st == NULL, "%s: handle returned on failure", what);
+  fp4_safetensors_close(st);
+}
+
+int main(void) {
+  char dir[] = "/tmp/fp4kit_st_XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  char path[512], path2[512], idx[512];
+  snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+  snprintf(path2, sizeof path2, "%s/model-00002-of-00002.safetensors", dir);
+  snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+
+  /* Round trip with mixed widths (alignment), a scalar, an empty tensor and metadata. */
+  uint16_t bf[6] = {1, 2, 3, 4, 5, 6};
+  uint8_t u8[3] = {7, 8, 9};
+  float f = 0.5f;
+  fp4_st_writer *w = NULL;
+  CHECK(fp4_st_writer_create(path, &w) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_metadata(w, "format", "pt") == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "a.u8", FP4_ST_U8, 1, (int64_t[]){3}) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "b.bf16", FP4_ST_BF16, 2, (int64_t[]){2, 3}) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "c.scalar", FP4_ST_F32, 0, NULL) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "d.empty", FP4_ST_F32, 2, (int64_t[]){0, 4}) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "a.u8", FP4_ST_U8, 1, (int64_t[]){3}) == FP4_ERR_INVALID_ARGUMENT, "duplicate");
+  CHECK(fp4_st_writer_write(w, "c.scalar", &f, 4) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_write(w, "b.bf16", bf, 11) == FP4_ERR_INVALID_ARGUMENT, "wrong size accepted");
+  CHECK(fp4_st_writer_write(w, "b.bf16", bf, 12) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_write(w, "a.u8", u8, 3) == FP4_OK, "%s", fp4_last_error());
+  CHECK(access(path, F_OK) != 0, "file visible before finish");
+  CHECK(fp4_st_writer_write(w, "d.empty", NULL, 0) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_finish(w) == FP4_OK, "%s", fp4_last_error());
+
+  fp4_safetensors *st = NULL;
+  CHECK(fp4_safetensors_open(path, 0, &st) == FP4_OK, "%s", fp4_last_error());
+  if (st) {
+    CHECK(fp4_safetensors_count(st) == 4, "count %lld", (long long)fp4_safetensors_count(st));
+    const fp4_st_tensor *t = fp4_safetensors_find(st, "b.bf16");
+    CHECK(t && t->dtype == FP4_ST_BF16 && t->ndim == 2 && t->shape[1] == 3 && t->bytes == 12 &&
+              !memcmp(t->data, bf, 12) && (uintptr_t)t->data % 2 == 0,
+          "bf16 tensor wrong");
+    t = fp4_safetensors_find(st, "c.scalar");
+    CHECK(t && t->ndim == 0 && t->bytes == 4 && !memcmp(t->data, &f, 4) && (uintptr_t)t->data % 4 == 0, "scalar");
+    t = fp4_safetensors_find(st, "a.u8");
+    CHECK(t && !memcmp(t->data, u8, 3), "u8");
+    CHECK(fp4_safetensors_find(st, "zzz") == NULL, "absent tensor found");
+    const char *fmt = fp4_safetensors_metadata(st, 0, "format");
+    CHECK(fmt && !strcmp(fmt, "pt"), "metadata");
+    fp4_safetensors_close(st);
+  }
+
+  /* An unfinished writer leaves nothing behind; finish with a missing tensor fails. */
+  CHECK(fp4_st_writer_create(path2, &w) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "e", FP4_ST_U8, 1, (int64_t[]){2}) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_finish(w) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "never written"), "%s",
+        fp4_last_error());
+  CHECK(access(path2, F_OK) != 0, "failed writer left its file");
+
+  /* Sharded: second shard + index; headers-only open has no data but the same tensors. */
+  CHECK(fp4_st_writer_create(path2, &w) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "e.f4", FP4_ST_F4, 1, (int64_t[]){4}) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_write(w, "e.f4", u8, 2) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_finish(w) == FP4_OK, "%s", fp4_last_error());
+  FILE *fi = fopen(idx, "w");
+  fprintf(fi, "{\"metadata\": {\"total_size\": 21}, \"weight_map\": {\"a.u8\": \"model-00001-of-00002.safetensors\", "
+              "\"b.bf16\": \"model-00001-of-00002.safetensors\", \"c.scalar\": \"model-00001-of-00002.safetensors\", "
+              "\"d.empty\": \"model-00001-of-00002.safetensors\", \"e.f4\": \"model-00002-of-00002.safetensors\"}}");
+  fclose(fi);
+  CHECK(fp4_safetensors_open(dir, FP4_SAFETENSORS_HEADERS_ONLY, &st) == FP4_OK, "%s", fp4_last_error());
+  if (st) {
+    CHECK(fp4_safetensors_count(st) == 5 && fp4_safetensors_file_count(st) == 2, "sharded count");
+    const fp4_st_tensor *t = fp4_safetensors_find(st, "e.f4");
+    CHECK(t && t->file == 1 && t->data == NULL && t->bytes == 2, "f4 tensor in shard 2");
+    fp4_safetensors_close(st);
+  }
+  /* An index pointing outside the directory, or at the wrong shard, is refused. */
+  fi = fopen(idx, "w");
+  fprintf(fi, "{\"weight_map\": {\"a.u8\": \"../etc/passwd\"}}");
+  fclose(fi);
+  CHECK(fp4_safetensors_open(dir, 0, &st) == FP4_ERR_FORMAT && strstr(fp4_last_error(), "not a file name"), "%s",
+        fp4_last_error());
+  fi = fopen(idx, "w");
+  fprintf(fi, "{\"weight_map\": {\"a.u8\": \"model-00002-of-00002.safetensors\"}}");
+  fclose(fi);
+  CHECK(fp4_safetensors_open(dir, 0, &st) == FP4_ERR_FORMAT && strstr(fp4_last_error(), "a.u8"), "%s",
+        fp4_last_error());
+  /* A tensor defined in two shards. */
+  unlink(idx);
+  char path3[600];
+  snprintf(path3, sizeof path3, "%s/extra.safetensors", dir);
+  CHECK(fp4_st_writer_create(path3, &w) == FP4_OK, "%s", fp4_last_error());
+  fp4_st_writer_declare(w, "a.u8", FP4_ST_U8, 1, (int64_t[]){1});
+  fp4_st_writer_write(w, "a.u8", u8, 1);
+  CHECK(fp4_st_writer_finish(w) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_safetensors_open(dir, 0, &st) == FP4_ERR_FORMAT && strstr(fp4_last_error(), "defined twice"), "%s",
+        fp4_last_error());
+  CHECK(fp4_safetensors_open("/nonexistent/x.safetensors", 0, &st) == FP4_ERR_NOT_FOUND, "missing file");
+
+  /* Hostile headers. */
+  static uint8_t buf[64];
+  fp4_safetensors *hs = NULL;
+  CHECK(fp4_safetensors_open_memory(buf, 5, &hs) == FP4_ERR_FORMAT, "5-byte file");
+  memset(buf, 0xFF, 16);
+  CHECK(fp4_safetensors_open_memory(buf, 16, &hs) == FP4_ERR_FORMAT && strstr(fp4_last_error(), "exceeds"),
+        "header length beyond file: %s", fp4_last_error());
+  hostile("invalid JSON", "{\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2]", 2, "not valid JSON");
+  hostile("not an object", "[1, 2]", 0, "not a JSON object");
+  hostile("unknown dtype", "{\"w\": {\"dtype\": \"Q4\", \"shape\": [2], \"data_offsets\": [0, 2]}}", 2, "unknown dtype 'Q4'");
+  hostile("missing dtype", "{\"w\": {\"shape\": [2], \"data_offsets\": [0, 2]}}", 2, "unknown dtype (missing)");
+  hostile("shape vs bytes", "{\"w\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 2]}}", 2, "need 4 bytes");
+  hostile("past the end", "{\"w\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]}}", 4, "run past");
+  hostile("overflow", "{\"w\": {\"dtype\": \"F64\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 8]}}", 8,
+          "overflows");
+  hostile("negative dim", "{\"w\": {\"dtype\": \"U8\", \"shape\": [-1], \"data_offsets\": [0, 1]}}", 1, "dimension 0");
+  hostile("fractional dim", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1.5], \"data_offsets\": [0, 1]}}", 1, "dimension 0");
+  hostile("reversed offsets", "{\"w\": {\"dtype\": \"U8\", \"shape\": [0], \"data_offsets\": [2, 1]}}", 2, "begin <= end");
+  hostile("overlap",
+          "{\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2]}, "
+          "\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [1, 3]}}", 3, "overlap");
+  hostile("hole",
+          "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, "
+          "\"b\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [2, 3]}}", 3, "hole");
+  hostile("trailing data", "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 3, "the file has");
+  hostile("duplicate names",
+          "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, "
+          "\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]}}", 2, "defined twice");
+  hostile("odd F4", "{\"w\": {\"dtype\": \"F4\", \"shape\": [3], \"data_offsets\": [0, 1]}}", 1, "whole number of bytes");
+  hostile("too many dims", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 1]}}", 1,
+          "more than 8");
+  hostile("metadata value", "{\"__metadata__\": {\"k\": 3}}", 0, "not a string");
+  hostile("junk after JSON", "{} xyz", 0, "bytes after");
+  hostile("error names the tensor", "{\"layers.7.mlp.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 3]}}",
+          3, "layers.7.mlp.w");
+  /* The empty checkpoint is valid. */
+  size_t n = image(buf, "{}", 0);
+  CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK && fp4_safetensors_count(hs) == 0, "%s", fp4_last_error());
+  fp4_safetensors_close(hs);
+
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (failures) {
+    fprintf(stderr, "%d failures\n", failures);
+    return 1;
+  }
+  printf("safetensors: all checks passed\n");
+  return 0;
+}
