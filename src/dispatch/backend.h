@@ -57,6 +57,11 @@ typedef struct fp4_backend {
   fp4_status (*run)(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info);
   /* Frees the per-context state this backend stored with fp4_context_state (NULL: none). */
   void (*release_state)(void *state);
+  /* Optional: fills out's availability and capabilities (probe.c has filled defaults and the
+   * backend name). ctx is the device context, or NULL when arch is a hypothetical architecture
+   * (`fp4kit probe --arch`) that must be answered from the table alone. NULL: probe.c derives the
+   * answers from available() and supports() on representative problems. */
+  fp4_status (*probe)(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out);
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */
