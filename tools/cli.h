@@ -16,6 +16,8 @@ typedef struct fp4cli_command {
 enum { FP4CLI_OK = 0, FP4CLI_FAILED = 1, FP4CLI_USAGE = 2, FP4CLI_ERROR = 3 };
 
 int fp4cli_check(int argc, char **argv);
+int fp4cli_probe(int argc, char **argv);
+int fp4cli_tune(int argc, char **argv);
 
 /* "fp4kit: <what>: <status> (<fp4_last_error()>)" on stderr; returns FP4CLI_ERROR. */
 int fp4cli_report(const char *what, fp4_status st);

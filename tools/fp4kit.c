@@ -9,6 +9,8 @@ static int cmd_version(int argc, char **argv);
 
 static const fp4cli_command commands[] = {
     {"check", "run every available backend against the reference on embedded cases", fp4cli_check},
+    {"probe", "devices, architectures and what every backend can do here, with reasons", fp4cli_probe},
+    {"tune", "time every backend/config on model shapes and write the tuning cache", fp4cli_tune},
     {"version", "print the library version", cmd_version},
 };
 static const int command_count = (int)(sizeof commands / sizeof *commands);

@@ -306,7 +306,7 @@ fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   }
   text[n] = 0;
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 1);
+  cJSON *root = strlen(text) == n ? cJSON_ParseWithOpts(text, &end, 1) : NULL; /* a NUL byte: garbage */
   if (!root) {
     long off = end ? (long)(end - text) : -1;
     free(text);

@@ -162,6 +162,13 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   out->device_memory = 1;
   set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt and the dequantize kernel launch without PDL");
+#if !FP4KIT_HAVE_CUDA
+  (void)ctx, (void)arch;
+  out->available = FP4_SUPPORT_NO;
+  fp4_reason(out->reason, sizeof out->reason, "%s: built without CUDA", name);
+  for (int c = 0; c < FP4_CAP_COUNT; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, out->reason);
+  return FP4_OK;
+#endif
   if (!ctx) {
     out->available = FP4_SUPPORT_UNKNOWN;
     snprintf(out->reason, sizeof out->reason, "decided by cuBLASLt at run time on the device");
@@ -171,7 +178,10 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
              arch->name, has_code ? arch->bf16_mma : (fp4_build_cuda_targets()[0] ? fp4_build_cuda_targets() : "no CUDA"));
     for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++)
       set(out, (fp4_cap)c, has_code ? FP4_SUPPORT_UNKNOWN : FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
-    if (!has_code) out->available = FP4_SUPPORT_NO;
+    if (!has_code) {
+      out->available = FP4_SUPPORT_NO;
+      fp4_reason(out->reason, sizeof out->reason, "%s", why);
+    }
     return FP4_OK;
   }
   if (dq_available(ctx, why, sizeof why)) {

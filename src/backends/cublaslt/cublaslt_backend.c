@@ -142,6 +142,13 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   set(out, FP4_CAP_W4A16, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt has no FP4 x BF16 matmul (cublas-dequant covers W4A16)");
   set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt launches its own kernels; enable_pdl is not honoured");
+#if !FP4KIT_HAVE_CUDA
+  (void)ctx, (void)arch;
+  out->available = FP4_SUPPORT_NO;
+  fp4_reason(out->reason, sizeof out->reason, "%s: built without CUDA", name);
+  for (int c = 0; c < FP4_CAP_COUNT; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, out->reason);
+  return FP4_OK;
+#endif
   if (!ctx) { /* a hypothetical architecture: cuBLASLt can only be asked on the device itself */
     out->available = FP4_SUPPORT_UNKNOWN;
     snprintf(out->reason, sizeof out->reason, "decided by cuBLASLt at run time on the device");

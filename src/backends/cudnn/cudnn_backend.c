@@ -5,10 +5,12 @@
  * finalize, the heuristics must offer engine configs and one must finalize into an execution plan.
  * Plans are built once per shape and kept in the context.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #if FP4KIT_HAVE_CUDA
