@@ -47,13 +47,7 @@ int fp4cli_report(const char *what, fp4_status st) {
 int fp4cli_default_device(void) {
   const char *env = getenv("FP4KIT_DEVICE");
   if (env && *env) return atoi(env);
-  fp4_context *ctx = NULL;
-  char reason[256];
-  int device = -1;
-  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_backend_available(ctx, "cuda", reason, sizeof reason) == FP4_OK)
-    device = 0;
-  fp4_context_destroy(ctx);
-  return device;
+  return fp4_probe_device_count() > 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {

@@ -310,6 +310,7 @@ fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   if (!root) {
     long off = end ? (long)(end - text) : -1;
     free(text);
+    if (off < 0) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: binary data (NUL bytes), not JSON", path);
     return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: not valid JSON (truncated or garbage) near byte %ld", path, off);
   }
   free(text);
