@@ -7,7 +7,9 @@ mkdir -p "$OUT"
 JOBS=$(nproc)
 B=build-gpu
 {
-  cmake -S . -B $B -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real && cmake --build $B -j"$JOBS"
+  # .deps (optional, not in git): a cJSON include/lib tree for machines without libcjson-dev.
+  cmake -S . -B $B -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_PREFIX_PATH="$PWD/.deps" &&
+    cmake --build $B -j"$JOBS"
 } > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 F=$B/tools/fp4kit
 (cd $B && ctest --output-on-failure) > "$OUT/ctest.log" 2>&1; CTEST=$?
