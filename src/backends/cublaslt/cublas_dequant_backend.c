@@ -69,7 +69,7 @@ static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtyp
     return NULL;
   }
   fp4_lt_gemm g = gemm_of(p, t);
-  const fp4_lt_answer *a = fp4_lt_ask(s, &g);
+  const fp4_lt_answer *a = fp4_lt_ask(s, &g, NULL, NULL);
   char ver[48];
   fp4_lt_version(ver, sizeof ver);
   if (a->status)

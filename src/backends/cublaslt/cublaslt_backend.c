@@ -67,13 +67,14 @@ static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, char *re
     return NULL;
   }
   fp4_lt_gemm g = gemm_of(p);
-  const fp4_lt_answer *a = fp4_lt_ask(s, &g);
+  const fp4_lt_answer *a = fp4_lt_ask(s, &g, p->b->scales, p->a_q->scales);
   char ver[48];
   fp4_lt_version(ver, sizeof ver);
   if (a->status)
-    fp4_reason(reason, reason_size, "%s: no algorithm (cublasLtMatmulAlgoGetHeuristic: %s) for %s %lldx%lldx%lld, out %s",
-               ver, cublasLtGetStatusName(a->status), fp4_format_name(p->b->format), (long long)g.m, (long long)g.n,
-               (long long)g.k, fp4_dtype_name(p->out->dtype));
+    fp4_reason(reason, reason_size, "%s: no algorithm (cublasLtMatmulAlgoGetHeuristic: %s%s) for %s %lldx%lldx%lld, out %s",
+               ver, cublasLtGetStatusName(a->status),
+               a->status == CUBLAS_STATUS_INVALID_VALUE ? ", the description was refused; CUBLASLT_LOG_LEVEL=1 says why" : "",
+               fp4_format_name(p->b->format), (long long)g.m, (long long)g.n, (long long)g.k, fp4_dtype_name(p->out->dtype));
   else
     fp4_reason(reason, reason_size, "%s: %d algorithm%s", ver, a->count, a->count == 1 ? "" : "s");
   return a;
@@ -169,8 +170,8 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
     return FP4_OK;
   }
   out->available = FP4_SUPPORT_YES;
-  /* A representative problem per format; supports() asks cuBLASLt. */
-  static uint8_t dummy[16];
+  /* A representative problem per format; supports() asks cuBLASLt (which reads no data). */
+  _Alignas(256) static uint8_t dummy[256];
   for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_MXFP4_W4A4; c++) {
     fp4_format f = c == FP4_CAP_NVFP4_W4A4 ? FP4_FORMAT_NVFP4 : FP4_FORMAT_MXFP4;
     fp4_qmatrix a = {dummy, dummy, 128, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};

@@ -122,7 +122,7 @@ static void free_descs(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t lay[3]) {
   if (op) cublasLtMatmulDescDestroy(op);
 }
 
-const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g) {
+const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g, const void *w_scales, const void *x_scales) {
   for (int i = 0; i < s->memo_count; i++)
     if (same_gemm(&s->memo[i].g, g)) return &s->memo[i];
   fp4_lt_answer *a = &s->memo[s->memo_next];
@@ -134,6 +134,10 @@ const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g) {
   cublasLtMatrixLayout_t lay[3] = {NULL, NULL, NULL};
   cublasLtMatmulPreference_t pref = NULL;
   a->status = make_descs(g, &op, lay);
+  if (!a->status && w_scales)
+    a->status = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof w_scales);
+  if (!a->status && x_scales)
+    a->status = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof x_scales);
   if (!a->status) a->status = cublasLtMatmulPreferenceCreate(&pref);
   if (!a->status) {
     size_t ws = FP4_LT_WORKSPACE;

@@ -54,8 +54,9 @@ fp4_status fp4_lt_state_get(fp4_context *ctx, const char *backend, fp4_lt_state 
 void fp4_lt_state_release(void *state);
 /* Grows the scratch to hold FP4_LT_WORKSPACE + bytes (synchronizes the device when it grows). */
 fp4_status fp4_lt_scratch(fp4_lt_state *s, size_t bytes, void **operands);
-/* cuBLASLt's answer for g (remembered). */
-const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g);
+/* cuBLASLt's answer for g (remembered per shape). Block-scaled modes need the scale pointers set
+ * even to be asked (without them cuBLASLt answers INVALID_VALUE): pass the problem's. */
+const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g, const void *w_scales, const void *x_scales);
 /* Runs g with the answer's algorithm algo (0 = the heuristic's first). */
 fp4_status fp4_lt_run(fp4_lt_state *s, const fp4_lt_answer *ans, int algo, float alpha, const void *w,
                       const void *w_scales, const void *x, const void *x_scales, void *y, void *stream,

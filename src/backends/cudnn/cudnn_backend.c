@@ -338,7 +338,9 @@ static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
     }
   }
   if (pl->ok) return;
-  if (b.st) {
+  if (!b.st && got == 0) {
+    snprintf(pl->reason, sizeof pl->reason, "%s: heuristics (mode A) returned no engine config for the block-scale dequantize + matmul graph", ver);
+  } else if (b.st) {
     cudnnGetLastErrorString(last, sizeof last);
     snprintf(pl->reason, sizeof pl->reason, "%s: %s failed: %s%s%s", ver, b.where, cudnnGetErrorString(b.st), last[0] ? ": " : "", last);
   } else {
