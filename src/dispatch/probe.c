@@ -13,6 +13,7 @@
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/heuristic.h"
+#include "dispatch/probe.h"
 #if FP4KIT_HAVE_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -109,10 +110,17 @@ int fp4_device_cc(int device) {
 
 /* ---- backends ----------------------------------------------------------------------------------------- */
 
-static void set_cap(fp4_backend_probe *out, fp4_cap cap, fp4_support s, fp4_evidence e, const char *reason) {
+void fp4_probe_set(fp4_backend_probe *out, fp4_cap cap, fp4_support s, fp4_evidence e, const char *reason) {
   out->caps[cap].support = s;
   out->caps[cap].evidence = e;
   fp4_reason(out->caps[cap].reason, sizeof out->caps[cap].reason, "%s", reason);
+}
+#define set_cap fp4_probe_set
+
+void fp4_probe_unavailable(fp4_backend_probe *out, fp4_evidence evidence, const char *reason) {
+  out->available = FP4_SUPPORT_NO;
+  fp4_reason(out->reason, sizeof out->reason, "%s", reason);
+  for (int c = 0; c < FP4_CAP_COUNT; c++) fp4_probe_set(out, (fp4_cap)c, FP4_SUPPORT_NO, evidence, reason);
 }
 
 /* A representative problem of a capability (pointers are never read by supports()). */
@@ -123,15 +131,26 @@ typedef struct probe_problem {
 } probe_problem;
 
 static void make_problem(probe_problem *pp, fp4_cap cap, fp4_memory memory) {
-  static uint8_t dummy[16];
+  _Alignas(256) static uint8_t dummy[256];
   const fp4_format f = cap == FP4_CAP_MXFP4_W4A4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
-  const int64_t M = 16, N = 256, K = 512;
+  const int64_t M = 128, N = 1024, K = 1024;
   pp->aq = (fp4_qmatrix){dummy, dummy, M, K, f, FP4_LAYOUT_128X4, 1.0f, memory};
   pp->b = (fp4_qmatrix){dummy, dummy, N, K, f, FP4_LAYOUT_128X4, 1.0f, memory};
   pp->a = (fp4_matrix){dummy, M, K, 0, FP4_DTYPE_BF16, memory};
   pp->out = (fp4_matrix){dummy, M, N, 0, FP4_DTYPE_BF16, memory};
   pp->p = (fp4_problem){.op = cap == FP4_CAP_W4A16 ? FP4_OP_MM_W4A16 : FP4_OP_MM, .a_q = &pp->aq, .a = &pp->a,
                         .b = &pp->b, .alpha = 1.0f, .out = &pp->out, .memory = memory};
+}
+
+void fp4_probe_ask_supports(fp4_context *ctx, const fp4_backend *b, fp4_memory memory, fp4_cap first, fp4_cap last,
+                            fp4_backend_probe *out) {
+  char why[256];
+  for (int c = (int)first; c <= (int)last; c++) {
+    probe_problem pp;
+    make_problem(&pp, (fp4_cap)c, memory);
+    fp4_status st = b->supports(ctx, &pp.p, why, sizeof why);
+    fp4_probe_set(out, (fp4_cap)c, st ? FP4_SUPPORT_NO : FP4_SUPPORT_YES, FP4_EVIDENCE_QUERIED, why);
+  }
 }
 
 static const char generic_grouped[] = "fp4kit has no grouped/MoE entry point yet";

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "dispatch/arch.h"
 #include "dispatch/heuristic.h"
+#include "dispatch/probe.h"
 
 static const char name[] = "cublas-dequant";
 
@@ -151,11 +152,8 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
 #endif
 }
 
-static void set(fp4_backend_probe *o, fp4_cap c, fp4_support s, fp4_evidence e, const char *why) {
-  o->caps[c].support = s;
-  o->caps[c].evidence = e;
-  fp4_reason(o->caps[c].reason, sizeof o->caps[c].reason, "%s", why);
-}
+#define set fp4_probe_set
+extern const fp4_backend fp4_backend_cublas_dequant;
 
 static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[192];
@@ -164,9 +162,7 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt and the dequantize kernel launch without PDL");
 #if !FP4KIT_HAVE_CUDA
   (void)ctx, (void)arch;
-  out->available = FP4_SUPPORT_NO;
-  fp4_reason(out->reason, sizeof out->reason, "%s: built without CUDA", name);
-  for (int c = 0; c < FP4_CAP_COUNT; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, out->reason);
+  fp4_probe_unavailable(out, FP4_EVIDENCE_TABLE, "cublas-dequant: built without CUDA");
   return FP4_OK;
 #endif
   if (!ctx) {
@@ -185,9 +181,7 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
     return FP4_OK;
   }
   if (dq_available(ctx, why, sizeof why)) {
-    out->available = FP4_SUPPORT_NO;
-    fp4_reason(out->reason, sizeof out->reason, "%s", why);
-    for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+    fp4_probe_unavailable(out, FP4_EVIDENCE_QUERIED, why);
     return FP4_OK;
   }
   out->available = FP4_SUPPORT_YES;
@@ -198,18 +192,7 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
     for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
     return FP4_OK;
   }
-  static uint8_t dummy[16];
-  for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++) {
-    fp4_format f = c == FP4_CAP_MXFP4_W4A4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
-    fp4_qmatrix a = {dummy, dummy, 128, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_qmatrix b = {dummy, dummy, 1024, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_matrix ad = {dummy, 128, 1024, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-    fp4_matrix o = {dummy, 128, 1024, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-    fp4_problem p = {.op = c == FP4_CAP_W4A16 ? FP4_OP_MM_W4A16 : FP4_OP_MM, .a_q = &a, .a = &ad, .b = &b,
-                     .alpha = 1.0f, .out = &o, .memory = FP4_MEMORY_DEVICE};
-    fp4_status st = dq_supports(ctx, &p, why, sizeof why);
-    set(out, (fp4_cap)c, st ? FP4_SUPPORT_NO : FP4_SUPPORT_YES, FP4_EVIDENCE_QUERIED, why);
-  }
+  fp4_probe_ask_supports(ctx, &fp4_backend_cublas_dequant, FP4_MEMORY_DEVICE, FP4_CAP_NVFP4_W4A4, FP4_CAP_W4A16, out);
   return FP4_OK;
 }
 

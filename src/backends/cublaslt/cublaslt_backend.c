@@ -9,6 +9,7 @@
 
 #include "backends/cublaslt/lt_common.h"
 #include "core/error.h"
+#include "dispatch/probe.h"
 
 static const char name[] = "cublaslt";
 
@@ -131,11 +132,8 @@ static fp4_status lt_run(fp4_context *ctx, const fp4_problem *p, const char *con
 #endif
 }
 
-static void set(fp4_backend_probe *o, fp4_cap c, fp4_support s, fp4_evidence e, const char *why) {
-  o->caps[c].support = s;
-  o->caps[c].evidence = e;
-  fp4_reason(o->caps[c].reason, sizeof o->caps[c].reason, "%s", why);
-}
+#define set fp4_probe_set
+extern const fp4_backend fp4_backend_cublaslt;
 
 static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[192];
@@ -145,9 +143,7 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt launches its own kernels; enable_pdl is not honoured");
 #if !FP4KIT_HAVE_CUDA
   (void)ctx, (void)arch;
-  out->available = FP4_SUPPORT_NO;
-  fp4_reason(out->reason, sizeof out->reason, "%s: built without CUDA", name);
-  for (int c = 0; c < FP4_CAP_COUNT; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, out->reason);
+  fp4_probe_unavailable(out, FP4_EVIDENCE_TABLE, "cublaslt: built without CUDA");
   return FP4_OK;
 #endif
   if (!ctx) { /* a hypothetical architecture: cuBLASLt can only be asked on the device itself */
@@ -163,24 +159,11 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
     return FP4_OK;
   }
   if (lt_available(ctx, why, sizeof why)) {
-    out->available = FP4_SUPPORT_NO;
-    fp4_reason(out->reason, sizeof out->reason, "%s", why);
-    set(out, FP4_CAP_NVFP4_W4A4, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
-    set(out, FP4_CAP_MXFP4_W4A4, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+    fp4_probe_unavailable(out, FP4_EVIDENCE_QUERIED, why);
     return FP4_OK;
   }
   out->available = FP4_SUPPORT_YES;
-  /* A representative problem per format; supports() asks cuBLASLt (which reads no data). */
-  _Alignas(256) static uint8_t dummy[256];
-  for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_MXFP4_W4A4; c++) {
-    fp4_format f = c == FP4_CAP_NVFP4_W4A4 ? FP4_FORMAT_NVFP4 : FP4_FORMAT_MXFP4;
-    fp4_qmatrix a = {dummy, dummy, 128, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_qmatrix b = {dummy, dummy, 1024, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_matrix o = {dummy, 128, 1024, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-    fp4_problem p = {.op = FP4_OP_MM, .a_q = &a, .b = &b, .alpha = 1.0f, .out = &o, .memory = FP4_MEMORY_DEVICE};
-    fp4_status st = lt_supports(ctx, &p, why, sizeof why);
-    set(out, (fp4_cap)c, st ? FP4_SUPPORT_NO : FP4_SUPPORT_YES, FP4_EVIDENCE_QUERIED, why);
-  }
+  fp4_probe_ask_supports(ctx, &fp4_backend_cublaslt, FP4_MEMORY_DEVICE, FP4_CAP_NVFP4_W4A4, FP4_CAP_MXFP4_W4A4, out);
   (void)arch;
   return FP4_OK;
 }

@@ -13,6 +13,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
+#include "dispatch/probe.h"
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -442,11 +443,8 @@ static fp4_status dnn_run(fp4_context *ctx, const fp4_problem *p, const char *co
 #endif
 }
 
-static void setcap(fp4_backend_probe *o, fp4_cap c, fp4_support s, fp4_evidence e, const char *why) {
-  o->caps[c].support = s;
-  o->caps[c].evidence = e;
-  fp4_reason(o->caps[c].reason, sizeof o->caps[c].reason, "%s", why);
-}
+#define setcap fp4_probe_set
+extern const fp4_backend fp4_backend_cudnn;
 
 static fp4_status dnn_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[192];
@@ -475,18 +473,7 @@ static fp4_status dnn_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_bac
     return FP4_OK;
   }
   out->available = FP4_SUPPORT_YES;
-  static uint8_t dummy[16];
-  for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++) {
-    fp4_format f = c == FP4_CAP_MXFP4_W4A4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
-    fp4_qmatrix a = {dummy, dummy, 128, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_qmatrix b = {dummy, dummy, 1024, 1024, f, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-    fp4_matrix ad = {dummy, 128, 1024, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-    fp4_matrix o = {dummy, 128, 1024, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-    fp4_problem p = {.op = c == FP4_CAP_W4A16 ? FP4_OP_MM_W4A16 : FP4_OP_MM, .a_q = &a, .a = &ad, .b = &b,
-                     .alpha = 1.0f, .out = &o, .memory = FP4_MEMORY_DEVICE};
-    fp4_status st = dnn_supports(ctx, &p, why, sizeof why);
-    setcap(out, (fp4_cap)c, st ? FP4_SUPPORT_NO : FP4_SUPPORT_YES, FP4_EVIDENCE_QUERIED, why);
-  }
+  fp4_probe_ask_supports(ctx, &fp4_backend_cudnn, FP4_MEMORY_DEVICE, FP4_CAP_NVFP4_W4A4, FP4_CAP_W4A16, out);
   return FP4_OK;
 #endif
 }
