@@ -431,6 +431,170 @@ FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t to
 FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
                                    const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,
                                    fp4_matrix *out, const fp4_options *options);
+/* Architectures, capability probe, auto selection and tuning (src/dispatch/arch.c, probe.c,     */
+/* src/tune/tuner.c)                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/* One row of the architecture table: the facts every backend's capability answer starts from. */
+typedef struct fp4_arch_info {
+  const char *name;          /* "sm_90"                                                        */
+  int cc;                    /* compute capability as major*10+minor: 90                       */
+  const char *gpus;          /* example products: "H100, H200"                                */
+  int fp4_mma;               /* the tensor cores have a block-scaled FP4 MMA                   */
+  const char *fp4_mma_insn;  /* that instruction, or why there is none                         */
+  const char *bf16_mma;      /* the best BF16 tensor-core instruction                          */
+  int pdl;                   /* programmatic dependent launch (griddepcontrol)                 */
+  int tma;                   /* tensor memory accelerator                                      */
+  int smem_kb;               /* shared memory per block, KB                                    */
+  const char *build_target;  /* the nvcc target the fast kernels need: "sm_90a"               */
+  int compiled;              /* this build contains device code for the architecture           */
+  int hardware_tested;       /* fp4kit's GPU tests have been run on a GPU of this architecture */
+} fp4_arch_info;
+
+FP4_API int fp4_arch_count(void);
+/* Row index of the table; NULL past the end. */
+FP4_API const fp4_arch_info *fp4_arch_get(int index);
+/* Looks up "sm_120", "sm_120a", "120", "12.0" or a cc integer given as text; NULL if unknown. */
+FP4_API const fp4_arch_info *fp4_arch_find(const char *name);
+/* The row for a compute capability (major*10+minor); NULL if unknown. */
+FP4_API const fp4_arch_info *fp4_arch_for_cc(int cc);
+/* The CUDA targets this library was built for ("80-real;90a-real"), "" without CUDA. */
+FP4_API const char *fp4_build_cuda_targets(void);
+
+/* What the probe asks of every backend. */
+typedef enum fp4_cap {
+  FP4_CAP_NVFP4_W4A4 = 0, /* fp4_mm on NVFP4 operands                          */
+  FP4_CAP_MXFP4_W4A4 = 1, /* fp4_mm on MXFP4 operands                          */
+  FP4_CAP_W4A16 = 2,      /* fp4_mm_w4a16 (FP4 weights, bf16 activations)      */
+  FP4_CAP_GROUPED = 3,    /* grouped / MoE GEMM                                */
+  FP4_CAP_PDL = 4,        /* honours enable_pdl (programmatic dependent launch) */
+  FP4_CAP_COUNT = 5
+} fp4_cap;
+
+typedef enum fp4_support { FP4_SUPPORT_NO = 0, FP4_SUPPORT_YES = 1, FP4_SUPPORT_UNKNOWN = 2 } fp4_support;
+
+/* How an answer was obtained: the probe says plainly what ran and what was only compiled. */
+typedef enum fp4_evidence {
+  FP4_EVIDENCE_TABLE = 0,    /* the architecture table and the build targets (nothing ran)   */
+  FP4_EVIDENCE_QUERIED = 1,  /* asked of the device, driver or vendor library at run time     */
+  FP4_EVIDENCE_EXECUTED = 2, /* executed on this machine and compared with the reference       */
+  FP4_EVIDENCE_FAILED = 3    /* executed and the result was wrong (see reason)                 */
+} fp4_evidence;
+
+typedef struct fp4_capability {
+  fp4_support support;
+  fp4_evidence evidence;
+  char reason[192];          /* why not, or what answered yes ("cuBLASLt 13.1: 3 algorithms") */
+} fp4_capability;
+
+typedef struct fp4_backend_probe {
+  char backend[32];
+  fp4_support available;     /* can run at all here                                            */
+  char reason[192];          /* why not                                                        */
+  int device_memory;         /* runs on device memory (0: a host backend)                      */
+  fp4_capability caps[FP4_CAP_COUNT];
+} fp4_backend_probe;
+
+typedef struct fp4_device_probe {
+  int device;                /* CUDA ordinal                                                   */
+  char name[128];
+  int cc;                    /* major*10+minor                                                 */
+  int sm_count;
+  uint64_t memory_bytes;
+  int driver_version;        /* cudaDriverGetVersion: 13000 = CUDA 13.0                        */
+  int runtime_version;       /* cudaRuntimeGetVersion                                          */
+  int cublaslt_version;      /* cublasLtGetVersion: 130100 = 13.1.0; 0 when not built in       */
+  int cudnn_version;         /* cudnnGetVersion: 91300 = 9.13.0; 0 when not built in or absent  */
+  int binary_has_code;       /* this build contains code the device can run natively           */
+  char arch[16];             /* "sm_90"                                                        */
+} fp4_device_probe;
+
+/* Name of a capability for tables ("nvfp4 w4a4"); NULL for unknown values. */
+FP4_API const char *fp4_cap_name(fp4_cap cap);
+FP4_API const char *fp4_support_name(fp4_support support);   /* "yes", "no", "unknown"      */
+FP4_API const char *fp4_evidence_name(fp4_evidence evidence); /* "table", "queried", ...      */
+/* CUDA devices visible (0 in a build without CUDA or without a driver). */
+FP4_API int fp4_probe_device_count(void);
+FP4_API fp4_status fp4_probe_device(int device, fp4_device_probe *out);
+/* Asks a backend what it can do on ctx's device (or the host for NULL / device -1): availability
+ * and every capability, each with a reason. Answers are queried at run time (vendor libraries are
+ * asked, not assumed). */
+FP4_API fp4_status fp4_probe_backend(fp4_context *ctx, const char *backend, fp4_backend_probe *out);
+/* The same question for an architecture that need not be present ("sm_120"): answered from the
+ * architecture table and this build's targets; vendor-library answers are FP4_SUPPORT_UNKNOWN. */
+FP4_API fp4_status fp4_probe_backend_arch(const char *arch, const char *backend, fp4_backend_probe *out);
+
+/* Auto selection: with no tuning cache, backends that support a problem are ranked by a pure
+ * heuristic per compute capability and M regime; with a tuning cache attached to the context, the
+ * cached winner for (M bucket, N, K, formats, output dtype) runs. */
+
+/* The M bucket of a run-time M (SPEC 5): powers of two up to 256, steps of 256 to 2048, steps of
+ * 512 to 4096, then powers of two; M is rounded up. */
+FP4_API int64_t fp4_tune_m_bucket(int64_t m);
+
+typedef enum fp4_tune_op { FP4_TUNE_MM = 0, FP4_TUNE_MM_W4A16 = 1 } fp4_tune_op;
+
+/* What a tuning cache entry is keyed by (besides the cache's library version and device). */
+typedef struct fp4_tune_key {
+  fp4_tune_op op;
+  fp4_format format;
+  fp4_dtype a_dtype;   /* W4A16 activation dtype; FP4_DTYPE_E2M1X2 for W4A4            */
+  fp4_dtype out_dtype;
+  int64_t m;           /* run-time M; lookups and stores use fp4_tune_m_bucket(m)        */
+  int64_t n, k;
+} fp4_tune_key;
+
+typedef struct fp4_tuning_cache fp4_tuning_cache;
+
+/* An empty cache for ctx's device (or the host), stamped with the library, device and vendor-
+ * library versions that a loaded file must match. */
+FP4_API fp4_status fp4_tuning_cache_create(fp4_context *ctx, fp4_tuning_cache **cache);
+FP4_API void fp4_tuning_cache_destroy(fp4_tuning_cache *cache);
+/* Replaces the entries with a file's. A missing, truncated, malformed or mismatched file (another
+ * library version, device or vendor-library version) leaves the cache empty and returns
+ * FP4_ERR_NOT_FOUND, FP4_ERR_FORMAT or FP4_ERR_UNSUPPORTED with the reason: callers warn and go on. */
+FP4_API fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path);
+/* Writes the cache as JSON atomically: a temporary file in the same folder, then rename, so
+ * concurrent readers see the old or the new file, never a mix. Creates the folder if needed. */
+FP4_API fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path);
+/* Records a winner (replaces an entry with the same key). config may be NULL (backend default). */
+FP4_API fp4_status fp4_tuning_cache_set(fp4_tuning_cache *cache, const fp4_tune_key *key, const char *backend,
+                                        const char *config, double median_us);
+/* The winner for a key: FP4_OK, or FP4_ERR_NOT_FOUND. backend/config receive NUL-terminated names. */
+FP4_API fp4_status fp4_tuning_cache_lookup(const fp4_tuning_cache *cache, const fp4_tune_key *key, char *backend,
+                                           size_t backend_size, char *config, size_t config_size);
+FP4_API int fp4_tuning_cache_count(const fp4_tuning_cache *cache);
+/* The default cache file: $FP4KIT_TUNING_CACHE, else $XDG_CACHE_HOME/fp4kit/tuning.json, else
+ * $HOME/.cache/fp4kit/tuning.json. Writes "" when none can be formed. */
+FP4_API fp4_status fp4_tuning_cache_default_path(char *path, size_t path_size);
+
+/* Attaches a cache to a context for auto selection; the context takes ownership (NULL detaches
+ * and frees the previous one). Without this call, the first auto selection on a device context
+ * loads the default file; a file that cannot be used is ignored with one warning (fp4_log) and
+ * fp4_context_tuning_note() says why. */
+FP4_API fp4_status fp4_context_set_tuning_cache(fp4_context *ctx, fp4_tuning_cache *cache);
+/* The cache auto selection uses (NULL if none), and a note on how it was loaded or why not. */
+FP4_API const fp4_tuning_cache *fp4_context_tuning_cache(fp4_context *ctx);
+FP4_API const char *fp4_context_tuning_note(fp4_context *ctx);
+
+/* One tuned point, reported to a progress callback and returned by fp4_tune. */
+typedef struct fp4_tune_result {
+  fp4_tune_key key;
+  char backend[32];
+  char config[64];
+  double median_us;     /* the winner's median; 0 when nothing could run                 */
+  int candidates;       /* (backend, config) pairs timed                                 */
+  int rejected;         /* candidates that failed or returned NaN / all zeros            */
+} fp4_tune_result;
+
+/* Called after each candidate (done of total) so a tool can draw progress; may be NULL. */
+typedef void (*fp4_tune_progress_fn)(void *user, int done, int total, const char *what);
+
+/* Times every available (backend, config) on each key (at M = its bucket) on ctx's device (or the
+ * host), on random data, rejecting candidates that fail or return NaN or all zeros, and stores each
+ * winner in cache. results (optional) receives count entries. runs: timed calls per candidate. */
+FP4_API fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int count, int runs, fp4_tuning_cache *cache,
+                            fp4_tune_result *results, fp4_tune_progress_fn progress, void *user);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,8 @@ int fp4cli_check(int argc, char **argv);
 int fp4cli_bench(int argc, char **argv);
 int fp4cli_inspect(int argc, char **argv);
 int fp4cli_quantize(int argc, char **argv);
+int fp4cli_probe(int argc, char **argv);
+int fp4cli_tune(int argc, char **argv);
 
 /* "fp4kit: <what>: <status> (<fp4_last_error()>)" on stderr; returns FP4CLI_ERROR. */
 int fp4cli_report(const char *what, fp4_status st);

@@ -12,6 +12,8 @@ static const fp4cli_command commands[] = {
     {"bench", "time FP4 GEMMs per shape, M and backend against same-run peers", fp4cli_bench},
     {"inspect", "what a checkpoint holds: quantization, MTP heads, GEMM list (headers only)", fp4cli_inspect},
     {"quantize", "quantize a BF16 safetensors checkpoint to NVFP4 (Model Optimizer layout) or MXFP4", fp4cli_quantize},
+    {"probe", "devices, architectures and what every backend can do here, with reasons", fp4cli_probe},
+    {"tune", "time every backend/config on model shapes and write the tuning cache", fp4cli_tune},
     {"version", "print the library version", cmd_version},
 };
 static const int command_count = (int)(sizeof commands / sizeof *commands);
@@ -48,13 +50,7 @@ int fp4cli_report(const char *what, fp4_status st) {
 int fp4cli_default_device(void) {
   const char *env = getenv("FP4KIT_DEVICE");
   if (env && *env) return atoi(env);
-  fp4_context *ctx = NULL;
-  char reason[256];
-  int device = -1;
-  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_backend_available(ctx, "cuda", reason, sizeof reason) == FP4_OK)
-    device = 0;
-  fp4_context_destroy(ctx);
-  return device;
+  return fp4_probe_device_count() > 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {

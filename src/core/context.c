@@ -23,6 +23,7 @@ void fp4_context_destroy(fp4_context *ctx) {
     const fp4_backend *b = fp4_registry_get(i);
     if (ctx->backend_state[i] && b->release_state) b->release_state(ctx->backend_state[i]);
   }
+  fp4_tuning_state_release(ctx->tuning);
   free(ctx);
 }
 

@@ -81,6 +81,11 @@ typedef struct fp4_backend {
   /* Total bytes of fp4_moe_forward workspace this backend needs, at least the common layout of
    * src/dispatch/moe_workspace.h (NULL: the common layout is what it uses). */
   size_t (*moe_workspace_size)(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k);
+  /* Optional: fills out's availability and capabilities (probe.c has filled defaults and the
+   * backend name). ctx is the device context, or NULL when arch is a hypothetical architecture
+   * (`fp4kit probe --arch`) that must be answered from the table alone. NULL: probe.c derives the
+   * answers from available() and supports() on representative problems. */
+  fp4_status (*probe)(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out);
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */

@@ -6,7 +6,9 @@
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
+#include "dispatch/heuristic.h"
 #include "dispatch/validate.h"
+#include "tune/tuning.h"
 
 static const fp4_options default_options = {0};
 
@@ -47,25 +49,54 @@ fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *
     return b->run(ctx, p, o->config, o->info);
   }
 
-  const fp4_backend *b = fp4_select_backend(ctx, p, reason, sizeof reason);
-  if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
   if (o->config) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
-  return b->run(ctx, p, NULL, o->info);
+  char config[64];
+  const fp4_backend *b = fp4_select_backend_config(ctx, p, config, sizeof config, reason, sizeof reason);
+  if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
+  return b->run(ctx, p, config[0] ? config : NULL, o->info);
 }
 
-/* Auto selection before the tuner: the first backend in preference order (own fast kernels, vendor
- * libraries, the portable CPU code, the reference last) that is available and supports p. */
-const fp4_backend *fp4_select_backend(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
-  static const char *const preference[] = {"cuda", "cublaslt", "cudnn", "cublas-dequant", "cpu", "ref"};
-  char why[256];
-  fp4_reason(reason, reason_size, "no backend is registered for %s memory", fp4_memory_name(p->memory));
-  for (size_t i = 0; i < sizeof preference / sizeof *preference; i++) {
-    const fp4_backend *b = fp4_registry_find(preference[i]);
-    if (!b) continue;
-    if (fp4_problem_supported(ctx, b, p, why, sizeof why) == FP4_OK) return b;
-    fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
+/* Auto selection: the tuning cache's winner for p's (M bucket, N, K, formats, out dtype) when the
+ * context has one and that backend still supports p; otherwise the supported backend the heuristic
+ * ranks first (registry order breaks ties). */
+const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem *p, char *config, size_t config_size,
+                                             char *reason, size_t reason_size) {
+  char why[256], tuned[32], tuned_config[64];
+  fp4_reason(config, config_size, "%s", "");
+  if (fp4_tuning_lookup(ctx, p, tuned, sizeof tuned, tuned_config, sizeof tuned_config) == FP4_OK) {
+    const fp4_backend *b = fp4_registry_find(tuned);
+    if (b && fp4_problem_supported(ctx, b, p, why, sizeof why) == FP4_OK) {
+      fp4_reason(config, config_size, "%s", tuned_config);
+      fp4_reason(reason, reason_size, "tuning cache winner");
+      return b;
+    }
+    fp4_log(FP4_LOG_WARN, "auto: cached winner '%s' cannot run this problem (%s); using the heuristic", tuned,
+            b ? why : "not registered");
   }
-  return NULL;
+  const int device = fp4_context_device(ctx);
+  const int cc = (p->memory == FP4_MEMORY_DEVICE && device >= 0) ? fp4_device_cc(device) : 0;
+  const int64_t m = p->op == FP4_OP_QUANTIZE ? p->a->rows : fp4_problem_m(p);
+  const fp4_backend *best = NULL;
+  int best_rank = 0;
+  fp4_reason(reason, reason_size, "no backend is registered for %s memory", fp4_memory_name(p->memory));
+  for (int i = 0; i < fp4_registry_count(); i++) {
+    const fp4_backend *b = fp4_registry_get(i);
+    if (fp4_problem_supported(ctx, b, p, why, sizeof why) != FP4_OK) {
+      if (!best) fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
+      continue;
+    }
+    int rank = fp4_heuristic_rank(b->name, cc, p->memory, p->op, m);
+    if (!best || rank < best_rank) {
+      best = b;
+      best_rank = rank;
+    }
+  }
+  if (best) fp4_reason(reason, reason_size, "heuristic rank %d", best_rank);
+  return best;
+}
+
+const fp4_backend *fp4_select_backend(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  return fp4_select_backend_config(ctx, p, NULL, 0, reason, reason_size);
 }
 
 static fp4_status check_memory(const char *fn, fp4_context *ctx, fp4_memory memory) {

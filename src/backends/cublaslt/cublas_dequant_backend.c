@@ -1,0 +1,212 @@
+/*
+ * The cublas-dequant backend: the path users write by hand. Dequantize the FP4 operands into a
+ * context-owned workspace (exactly: e2m1 * e4m3 fits BF16), then run a cuBLASLt GEMM in the
+ * activations' precision with the per-tensor multipliers folded into alpha. It runs wherever
+ * cuBLASLt runs, and at very large M its cost is dominated by the BF16 tensor-core GEMM.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cublaslt/lt_common.h"
+#include "core/error.h"
+#include "dispatch/arch.h"
+#include "dispatch/heuristic.h"
+#include "dispatch/probe.h"
+
+static const char name[] = "cublas-dequant";
+
+static fp4_status dq_available(fp4_context *ctx, char *reason, size_t reason_size) {
+  return fp4_lt_available(ctx, name, reason, reason_size);
+}
+
+/* The precision the GEMM runs in: bf16 for W4A4 (exact for both formats' products), the
+ * activations' dtype for W4A16 (f16 only with NVFP4: UE8M0 scales do not fit FP16's range). */
+static fp4_status gemm_dtype(const fp4_problem *p, fp4_dtype *t, char *reason, size_t reason_size) {
+  if (p->op == FP4_OP_QUANTIZE) {
+    fp4_reason(reason, reason_size, "cublas-dequant does not quantize (use the cuda or cpu backend)");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  if (p->memory != FP4_MEMORY_DEVICE) {
+    fp4_reason(reason, reason_size, "cublas-dequant runs on device memory");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  *t = p->op == FP4_OP_MM ? FP4_DTYPE_BF16 : p->a->dtype;
+  if (*t == FP4_DTYPE_F16 && p->b->format == FP4_FORMAT_MXFP4) {
+    fp4_reason(reason, reason_size, "MXFP4 scales (2^-127..2^127) do not fit FP16; pass bf16 or f32 activations");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return FP4_OK;
+}
+
+#if FP4KIT_HAVE_CUDA
+static int cuda_type_of(fp4_dtype t) {
+  return t == FP4_DTYPE_BF16 ? CUDA_R_16BF : t == FP4_DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* cuBLASLt writes the output directly when its dtype pairs with the GEMM's (same or f32);
+ * otherwise (bf16 GEMM, f16 output) it writes f32 that a kernel converts. */
+static int direct_output(fp4_dtype gemm, fp4_dtype out) { return out == gemm || out == FP4_DTYPE_F32; }
+
+static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t) {
+  const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
+  fp4_lt_gemm g;
+  memset(&g, 0, sizeof g);
+  g.ab_type = cuda_type_of(t);
+  g.d_type = direct_output(t, p->out->dtype) ? cuda_type_of(p->out->dtype) : CUDA_R_32F;
+  g.scale_mode = -1;
+  g.m = M;
+  g.n = N;
+  g.k = K;
+  g.lda = K;
+  g.ldb = p->op == FP4_OP_MM_W4A16 && p->a->ld ? p->a->ld : K;
+  g.ldd = direct_output(t, p->out->dtype) ? (p->out->ld ? p->out->ld : N) : N;
+  return g;
+}
+
+static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, char *reason, size_t reason_size) {
+  fp4_lt_state *s = NULL;
+  if (fp4_lt_state_get(ctx, name, &s)) {
+    fp4_reason(reason, reason_size, "%s", fp4_last_error());
+    return NULL;
+  }
+  fp4_lt_gemm g = gemm_of(p, t);
+  const fp4_lt_answer *a = fp4_lt_ask(s, &g, NULL, NULL);
+  char ver[48];
+  fp4_lt_version(ver, sizeof ver);
+  if (a->status)
+    fp4_reason(reason, reason_size, "%s: no %s GEMM algorithm (cublasLtMatmulAlgoGetHeuristic: %s)", ver,
+               fp4_dtype_name(t), cublasLtGetStatusName(a->status));
+  else
+    fp4_reason(reason, reason_size, "%s: %s GEMM, %d algorithm%s", ver, fp4_dtype_name(t), a->count, a->count == 1 ? "" : "s");
+  return a;
+}
+#endif
+
+static fp4_status dq_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  fp4_dtype t;
+  fp4_status st = gemm_dtype(p, &t, reason, reason_size);
+  if (st) return st;
+#if FP4KIT_HAVE_CUDA
+  const fp4_lt_answer *a = ask(ctx, p, t, reason, reason_size);
+  fp4_clear_error();
+  return a && !a->status ? FP4_OK : FP4_ERR_UNSUPPORTED;
+#else
+  (void)ctx;
+  fp4_reason(reason, reason_size, "built without CUDA");
+  return FP4_ERR_UNSUPPORTED;
+#endif
+}
+
+static int dq_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
+#if FP4KIT_HAVE_CUDA
+  char why[256];
+  fp4_dtype t;
+  if (gemm_dtype(p, &t, why, sizeof why)) return 0;
+  const fp4_lt_answer *a = ask(ctx, p, t, why, sizeof why);
+  return a ? fp4_lt_configs(a, names, max) : 0;
+#else
+  (void)ctx, (void)p, (void)names, (void)max;
+  return 0;
+#endif
+}
+
+static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
+#if FP4KIT_HAVE_CUDA
+  int algo = fp4_lt_config_index(config);
+  if (algo < 0) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: unknown config '%s' (heur0..heur3)", name, config);
+  char why[256];
+  fp4_dtype t;
+  fp4_status st = gemm_dtype(p, &t, why, sizeof why);
+  if (st) return fp4_fail(st, "%s: %s", name, why);
+  const fp4_lt_answer *a = ask(ctx, p, t, why, sizeof why);
+  if (!a || a->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s", name, why);
+  const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
+  const size_t es = fp4_dtype_size(t);
+  const size_t w_bytes = (size_t)N * (size_t)K * es, x_bytes = p->op == FP4_OP_MM ? (size_t)M * (size_t)K * es : 0;
+  const int direct = direct_output(t, p->out->dtype);
+  const size_t y_bytes = direct ? 0 : (size_t)M * (size_t)N * sizeof(float);
+  fp4_lt_state *s = NULL;
+  char *scratch = NULL;
+  if ((st = fp4_lt_state_get(ctx, name, &s)) || (st = fp4_lt_scratch(s, w_bytes + x_bytes + y_bytes + 512, (void **)&scratch)))
+    return st;
+  char *w = scratch, *x = w + ((w_bytes + 255) & ~(size_t)255), *y = x + ((x_bytes + 255) & ~(size_t)255);
+  float alpha = p->alpha * p->b->multiplier;
+  const void *xin = p->op == FP4_OP_MM ? (const void *)x : p->a->data;
+  if ((st = fp4_cuda_dequantize(p->b, w, t, p->stream))) return st;
+  if (p->op == FP4_OP_MM) {
+    alpha *= p->a_q->multiplier;
+    if ((st = fp4_cuda_dequantize(p->a_q, x, t, p->stream))) return st;
+  }
+  st = fp4_lt_run(s, a, algo, alpha, w, NULL, xin, NULL, direct ? p->out->data : (void *)y, p->stream, name);
+  if (!st && !direct)
+    st = fp4_cuda_convert_f32((const float *)y, M, N, p->out->data, p->out->ld ? p->out->ld : N, p->out->dtype, p->stream);
+  if (!st && info) {
+    fp4_reason(info->backend, sizeof info->backend, "%s", name);
+    snprintf(info->config, sizeof info->config, "heur%d", algo);
+    if (p->enable_pdl) snprintf(info->note, sizeof info->note, "cuBLASLt and the dequantize kernel launch without PDL");
+  }
+  return st;
+#else
+  (void)ctx, (void)p, (void)config, (void)info;
+  return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: built without CUDA", name);
+#endif
+}
+
+#define set fp4_probe_set
+extern const fp4_backend fp4_backend_cublas_dequant;
+
+static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
+  char why[192];
+  out->device_memory = 1;
+  set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
+  set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt and the dequantize kernel launch without PDL");
+#if !FP4KIT_HAVE_CUDA
+  (void)ctx, (void)arch;
+  fp4_probe_unavailable(out, FP4_EVIDENCE_TABLE, "cublas-dequant: built without CUDA");
+  return FP4_OK;
+#endif
+  if (!ctx) {
+    out->available = FP4_SUPPORT_UNKNOWN;
+    snprintf(out->reason, sizeof out->reason, "decided by cuBLASLt at run time on the device");
+    const int has_code = fp4_arch_build_runs_on(arch->cc);
+    snprintf(why, sizeof why, has_code ? "BF16 GEMM asked of cuBLASLt at run time (%s: %s)"
+                                       : "binary has no code for %s (its dequantize kernel); built for %s",
+             arch->name, has_code ? arch->bf16_mma : (fp4_build_cuda_targets()[0] ? fp4_build_cuda_targets() : "no CUDA"));
+    for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++)
+      set(out, (fp4_cap)c, has_code ? FP4_SUPPORT_UNKNOWN : FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+    if (!has_code) {
+      out->available = FP4_SUPPORT_NO;
+      fp4_reason(out->reason, sizeof out->reason, "%s", why);
+    }
+    return FP4_OK;
+  }
+  if (dq_available(ctx, why, sizeof why)) {
+    fp4_probe_unavailable(out, FP4_EVIDENCE_QUERIED, why);
+    return FP4_OK;
+  }
+  out->available = FP4_SUPPORT_YES;
+  if (!fp4_arch_build_runs_on(fp4_device_cc(fp4_context_device(ctx)))) {
+    snprintf(why, sizeof why, "binary has no code for %s (the dequantize kernel); built for %s", arch->name, fp4_build_cuda_targets());
+    out->available = FP4_SUPPORT_NO;
+    fp4_reason(out->reason, sizeof out->reason, "%s", why);
+    for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++) set(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+    return FP4_OK;
+  }
+  fp4_probe_ask_supports(ctx, &fp4_backend_cublas_dequant, FP4_MEMORY_DEVICE, FP4_CAP_NVFP4_W4A4, FP4_CAP_W4A16, out);
+  return FP4_OK;
+}
+
+const fp4_backend fp4_backend_cublas_dequant = {
+    .name = name,
+    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (the naive path; large M)",
+    .available = dq_available,
+    .supports = dq_supports,
+    .configs = dq_configs,
+    .run = dq_run,
+#if FP4KIT_HAVE_CUDA
+    .release_state = fp4_lt_state_release,
+#else
+    .release_state = NULL,
+#endif
+    .probe = dq_probe,
+};

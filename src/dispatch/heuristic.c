@@ -1,0 +1,42 @@
+/*
+ * The heuristic ranking used by auto selection when no tuning cache answers. The order encodes what
+ * each GPU generation can do (arch.c): where the tensor cores have a block-scaled FP4 MMA (SM100,
+ * SM120) the native paths come first; below SM100 the own dequantizing kernels win at small M
+ * (memory-bound: they read 4-bit weights) and cuBLAS BF16 on dequantized operands wins at large M
+ * (compute-bound: the O(N*K) dequantization is amortised over M rows of BF16 tensor-core work).
+ */
+#include "dispatch/heuristic.h"
+
+#include <string.h>
+
+/* Beyond this M, a BF16 GEMM on dequantized weights amortises the dequantization (SM80-SM90). */
+enum { DEQUANT_WINS_M = 2048, NATIVE_SMALL_M = 64, UNKNOWN_RANK = 50 };
+
+int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op, int64_t m) {
+  if (!backend) return UNKNOWN_RANK;
+  if (memory == FP4_MEMORY_HOST) {
+    if (!strcmp(backend, "cpu")) return 0;
+    if (!strcmp(backend, "ref")) return 90; /* the oracle: correct everywhere, fast nowhere */
+    return UNKNOWN_RANK;
+  }
+  const int native_fp4 = cc >= 100; /* SM100/103 tcgen05, SM120/121 mma.sync block-scaled */
+  static const struct {
+    const char *name;
+    int native_small, native_large, older_small, older_large;
+  } ranks[] = {
+      /* name            native: M small, M large   SM80-90: M small, M large */
+      {"cuda", 0, 2, 0, 1},
+      {"cublaslt", 1, 0, 2, 2},
+      {"cudnn", 2, 1, 3, 3},
+      {"cublas-dequant", 3, 3, 1, 0},
+  };
+  int small = native_fp4 ? m <= NATIVE_SMALL_M : m < DEQUANT_WINS_M;
+  if (cc >= 120 && m <= 2 * NATIVE_SMALL_M) small = 1; /* SM120 mma.sync kernels hold up to larger M */
+  for (size_t i = 0; i < sizeof ranks / sizeof *ranks; i++) {
+    if (strcmp(backend, ranks[i].name)) continue;
+    if (op == FP4_OP_QUANTIZE) return (int)i; /* only own kernels quantize; order is moot */
+    if (native_fp4) return small ? ranks[i].native_small : ranks[i].native_large;
+    return small ? ranks[i].older_small : ranks[i].older_large;
+  }
+  return UNKNOWN_RANK;
+}

@@ -1,0 +1,204 @@
+/* Registry, architecture table, probe and auto selection on any machine (CPU-only in CI): every
+ * backend is listed, unavailable ones say why, every "no" has a reason, the heuristic order holds,
+ * and auto selection follows an attached tuning cache. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch/heuristic.h"
+#include "fp4kit.h"
+
+static int failures;
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      failures++;                                           \
+      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                  \
+      printf("\n");                                         \
+    }                                                       \
+  } while (0)
+
+static void test_registry_lists_backends(void) {
+  static const char *const expected[] = {"ref", "cublaslt", "cublas-dequant", "cudnn"};
+  for (size_t e = 0; e < sizeof expected / sizeof *expected; e++) {
+    int found = 0;
+    for (int i = 0; i < fp4_backend_count(); i++) found += !strcmp(fp4_backend_name(i), expected[e]);
+    CHECK(found == 1, "backend '%s' registered %d times", expected[e], found);
+  }
+  for (int i = 0; i < fp4_backend_count(); i++) {
+    CHECK(fp4_backend_summary(i) && *fp4_backend_summary(i), "backend %d has no summary", i);
+    for (int j = i + 1; j < fp4_backend_count(); j++) CHECK(strcmp(fp4_backend_name(i), fp4_backend_name(j)), "duplicate name");
+  }
+  CHECK(fp4_backend_name(fp4_backend_count()) == NULL, "past the end");
+  char reason[256];
+  CHECK(fp4_backend_available(NULL, "no-such-backend", reason, sizeof reason) == FP4_ERR_NOT_FOUND, "unknown name");
+}
+
+/* On a host context the vendor backends cannot run and must say why. */
+static void test_vendor_backends_say_why(void) {
+  fp4_context *ctx = NULL;
+  CHECK(fp4_context_create(&ctx, -1) == FP4_OK, "host context");
+  static const char *const vendor[] = {"cublaslt", "cublas-dequant", "cudnn"};
+  for (size_t i = 0; i < 3; i++) {
+    char reason[256] = "";
+    fp4_status st = fp4_backend_available(ctx, vendor[i], reason, sizeof reason);
+    CHECK(st == FP4_ERR_UNSUPPORTED, "%s available on a host context", vendor[i]);
+    CHECK(strlen(reason) > 10, "%s gives no reason ('%s')", vendor[i], reason);
+    if (!fp4_build_cuda_targets()[0]) CHECK(strstr(reason, "built without CUDA") != NULL, "%s: '%s'", vendor[i], reason);
+    printf("  %-15s %s\n", vendor[i], reason);
+  }
+  fp4_context_destroy(ctx);
+}
+
+static void check_probe_reasons(const fp4_backend_probe *p, const char *where) {
+  if (p->available != FP4_SUPPORT_YES) CHECK(p->reason[0], "%s %s: unavailable without a reason", where, p->backend);
+  for (int c = 0; c < FP4_CAP_COUNT; c++) {
+    if (p->caps[c].support == FP4_SUPPORT_YES) continue;
+    CHECK(p->caps[c].reason[0] || p->reason[0], "%s %s %s: 'no' without a reason", where, p->backend, fp4_cap_name((fp4_cap)c));
+  }
+}
+
+static void test_probe_host(void) {
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  for (int i = 0; i < fp4_backend_count(); i++) {
+    fp4_backend_probe p;
+    CHECK(fp4_probe_backend(ctx, fp4_backend_name(i), &p) == FP4_OK, "probe %s: %s", fp4_backend_name(i), fp4_last_error());
+    CHECK(!strcmp(p.backend, fp4_backend_name(i)), "probe names the backend");
+    check_probe_reasons(&p, "host");
+    if (!strcmp(p.backend, "ref")) {
+      CHECK(p.available == FP4_SUPPORT_YES && !p.device_memory, "ref is a host backend");
+      for (int c = FP4_CAP_NVFP4_W4A4; c <= FP4_CAP_W4A16; c++)
+        CHECK(p.caps[c].support == FP4_SUPPORT_YES && p.caps[c].evidence == FP4_EVIDENCE_QUERIED, "ref %s", fp4_cap_name((fp4_cap)c));
+      CHECK(p.caps[FP4_CAP_PDL].support == FP4_SUPPORT_NO, "ref has no PDL");
+    }
+    if (!strcmp(p.backend, "cublaslt")) CHECK(p.available == FP4_SUPPORT_NO, "cublaslt on a host context");
+  }
+  fp4_backend_probe p;
+  CHECK(fp4_probe_backend(ctx, "nope", &p) == FP4_ERR_NOT_FOUND, "unknown backend");
+  CHECK(fp4_probe_backend(ctx, "ref", NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL out");
+  fp4_context_destroy(ctx);
+}
+
+static void test_arch_table(void) {
+  static const char *const names[] = {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "sm_120", "sm_121"};
+  CHECK(fp4_arch_count() == 8, "8 architectures, got %d", fp4_arch_count());
+  for (size_t i = 0; i < 8; i++) {
+    const fp4_arch_info *a = fp4_arch_find(names[i]);
+    CHECK(a && !strcmp(a->name, names[i]), "find %s", names[i]);
+    if (!a) continue;
+    CHECK(a->fp4_mma == (a->cc >= 100), "%s: FP4 MMA only on SM100+", a->name);
+    CHECK(a->pdl == (a->cc >= 90), "%s: PDL from SM90", a->name);
+    CHECK(a->build_target && !strncmp(a->build_target, "sm_", 3), "%s target", a->name);
+    CHECK(a->smem_kb >= 99, "%s smem", a->name);
+    for (int b = 0; b < fp4_backend_count(); b++) {
+      fp4_backend_probe p;
+      CHECK(fp4_probe_backend_arch(a->name, fp4_backend_name(b), &p) == FP4_OK, "arch probe %s %s", a->name, fp4_backend_name(b));
+      check_probe_reasons(&p, a->name);
+      for (int c = 0; c < FP4_CAP_COUNT; c++)
+        CHECK(p.caps[c].evidence == FP4_EVIDENCE_TABLE, "%s %s: a hypothetical answer must come from the table", a->name, p.backend);
+      if (!strcmp(p.backend, "cublaslt") && a->cc < 100)
+        CHECK(p.caps[FP4_CAP_NVFP4_W4A4].support == FP4_SUPPORT_NO, "cublaslt nvfp4 on %s", a->name);
+      if (!strcmp(p.backend, "cublaslt") && a->cc >= 100 && fp4_build_cuda_targets()[0])
+        CHECK(p.caps[FP4_CAP_NVFP4_W4A4].support == FP4_SUPPORT_UNKNOWN, "cublaslt nvfp4 on %s is cuBLASLt's to say", a->name);
+      if (!strcmp(p.backend, "ref")) CHECK(p.caps[FP4_CAP_NVFP4_W4A4].support == FP4_SUPPORT_YES, "ref everywhere");
+    }
+  }
+  const fp4_arch_info *a = fp4_arch_find("sm_120a");
+  CHECK(a && a->cc == 120, "sm_120a");
+  CHECK(fp4_arch_find("12.0") == fp4_arch_find("sm_120"), "12.0");
+  CHECK(fp4_arch_find("121") && fp4_arch_find("121")->cc == 121, "121");
+  CHECK(fp4_arch_find("sm_70") == NULL && fp4_arch_find("garbage") == NULL && fp4_arch_find("sm_") == NULL &&
+            fp4_arch_find(NULL) == NULL && fp4_arch_find("sm_90x") == NULL,
+        "unknown architectures");
+  fp4_backend_probe p;
+  CHECK(fp4_probe_backend_arch("sm_75", "ref", &p) == FP4_ERR_NOT_FOUND, "sm_75 is not in the table");
+}
+
+/* The heuristic is a pure function with the documented order. */
+static void test_heuristic_order(void) {
+  const fp4_op mm = FP4_OP_MM;
+  const fp4_memory dev = FP4_MEMORY_DEVICE;
+  CHECK(fp4_heuristic_rank("cpu", 0, FP4_MEMORY_HOST, mm, 1) < fp4_heuristic_rank("ref", 0, FP4_MEMORY_HOST, mm, 1), "host: cpu before ref");
+  for (int cc = 80; cc <= 90; cc += 10) {
+    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 1) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 1), "cc %d small M", cc);
+    CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 8192) < fp4_heuristic_rank("cuda", cc, dev, mm, 8192), "cc %d large M", cc);
+    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 16) < fp4_heuristic_rank("cublaslt", cc, dev, mm, 16), "cc %d", cc);
+  }
+  CHECK(fp4_heuristic_rank("cublaslt", 100, dev, mm, 8192) < fp4_heuristic_rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");
+  CHECK(fp4_heuristic_rank("cuda", 100, dev, mm, 1) < fp4_heuristic_rank("cublaslt", 100, dev, mm, 1), "SM100 decode: own kernels");
+  CHECK(fp4_heuristic_rank("cuda", 120, dev, mm, 100) < fp4_heuristic_rank("cublaslt", 120, dev, mm, 100), "SM120 M=100");
+  CHECK(fp4_heuristic_rank("cublaslt", 120, dev, mm, 4096) < fp4_heuristic_rank("cublas-dequant", 120, dev, mm, 4096), "SM120 large");
+  CHECK(fp4_heuristic_rank("someone-new", 90, dev, mm, 1) > fp4_heuristic_rank("cublas-dequant", 90, dev, mm, 1), "unknown last");
+  CHECK(fp4_heuristic_rank("cuda", 90, dev, mm, 64) == fp4_heuristic_rank("cuda", 90, dev, mm, 64), "pure");
+}
+
+/* A small host GEMM through the public API with options. */
+static fp4_status host_mm(fp4_context *ctx, int64_t M, const char *backend, fp4_run_info *info) {
+  enum { N = 32, K = 64 };
+  static float x[4096 * K], w[N * K], out[4096 * N];
+  static uint8_t xq[4096 * K / 2], wq[N * K / 2], xs[4096 * K / 16], ws[N * K / 16];
+  for (int64_t i = 0; i < M * K; i++) x[i] = (float)((i * 37) % 17) - 8.0f;
+  for (int i = 0; i < N * K; i++) w[i] = (float)((i * 11) % 13) - 6.0f;
+  fp4_matrix xm = {x, M, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, wm = {w, N, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix a = {xq, xs, M, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix b = {wq, ws, N, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_options ref = {.backend = "ref"};
+  fp4_status st = fp4_quantize(NULL, &xm, 1.0f, &a, &ref);
+  if (!st) st = fp4_quantize(NULL, &wm, 1.0f, &b, &ref);
+  if (st) return st;
+  fp4_matrix o = {out, M, N, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_options opts = {.backend = backend, .info = info};
+  return fp4_mm(ctx, &a, &b, 1.0f, &o, &opts);
+}
+
+static void test_auto_follows_cache(void) {
+  setenv("FP4KIT_TUNING_CACHE", "/nonexistent/fp4kit-test/tuning.json", 1);
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  fp4_run_info info;
+  /* No cache: the heuristic picks a host backend; cpu before ref when it is built in. */
+  CHECK(host_mm(ctx, 8, NULL, &info) == FP4_OK, "auto without cache: %s", fp4_last_error());
+  char why[256];
+  const char *expect = fp4_backend_available(NULL, "cpu", why, sizeof why) == FP4_OK ? "cpu" : "ref";
+  CHECK(!strcmp(info.backend, expect), "heuristic picked '%s', expected '%s'", info.backend, expect);
+  CHECK(fp4_context_tuning_cache(ctx) == NULL, "missing default file gives no cache");
+  CHECK(strstr(fp4_context_tuning_note(ctx), "ignored") != NULL, "note: %s", fp4_context_tuning_note(ctx));
+
+  /* A cache whose winner for M bucket 128 is ref with a config ref does not have: auto must pass
+   * the cached config through (and so fail, naming it) for M in (64, 128], not elsewhere. */
+  fp4_tuning_cache *cache = NULL;
+  CHECK(fp4_tuning_cache_create(ctx, &cache) == FP4_OK, "create");
+  fp4_tune_key key = {FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_F32, 100, 32, 64};
+  CHECK(fp4_tuning_cache_set(cache, &key, "ref", "tuned-bogus", 1.0) == FP4_OK, "set");
+  CHECK(fp4_context_set_tuning_cache(ctx, cache) == FP4_OK, "attach");
+  fp4_status st = host_mm(ctx, 70, NULL, &info);
+  CHECK(st == FP4_ERR_NOT_FOUND && strstr(fp4_last_error(), "tuned-bogus"), "auto used the cache: %s (%s)", fp4_status_str(st), fp4_last_error());
+  CHECK(host_mm(ctx, 129, NULL, &info) == FP4_OK, "M=129 is bucket 256: heuristic");
+  CHECK(host_mm(ctx, 64, NULL, &info) == FP4_OK, "M=64 is bucket 64: heuristic");
+  /* The cached winner is honoured when it runs; a winner that cannot run falls back, never fails. */
+  CHECK(fp4_tuning_cache_set(cache, &key, "ref", NULL, 1.0) == FP4_OK, "set");
+  CHECK(host_mm(ctx, 128, NULL, &info) == FP4_OK && !strcmp(info.backend, "ref"), "cached ref: %s", info.backend);
+  CHECK(fp4_tuning_cache_set(cache, &key, "cublaslt", "heur0", 1.0) == FP4_OK, "set");
+  CHECK(host_mm(ctx, 128, NULL, &info) == FP4_OK && !strcmp(info.backend, expect), "unrunnable winner falls back: %s", info.backend);
+  /* A named backend ignores the cache. */
+  CHECK(host_mm(ctx, 128, "ref", &info) == FP4_OK && !strcmp(info.backend, "ref"), "named");
+  fp4_context_destroy(ctx); /* frees the attached cache */
+}
+
+int main(void) {
+  test_registry_lists_backends();
+  test_vendor_backends_say_why();
+  test_probe_host();
+  test_arch_table();
+  test_heuristic_order();
+  test_auto_follows_cache();
+  if (failures) {
+    printf("%d failures\n", failures);
+    return 1;
+  }
+  printf("test_registry: all passed (%d backends, CUDA targets '%s')\n", fp4_backend_count(), fp4_build_cuda_targets());
+  return 0;
+}

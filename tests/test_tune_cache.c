@@ -1,0 +1,294 @@
+/* The tuning cache: M buckets, round trip, atomic saves under concurrent readers, and every way a
+ * file can be unusable (missing, empty, truncated, garbage, another version or device, a bad
+ * entry) is refused whole with a reason, never fatal; the tuner fills the cache on the host. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fp4kit.h"
+
+static int failures;
+#define CHECK(cond, ...)                                    \
+  do {                                                      \
+    if (!(cond)) {                                          \
+      failures++;                                           \
+      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+      printf(__VA_ARGS__);                                  \
+      printf("\n");                                         \
+    }                                                       \
+  } while (0)
+
+static char dir[256];
+
+static void path_of(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", dir, name); }
+
+static char *read_text(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *t = malloc(1 << 20);
+  *len = fread(t, 1, (1 << 20) - 1, f);
+  t[*len] = 0;
+  fclose(f);
+  return t;
+}
+
+static void write_text(const char *path, const char *text, size_t len) {
+  FILE *f = fopen(path, "wb");
+  fwrite(text, 1, len, f);
+  fclose(f);
+}
+
+static void test_buckets(void) {
+  static const int64_t in[] = {0, 1, 2, 3, 5, 255, 256, 257, 300, 513, 2048, 2049, 2560, 2561, 4096, 4097, 8192, 10000};
+  static const int64_t out[] = {1, 1, 2, 4, 8, 256, 256, 512, 512, 768, 2048, 2560, 2560, 3072, 4096, 8192, 8192, 16384};
+  for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+    CHECK(fp4_tune_m_bucket(in[i]) == out[i], "bucket(%lld) = %lld, expected %lld", (long long)in[i],
+          (long long)fp4_tune_m_bucket(in[i]), (long long)out[i]);
+  for (int64_t m = 1; m < 20000; m += 7) {
+    int64_t b = fp4_tune_m_bucket(m);
+    CHECK(b >= m && fp4_tune_m_bucket(b) == b, "bucket(%lld) = %lld", (long long)m, (long long)b);
+  }
+}
+
+static fp4_tuning_cache *filled_cache(fp4_context *ctx) {
+  fp4_tuning_cache *c = NULL;
+  CHECK(fp4_tuning_cache_create(ctx, &c) == FP4_OK, "create: %s", fp4_last_error());
+  fp4_tune_key k1 = {FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 1, 4096, 4096};
+  fp4_tune_key k2 = {FP4_TUNE_MM, FP4_FORMAT_MXFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_F16, 3000, 4096, 4096};
+  fp4_tune_key k3 = {FP4_TUNE_MM_W4A16, FP4_FORMAT_NVFP4, FP4_DTYPE_BF16, FP4_DTYPE_BF16, 16, 28672, 8192};
+  CHECK(fp4_tuning_cache_set(c, &k1, "ref", NULL, 12.5) == FP4_OK, "set");
+  CHECK(fp4_tuning_cache_set(c, &k2, "cublas-dequant", "heur1", 100.0) == FP4_OK, "set");
+  CHECK(fp4_tuning_cache_set(c, &k3, "cublaslt", "heur0", 7.0) == FP4_OK, "set");
+  CHECK(fp4_tuning_cache_set(c, &k3, "cudnn", NULL, 6.0) == FP4_OK, "replace");
+  CHECK(fp4_tuning_cache_count(c) == 3, "3 entries, got %d", fp4_tuning_cache_count(c));
+  return c;
+}
+
+static void test_round_trip(fp4_context *ctx) {
+  char path[512], be[32], cfg[64];
+  path_of(path, sizeof path, "sub/dir/cache.json"); /* folders are created */
+  fp4_tuning_cache *c = filled_cache(ctx);
+  CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "save: %s", fp4_last_error());
+  fp4_tuning_cache *d = NULL;
+  fp4_tuning_cache_create(ctx, &d);
+  CHECK(fp4_tuning_cache_load(d, path) == FP4_OK, "load: %s", fp4_last_error());
+  CHECK(fp4_tuning_cache_count(d) == 3, "count %d", fp4_tuning_cache_count(d));
+  fp4_tune_key k2 = {FP4_TUNE_MM, FP4_FORMAT_MXFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_F16, 2600, 4096, 4096}; /* bucket 3072 */
+  CHECK(fp4_tuning_cache_lookup(d, &k2, be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, "cublas-dequant") &&
+            !strcmp(cfg, "heur1"),
+        "lookup k2: %s/%s", be, cfg);
+  fp4_tune_key k3 = {FP4_TUNE_MM_W4A16, FP4_FORMAT_NVFP4, FP4_DTYPE_BF16, FP4_DTYPE_BF16, 9, 28672, 8192};
+  CHECK(fp4_tuning_cache_lookup(d, &k3, be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, "cudnn") && !cfg[0],
+        "lookup k3: %s/%s", be, cfg);
+  fp4_tune_key other = k3;
+  other.out_dtype = FP4_DTYPE_F32;
+  CHECK(fp4_tuning_cache_lookup(d, &other, be, sizeof be, cfg, sizeof cfg) == FP4_ERR_NOT_FOUND, "out dtype is in the key");
+  other = k3;
+  other.m = 17;
+  CHECK(fp4_tuning_cache_lookup(d, &other, be, sizeof be, cfg, sizeof cfg) == FP4_ERR_NOT_FOUND, "M bucket is in the key");
+  /* No temporary file is left behind. */
+  char sub[512];
+  path_of(sub, sizeof sub, "sub/dir");
+  DIR *dd = opendir(sub);
+  int files = 0;
+  for (struct dirent *e; dd && (e = readdir(dd));) files += e->d_name[0] != '.';
+  if (dd) closedir(dd);
+  CHECK(files == 1, "%d files in the cache folder", files);
+  fp4_tuning_cache_destroy(c);
+  fp4_tuning_cache_destroy(d);
+}
+
+/* Loads path into a cache that has entries; expects the status and an emptied cache. */
+static void expect_refused(fp4_context *ctx, const char *path, fp4_status expected, const char *what) {
+  fp4_tuning_cache *c = filled_cache(ctx);
+  fp4_status st = fp4_tuning_cache_load(c, path);
+  CHECK(st == expected, "%s: %s, expected %s (%s)", what, fp4_status_str(st), fp4_status_str(expected), fp4_last_error());
+  CHECK(fp4_tuning_cache_count(c) == 0, "%s: a refused file leaves the cache empty", what);
+  CHECK(strlen(fp4_last_error()) > 10, "%s: a reason", what);
+  printf("  %-22s %s\n", what, fp4_last_error());
+  fp4_tuning_cache_destroy(c);
+}
+
+static void replace_in(const char *src, const char *dst, const char *from, const char *to) {
+  size_t len = 0;
+  char *t = read_text(src, &len);
+  char *hit = t ? strstr(t, from) : NULL;
+  CHECK(hit != NULL, "'%s' in the saved cache", from);
+  if (!hit) {
+    free(t);
+    return;
+  }
+  FILE *f = fopen(dst, "wb");
+  fwrite(t, 1, (size_t)(hit - t), f);
+  fputs(to, f);
+  fputs(hit + strlen(from), f);
+  fclose(f);
+  free(t);
+}
+
+static void test_refused_files(fp4_context *ctx) {
+  char good[512], bad[512];
+  path_of(good, sizeof good, "good.json");
+  path_of(bad, sizeof bad, "bad.json");
+  fp4_tuning_cache *c = filled_cache(ctx);
+  CHECK(fp4_tuning_cache_save(c, good) == FP4_OK, "save");
+  fp4_tuning_cache_destroy(c);
+  size_t len = 0;
+  char *text = read_text(good, &len);
+  CHECK(text && len > 100, "saved text");
+
+  path_of(bad, sizeof bad, "missing.json");
+  expect_refused(ctx, bad, FP4_ERR_NOT_FOUND, "missing");
+  path_of(bad, sizeof bad, "bad.json");
+  write_text(bad, "", 0);
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "empty");
+  for (size_t cut = 1; cut < len - 2; cut += len / 7 + 1) {
+    write_text(bad, text, cut);
+    expect_refused(ctx, bad, FP4_ERR_FORMAT, "truncated");
+  }
+  char garbage[300];
+  srand(7);
+  for (size_t i = 0; i < sizeof garbage; i++) garbage[i] = (char)(rand() & 0xFF);
+  write_text(bad, garbage, sizeof garbage);
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "garbage");
+  write_text(bad, "[1, 2, 3]", 9);
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "not an object");
+  write_text(bad, "{\"format\": \"something-else\"}", 28);
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "another format");
+  replace_in(good, bad, "\"library_version\":\t\"" FP4KIT_VERSION_STRING "\"", "\"library_version\":\t\"0.0.1\"");
+  expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other library version");
+  replace_in(good, bad, "\"name\":\t\"host\"", "\"name\":\t\"NVIDIA H200\"");
+  expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other device");
+  replace_in(good, bad, "\"cc\":\t0", "\"cc\":\t90");
+  expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other cc");
+  replace_in(good, bad, "\"cudnn\":\t0", "\"cudnn\":\t91900");
+  expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other cuDNN");
+  replace_in(good, bad, "\"format_version\":\t1", "\"format_version\":\t2");
+  expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other format version");
+  replace_in(good, bad, "\"backend\":\t\"ref\"", "\"backend\":\t\"no-such-backend\"");
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "unknown backend");
+  replace_in(good, bad, "\"m_bucket\":\t1,", "\"m_bucket\":\t3,");
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "not a bucket");
+  replace_in(good, bad, "\"n\":\t4096", "\"n\":\t-4096");
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "negative N");
+  replace_in(good, bad, "\"out_dtype\":\t\"bf16\"", "\"out_dtype\":\t\"bf17\"");
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "unknown dtype");
+  free(text);
+}
+
+/* Auto selection with a default cache that cannot be used still runs (one warning, no failure). */
+static void test_default_cache_never_fatal(void) {
+  char bad[512];
+  path_of(bad, sizeof bad, "bad.json");
+  write_text(bad, "{ \"format\": \"fp4kit-tuning-cache\", \"entr", 40);
+  setenv("FP4KIT_TUNING_CACHE", bad, 1);
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  CHECK(fp4_context_tuning_cache(ctx) == NULL, "garbage default cache not used");
+  CHECK(strstr(fp4_context_tuning_note(ctx), "ignored") != NULL, "note: %s", fp4_context_tuning_note(ctx));
+  float x[16 * 32], out[16 * 8];
+  uint8_t q[16 * 16], s[16 * 2], wq[8 * 16], ws[8 * 2];
+  for (int i = 0; i < 16 * 32; i++) x[i] = (float)(i % 9) - 4.0f;
+  fp4_matrix xm = {x, 16, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, wm = {x, 8, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix a = {q, s, 16, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix b = {wq, ws, 8, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_matrix o = {out, 16, 8, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  CHECK(fp4_quantize(ctx, &xm, 1.0f, &a, NULL) == FP4_OK && fp4_quantize(ctx, &wm, 1.0f, &b, NULL) == FP4_OK, "quantize");
+  CHECK(fp4_mm(ctx, &a, &b, 1.0f, &o, NULL) == FP4_OK, "auto runs despite the bad cache: %s", fp4_last_error());
+  fp4_context_destroy(ctx);
+}
+
+/* Readers never see a half-written file while a writer saves over and over. */
+typedef struct race {
+  fp4_context *ctx;
+  const char *path;
+  int bad_loads, loads;
+} race;
+
+static void *writer(void *arg) {
+  race *r = arg;
+  fp4_tuning_cache *c = filled_cache(r->ctx);
+  for (int i = 0; i < 60; i++) fp4_tuning_cache_save(c, r->path);
+  fp4_tuning_cache_destroy(c);
+  return NULL;
+}
+
+static void *reader(void *arg) {
+  race *r = arg;
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(r->ctx, &c);
+  for (int i = 0; i < 200; i++) {
+    r->loads++;
+    if (fp4_tuning_cache_load(c, r->path) != FP4_OK || fp4_tuning_cache_count(c) != 3) r->bad_loads++;
+  }
+  fp4_tuning_cache_destroy(c);
+  return NULL;
+}
+
+static void test_concurrent_readers(fp4_context *ctx) {
+  char path[512];
+  path_of(path, sizeof path, "race.json");
+  fp4_tuning_cache *c = filled_cache(ctx);
+  fp4_tuning_cache_save(c, path);
+  fp4_tuning_cache_destroy(c);
+  race r = {ctx, path, 0, 0};
+  pthread_t w, rd;
+  pthread_create(&w, NULL, writer, &r);
+  pthread_create(&rd, NULL, reader, &r);
+  pthread_join(w, NULL);
+  pthread_join(rd, NULL);
+  CHECK(r.bad_loads == 0, "%d of %d loads saw a partial file", r.bad_loads, r.loads);
+}
+
+/* The tuner on the host: the winner is recorded and auto then uses it. */
+static void test_tuner_host(void) {
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(ctx, &c);
+  fp4_tune_key keys[2] = {{FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 3, 48, 64},
+                          {FP4_TUNE_MM_W4A16, FP4_FORMAT_MXFP4, FP4_DTYPE_BF16, FP4_DTYPE_F32, 5, 40, 96}};
+  fp4_tune_result res[2];
+  CHECK(fp4_tune(ctx, keys, 2, 3, c, res, NULL, NULL) == FP4_OK, "tune: %s", fp4_last_error());
+  for (int i = 0; i < 2; i++) {
+    char be[32], cfg[64];
+    CHECK(res[i].backend[0] && res[i].candidates >= 1 && res[i].median_us > 0, "result %d: '%s' %d candidates", i, res[i].backend,
+          res[i].candidates);
+    CHECK(res[i].key.m == fp4_tune_m_bucket(keys[i].m), "tuned at the bucket");
+    CHECK(fp4_tuning_cache_lookup(c, &keys[i], be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, res[i].backend),
+          "cached winner %d", i);
+  }
+  fp4_tune_key bad = keys[0];
+  bad.k = 40; /* not a multiple of 16 */
+  CHECK(fp4_tune(ctx, &bad, 1, 3, c, NULL, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "K must fit the block");
+  CHECK(fp4_tune(ctx, keys, 1, 0, c, NULL, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "runs >= 1");
+  fp4_tuning_cache_destroy(c);
+  fp4_context_destroy(ctx);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/fp4kit-test-tune-%ld", (long)getpid());
+  setenv("FP4KIT_TUNING_CACHE", "/nonexistent/fp4kit-test.json", 1);
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  test_buckets();
+  test_round_trip(ctx);
+  test_refused_files(ctx);
+  test_concurrent_readers(ctx);
+  test_default_cache_never_fatal();
+  test_tuner_host();
+  fp4_context_destroy(ctx);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+  if (failures) {
+    printf("%d failures\n", failures);
+    return 1;
+  }
+  printf("test_tune_cache: all passed\n");
+  return 0;
+}
