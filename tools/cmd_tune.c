@@ -8,12 +8,6 @@
 
 #include "cli.h"
 
-/* The model shape sets live in src/model; a build without them still tunes --shapes files. */
-#if defined(__GNUC__)
-#pragma weak fp4_shape_set
-#pragma weak fp4_shape_set_name
-#endif
-
 static void tune_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit tune (--model NAME [--tp N] [--ep N] | --shapes FILE | --shape NxK)...\n"
@@ -85,10 +79,6 @@ static int read_shapes(const char *path, shape_list *s) {
 }
 
 static int add_model(const char *model, int tp, int ep, shape_list *s) {
-  if (!fp4_shape_set) {
-    fprintf(stderr, "fp4kit tune: this build has no model shape sets; use --shapes FILE or --shape NxK\n");
-    return 0;
-  }
   int total = 0;
   fp4_status st = fp4_shape_set(model, tp, ep, NULL, 0, &total);
   if (st) {
