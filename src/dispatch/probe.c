@@ -153,7 +153,17 @@ void fp4_probe_ask_supports(fp4_context *ctx, const fp4_backend *b, fp4_memory m
   }
 }
 
-static const char generic_grouped[] = "fp4kit has no grouped/MoE entry point yet";
+/* Grouped GEMM / MoE: a backend takes those ops only when its table lists them (extra_ops). */
+static void grouped_cap(const fp4_backend *b, int on_device, fp4_backend_probe *out) {
+  const unsigned moe_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE);
+  if ((b->extra_ops & moe_ops) == moe_ops)
+    fp4_probe_set(out, FP4_CAP_GROUPED, FP4_SUPPORT_YES, FP4_EVIDENCE_QUERIED,
+                  on_device ? "implements grouped GEMM and the MoE layer on device memory"
+                            : "implements grouped GEMM and the MoE layer on host memory");
+  else
+    fp4_probe_set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE,
+                  "this backend does not implement grouped GEMM / the MoE layer");
+}
 
 /* Derives a backend's answers from available() and supports() (backends without a probe). */
 static void generic_probe(fp4_context *ctx, const fp4_backend *b, const fp4_arch_info *arch, fp4_backend_probe *out) {
@@ -189,7 +199,7 @@ static void generic_probe(fp4_context *ctx, const fp4_backend *b, const fp4_arch
                          : why);
   }
   out->device_memory = any_device;
-  set_cap(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, generic_grouped);
+  grouped_cap(b, any_device, out);
   if (!any_device && any_host) {
     set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "host backend: PDL does not apply");
   } else if (arch && !arch->pdl) {
