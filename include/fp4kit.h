@@ -431,6 +431,8 @@ FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t to
 FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
                                    const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,
                                    fp4_matrix *out, const fp4_options *options);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Architectures, capability probe, auto selection and tuning (src/dispatch/arch.c, probe.c,     */
 /* src/tune/tuner.c)                                                                           */
 /* ------------------------------------------------------------------------------------------ */

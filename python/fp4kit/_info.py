@@ -47,42 +47,110 @@ def _need(symbol, what):
     return getattr(_lib.LIB, symbol)
 
 
-def probe(device=None):
-    """The capability probe (what `fp4kit probe --json` reports) as a dict: devices, and for every
-    backend and capability whether it runs here, with the reason for every 'no'."""
-    fn = _need("fp4_probe_json", "probe")
+def _probe_record(bp):
+    lib = _lib.LIB
+    caps = {}
+    for c in range(len(bp.caps)):
+        cap = bp.caps[c]
+        caps[lib.fp4_cap_name(c).decode()] = {
+            "support": lib.fp4_support_name(cap.support).decode(),
+            "evidence": lib.fp4_evidence_name(cap.evidence).decode(),
+            "reason": cap.reason.decode(errors="replace"),
+        }
+    return {
+        "backend": bp.backend.decode(),
+        "available": lib.fp4_support_name(bp.available).decode(),
+        "reason": bp.reason.decode(errors="replace"),
+        "device_memory": bool(bp.device_memory),
+        "capabilities": caps,
+    }
+
+
+def probe(device=None, arch=None):
+    """The capability probe as a dict: the CUDA devices, and for every backend and capability
+    (nvfp4 w4a4, mxfp4 w4a4, w4a16, grouped/moe, pdl) whether it runs, how that was established
+    (table, queried, executed) and the reason for every 'no'. device: None for the host, or a CUDA
+    ordinal; arch: an architecture name ("sm_120") answered from the architecture table instead."""
+    _need("fp4_probe_backend", "probe")
+    lib = _lib.LIB
+    devices = []
+    for d in range(lib.fp4_probe_device_count()):
+        dp = _lib.DeviceProbe()
+        _lib.check(lib.fp4_probe_device(d, ctypes.byref(dp)), "fp4_probe_device")
+        devices.append({"device": dp.device, "name": dp.name.decode(), "arch": dp.arch.decode(), "cc": dp.cc,
+                        "sm_count": dp.sm_count, "memory_bytes": dp.memory_bytes,
+                        "driver_version": dp.driver_version, "runtime_version": dp.runtime_version,
+                        "cublaslt_version": dp.cublaslt_version, "cudnn_version": dp.cudnn_version,
+                        "binary_has_code": bool(dp.binary_has_code)})
     ctx = T.context(device) if device is not None else None
-    handle = ctx.handle if ctx else None
-    size = 1 << 16
-    while True:
-        buf = ctypes.create_string_buffer(size)
-        needed = ctypes.c_size_t()
-        _lib.check(fn(handle, buf, size, ctypes.byref(needed)), "fp4_probe_json")
-        if needed.value <= size:
-            return json.loads(buf.value.decode())
-        size = needed.value
+    records = []
+    for i in range(lib.fp4_backend_count()):
+        name = lib.fp4_backend_name(i)
+        bp = _lib.BackendProbe()
+        if arch is not None:
+            _lib.check(lib.fp4_probe_backend_arch(str(arch).encode(), name, ctypes.byref(bp)), "fp4_probe_backend_arch")
+        else:
+            with (ctx.lock if ctx else _NoLock()):
+                _lib.check(lib.fp4_probe_backend(ctx.handle if ctx else None, name, ctypes.byref(bp)),
+                           "fp4_probe_backend")
+        records.append(_probe_record(bp))
+    return {"library": library_version(), "devices": devices, "arch": arch, "device": device, "backends": records}
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 _FORMATS = {"nvfp4": _lib.FORMAT_NVFP4, "mxfp4": _lib.FORMAT_MXFP4}
+_OPS = {"w4a4": 0, "w4a16": 1}
 
 
-def tune(shapes, m=(1, 16, 128, 1024), format="nvfp4", out_dtype="bfloat16", cache_path=None, device=0):
-    """Times every supported (backend, config) for each GEMM shape and records the winners in the
-    tuning cache that backend='auto' reads. shapes: iterable of (N, K); m: one M or several.
-    cache_path: None for the library's default cache file. Returns the number of (M, N, K) tuned."""
-    fn = _need("fp4_tune", "tune")
+def tune(shapes, m=(1, 16, 128, 1024), format="nvfp4", op="w4a4", out_dtype="bfloat16", a_dtype="bfloat16",
+         runs=20, cache_path=None, device=0):
+    """Times every supported (backend, config) for each GEMM shape (N, K) at each M bucket and
+    records the winners in the tuning cache that backend='auto' reads (merged with the cache file
+    already there when it belongs to this library version and device). cache_path: None for the
+    library's default file. Returns a list of dicts (m, n, k, backend, config, median_us,
+    candidates, rejected). device: a CUDA ordinal, or None to tune the host backends."""
+    _need("fp4_tune", "tune")
+    lib = _lib.LIB
     if format not in _FORMATS:
         raise InvalidArgumentError("tune: format must be 'nvfp4' or 'mxfp4', not %r" % (format,))
+    if op not in _OPS:
+        raise InvalidArgumentError("tune: op must be 'w4a4' or 'w4a16', not %r" % (op,))
     dt = T.dtype_name(out_dtype)
     if dt not in T.DENSE_DTYPES:
         raise InvalidArgumentError("tune: out_dtype %s is not bfloat16, float16 or float32" % dt)
+    at = T.dtype_name(a_dtype)
+    if op == "w4a16" and at not in T.DENSE_DTYPES:
+        raise InvalidArgumentError("tune: a_dtype %s is not bfloat16, float16 or float32" % at)
     ms = [m] if isinstance(m, int) else list(m)
-    ctx = T.context(device)
-    path = cache_path.encode() if cache_path else None
-    count = 0
-    for n, k in shapes:
-        for mm in ms:
-            with ctx.lock:
-                _lib.check(fn(ctx.handle, _FORMATS[format], int(mm), int(n), int(k), T.C_DTYPE[dt], path), "fp4_tune")
-            count += 1
-    return count
+    keys = [(int(mm), int(n), int(k)) for n, k in shapes for mm in ms]
+    if not keys:
+        raise InvalidArgumentError("tune: no shapes given")
+    arr = (_lib.TuneKey * len(keys))()
+    for i, (mm, n, k) in enumerate(keys):
+        arr[i] = _lib.TuneKey(_OPS[op], _FORMATS[format], T.C_DTYPE[at] if op == "w4a16" else _lib.DTYPE_E2M1X2,
+                              T.C_DTYPE[dt], mm, n, k)
+    results = (_lib.TuneResult * len(keys))()
+    ctx = T.context(device) if device is not None else None
+    if cache_path is None:
+        buf = ctypes.create_string_buffer(4096)
+        _lib.check(lib.fp4_tuning_cache_default_path(buf, len(buf)), "fp4_tuning_cache_default_path")
+        cache_path = buf.value.decode()
+    cache = ctypes.c_void_p()
+    handle = ctx.handle if ctx else None
+    with (ctx.lock if ctx else _NoLock()):
+        _lib.check(lib.fp4_tuning_cache_create(handle, ctypes.byref(cache)), "fp4_tuning_cache_create")
+        try:
+            lib.fp4_tuning_cache_load(cache, cache_path.encode())  # a missing or stale file: start empty
+            _lib.check(lib.fp4_tune(handle, arr, len(keys), int(runs), cache, results, None, None), "fp4_tune")
+            _lib.check(lib.fp4_tuning_cache_save(cache, cache_path.encode()), "fp4_tuning_cache_save")
+        finally:
+            lib.fp4_tuning_cache_destroy(cache)
+    return [{"m": r.key.m, "n": r.key.n, "k": r.key.k, "backend": r.backend.decode(), "config": r.config.decode(),
+             "median_us": r.median_us, "candidates": r.candidates, "rejected": r.rejected} for r in results]

@@ -137,17 +137,76 @@ _PROTOTYPES = {
     "fp4_backend_available": (_c_status, [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
 }
 
-# Entry points that the capability probe and the tuner add to the C API. The package binds them
-# when the loaded library has them; probe() and tune() raise UnsupportedError naming the symbol
-# otherwise.
-#   fp4_status fp4_probe_json(fp4_context *ctx, char *buf, size_t size, size_t *needed)
-#       the probe report as JSON (what `fp4kit probe --json` prints); *needed = bytes incl. NUL
-#   fp4_status fp4_tune(fp4_context *ctx, fp4_format format, int64_t m, int64_t n, int64_t k,
-#                       fp4_dtype out_dtype, const char *cache_path)
-#       times every supported (backend, config) for one shape and stores the winner in the cache
+# The capability probe and the tuner (bound when the loaded library has them; probe() and tune()
+# raise UnsupportedError naming the symbol otherwise).
+class Capability(ctypes.Structure):
+    _fields_ = [("support", ctypes.c_int), ("evidence", ctypes.c_int), ("reason", ctypes.c_char * 192)]
+
+
+class BackendProbe(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_char * 32),
+        ("available", ctypes.c_int),
+        ("reason", ctypes.c_char * 192),
+        ("device_memory", ctypes.c_int),
+        ("caps", Capability * 5),
+    ]
+
+
+class DeviceProbe(ctypes.Structure):
+    _fields_ = [
+        ("device", ctypes.c_int),
+        ("name", ctypes.c_char * 128),
+        ("cc", ctypes.c_int),
+        ("sm_count", ctypes.c_int),
+        ("memory_bytes", ctypes.c_uint64),
+        ("driver_version", ctypes.c_int),
+        ("runtime_version", ctypes.c_int),
+        ("cublaslt_version", ctypes.c_int),
+        ("cudnn_version", ctypes.c_int),
+        ("binary_has_code", ctypes.c_int),
+        ("arch", ctypes.c_char * 16),
+    ]
+
+
+class TuneKey(ctypes.Structure):
+    _fields_ = [
+        ("op", ctypes.c_int),
+        ("format", ctypes.c_int),
+        ("a_dtype", ctypes.c_int),
+        ("out_dtype", ctypes.c_int),
+        ("m", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("k", ctypes.c_int64),
+    ]
+
+
+class TuneResult(ctypes.Structure):
+    _fields_ = [
+        ("key", TuneKey),
+        ("backend", ctypes.c_char * 32),
+        ("config", ctypes.c_char * 64),
+        ("median_us", ctypes.c_double),
+        ("candidates", ctypes.c_int),
+        ("rejected", ctypes.c_int),
+    ]
+
+
 OPTIONAL_SYMBOLS = {
-    "fp4_probe_json": (_c_status, [_vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
-    "fp4_tune": (_c_status, [_vp, ctypes.c_int, _i64, _i64, _i64, ctypes.c_int, ctypes.c_char_p]),
+    "fp4_probe_device_count": (ctypes.c_int, []),
+    "fp4_probe_device": (_c_status, [ctypes.c_int, ctypes.POINTER(DeviceProbe)]),
+    "fp4_probe_backend": (_c_status, [_vp, ctypes.c_char_p, ctypes.POINTER(BackendProbe)]),
+    "fp4_probe_backend_arch": (_c_status, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(BackendProbe)]),
+    "fp4_cap_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "fp4_support_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "fp4_evidence_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "fp4_tuning_cache_create": (_c_status, [_vp, ctypes.POINTER(_vp)]),
+    "fp4_tuning_cache_destroy": (None, [_vp]),
+    "fp4_tuning_cache_load": (_c_status, [_vp, ctypes.c_char_p]),
+    "fp4_tuning_cache_save": (_c_status, [_vp, ctypes.c_char_p]),
+    "fp4_tuning_cache_default_path": (_c_status, [ctypes.c_char_p, ctypes.c_size_t]),
+    "fp4_tune": (_c_status, [_vp, ctypes.POINTER(TuneKey), ctypes.c_int, ctypes.c_int, _vp,
+                             ctypes.POINTER(TuneResult), _vp, _vp]),
 }
 
 

@@ -457,16 +457,33 @@ def test_backends_lists_ref_as_available_on_the_host():
         assert b["available"] or b["reason"], b  # every "no" says why
 
 
-def test_probe_and_tune_need_the_library_symbols():
-    has_probe = hasattr(C, "fp4_probe_json")
-    if not has_probe:
-        with pytest.raises(NotImplementedError, match="fp4_probe_json"):
-            fp4kit.probe()
-    else:
-        assert isinstance(fp4kit.probe(), dict)
-    if not hasattr(C, "fp4_tune"):
-        with pytest.raises(NotImplementedError, match="fp4_tune"):
-            fp4kit.tune([(64, 64)], m=1)
+def test_probe_reports_every_backend_with_reasons():
+    report = fp4kit.probe()
+    names = [b["backend"] for b in report["backends"]]
+    assert names == [b["name"] for b in fp4kit.backends()]
+    ref = report["backends"][names.index("ref")]
+    assert ref["available"] == "yes"
+    assert ref["capabilities"]["nvfp4 w4a4"]["support"] == "yes"
+    for b in report["backends"]:
+        for cap, answer in b["capabilities"].items():
+            assert answer["support"] == "yes" or answer["reason"], (b["backend"], cap)
+
+
+def test_probe_answers_for_an_architecture_from_the_table():
+    report = fp4kit.probe(arch="sm_120")
+    assert report["arch"] == "sm_120" and report["backends"]
+    with pytest.raises(ValueError):
+        fp4kit.probe(arch="sm_7")
+
+
+def test_tune_on_the_host_writes_a_cache(tmp_path):
+    path = tmp_path / "tuning.json"
+    results = fp4kit.tune([(64, 128)], m=[1, 3], device=None, runs=2, cache_path=str(path))
+    assert [(r["m"], r["n"], r["k"]) for r in results] == [(1, 64, 128), (4, 64, 128)]  # M rounded to its bucket
+    assert all(r["backend"] and r["median_us"] > 0 for r in results)
+    assert path.exists() and path.read_text().strip().startswith("{")
+    with pytest.raises(ValueError, match="format"):
+        fp4kit.tune([(64, 128)], format="int4", device=None)
 
 
 def test_import_does_not_need_torch():
