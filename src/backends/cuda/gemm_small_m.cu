@@ -103,7 +103,7 @@ __device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
   return r;
 }
 
-/* An E4M3 scale byte as a 16-bit pair (exact in bf16 and f16). */
+/* An E4M3 scale byte as a 16-bit pair (exact in bf16 and f16): W4A4 activation scales. */
 template <bool F16>
 __device__ __forceinline__ uint32_t e4m3_pair(uint32_t byte) {
   const float s = fp4_e4m3_decode_inline((uint8_t)byte);
@@ -111,7 +111,7 @@ __device__ __forceinline__ uint32_t e4m3_pair(uint32_t byte) {
   return h | (h << 16);
 }
 
-/* 2^d for d <= 0 as a 16-bit pair; 0 below the smallest subnormal. */
+/* 2^d as a 16-bit pair, for d up to 127 (bf16) or 15 (f16); 0 below the smallest subnormal. */
 template <bool F16>
 __device__ __forceinline__ uint32_t pow2_pair(int d) {
   uint32_t h;
@@ -123,6 +123,39 @@ __device__ __forceinline__ uint32_t pow2_pair(int d) {
 /* A UE8M0 activation scale 2^(e-127) as a bf16 pair (W4A4 stages FP4 activations as bf16). */
 __device__ __forceinline__ uint32_t ue8m0_bf16_pair(uint32_t e) {
   const uint32_t h = e == 0xFF ? 0x7FC0u : e == 0 ? 0x0040u : e << 7;
+  return h | (h << 16);
+}
+
+/* Weight codes, cheaply: sign to bit 15, the three magnitude bits to the two low exponent bits and
+ * the top mantissa bit. That makes the 16-bit value e2m1 * 2^-126 (bf16) or e2m1 * 2^-14 (f16),
+ * subnormal for the 0.5 code and exact; the block-scale multiply then removes the power of two.
+ * Pairs p[i] = (element i, element i+4) as in decode8. */
+template <bool F16>
+__device__ __forceinline__ void decode8_raw(uint32_t w, uint32_t p[4]) {
+  if (F16) {
+    p[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+    p[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
+    p[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
+    p[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+  } else {
+    p[0] = ((w << 6) & 0x01C001C0u) | ((w << 12) & 0x80008000u);
+    p[1] = ((w << 2) & 0x01C001C0u) | ((w << 8) & 0x80008000u);
+    p[2] = ((w >> 2) & 0x01C001C0u) | ((w << 4) & 0x80008000u);
+    p[3] = ((w >> 6) & 0x01C001C0u) | (w & 0x80008000u);
+  }
+}
+
+/* The multiplier of decode8_raw pairs for an NVFP4 weight block: scale * 2^118 (bf16) or
+ * scale * 2^6 (f16), so weights become e2m1 * scale * 2^-8 (exact, normal or f16-subnormal with
+ * room to spare); the kernel multiplies the FP32 result by 2^8. The E4M3 bits placed in a float
+ * give scale * 2^-120 (a float subnormal for E4M3 subnormals, which FMUL handles exactly). */
+template <bool F16>
+__device__ __forceinline__ uint32_t nv_weight_scale_pair(uint32_t byte) {
+  const float f = __uint_as_float(((byte & 0x7Fu) << 20) | ((byte & 0x80u) << 24));
+  uint32_t h;
+  if (F16) h = __half_as_ushort(__float2half_rn(__fmul_rn(f, 0x1p126f)));
+  else h = __float_as_uint(__fmul_rn(__fmul_rn(f, 0x1p120f), 0x1p118f)) >> 16;
+  if ((byte & 0x7Fu) == 0x7Fu) h = F16 ? 0x7E00u : 0x7FC0u; /* E4M3 NaN stays NaN */
   return h | (h << 16);
 }
 
@@ -140,38 +173,55 @@ __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Scale bytes of the blocks a thread's 32 K elements of slab s cover: two E4M3 (NVFP4, blocks
- * 8s+2t and 8s+2t+1, adjacent in every layout) or one UE8M0 (MXFP4, block 4s+t). */
+/* Where a thread's scale bytes of slab s are: two E4M3 (NVFP4, blocks 8s+2t and 8s+2t+1, adjacent
+ * in every layout) or one UE8M0 (MXFP4, block 4s+t). In every layout the offset is
+ * base + s * stride, so the kernel walks pointers instead of recomputing the swizzle. */
+struct scale_walk {
+  const uint8_t *base;
+  int64_t stride;
+};
+
 template <bool NV>
-__device__ __forceinline__ uint32_t load_scales(const uint8_t *scales, int layout, int64_t C, int64_t r, int s,
-                                                int t) {
-  if (NV) return __ldg(reinterpret_cast<const uint16_t *>(scales + fp4_layout_offset(layout, C, r, 8 * s + 2 * t)));
-  return __ldg(scales + fp4_layout_offset(layout, C, r, 4 * s + t));
+__device__ __forceinline__ scale_walk make_walk(const uint8_t *scales, int layout, int64_t C, int64_t r, int t) {
+  const int64_t c0 = NV ? 2 * t : t, step = NV ? 8 : 4;
+  const int64_t o0 = fp4_layout_offset(layout, C, r, c0);
+  scale_walk w = {scales + o0, fp4_layout_offset(layout, C, r, c0 + step) - o0};
+  return w;
 }
 
-/* The B fragments of token m for 8-group q of slab s: pairs (x_i, x_i+4), i = 0..3, in x[0] (and
- * the mid and lo parts of f32 activations in x[1], x[2]); zero past M. asc: the token's FP4 scales. */
+template <bool NV>
+__device__ __forceinline__ uint32_t load_scales(const scale_walk &w, int s) {
+  const uint8_t *p = w.base + (int64_t)s * w.stride;
+  if (NV) return __ldg(reinterpret_cast<const uint16_t *>(p));
+  return __ldg(p);
+}
+
+/* Activation addressing of one thread: token g of tile 0, its 32 K elements of slab 0. */
+template <int ACT>
+struct act_walk {
+  static constexpr int kElem = ACT == FP4_CUDA_ACT_F32 ? 4 : 2; /* bytes per element, dense      */
+  static constexpr int kSlab = ACT == FP4_CUDA_ACT_FP4 ? 64 : 128 * kElem; /* bytes per slab   */
+  static constexpr int kGroup = ACT == FP4_CUDA_ACT_FP4 ? 4 : 8 * kElem;   /* bytes per 8-group */
+  const char *base;
+  int64_t tile; /* bytes between token tiles (8 rows) */
+};
+
+/* The B fragments of token m = 8 nt + g for 8-group q of slab s: pairs (x_i, x_i+4), i = 0..3, in
+ * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. */
 template <int FMT, int ACT>
-__device__ __forceinline__ void activation_group(const gemm_params &p, int64_t m, int s, int t, int q, uint32_t asc,
-                                                 uint32_t x[3][4]) {
+__device__ __forceinline__ void activation_group(const char *slab, int64_t tile, bool valid, int nt, int q,
+                                                 uint32_t asc, uint32_t x[3][4]) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
-  if (m >= p.m) {
-#pragma unroll
-    for (int v = 0; v < 3; v++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) x[v][i] = 0u;
-    return;
-  }
+  const char *src = slab + nt * tile + q * act_walk<ACT>::kGroup;
   if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
-    const uint16_t *src = static_cast<const uint16_t *>(p.a) + m * p.lda + (int64_t)s * 128 + 32 * t + 8 * q;
-    const uint4 w = ld_act(src);
+    const uint4 w = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
     x[0][0] = __byte_perm(w.x, w.z, 0x5410);
     x[0][1] = __byte_perm(w.x, w.z, 0x7632);
     x[0][2] = __byte_perm(w.y, w.w, 0x5410);
     x[0][3] = __byte_perm(w.y, w.w, 0x7632);
   } else if (ACT == FP4_CUDA_ACT_F32) {
-    const float *src = static_cast<const float *>(p.a) + m * p.lda + (int64_t)s * 128 + 32 * t + 8 * q;
-    const uint4 lo4 = ld_act(src), hi4 = ld_act(src + 4);
+    const uint4 lo4 = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 hi4 = valid ? ld_act(src + 16) : make_uint4(0u, 0u, 0u, 0u);
     const float v[8] = {__uint_as_float(lo4.x), __uint_as_float(lo4.y), __uint_as_float(lo4.z),
                         __uint_as_float(lo4.w), __uint_as_float(hi4.x), __uint_as_float(hi4.y),
                         __uint_as_float(hi4.z), __uint_as_float(hi4.w)};
@@ -189,8 +239,7 @@ __device__ __forceinline__ void activation_group(const gemm_params &p, int64_t m
       x[2][i] = *reinterpret_cast<const uint32_t *>(&lo);
     }
   } else { /* FP4 activations (W4A4), dequantized exactly to bf16 */
-    const uint8_t *src = static_cast<const uint8_t *>(p.a) + m * p.lda + (int64_t)s * 64 + 16 * t + 4 * q;
-    decode8<false>(__ldg(reinterpret_cast<const uint32_t *>(src)), x[0]);
+    decode8<false>(valid ? __ldg(reinterpret_cast<const uint32_t *>(src)) : 0u, x[0]);
     const uint32_t s2 = NV ? e4m3_pair<false>((asc >> (8 * (q >> 1))) & 0xFF) : ue8m0_bf16_pair(asc & 0xFF);
 #pragma unroll
     for (int i = 0; i < 4; i++) x[0][i] = hmul2<false>(x[0][i], s2);
@@ -200,8 +249,9 @@ __device__ __forceinline__ void activation_group(const gemm_params &p, int64_t m
 /* One 128-K slab of one warp: 16 rows x 128 K of weights times every token tile. Loops run over
  * the four 8-groups q of the thread's 32 K elements so only one group's fragments are live. */
 template <int FMT, int ACT, int NT>
-__device__ __forceinline__ void slab_mma(const gemm_params &p, int s, int g, int t, uint4 wa, uint4 wb, uint32_t sca,
-                                         uint32_t scb, float acc[NT][4]) {
+__device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const scale_walk *asw, const bool *valid,
+                                         int s, const uint32_t *table, uint4 wa, uint4 wb, uint32_t sca, uint32_t scb,
+                                         float acc[NT][4]) {
   constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 ? 3 : 1;
@@ -209,34 +259,33 @@ __device__ __forceinline__ void slab_mma(const gemm_params &p, int s, int g, int
   float post_a = 1.0f, post_b = 1.0f;
   uint32_t fa[2], fb[2];
   if (NV) {
-    fa[0] = e4m3_pair<F16>(sca & 0xFF);
-    fa[1] = e4m3_pair<F16>(sca >> 8);
-    fb[0] = e4m3_pair<F16>(scb & 0xFF);
-    fb[1] = e4m3_pair<F16>(scb >> 8);
+    fa[0] = table[sca & 0xFF];
+    fa[1] = table[sca >> 8];
+    fb[0] = table[scb & 0xFF];
+    fb[1] = table[scb >> 8];
   } else {
     const int ea = (int)sca, eb = (int)scb;
     int ma = max(ea, __shfl_xor_sync(0xFFFFFFFFu, ea, 1)), mb = max(eb, __shfl_xor_sync(0xFFFFFFFFu, eb, 1));
     ma = max(ma, __shfl_xor_sync(0xFFFFFFFFu, ma, 2));
     mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, 2));
-    fa[0] = fa[1] = pow2_pair<F16>(ea - ma);
-    fb[0] = fb[1] = pow2_pair<F16>(eb - mb);
+    /* raw pairs are e2m1 * 2^-126 (bf16) / 2^-14 (f16): the factor also undoes that */
+    fa[0] = fa[1] = pow2_pair<F16>(ea - ma + (F16 ? 14 : 126));
+    fb[0] = fb[1] = pow2_pair<F16>(eb - mb + (F16 ? 14 : 126));
     post_a = fp4_ue8m0_decode_inline((uint8_t)ma);
     post_b = fp4_ue8m0_decode_inline((uint8_t)mb);
   }
   uint32_t asc[NT];
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++) {
-    const int64_t m = (int64_t)nt * 8 + g;
-    asc[nt] = ACT == FP4_CUDA_ACT_FP4 && m < p.m ? load_scales<NV>(p.a_scales, p.a_layout, p.C, m, s, t) : 0u;
-  }
+  for (int nt = 0; nt < NT; nt++)
+    asc[nt] = ACT == FP4_CUDA_ACT_FP4 && valid[nt] ? load_scales<NV>(asw[nt], s) : 0u;
   float d[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
 #pragma unroll
   for (int q = 0; q < 4; q++) {
     uint32_t pa[4], pb[4];
-    decode8<F16>(wa_w[q], pa);
-    decode8<F16>(wb_w[q], pb);
+    decode8_raw<F16>(wa_w[q], pa);
+    decode8_raw<F16>(wb_w[q], pb);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       pa[i] = hmul2<F16>(pa[i], fa[q >> 1]);
@@ -245,7 +294,7 @@ __device__ __forceinline__ void slab_mma(const gemm_params &p, int s, int g, int
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       uint32_t x[3][4];
-      activation_group<FMT, ACT>(p, (int64_t)nt * 8 + g, s, t, q, asc[nt], x);
+      activation_group<FMT, ACT>(slab, tile, valid[nt], nt, q, asc[nt], x);
       float *dst = NV ? acc[nt] : d[nt];
 #pragma unroll
       for (int i0 = 0; i0 < 4; i0 += 2) {
@@ -291,12 +340,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT >= 4 ? 1 : 2) gemm_small_m_
   const int nslabs = (int)(p.k >> 7);
   const uint8_t *wa_ptr = p.b + ra * (p.k >> 1) + 16 * t;
   const uint8_t *wb_ptr = p.b + rb * (p.k >> 1) + 16 * t;
+  const scale_walk swa = make_walk<NV>(p.b_scales, p.b_layout, p.C, ra, t);
+  const scale_walk swb = make_walk<NV>(p.b_scales, p.b_layout, p.C, rb, t);
+  act_walk<ACT> aw;
+  const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
+  aw.base = static_cast<const char *>(p.a) + g * row_bytes + t * (act_walk<ACT>::kSlab / 4);
+  aw.tile = 8 * row_bytes;
+  scale_walk asw[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    asw[nt].base = NULL;
+    asw[nt].stride = 0;
+    if (ACT == FP4_CUDA_ACT_FP4 && nt * 8 + g < p.m) asw[nt] = make_walk<NV>(p.a_scales, p.a_layout, p.C, nt * 8 + g, t);
+  }
+  bool valid[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) valid[nt] = nt * 8 + g < p.m;
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  /* NVFP4 weight scale byte -> 16-bit multiplier pair, looked up instead of converted per block. */
+  __shared__ uint32_t table[NV ? 256 : 1];
+  if (NV) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
+    __syncthreads();
+  }
+
+  /* The activations of slab s start at aw.base + s * kSlab; walk a pointer instead. */
+  const int64_t act_step = (int64_t)warps * act_walk<ACT>::kSlab;
+  const char *act_slab = aw.base + (int64_t)warp * act_walk<ACT>::kSlab;
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  for (int s0 = warp; s0 < nslabs; s0 += warps * U) {
+  for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
     uint4 wa[U], wb[U];
     uint32_t sca[U], scb[U];
 #pragma unroll
@@ -305,14 +380,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT >= 4 ? 1 : 2) gemm_small_m_
       if (s < nslabs) {
         wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
         wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
-        sca[u] = load_scales<NV>(p.b_scales, p.b_layout, p.C, ra, s, t);
-        scb[u] = load_scales<NV>(p.b_scales, p.b_layout, p.C, rb, s, t);
+        sca[u] = load_scales<NV>(swa, s);
+        scb[u] = load_scales<NV>(swb, s);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
-      if (s < nslabs) slab_mma<FMT, ACT, NT>(p, s, g, t, wa[u], wb[u], sca[u], scb[u], acc);
+      if (s < nslabs)
+        slab_mma<FMT, ACT, NT>(act_slab + u * act_step, aw.tile, asw, valid, s, table, wa[u], wb[u], sca[u], scb[u], acc);
     }
   }
   fp4_pdl_launch_dependents(); /* every input has been read */
@@ -388,7 +464,8 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   p.b_layout = a->b_layout;
   p.a_layout = a->a_layout;
   p.out_dtype = a->out_dtype;
-  p.scale = a->scale;
+  /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
+  p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
   cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, s, pdl)
                                                 : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, s, pdl);
