@@ -1,0 +1,214 @@
+/*
+ * Timing driver for the cuda backend's small-M kernels (not the official `fp4kit bench`): for each
+ * (N, K, M) it times W4A16 (bf16 activations, NVFP4 and MXFP4), W4A4 NVFP4 (GEMM alone and
+ * quantize + GEMM) and, in the same run, cuBLAS BF16 on the same shape and the device-to-device copy
+ * bandwidth. Median of 50 single-call timings after warm-up (fp4_time, CUDA events); weights rotate
+ * through copies totalling more than 200 MB so no timing is served from L2.
+ * Effective bandwidth counts the FP4 weight and scale bytes (0.5625 B per weight).
+ * Usage: cuda_small_m_timing [csv-file]
+ */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "fp4kit.h"
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } \
+  } while (0)
+#define FK(x)                                                                                   \
+  do {                                                                                          \
+    fp4_status s_ = (x);                                                                        \
+    if (s_ != FP4_OK) { fprintf(stderr, "%s: %s\n", #x, fp4_last_error()); exit(1); }          \
+  } while (0)
+
+struct bench {
+  fp4_context *ctx;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  int64_t m, n, k;
+  int copies;
+  std::vector<void *> w, ws, wbf; /* rotated copies: FP4 weights, their scales, bf16 weights */
+  void *x, *xq, *xqs, *out, *outbf;
+  fp4_format format;
+  int mode; /* 0 W4A16, 1 W4A4 GEMM, 2 W4A4 quantize + GEMM, 3 cuBLAS BF16 */
+};
+
+static fp4_status call(void *user, int it) {
+  bench *b = (bench *)user;
+  int c = it % b->copies;
+  fp4_options o = {};
+  o.backend = "cuda";
+  o.stream = b->stream;
+  o.enable_pdl = 1;
+  fp4_qmatrix w = {b->w[c], b->ws[c], b->n, b->k, b->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+  fp4_matrix x = {b->x, b->m, b->k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  fp4_qmatrix xq = {b->xq, b->xqs, b->m, b->k, b->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+  fp4_matrix out = {b->out, b->m, b->n, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  switch (b->mode) {
+  case 0: return fp4_mm_w4a16(b->ctx, &x, &w, 1.0f, &out, &o);
+  case 1: return fp4_mm(b->ctx, &xq, &w, 1.0f, &out, &o);
+  case 2: {
+    fp4_status st = fp4_quantize(b->ctx, &x, 1.0f, &xq, &o);
+    return st ? st : fp4_mm(b->ctx, &xq, &w, 1.0f, &out, &o);
+  }
+  default: {
+    const float one = 1.0f, zero = 0.0f;
+    /* y[M,N] row-major = (W[N,K] row-major)^T-view: column-major C[N,M] = W^T(op T) * x^T */
+    cublasStatus_t s = cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)b->n, (int)b->m, (int)b->k, &one, b->wbf[it % b->wbf.size()],
+                                    CUDA_R_16BF, (int)b->k, b->x, CUDA_R_16BF, (int)b->k, &zero, b->outbf, CUDA_R_16BF,
+                                    (int)b->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? FP4_OK : FP4_ERR_CUDA;
+  }
+  }
+}
+
+__global__ void fill_random(uint8_t *p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    p[i] = (uint8_t)h;
+  }
+}
+
+/* Scales: random E4M3 in [2^-3, 2^3) (never NaN), or UE8M0 near 127. */
+__global__ void fill_scales(uint8_t *p, size_t n, int mx) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = mx ? (uint8_t)(124 + (i * 7) % 6) : (uint8_t)(0x20 + (i * 13) % 0x30);
+}
+
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2bfloat16(((int)((i * 2654435761u) >> 20) % 200 - 100) * 0.01f);
+}
+
+int main(int argc, char **argv) {
+  FILE *csv = argc > 1 ? fopen(argv[1], "w") : NULL;
+  fp4_context *ctx;
+  FK(fp4_context_create(&ctx, 0));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas;
+  cublasCreate(&blas);
+  cublasSetStream(blas, stream);
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+
+  /* Same-run copy bandwidth: 1 GiB device-to-device, bytes read + written. */
+  const size_t cbytes = (size_t)1 << 30;
+  void *c0, *c1;
+  CK(cudaMalloc(&c0, cbytes));
+  CK(cudaMalloc(&c1, cbytes));
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  float best = 1e30f;
+  for (int i = 0; i < 12; i++) {
+    cudaEventRecord(e0, stream);
+    cudaMemcpyAsync(c1, c0, cbytes, cudaMemcpyDeviceToDevice, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (i >= 2 && ms < best) best = ms;
+  }
+  const double copy_bw = 2.0 * cbytes / (best * 1e-3);
+  cudaFree(c0);
+  cudaFree(c1);
+  printf("device %s, %d SMs; copy bandwidth (read+write) %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9);
+  if (csv) fprintf(csv, "kernel,format,m,n,k,median_us,weight_GBps,pct_copy,cublas_bf16_us,speedup_vs_cublas\n");
+
+  static const int64_t shapes[][2] = {{57344, 8192}, {8192, 28672}, {10240, 8192}, {8192, 8192}, {20480, 4096},
+                                      {31040, 4096}, {4096, 4096}, {2048, 4096}, {4096, 1024}, {4096, 128}};
+  static const int64_t ms[] = {1, 4, 16, 32, 64};
+  static const char *modes[] = {"w4a16-bf16", "w4a4", "w4a4+quant", "cublas-bf16"};
+  printf("%-12s %-6s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "M", "N", "K", "median_us", "GB/s", "%copy",
+         "cublas_us", "x_cublas");
+  for (const auto &sh : shapes) {
+    bench b = {};
+    b.ctx = ctx;
+    b.stream = stream;
+    b.blas = blas;
+    b.n = sh[0];
+    b.k = sh[1];
+    const size_t wbytes = (size_t)(b.n * b.k / 2);
+    size_t sbytes = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, b.n, b.k, &sbytes);
+    const double fp4_bytes = (double)wbytes + (double)(b.n * b.k / 16);
+    b.copies = (int)((200e6 + wbytes - 1) / wbytes);
+    if (b.copies > 64) b.copies = 64;
+    for (int c = 0; c < b.copies; c++) {
+      void *w, *s;
+      CK(cudaMalloc(&w, wbytes));
+      CK(cudaMalloc(&s, sbytes));
+      fill_random<<<1024, 256, 0, stream>>>((uint8_t *)w, wbytes, 17u * c + 1);
+      b.w.push_back(w);
+      b.ws.push_back(s);
+    }
+    const size_t bfbytes = (size_t)(b.n * b.k) * 2;
+    const int bf_copies = (int)((200e6 + bfbytes - 1) / bfbytes);
+    for (int c = 0; c < bf_copies; c++) {
+      void *wbf;
+      CK(cudaMalloc(&wbf, bfbytes));
+      fill_bf16<<<1024, 256, 0, stream>>>((__nv_bfloat16 *)wbf, (size_t)(b.n * b.k));
+      b.wbf.push_back(wbf);
+    }
+    CK(cudaMalloc(&b.x, (size_t)(64 * b.k) * 2));
+    fill_bf16<<<256, 256, 0, stream>>>((__nv_bfloat16 *)b.x, (size_t)(64 * b.k));
+    CK(cudaMalloc(&b.xq, (size_t)(64 * b.k) / 2));
+    fill_random<<<64, 256, 0, stream>>>((uint8_t *)b.xq, (size_t)(64 * b.k) / 2, 99u);
+    size_t xs = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 64, b.k, &xs);
+    CK(cudaMalloc(&b.xqs, xs));
+    CK(cudaMalloc(&b.out, (size_t)(64 * b.n) * 4));
+    CK(cudaMalloc(&b.outbf, (size_t)(64 * b.n) * 2));
+    for (int fmt = 0; fmt < 2; fmt++) {
+      for (int c = 0; c < b.copies; c++) fill_scales<<<256, 256, 0, stream>>>((uint8_t *)b.ws[c], sbytes, fmt);
+      fill_scales<<<64, 256, 0, stream>>>((uint8_t *)b.xqs, xs, fmt);
+      CK(cudaStreamSynchronize(stream));
+      b.format = (fp4_format)fmt;
+      for (int64_t m : ms) {
+        b.m = m;
+        fp4_timing tc = {};
+        b.mode = 3;
+        FK(fp4_time(ctx, stream, call, &b, 5, 50, &tc));
+        for (int mode = 0; mode < 3; mode++) {
+          if (fmt == 1 && mode == 2) continue; /* MXFP4: W4A16 and W4A4 GEMM only */
+          b.mode = mode;
+          fp4_timing t = {};
+          FK(fp4_time(ctx, stream, call, &b, 5, 50, &t));
+          const double bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (t.median_us * 1e-6);
+          printf("%-12s %-6s %3lld %6lld %6lld %10.2f %9.0f %6.1f%% %10.2f %8.2f\n", modes[mode], fmt ? "mxfp4" : "nvfp4",
+                 (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9, 100.0 * bw / copy_bw, tc.median_us,
+                 tc.median_us / t.median_us);
+          if (csv)
+            fprintf(csv, "%s,%s,%lld,%lld,%lld,%.3f,%.1f,%.2f,%.3f,%.3f\n", modes[mode], fmt ? "mxfp4" : "nvfp4",
+                    (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9, 100.0 * bw / copy_bw,
+                    tc.median_us, tc.median_us / t.median_us);
+        }
+      }
+    }
+    fflush(stdout);
+    for (int c = 0; c < b.copies; c++) {
+      cudaFree(b.w[c]);
+      cudaFree(b.ws[c]);
+    }
+    for (void *p : b.wbf) cudaFree(p);
+    cudaFree(b.x);
+    cudaFree(b.xq);
+    cudaFree(b.xqs);
+    cudaFree(b.out);
+    cudaFree(b.outbf);
+  }
+  if (csv) fclose(csv);
+  fp4_context_destroy(ctx);
+  return 0;
+}

@@ -1,0 +1,293 @@
+/*
+ * The cuda backend: fp4kit's own CUDA kernels (runtime-recipe quantize, small-M W4A16 and W4A4
+ * GEMMs) on SM80 and newer. Plain C host code: it checks what the device and the binary can run,
+ * refuses what the kernels do not take with the rule that failed, picks a configuration and
+ * launches on the caller's stream with or without programmatic dependent launch.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/context.h"
+#include "core/error.h"
+#include "dispatch/backend.h"
+
+#if FP4KIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_kernels.h"
+
+enum { CUDA_MAX_M = 64, CUDA_K_SLAB = 128 };
+
+/* Per-context facts about the device, gathered once. */
+typedef struct cuda_state {
+  int device;
+  int major, minor;
+  int sms;
+  int image_status; /* cudaError_t of the kernel-image probe */
+  char name[256];
+} cuda_state;
+
+static void cuda_release_state(void *state) { free(state); }
+
+static fp4_status cuda_set_device(int device) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == device) return FP4_OK;
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return fp4_fail(FP4_ERR_CUDA, "cuda: cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+  return FP4_OK;
+}
+
+/* The context's device facts, or NULL with the reason. */
+static const cuda_state *cuda_get_state(fp4_context *ctx, char *reason, size_t reason_size) {
+  int device = fp4_context_device(ctx);
+  if (device < 0) {
+    fp4_reason(reason, reason_size, "the cuda backend needs a context created on a CUDA device (this one is %s)",
+               ctx ? "host-only, device -1" : "NULL");
+    return NULL;
+  }
+  void **slot = fp4_context_state(ctx, "cuda");
+  if (slot && *slot) return *slot;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    fp4_reason(reason, reason_size, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    return NULL;
+  }
+  if (device >= count) {
+    fp4_reason(reason, reason_size, "CUDA device %d does not exist (%d device%s present)", device, count,
+               count == 1 ? "" : "s");
+    return NULL;
+  }
+  cuda_state *st = calloc(1, sizeof *st);
+  if (!st) {
+    fp4_reason(reason, reason_size, "out of host memory");
+    return NULL;
+  }
+  struct cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+    fp4_reason(reason, reason_size, "cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
+    free(st);
+    return NULL;
+  }
+  st->device = device;
+  st->major = prop.major;
+  st->minor = prop.minor;
+  st->sms = prop.multiProcessorCount;
+  snprintf(st->name, sizeof st->name, "%s", prop.name);
+  int prev = -1;
+  cudaGetDevice(&prev);
+  if (cudaSetDevice(device) == cudaSuccess) {
+    st->image_status = fp4_cuda_kernel_image_status();
+    if (prev >= 0 && prev != device) cudaSetDevice(prev);
+  } else {
+    st->image_status = (int)cudaErrorInvalidDevice;
+  }
+  cudaGetLastError(); /* the probe's error, if any, is recorded in image_status, not left sticky */
+  if (slot) *slot = st;
+  return st; /* without a slot (not registered) the state leaks once per call: never in practice */
+}
+
+static fp4_status cuda_available(fp4_context *ctx, char *reason, size_t reason_size) {
+  fp4_reason(reason, reason_size, "%s", "");
+  const cuda_state *st = cuda_get_state(ctx, reason, reason_size);
+  if (!st) return FP4_ERR_UNSUPPORTED;
+  if (st->major < 8) {
+    fp4_reason(reason, reason_size, "the cuda kernels need compute capability 8.0+ (mma.sync bf16); device %d (%s) is SM%d%d",
+               st->device, st->name, st->major, st->minor);
+    return FP4_ERR_UNSUPPORTED;
+  }
+  if (st->image_status != cudaSuccess) {
+    if (st->image_status == cudaErrorNoKernelImageForDevice || st->image_status == cudaErrorInvalidDeviceFunction)
+      fp4_reason(reason, reason_size,
+                 "this fp4kit binary carries no kernel code for SM%d%d (%s); rebuild with CMAKE_CUDA_ARCHITECTURES "
+                 "including %d%d",
+                 st->major, st->minor, st->name, st->major, st->minor);
+    else
+      fp4_reason(reason, reason_size, "probing the kernels on device %d failed: %s", st->device,
+                 cudaGetErrorString((cudaError_t)st->image_status));
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return FP4_OK;
+}
+
+static int misaligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) != 0; }
+
+static fp4_status refuse(char *reason, size_t reason_size, const char *what) {
+  fp4_reason(reason, reason_size, "%s", what);
+  return FP4_ERR_UNSUPPORTED;
+}
+
+static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  (void)ctx;
+  char why[200];
+  if (p->memory != FP4_MEMORY_DEVICE)
+    return refuse(reason, reason_size, "the cuda backend runs on device memory; the operands are in host memory");
+  if (p->op == FP4_OP_QUANTIZE) return FP4_OK; /* any validated shape, dtype and layout */
+  const int64_t M = fp4_problem_m(p), K = fp4_problem_k(p);
+  if (M > CUDA_MAX_M) {
+    snprintf(why, sizeof why, "M = %lld: the small-M kernels take M <= %d", (long long)M, CUDA_MAX_M);
+    return refuse(reason, reason_size, why);
+  }
+  if (K % CUDA_K_SLAB) {
+    snprintf(why, sizeof why, "K = %lld: the small-M kernels need K to be a multiple of %d (they stream K in %d-element slabs)",
+             (long long)K, CUDA_K_SLAB, CUDA_K_SLAB);
+    return refuse(reason, reason_size, why);
+  }
+  const uintptr_t scale_align = p->b->format == FP4_FORMAT_NVFP4 ? 2 : 1;
+  if (misaligned(p->b->data, 16)) return refuse(reason, reason_size, "b->data must be 16-byte aligned (16-byte weight loads)");
+  if (misaligned(p->b->scales, scale_align)) return refuse(reason, reason_size, "b->scales must be 2-byte aligned for NVFP4");
+  if (p->op == FP4_OP_MM) {
+    if (misaligned(p->a_q->data, 16)) return refuse(reason, reason_size, "a->data must be 16-byte aligned");
+    if (misaligned(p->a_q->scales, scale_align)) return refuse(reason, reason_size, "a->scales must be 2-byte aligned for NVFP4");
+  } else {
+    const int64_t ld = p->a->ld ? p->a->ld : p->a->cols;
+    if (misaligned(p->a->data, 16) || (ld * (int64_t)fp4_dtype_size(p->a->dtype)) % 16) {
+      snprintf(why, sizeof why, "a must start 16-byte aligned with a row stride of a multiple of 16 bytes (ld = %lld %s elements)",
+               (long long)ld, fp4_dtype_name(p->a->dtype));
+      return refuse(reason, reason_size, why);
+    }
+  }
+  return FP4_OK;
+}
+
+/* Configurations: warps per CTA splitting K ("small-m.w8" = 8 warps). */
+static const char *const cuda_config_names[] = {"small-m.w8", "small-m.w4", "small-m.w2", "small-m.w1"};
+static const int cuda_config_warps[] = {8, 4, 2, 1};
+enum { CUDA_CONFIGS = 4 };
+
+/* Heuristic: enough warps per SM to keep HBM busy, but at least two slabs per warp. */
+static int cuda_default_warps(int64_t n, int64_t k) {
+  const int64_t slabs = k / CUDA_K_SLAB;
+  (void)n;
+  int w = 8;
+  while (w > 1 && slabs < 2 * w) w /= 2;
+  return w;
+}
+
+static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
+  (void)ctx;
+  if (p->op == FP4_OP_QUANTIZE) {
+    if (max > 0) names[0] = "quantize";
+    return max > 0 ? 1 : 0;
+  }
+  const int first = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+  int count = 0;
+  for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
+    if (cuda_config_warps[i] == first) names[count++] = cuda_config_names[i];
+  for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
+    if (cuda_config_warps[i] != first) names[count++] = cuda_config_names[i];
+  return count;
+}
+
+static int cuda_act_kind(fp4_dtype dtype) {
+  switch (dtype) {
+  case FP4_DTYPE_BF16: return FP4_CUDA_ACT_BF16;
+  case FP4_DTYPE_F16: return FP4_CUDA_ACT_F16;
+  default: return FP4_CUDA_ACT_F32;
+  }
+}
+
+static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
+  char reason[256];
+  const cuda_state *st = cuda_get_state(ctx, reason, sizeof reason);
+  if (!st) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: %s", reason);
+  fp4_status s = cuda_set_device(st->device);
+  if (s) return s;
+  const int pdl = p->enable_pdl && st->major >= 9;
+  const char *cfg_name;
+  int e;
+  if (p->op == FP4_OP_QUANTIZE) {
+    if (config && strcmp(config, "quantize") != 0)
+      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown quantize config '%s' (there is one, 'quantize')", config);
+    cfg_name = "quantize";
+    fp4_cuda_quantize_args a = {
+        .x = p->a->data, .rows = p->a->rows, .cols = p->a->cols, .ld = p->a->ld ? p->a->ld : p->a->cols,
+        .x_dtype = (int)p->a->dtype, .q = p->q_out->data, .scales = p->q_out->scales, .format = (int)p->q_out->format,
+        .layout = (int)p->q_out->layout, .global_scale = p->global_scale};
+    e = fp4_cuda_quantize(&a, p->stream, pdl);
+    if (e == cudaSuccess) p->q_out->multiplier = p->q_out->format == FP4_FORMAT_NVFP4 ? 1.0f / p->global_scale : 1.0f;
+  } else {
+    int warps = 0;
+    if (!config) {
+      warps = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+      for (int i = 0; i < CUDA_CONFIGS; i++)
+        if (cuda_config_warps[i] == warps) config = cuda_config_names[i];
+    }
+    for (int i = 0; i < CUDA_CONFIGS; i++)
+      if (!strcmp(config, cuda_config_names[i])) warps = cuda_config_warps[i];
+    if (!warps)
+      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown GEMM config '%s' (small-m.w8, small-m.w4, small-m.w2, small-m.w1)",
+                      config);
+    cfg_name = config;
+    const fp4_qmatrix *b = p->b;
+    fp4_cuda_gemm_args a = {.format = (int)b->format, .b = b->data, .b_scales = b->scales, .b_layout = (int)b->layout,
+                            .out = p->out->data, .ldo = p->out->ld ? p->out->ld : p->out->cols,
+                            .out_dtype = (int)p->out->dtype, .m = fp4_problem_m(p), .n = b->rows, .k = b->cols,
+                            .warps = warps};
+    float scale = p->alpha * b->multiplier;
+    if (p->op == FP4_OP_MM) {
+      a.act = FP4_CUDA_ACT_FP4;
+      a.a = p->a_q->data;
+      a.lda = p->a_q->cols / 2;
+      a.a_scales = p->a_q->scales;
+      a.a_layout = (int)p->a_q->layout;
+      scale = (float)((double)p->alpha * (double)b->multiplier * (double)p->a_q->multiplier);
+    } else {
+      a.act = cuda_act_kind(p->a->dtype);
+      a.a = p->a->data;
+      a.lda = p->a->ld ? p->a->ld : p->a->cols;
+      scale = (float)((double)p->alpha * (double)b->multiplier);
+    }
+    a.scale = scale;
+    e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
+  }
+  if (e != cudaSuccess)
+    return fp4_fail(FP4_ERR_CUDA, "cuda: launching %s on device %d failed: %s", cfg_name, st->device,
+                    cudaGetErrorString((cudaError_t)e));
+  if (info) {
+    snprintf(info->backend, sizeof info->backend, "cuda");
+    snprintf(info->config, sizeof info->config, "%s", cfg_name);
+    info->pdl = pdl;
+    if (p->enable_pdl && !pdl)
+      snprintf(info->note, sizeof info->note, "PDL needs SM90+, device is SM%d%d", st->major, st->minor);
+  }
+  return FP4_OK;
+}
+
+#else /* !FP4KIT_HAVE_CUDA */
+
+static fp4_status cuda_available(fp4_context *ctx, char *reason, size_t reason_size) {
+  (void)ctx;
+  fp4_reason(reason, reason_size, "fp4kit was built without CUDA (no nvcc found, or FP4KIT_ENABLE_CUDA=OFF)");
+  return FP4_ERR_UNSUPPORTED;
+}
+
+static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+  (void)p;
+  return cuda_available(ctx, reason, reason_size);
+}
+
+static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
+  (void)ctx;
+  (void)p;
+  (void)config;
+  (void)info;
+  return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: fp4kit was built without CUDA");
+}
+
+#define cuda_configs NULL
+#define cuda_release_state NULL
+
+#endif
+
+const fp4_backend fp4_backend_cuda = {
+    .name = "cuda",
+    .summary = "own CUDA kernels, SM80+: quantize, small-M (M <= 64) W4A16/W4A4 GEMMs on tensor cores, PDL",
+    .available = cuda_available,
+    .supports = cuda_supports,
+    .configs = cuda_configs,
+    .run = cuda_run,
+    .release_state = cuda_release_state,
+};

@@ -1,0 +1,62 @@
+/*
+ * The C interface between the cuda backend's host code (cuda_backend.c, plain C) and its kernels
+ * (*.cu). Functions return a cudaError_t as int so the C side needs no CUDA headers to call them.
+ */
+#ifndef FP4_BACKENDS_CUDA_KERNELS_H
+#define FP4_BACKENDS_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runtime-recipe quantization of dense rows (quantize.cu). */
+typedef struct fp4_cuda_quantize_args {
+  const void *x;       /* [rows, cols] with row stride ld elements                  */
+  int64_t rows, cols, ld;
+  int x_dtype;         /* fp4_dtype: F32, BF16 or F16                                */
+  uint8_t *q;          /* [rows, cols/2] codes                                       */
+  uint8_t *scales;     /* every byte of the layout written, padding zero             */
+  int format;          /* fp4_format                                                 */
+  int layout;          /* fp4_scale_layout                                           */
+  float global_scale;  /* NVFP4 encode scale                                         */
+} fp4_cuda_quantize_args;
+
+int fp4_cuda_quantize(const fp4_cuda_quantize_args *args, void *stream, int pdl);
+
+/* Activation kinds of the small-M GEMM. */
+enum { FP4_CUDA_ACT_BF16 = 0, FP4_CUDA_ACT_F16 = 1, FP4_CUDA_ACT_F32 = 2, FP4_CUDA_ACT_FP4 = 3 };
+
+/* out[M, N] = scale * A[M, K] * dq(B)[N, K]^T for M <= 64, K % 128 == 0 (gemm_small_m.cu). */
+typedef struct fp4_cuda_gemm_args {
+  int format;                /* fp4_format of B (and of A for FP4_CUDA_ACT_FP4)             */
+  int act;                   /* FP4_CUDA_ACT_*                                               */
+  const void *a;             /* dense activations (row stride lda elements) or FP4 codes      */
+  int64_t lda;               /* elements (dense) or bytes (FP4: K/2)                          */
+  const uint8_t *a_scales;   /* FP4 activations: scales in a_layout                          */
+  int a_layout;
+  const uint8_t *b;          /* weights [N, K/2]                                              */
+  const uint8_t *b_scales;
+  int b_layout;
+  void *out;                 /* [M, N] with row stride ldo elements                           */
+  int64_t ldo;
+  int out_dtype;             /* fp4_dtype: F32, BF16 or F16                                   */
+  int64_t m, n, k;
+  float scale;               /* alpha times the per-tensor multipliers                        */
+  int warps;                 /* warps per CTA splitting K (1, 2, 4, 8, 16)                    */
+} fp4_cuda_gemm_args;
+
+int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
+/* Shared memory the GEMM needs for a warp count and M (the split-K reduction buffer). */
+int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m);
+
+/* cudaFuncGetAttributes on the kernels: cudaErrorNoKernelImageForDevice (or
+ * cudaErrorInvalidDeviceFunction) when the binary carries no code for the current device. */
+int fp4_cuda_kernel_image_status(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

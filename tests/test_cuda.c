@@ -1,0 +1,280 @@
+/*
+ * GPU tests of the cuda backend (skipped with exit 77 and the reason when it cannot run here):
+ * quantize bit-exact against the reference on random and edge data for every format, layout and
+ * input dtype; every small-M GEMM variant against the reference for M = 1..64 and model shapes;
+ * refusals that name their rule; and the PDL stress test (dependent quantize -> GEMM chains on two
+ * streams, PDL on must equal PDL off bit for bit).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp4kit.h"
+#include "harness.h"
+#if FP4KIT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+static int g_runs, g_failures;
+
+static void run_case(fp4_context *ctx, const fp4h_case *c, uint64_t seed) {
+  fp4h_result r;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &r);
+  g_runs++;
+  if (r.status == FP4_OK && r.passed) return;
+  g_failures++;
+  printf("FAIL %-28s %s M=%lld N=%lld K=%lld a=%s out=%s lb=%s: %s (%s)\n", c->name,
+         fp4_format_name(c->format), (long long)c->m, (long long)c->n, (long long)c->k, fp4_dtype_name(c->a_dtype),
+         fp4_dtype_name(c->out_dtype), fp4_layout_name(c->layout_b), r.message, fp4_status_str(r.status));
+}
+
+static void test_quantize(fp4_context *ctx) {
+  static const int64_t shapes[][2] = {{1, 128}, {7, 288}, {64, 4096}, {130, 96}, {3, 32}};
+  static const fp4_dtype dtypes[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
+  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES, FP4H_DATA_UNIFORM};
+  uint64_t seed = 1000;
+  for (int f = 0; f < 2; f++)
+    for (int l = 0; l < 3; l++) {
+      if (f == FP4_FORMAT_MXFP4 && l == FP4_LAYOUT_8X4) continue; /* 8x4 is NVFP4 only */
+      for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int d = 0; d < 3; d++)
+          for (int dd = 0; dd < 3; dd++) {
+            fp4h_case c = {"quantize", FP4H_QUANTIZE, (fp4_format)f, (fp4_scale_layout)l, FP4_LAYOUT_LINEAR,
+                           shapes[s][0], 0, shapes[s][1], dtypes[d], FP4_DTYPE_F32, datas[dd], .experts = 0};
+            run_case(ctx, &c, seed++);
+          }
+    }
+}
+
+/* The eight kernel variants: (W4A16 with bf16/f16/f32 activations, W4A4) x (NVFP4, MXFP4). */
+static fp4h_case variant(int v, int64_t m, int64_t n, int64_t k, int rot) {
+  static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
+  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_UNIFORM, FP4H_DATA_EDGES};
+  static const fp4_scale_layout layouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR, FP4_LAYOUT_8X4};
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  const int kind = v % 4;
+  c.format = v < 4 ? FP4_FORMAT_NVFP4 : FP4_FORMAT_MXFP4;
+  c.op = kind == 3 ? FP4H_MM : FP4H_MM_W4A16;
+  c.name = kind == 3 ? "w4a4" : "w4a16";
+  c.a_dtype = kind == 0 ? FP4_DTYPE_BF16 : kind == 1 ? FP4_DTYPE_F16 : FP4_DTYPE_F32;
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.out_dtype = outs[rot % 3];
+  c.data = datas[(rot / 3) % 3];
+  c.layout_b = layouts[rot % 3];
+  c.layout_a = layouts[(rot + 1) % 3];
+  /* The edge data's large values (|x| ~ 1000) overflow f16 outputs, as in the reference: no check. */
+  if (c.out_dtype == FP4_DTYPE_F16 && c.data == FP4H_DATA_EDGES) c.data = FP4H_DATA_NORMAL;
+  if (c.format == FP4_FORMAT_MXFP4) { /* 8x4 is defined for NVFP4 only */
+    if (c.layout_b == FP4_LAYOUT_8X4) c.layout_b = FP4_LAYOUT_128X4;
+    if (c.layout_a == FP4_LAYOUT_8X4) c.layout_a = FP4_LAYOUT_LINEAR;
+  }
+  return c;
+}
+
+static void test_gemm_all_m(fp4_context *ctx) {
+  uint64_t seed = 5000;
+  for (int64_t m = 1; m <= 64; m++)
+    for (int v = 0; v < 8; v++) {
+      /* N = 72: not a multiple of the 16-row tile; K = 640: five slabs over two warps. */
+      fp4h_case c = variant(v, m, 72, m % 2 ? 640 : 256, (int)m + v);
+      run_case(ctx, &c, seed++);
+    }
+}
+
+static void test_gemm_model_shapes(fp4_context *ctx) {
+  /* (N, K) from MODELS.md, including K = 128 shards and N below one tile. */
+  static const int64_t shapes[][2] = {{4096, 128}, {2560, 4096}, {16, 4096}, {4096, 1024}, {256, 4096},
+                                      {1280, 8192}, {8192, 1024}, {4096, 1792}, {7168, 256}, {131, 512}};
+  static const int64_t ms[] = {1, 3, 8, 13, 16, 31, 64};
+  uint64_t seed = 9000;
+  int rot = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+      const int64_t n = shapes[s][0], k = shapes[s][1], m = ms[mi];
+      if ((double)m * (double)n * (double)k > 6e7) continue; /* keep the host reference (and the suite) quick */
+      for (int v = 0; v < 8; v++) {
+        fp4h_case c = variant(v, m, n, k, rot++);
+        run_case(ctx, &c, seed++);
+      }
+    }
+}
+
+/* Refusals must name the rule. */
+static void test_refusals(fp4_context *ctx) {
+  static const struct { int64_t m, k; const char *needle; } cases[] = {{4, 96, "multiple of 128"}, {65, 256, "M <= 64"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int64_t m = cases[i].m, n = 32, k = cases[i].k;
+    void *a = NULL, *b = NULL, *bs = NULL, *out = NULL;
+    size_t sb = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, n, k, &sb);
+    fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(m * k * 2), &a);
+    fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(n * k / 2), &b);
+    fp4_alloc(ctx, FP4_MEMORY_DEVICE, sb, &bs);
+    fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(m * n * 4), &out);
+    fp4_matrix xa = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    fp4_qmatrix xb = {b, bs, n, k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+    fp4_matrix xo = {out, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+    fp4_options o = {.backend = "cuda"};
+    fp4_status st = fp4_mm_w4a16(ctx, &xa, &xb, 1.0f, &xo, &o);
+    g_runs++;
+    if (st != FP4_ERR_UNSUPPORTED || !strstr(fp4_last_error(), cases[i].needle)) {
+      g_failures++;
+      printf("FAIL refusal M=%lld K=%lld: status %s, message '%s' (expected UNSUPPORTED naming '%s')\n", (long long)m,
+             (long long)k, fp4_status_str(st), fp4_last_error(), cases[i].needle);
+    }
+    fp4_free(ctx, FP4_MEMORY_DEVICE, a);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, b);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, bs);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, out);
+  }
+}
+
+#if FP4KIT_HAVE_CUDA
+/* One chain per stream: x -> quantize -> fp4_mm with W -> y, and y is the next x. */
+typedef struct chain {
+  int64_t m, k;
+  fp4_format format;
+  cudaStream_t stream;
+  void *x[2], *q, *qs, *w, *ws;
+  float *x0_host;
+} chain;
+
+enum { STRESS_PAIRS = 600, STRESS_K = 2048 };
+
+static void test_pdl_stress(fp4_context *ctx, int sm90) {
+  chain ch[2] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0}, {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0}};
+  uint16_t *res[2][2] = {{0}};
+  int ok = 1;
+  fp4h_rng g = {77};
+  for (int s = 0; s < 2 && ok; s++) {
+    chain *c = &ch[s];
+    const int64_t m = c->m, k = c->k;
+    size_t sq = 0, sw = 0;
+    fp4_scales_size(c->format, FP4_LAYOUT_128X4, m, k, &sq);
+    fp4_scales_size(c->format, FP4_LAYOUT_128X4, k, k, &sw);
+    ok = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) == cudaSuccess;
+    ok = ok && !fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(m * k) * 2, &c->x[0]) &&
+         !fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(m * k) * 2, &c->x[1]) &&
+         !fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(m * k) / 2, &c->q) && !fp4_alloc(ctx, FP4_MEMORY_DEVICE, sq, &c->qs) &&
+         !fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(k * k) / 2, &c->w) && !fp4_alloc(ctx, FP4_MEMORY_DEVICE, sw, &c->ws);
+    /* Random weights and starting activations, quantized on the host by the reference. */
+    float *wf = malloc(sizeof *wf * (size_t)(k * k));
+    uint8_t *wq = malloc((size_t)(k * k) / 2), *wsq = malloc(sw);
+    float *xf = malloc(sizeof *xf * (size_t)(m * k));
+    c->x0_host = malloc((size_t)(m * k) * 2);
+    res[s][0] = malloc((size_t)(m * k) * 2);
+    res[s][1] = malloc((size_t)(m * k) * 2);
+    ok = ok && wf && wq && wsq && xf && c->x0_host && res[s][0] && res[s][1];
+    if (ok) {
+      fp4h_fill(&g, wf, k * k, FP4H_DATA_NORMAL, 16);
+      fp4h_fill(&g, xf, m * k, FP4H_DATA_NORMAL, 16);
+      fp4_matrix wm = {wf, k, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+      fp4_qmatrix wqm = {wq, wsq, k, k, c->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+      fp4_options ro = {.backend = "ref"};
+      ok = !fp4_quantize(NULL, &wm, 448.0f, &wqm, &ro) && !fp4_convert(xf, FP4_DTYPE_F32, c->x0_host, FP4_DTYPE_BF16, (size_t)(m * k)) &&
+           !fp4_copy(ctx, c->w, FP4_MEMORY_DEVICE, wq, FP4_MEMORY_HOST, (size_t)(k * k) / 2) &&
+           !fp4_copy(ctx, c->ws, FP4_MEMORY_DEVICE, wsq, FP4_MEMORY_HOST, sw);
+    }
+    free(wf);
+    free(wq);
+    free(wsq);
+    free(xf);
+  }
+  int pdl_used = 1;
+  for (int run = 0; run < 2 && ok; run++) { /* run 0: PDL on, run 1: PDL off */
+    /* Interleave the two chains' launches so both streams are busy at once. */
+    for (int s = 0; s < 2 && ok; s++) ok = !fp4_copy(ctx, ch[s].x[0], FP4_MEMORY_DEVICE, ch[s].x0_host, FP4_MEMORY_HOST, (size_t)(ch[s].m * ch[s].k) * 2);
+    fp4_run_info info;
+    for (int i = 0; i < STRESS_PAIRS && ok; i++)
+      for (int s = 0; s < 2 && ok; s++) {
+        chain *c = &ch[s];
+        fp4_options o = {.backend = "cuda", .enable_pdl = run == 0, .stream = c->stream, .info = &info};
+        fp4_matrix x = {c->x[i % 2], c->m, c->k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+        fp4_matrix y = {c->x[(i + 1) % 2], c->m, c->k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+        fp4_qmatrix q = {c->q, c->qs, c->m, c->k, c->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+        fp4_qmatrix w = {c->w, c->ws, c->k, c->k, c->format, FP4_LAYOUT_128X4,
+                         c->format == FP4_FORMAT_NVFP4 ? 1.0f / 448.0f : 1.0f, FP4_MEMORY_DEVICE};
+        ok = !fp4_quantize(ctx, &x, 448.0f * 6.0f / 8.0f, &q, &o);
+        if (run == 0) pdl_used &= info.pdl;
+        ok = ok && !fp4_mm(ctx, &q, &w, (float)(1.0 / sqrt((double)c->k)), &y, &o);
+        if (run == 0) pdl_used &= info.pdl;
+      }
+    if (!ok) printf("FAIL pdl stress: launch failed: %s\n", fp4_last_error());
+    ok = ok && !fp4_synchronize(ctx);
+    for (int s = 0; s < 2 && ok; s++)
+      ok = !fp4_copy(ctx, res[s][run], FP4_MEMORY_HOST, ch[s].x[STRESS_PAIRS % 2], FP4_MEMORY_DEVICE, (size_t)(ch[s].m * ch[s].k) * 2);
+  }
+  g_runs++;
+  if (!ok) {
+    g_failures++;
+    printf("FAIL pdl stress: %s\n", fp4_last_error());
+  } else {
+    for (int s = 0; s < 2; s++) {
+      const int64_t n = ch[s].m * ch[s].k;
+      int64_t diff = 0, nonfinite = 0, zero = 0;
+      for (int64_t i = 0; i < n; i++) {
+        diff += res[s][0][i] != res[s][1][i];
+        float v = fp4_bf16_to_f32(res[s][0][i]);
+        nonfinite += !isfinite(v);
+        zero += v == 0.0f;
+      }
+      printf("pdl stress stream %d (%s, M=%lld, %d pairs): %lld of %lld outputs differ PDL on vs off, %lld non-finite, %lld zero\n",
+             s, fp4_format_name(ch[s].format), (long long)ch[s].m, STRESS_PAIRS, (long long)diff, (long long)n,
+             (long long)nonfinite, (long long)zero);
+      if (diff || nonfinite || zero == n) g_failures++;
+    }
+    if (sm90 && !pdl_used) {
+      g_failures++;
+      printf("FAIL pdl stress: the device is SM90+ but fp4_run_info.pdl was 0\n");
+    }
+  }
+  for (int s = 0; s < 2; s++) {
+    chain *c = &ch[s];
+    if (c->stream) cudaStreamDestroy(c->stream);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->x[0]);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->x[1]);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->q);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->qs);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->w);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, c->ws);
+    free(c->x0_host);
+    free(res[s][0]);
+    free(res[s][1]);
+  }
+}
+#endif
+
+int main(void) {
+  fp4_context *ctx = NULL;
+  char reason[256];
+  if (fp4_context_create(&ctx, 0) != FP4_OK) {
+    printf("cannot create a context on device 0: %s\n", fp4_last_error());
+    return 1;
+  }
+  if (fp4_backend_available(ctx, "cuda", reason, sizeof reason) != FP4_OK) {
+    printf("SKIP: the cuda backend cannot run here: %s\n", reason);
+    fp4_context_destroy(ctx);
+    return 77;
+  }
+  test_quantize(ctx);
+  printf("quantize: %d cases, %d failures\n", g_runs, g_failures);
+  test_gemm_all_m(ctx);
+  printf("+ GEMM M = 1..64: %d cases, %d failures\n", g_runs, g_failures);
+  test_gemm_model_shapes(ctx);
+  printf("+ GEMM model shapes: %d cases, %d failures\n", g_runs, g_failures);
+  test_refusals(ctx);
+#if FP4KIT_HAVE_CUDA
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  test_pdl_stress(ctx, major >= 9);
+#else
+  printf("SKIP pdl stress: the test was built without the CUDA runtime header\n");
+#endif
+  printf("test_cuda: %d checks, %d failures\n", g_runs, g_failures);
+  fp4_context_destroy(ctx);
+  return g_failures ? 1 : 0;
+}
