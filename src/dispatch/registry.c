@@ -6,6 +6,7 @@
 
 extern const fp4_backend fp4_backend_ref;
 extern const fp4_backend fp4_backend_cuda;
+extern const fp4_backend fp4_backend_cuda_sm120;
 extern const fp4_backend fp4_backend_cublaslt;
 extern const fp4_backend fp4_backend_cublas_dequant;
 extern const fp4_backend fp4_backend_cudnn;
@@ -13,6 +14,7 @@ extern const fp4_backend fp4_backend_cudnn;
 static const fp4_backend *const registry[] = {
     &fp4_backend_ref,
     &fp4_backend_cuda,
+    &fp4_backend_cuda_sm120,
     &fp4_backend_cublaslt,
     &fp4_backend_cublas_dequant,
     &fp4_backend_cudnn,
