@@ -22,7 +22,7 @@
 #define NV FP4_FORMAT_NVFP4
 #define MX FP4_FORMAT_MXFP4
 #define CASE(name, fmt, la, lb, m, n, k, out, data) \
-  {name, FP4H_MM, fmt, la, lb, m, n, k, FP4_DTYPE_F32, out, data}
+  {name, FP4H_MM, fmt, la, lb, m, n, k, FP4_DTYPE_F32, out, data, .experts = 0}
 
 static const fp4h_case cases[] = {
     CASE("nvfp4 M=1 2048x4096 bf16 (Qwen3.5 expert gate_up)", NV, L128, L128, 1, 2048, 4096, FP4_DTYPE_BF16, FP4H_DATA_NORMAL),
