@@ -5,9 +5,11 @@
 #include "dispatch/backend.h"
 
 extern const fp4_backend fp4_backend_ref;
+extern const fp4_backend fp4_backend_cpu;
 
 static const fp4_backend *const registry[] = {
     &fp4_backend_ref,
+    &fp4_backend_cpu,
 };
 
 int fp4_registry_count(void) { return (int)(sizeof registry / sizeof *registry); }
