@@ -14,6 +14,7 @@
 
 #if FP4_CPU_X86
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "format/codec.h"
@@ -83,32 +84,96 @@ T512 INLINE __m512i chunk_weights(const uint8_t *w, int64_t chunk, int64_t row_b
 
 /* ---- streaming kernels (small M) ---------------------------------------------------------------- */
 
-T512BF static void gemv_bf16(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1) {
+/* Lane scales of a full chunk from its scale bytes, cheaper than chunk_scales: E4M3 becomes fp16
+ * exactly by moving the sign up one bit and shifting left by 7 (the value is then 2^-8 times the
+ * E4M3 value, subnormals included; the caller folds 2^8 into the output scale) and vcvtph2ps widens
+ * it; UE8M0 is the f32 exponent field. NaN codes are tracked separately (nan_track). */
+T512 INLINE __m512 fast_scales(const uint8_t *p, int64_t gstride, const int MX, __m128i *nan_track) {
+  if (MX) {
+    uint32_t b;
+    memcpy(&b, p, 4);
+    __m128i x = _mm_cvtsi32_si128((int)b);
+    *nan_track = _mm_max_epu8(*nan_track, x);
+    x = _mm_unpacklo_epi8(x, x);
+    x = _mm_unpacklo_epi16(x, x);
+    __m512i d = _mm512_cvtepu8_epi32(x);
+    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(d, 23));
+    return _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(d, _mm512_setzero_si512()),
+                              _mm512_castsi512_ps(_mm512_set1_epi32(0x00400000))); /* 2^-127 */
+  }
+  uint32_t lo, hi;
+  memcpy(&lo, p, 4);
+  memcpy(&hi, p + gstride, 4);
+  __m128i x = _mm_insert_epi32(_mm_cvtsi32_si128((int)lo), (int)hi, 1);
+  *nan_track = _mm_max_epu8(*nan_track, _mm_and_si128(x, _mm_set1_epi8(0x7F)));
+  __m256i w = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, x));
+  w = _mm256_slli_epi16(_mm256_add_epi16(w, _mm256_and_si256(w, _mm256_set1_epi16(0x80))), 7);
+  return _mm512_cvtph_ps(w);
+}
+
+/* 1 when a tracked scale byte was a NaN code (E4M3 0x7F/0xFF, UE8M0 0xFF). */
+T512 INLINE int nan_seen(__m128i track, const int MX) {
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(track, _mm_set1_epi8(MX ? (char)0xFF : 0x7F))) != 0;
+}
+
+/* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
+ * registers and the format branches disappear. Full chunks run branch-free; the last partial
+ * chunk (K not a multiple of 128) takes the general loads with its lanes zeroed. */
+T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
   const __m512i lut = _mm512_loadu_si512((const void *)e2m1_bf16);
-  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
+  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128, nfull = row_bytes / 64;
+  const int64_t gstep = MX ? g->gstride : 2 * g->gstride; /* scale bytes per chunk */
+  /* fast_scales returns E4M3 values times 2^-8 */
+  const float fast_fix = MX ? 1.0f : 256.0f;
   const uint16_t *a = (const uint16_t *)g->a + m0 * g->lda;
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t *w = g->b + n * row_bytes;
     const int64_t base = fp4_cpu_scale_base(g, n);
-    __m512 acc[FP4_CPU_GEMV_MAX_M];
-    for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = _mm512_setzero_ps();
+    const uint8_t *sp = g->bs + base;
+    __m128i nan_track = _mm_setzero_si128();
+    __m512 acc[FP4_CPU_GEMV_MAX_M], tail[FP4_CPU_GEMV_MAX_M];
+    for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = tail[i] = _mm512_setzero_ps();
     for (int64_t ch = 0; ch < nchunks; ch++) {
-      __m512i x = chunk_weights(w, ch, row_bytes);
+      const int full = ch < nfull;
+      __m512i x = full ? _mm512_loadu_si512((const void *)(w + ch * 64)) : chunk_weights(w, ch, row_bytes);
       __m512bh v0 = (__m512bh)_mm512_permutexvar_epi16(x, lut);
       __m512bh v1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4), lut);
       __m512bh v2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 8), lut);
       __m512bh v3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 12), lut);
-      __m512 s = chunk_scales(g, base, ch);
-      for (int64_t i = 0; i < mr; i++) {
+      __m512 s = full ? fast_scales(sp + ch * gstep, g->gstride, MX, &nan_track) : chunk_scales(g, base, ch);
+      for (int i = 0; i < MR; i++) {
         const uint16_t *ap = a + i * g->lda + ch * 128;
         __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), v0, (__m512bh)_mm512_loadu_si512((const void *)ap));
         p = _mm512_dpbf16_ps(p, v1, (__m512bh)_mm512_loadu_si512((const void *)(ap + 32)));
         p = _mm512_dpbf16_ps(p, v2, (__m512bh)_mm512_loadu_si512((const void *)(ap + 64)));
         p = _mm512_dpbf16_ps(p, v3, (__m512bh)_mm512_loadu_si512((const void *)(ap + 96)));
-        acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
+        if (full) acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
+        else tail[i] = _mm512_fmadd_ps(p, s, tail[i]);
       }
     }
-    for (int64_t i = 0; i < mr; i++) fp4_cpu_store(g, m0 + i, n, _mm512_reduce_add_ps(acc[i]));
+    const int has_nan = nan_seen(nan_track, MX);
+    for (int i = 0; i < MR; i++) {
+      float sum = _mm512_reduce_add_ps(acc[i]) * fast_fix + _mm512_reduce_add_ps(tail[i]);
+      fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : sum);
+    }
+  }
+}
+
+T512BF static void gemv_bf16(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1) {
+  if (g->mx) {
+    switch (mr) {
+    case 1: gemv_bf16_t(g, m0, n0, n1, 1, 1); break;
+    case 2: gemv_bf16_t(g, m0, n0, n1, 2, 1); break;
+    case 3: gemv_bf16_t(g, m0, n0, n1, 3, 1); break;
+    default: gemv_bf16_t(g, m0, n0, n1, 4, 1); break;
+    }
+  } else {
+    switch (mr) {
+    case 1: gemv_bf16_t(g, m0, n0, n1, 1, 0); break;
+    case 2: gemv_bf16_t(g, m0, n0, n1, 2, 0); break;
+    case 3: gemv_bf16_t(g, m0, n0, n1, 3, 0); break;
+    default: gemv_bf16_t(g, m0, n0, n1, 4, 0); break;
+    }
   }
 }
 
@@ -120,7 +185,7 @@ T512 INLINE __m512 sub_scales(__m512 s16, int q) {
   return _mm512_permutexvar_ps(idx, s16);
 }
 
-T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1) {
+T512 INLINE void gemv_f32_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR) {
   const __m512 lut = _mm512_loadu_ps(fp4_cpu_e2m1_values);
   const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
   const float *a = (const float *)g->a + m0 * g->lda;
@@ -143,7 +208,7 @@ T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t
         __m512 lo = _mm512_permutexvar_ps(idx, lut);
         __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), lut);
         __m512 s = sub_scales(s16, q);
-        for (int64_t i = 0; i < mr; i++) {
+        for (int i = 0; i < MR; i++) {
           const float *ap = a + i * g->lda + ch * 128 + q * 32;
           __m512 p = _mm512_mul_ps(lo, _mm512_loadu_ps(ap));
           p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(ap + 16), p);
@@ -151,7 +216,16 @@ T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t
         }
       }
     }
-    for (int64_t i = 0; i < mr; i++) fp4_cpu_store(g, m0 + i, n, _mm512_reduce_add_ps(acc[i]));
+    for (int i = 0; i < MR; i++) fp4_cpu_store(g, m0 + i, n, _mm512_reduce_add_ps(acc[i]));
+  }
+}
+
+T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1) {
+  switch (mr) {
+  case 1: gemv_f32_t(g, m0, n0, n1, 1); break;
+  case 2: gemv_f32_t(g, m0, n0, n1, 2); break;
+  case 3: gemv_f32_t(g, m0, n0, n1, 3); break;
+  default: gemv_f32_t(g, m0, n0, n1, 4); break;
   }
 }
 
