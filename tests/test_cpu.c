@@ -248,6 +248,35 @@ static void cross_checks(int nlevels, const char *const *avail) {
   unsetenv("FP4KIT_NUM_THREADS");
 }
 
+/* A NaN block scale (E4M3 0x7F, UE8M0 0xFF) makes its output row NaN, as in the reference, on
+ * both the streaming and the panel path; the other outputs stay finite. */
+static void nan_scales(int nlevels, const char *const *avail) {
+  for (int f = 0; f < 2; f++)
+    for (int mi = 0; mi < 2; mi++) {
+      gemm_data d;
+      fp4_format fmt = f ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+      int64_t m = mi ? 9 : 1;
+      if (!make_data(&d, m, 8, 512, fmt, 5)) {
+        CHECK(0, "test data allocation");
+        free_data(&d);
+        continue;
+      }
+      d.bqs[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, 8, 512, 3, 2)] = f ? 0xFF : 0x7F;
+      float out[9 * 8];
+      for (int l = 0; l < nlevels; l++) {
+        setenv("FP4KIT_CPU_LEVEL", avail[l], 1);
+        for (int op = 0; op < 3; op++) {
+          if (!run_cpu(&d, op, out)) { CHECK(0, "run"); continue; }
+          int ok = 1;
+          for (int64_t i = 0; i < m * 8; i++) ok &= (i % 8 == 3) ? isnan(out[i]) : isfinite(out[i]);
+          CHECK(ok, "[%s] op %d %s M=%lld: a NaN scale must give NaN in its row only", avail[l], op, fp4_format_name(fmt),
+                (long long)m);
+        }
+      }
+      free_data(&d);
+    }
+}
+
 int main(void) {
   const char *avail[3];
   int n = 0;
@@ -285,6 +314,7 @@ int main(void) {
     quantize_specials(avail[i]);
   }
   cross_checks(n, avail);
+  nan_scales(n, avail);
   unsetenv("FP4KIT_CPU_LEVEL");
   if (failures) {
     printf("%d checks failed\n", failures);
