@@ -113,8 +113,8 @@ typedef struct gemm_job {
   int small;            /* the streaming (gemv) path                                       */
   fp4_cpu_order order;
   void *a_packed;
-  unsigned char *scratch; /* per thread: one decoded panel                                  */
-  size_t scratch_stride;
+  unsigned char *scratch; /* per thread: one decoded panel, then the tile's accumulators     */
+  size_t scratch_stride, panel_bytes;
   int64_t rows_per_pack_unit;
   int64_t n_per_unit;   /* gemv: weight rows per unit                                      */
   int64_t npanels, mtiles;
@@ -174,13 +174,21 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
   int64_t mt = unit / j->npanels, np = unit % j->npanels;
   int64_t n0 = np * FP4_CPU_NR, nr = j->g.n - n0 < FP4_CPU_NR ? j->g.n - n0 : FP4_CPU_NR;
   int64_t m0 = mt * FP4_CPU_MTILE, m1 = m0 + FP4_CPU_MTILE < j->g.m ? m0 + FP4_CPU_MTILE : j->g.m;
-  void *panel = j->scratch + (size_t)thread * j->scratch_stride;
+  unsigned char *mine = j->scratch + (size_t)thread * j->scratch_stride;
+  void *panel = mine;
+  float *acc = (float *)(mine + j->panel_bytes);
   if (j->bf16) j->k->panel_bf16(&j->g, n0, nr, panel);
   else j->k->panel_f32(&j->g, n0, nr, panel);
-  for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
-    int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
-    if (j->bf16) j->k->micro_bf16(&j->g, panel, m, mr, n0, nr);
-    else j->k->micro_f32(&j->g, panel, m, mr, n0, nr);
+  /* K blocks outermost: the tile's A slice and the panel slice stay cached while every row group
+   * of the tile passes over them. */
+  for (int64_t k0 = 0; k0 < j->g.lda; k0 += FP4_CPU_KC) {
+    int64_t k1 = k0 + FP4_CPU_KC < j->g.lda ? k0 + FP4_CPU_KC : j->g.lda;
+    for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
+      int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
+      float *a = acc + (m - m0) * FP4_CPU_NR * FP4_CPU_ACC;
+      if (j->bf16) j->k->micro_bf16(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+      else j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+    }
   }
 }
 
@@ -211,10 +219,10 @@ static fp4_status cpu_gemm(const fp4_cpu_kernels *k, int threads, const fp4_prob
   j.bf16 = bf16_input && (j.small ? k->gemv_bf16 != NULL : k->micro_bf16 != NULL);
   j.order = j.bf16 ? (j.small ? k->order_gemv_bf16 : k->order_panel_bf16) : k->order_f32;
 
-  /* Scratch per thread: a decoded panel (FP4_CPU_NR rows), which also holds one f32 row of A while
-   * packing. */
-  size_t panel_bytes = (size_t)FP4_CPU_NR * (size_t)g->lda * sizeof(float);
-  j.scratch_stride = (panel_bytes + 63) & ~(size_t)63;
+  /* Scratch per thread: a decoded panel (FP4_CPU_NR rows; it also holds one f32 row of A while
+   * packing) and the accumulators of a tile. */
+  j.panel_bytes = ((size_t)FP4_CPU_NR * (size_t)g->lda * sizeof(float) + 63) & ~(size_t)63;
+  j.scratch_stride = j.panel_bytes + (size_t)FP4_CPU_MTILE * FP4_CPU_NR * FP4_CPU_ACC * sizeof(float);
   size_t a_bytes = (size_t)g->m * (size_t)g->lda * (j.bf16 ? 2 : 4);
   a_bytes = (a_bytes + 63) & ~(size_t)63;
   unsigned char *mem = aligned_alloc(64, a_bytes + j.scratch_stride * (size_t)threads);

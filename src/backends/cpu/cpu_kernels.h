@@ -39,6 +39,8 @@ typedef enum fp4_cpu_level_id {
 #define FP4_CPU_NR 4         /* weight rows per decoded panel                            */
 #define FP4_CPU_MTILE 64     /* rows of A per work unit of the panel path (fits L2)      */
 #define FP4_CPU_KALIGN 128   /* packed rows are padded with zeros to a multiple of this  */
+#define FP4_CPU_KC 512       /* K block of the micro-kernels: A and panel slices stay in L1/L2 */
+#define FP4_CPU_ACC 16       /* floats of accumulator state per output in a micro-kernel  */
 
 /* Element orders of packed A rows (and decoded panels), chunk by chunk along K. */
 typedef enum fp4_cpu_order {
@@ -101,9 +103,14 @@ typedef struct fp4_cpu_kernels {
    * lda elements (rows past nr and elements past K are zero). */
   void (*panel_f32)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel);
   void (*panel_bf16)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, uint16_t *panel);
-  /* out[m0..m0+mr, n0..n0+nr) from a decoded panel; mr <= FP4_CPU_MR. */
-  void (*micro_f32)(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr);
-  void (*micro_bf16)(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr);
+  /* Elements [k0, k1) of out[m0..m0+mr, n0..n0+nr) from a decoded panel; mr <= FP4_CPU_MR. The
+   * unreduced accumulators live in acc (FP4_CPU_MR * FP4_CPU_NR * FP4_CPU_ACC floats) between K
+   * blocks: first starts them at zero, last reduces them and stores the outputs. The summation
+   * order therefore does not depend on the blocking or the threads. */
+  void (*micro_f32)(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
+                    int64_t k0, int64_t k1, float *acc, int first, int last);
+  void (*micro_bf16)(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
+                     int64_t k0, int64_t k1, float *acc, int first, int last);
   /* Runtime-recipe quantization of rows [r0, r0+nrows), bit-identical to the reference. */
   void (*quantize_rows)(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows);
 } fp4_cpu_kernels;

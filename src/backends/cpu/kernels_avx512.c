@@ -278,61 +278,58 @@ T512 static void panel_bf16(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, uint1
 }
 
 /* MR x 4 register block: 16 accumulators at most, A and B streamed along K. */
-T512 INLINE void micro_f32_t(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t n0, int64_t nr,
-                             const int MR) {
-  const float *a = (const float *)g->a + m0 * g->lda;
-  const int64_t lda = g->lda;
-  __m512 acc[FP4_CPU_MR][FP4_CPU_NR];
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < FP4_CPU_NR; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < lda; k += 16) {
-    __m512 b[FP4_CPU_NR];
-    for (int j = 0; j < FP4_CPU_NR; j++) b[j] = _mm512_loadu_ps(panel + j * lda + k);
-    for (int i = 0; i < MR; i++) {
-      __m512 av = _mm512_loadu_ps(a + i * lda + k);
-      for (int j = 0; j < FP4_CPU_NR; j++) acc[i][j] = _mm512_fmadd_ps(av, b[j], acc[i][j]);
+#define FP4_MICRO_BODY(VEC_T, VREG, LOAD, STEP, MAC)                                                                     \
+  const int64_t lda = g->lda;                                                                                      \
+  const VEC_T *a = (const VEC_T *)g->a + m0 * lda;                                                                 \
+  __m512 c[FP4_CPU_MR][FP4_CPU_NR];                                                                                \
+  for (int i = 0; i < MR; i++)                                                                                     \
+    for (int j = 0; j < FP4_CPU_NR; j++)                                                                           \
+      c[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC);           \
+  for (int64_t k = k0; k < k1; k += STEP) {                                                                        \
+    VREG av[FP4_CPU_MR];                                                                                                    \
+    for (int i = 0; i < MR; i++) av[i] = LOAD(a + i * lda + k);                                                    \
+    for (int j = 0; j < FP4_CPU_NR; j++) {                                                                         \
+      VREG bv = LOAD(                 panel + j * lda + k);                                                          \
+      for (int i = 0; i < MR; i++) c[i][j] = MAC(c[i][j], av[i], bv);                                              \
+    }                                                                                                              \
+  }                                                                                                                \
+  for (int i = 0; i < MR; i++)                                                                                     \
+    for (int j = 0; j < FP4_CPU_NR; j++) {                                                                         \
+      if (!last) _mm512_storeu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC, c[i][j]);                              \
+      else if (j < nr) fp4_cpu_store(g, m0 + i, n0 + j, _mm512_reduce_add_ps(c[i][j]));                            \
     }
-  }
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < nr; j++) fp4_cpu_store(g, m0 + i, n0 + j, _mm512_reduce_add_ps(acc[i][j]));
-}
 
-T512 static void micro_f32(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr) {
-  switch (mr) {
-  case 1: micro_f32_t(g, panel, m0, n0, nr, 1); break;
-  case 2: micro_f32_t(g, panel, m0, n0, nr, 2); break;
-  case 3: micro_f32_t(g, panel, m0, n0, nr, 3); break;
-  default: micro_f32_t(g, panel, m0, n0, nr, 4); break;
-  }
+#define FP4_LOAD_F32(p) _mm512_loadu_ps(p)
+#define FP4_MAC_F32(c, x, y) _mm512_fmadd_ps(x, y, c)
+#define FP4_LOAD_BF16(p) ((__m512bh)_mm512_loadu_si512((const void *)(p)))
+#define FP4_MAC_BF16(c, x, y) _mm512_dpbf16_ps(c, x, y)
+
+T512 INLINE void micro_f32_t(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t n0, int64_t nr, int64_t k0,
+                             int64_t k1, float *acc, int first, int last, const int MR) {
+  FP4_MICRO_BODY(float, __m512, FP4_LOAD_F32, 16, FP4_MAC_F32)
 }
 
 T512BF INLINE void micro_bf16_t(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t n0, int64_t nr,
-                                const int MR) {
-  const uint16_t *a = (const uint16_t *)g->a + m0 * g->lda;
-  const int64_t lda = g->lda;
-  __m512 acc[FP4_CPU_MR][FP4_CPU_NR];
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < FP4_CPU_NR; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < lda; k += 32) {
-    __m512bh b[FP4_CPU_NR];
-    for (int j = 0; j < FP4_CPU_NR; j++) b[j] = (__m512bh)_mm512_loadu_si512((const void *)(panel + j * lda + k));
-    for (int i = 0; i < MR; i++) {
-      __m512bh av = (__m512bh)_mm512_loadu_si512((const void *)(a + i * lda + k));
-      for (int j = 0; j < FP4_CPU_NR; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, b[j]);
-    }
+                                int64_t k0, int64_t k1, float *acc, int first, int last, const int MR) {
+  FP4_MICRO_BODY(uint16_t, __m512bh, FP4_LOAD_BF16, 32, FP4_MAC_BF16)
+}
+
+#define FP4_MICRO_SWITCH(fn)                                                                                       \
+  switch (mr) {                                                                                                    \
+  case 1: fn(g, panel, m0, n0, nr, k0, k1, acc, first, last, 1); break;                                            \
+  case 2: fn(g, panel, m0, n0, nr, k0, k1, acc, first, last, 2); break;                                            \
+  case 3: fn(g, panel, m0, n0, nr, k0, k1, acc, first, last, 3); break;                                            \
+  default: fn(g, panel, m0, n0, nr, k0, k1, acc, first, last, 4); break;                                           \
   }
-  for (int i = 0; i < MR; i++)
-    for (int j = 0; j < nr; j++) fp4_cpu_store(g, m0 + i, n0 + j, _mm512_reduce_add_ps(acc[i][j]));
+
+T512 static void micro_f32(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
+                           int64_t k0, int64_t k1, float *acc, int first, int last) {
+  FP4_MICRO_SWITCH(micro_f32_t)
 }
 
 T512BF static void micro_bf16(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t mr, int64_t n0,
-                              int64_t nr) {
-  switch (mr) {
-  case 1: micro_bf16_t(g, panel, m0, n0, nr, 1); break;
-  case 2: micro_bf16_t(g, panel, m0, n0, nr, 2); break;
-  case 3: micro_bf16_t(g, panel, m0, n0, nr, 3); break;
-  default: micro_bf16_t(g, panel, m0, n0, nr, 4); break;
-  }
+                              int64_t nr, int64_t k0, int64_t k1, float *acc, int first, int last) {
+  FP4_MICRO_SWITCH(micro_bf16_t)
 }
 
 /* ---- quantization --------------------------------------------------------------------------------- */

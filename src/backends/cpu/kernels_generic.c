@@ -46,16 +46,19 @@ static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *pane
   }
 }
 
-static void micro_f32(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr) {
+static void micro_f32(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
+                      int64_t k0, int64_t k1, float *acc, int first, int last) {
   const float *a = g->a;
   for (int64_t m = m0; m < m0 + mr; m++) {
     const float *ar = a + m * g->lda;
-    for (int64_t r = 0; r < nr; r++) {
+    for (int64_t r = 0; r < FP4_CPU_NR; r++) {
       const float *br = panel + r * g->lda;
-      float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* four partial sums: a fixed order the compiler may vectorize */
-      for (int64_t k = 0; k < g->lda; k += 4)
+      /* four partial sums: a fixed order the compiler may vectorize */
+      float *s = acc + ((m - m0) * FP4_CPU_NR + r) * FP4_CPU_ACC;
+      if (first) s[0] = s[1] = s[2] = s[3] = 0.0f;
+      for (int64_t k = k0; k < k1; k += 4)
         for (int i = 0; i < 4; i++) s[i] += ar[k + i] * br[k + i];
-      fp4_cpu_store(g, m, n0 + r, (s[0] + s[1]) + (s[2] + s[3]));
+      if (last && r < nr) fp4_cpu_store(g, m, n0 + r, (s[0] + s[1]) + (s[2] + s[3]));
     }
   }
 }
