@@ -53,6 +53,7 @@ T2 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n
       int64_t c = g->mx ? q >> 1 : q;
       __m256 s = _mm256_set1_ps(stab[g->bs[base + (c >> 2) * g->gstride + (c & 3)]]);
       __m256 lo, hi;
+      if ((q & 7) == 0) _mm_prefetch((const char *)(w + q * 8 + 4096), _MM_HINT_T0); /* streamed once */
       decode8(w + q * 8, &lo, &hi);
       for (int64_t i = 0; i < mr; i++) {
         const float *ap = a + i * g->lda + q * 16;

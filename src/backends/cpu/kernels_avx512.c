@@ -23,6 +23,9 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
+/* Bytes ahead of the current weight chunk to prefetch in the streaming kernels (past the row end
+ * it reaches into the next row, which is read next). */
+#define FP4_CPU_PREFETCH 4096
 
 /* bf16 bits of the 16 E2M1 values, twice (vpermw reads 5 index bits). */
 static const uint16_t e2m1_bf16[32] = {
@@ -135,6 +138,8 @@ T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, in
     for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = tail[i] = _mm512_setzero_ps();
     for (int64_t ch = 0; ch < nchunks; ch++) {
       const int full = ch < nfull;
+      /* Weights are read once: ask for them well ahead so several misses are in flight per core. */
+      _mm_prefetch((const char *)(w + ch * 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
       __m512i x = full ? _mm512_loadu_si512((const void *)(w + ch * 64)) : chunk_weights(w, ch, row_bytes);
       __m512bh v0 = (__m512bh)_mm512_permutexvar_epi16(x, lut);
       __m512bh v1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4), lut);
@@ -195,6 +200,7 @@ T512 INLINE void gemv_f32_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64
     __m512 acc[FP4_CPU_GEMV_MAX_M];
     for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t ch = 0; ch < nchunks; ch++) {
+      _mm_prefetch((const char *)(w + ch * 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
       __m512i x = chunk_weights(w, ch, row_bytes);
       __m512 s16 = chunk_scales(g, base, ch);
       for (int q = 0; q < 4; q++) {
