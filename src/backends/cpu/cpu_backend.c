@@ -238,11 +238,10 @@ static fp4_status cpu_gemm(const fp4_cpu_kernels *k, int threads, const fp4_prob
 
   const char *kname;
   if (j.small) {
-    /* 16 KiB or more of weights per unit, at least 4 units per thread when N allows. */
-    int64_t per = (32768 / (g->k / 2 > 0 ? g->k / 2 : 1));
-    int64_t cap = (g->n + 4 * threads - 1) / (4 * threads);
-    if (per > cap) per = cap;
-    if (per < 1) per = 1;
+    /* A few long contiguous ranges per thread: each thread streams its weights (and the prefetches
+     * run ahead within them) instead of hopping between small pieces; 8 per thread still balance a
+     * machine where other work steals time. */
+    int64_t per = (g->n + 8 * threads - 1) / (8 * threads);
     j.n_per_unit = per;
     fp4_cpu_parallel(threads, (g->n + per - 1) / per, gemv_unit, &j);
     kname = j.bf16 ? "gemv_bf16" : "gemv_f32";
