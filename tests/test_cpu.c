@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "fp4kit.h"
 #include "harness.h"
@@ -277,6 +279,29 @@ static void nan_scales(int nlevels, const char *const *avail) {
     }
 }
 
+/* The thread pool survives fork(): a child (Python multiprocessing) gets the same results. */
+static void fork_check(void) {
+  gemm_data d;
+  if (!make_data(&d, 2, 96, 1024, FP4_FORMAT_NVFP4, 11)) {
+    CHECK(0, "test data allocation");
+    free_data(&d);
+    return;
+  }
+  setenv("FP4KIT_NUM_THREADS", "2", 1);
+  float before[2 * 96], after[2 * 96];
+  CHECK(run_cpu(&d, 2, before), "run before fork");
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int ok = run_cpu(&d, 2, after) && !memcmp(before, after, sizeof before);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "a forked child must run the cpu backend with threads and get the parent's results");
+  free_data(&d);
+}
+
 int main(void) {
   const char *avail[3];
   int n = 0;
@@ -315,6 +340,8 @@ int main(void) {
   }
   cross_checks(n, avail);
   nan_scales(n, avail);
+  unsetenv("FP4KIT_CPU_LEVEL");
+  fork_check();
   unsetenv("FP4KIT_CPU_LEVEL");
   if (failures) {
     printf("%d checks failed\n", failures);

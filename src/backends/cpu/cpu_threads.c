@@ -57,6 +57,21 @@ static void *worker(void *varg) {
   return NULL;
 }
 
+/* A forked child has only the forking thread: forget the parent's workers (Python multiprocessing
+ * forks processes that then call the library). */
+static void reset_in_child(void) {
+  pool *p = &the_pool;
+  pthread_mutex_init(&p->job_lock, NULL);
+  pthread_mutex_init(&p->m, NULL);
+  pthread_cond_init(&p->start, NULL);
+  pthread_cond_init(&p->done, NULL);
+  p->created = 0;
+  p->pending = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_in_child); }
+
 void fp4_cpu_parallel(int nthreads, int64_t units, void (*fn)(void *arg, int64_t unit, int thread), void *arg) {
   pool *p = &the_pool;
   if (nthreads > units) nthreads = (int)units;
@@ -65,6 +80,7 @@ void fp4_cpu_parallel(int nthreads, int64_t units, void (*fn)(void *arg, int64_t
     for (int64_t u = 0; u < units; u++) fn(arg, u, 0);
     return;
   }
+  pthread_once(&atfork_once, register_atfork);
   pthread_mutex_lock(&p->job_lock);
   pthread_mutex_lock(&p->m);
   while (p->created < nthreads - 1) {
