@@ -175,10 +175,9 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
   int64_t n0 = np * FP4_CPU_NR, nr = j->g.n - n0 < FP4_CPU_NR ? j->g.n - n0 : FP4_CPU_NR;
   int64_t m0 = mt * FP4_CPU_MTILE, m1 = m0 + FP4_CPU_MTILE < j->g.m ? m0 + FP4_CPU_MTILE : j->g.m;
   unsigned char *mine = j->scratch + (size_t)thread * j->scratch_stride;
-  void *panel = mine;
+  float *panel = (float *)mine;
   float *acc = (float *)(mine + j->panel_bytes);
-  if (j->bf16) j->k->panel_bf16(&j->g, n0, nr, panel);
-  else j->k->panel_f32(&j->g, n0, nr, panel);
+  j->k->panel_f32(&j->g, n0, nr, panel);
   /* K blocks outermost: the tile's A slice and the panel slice stay cached while every row group
    * of the tile passes over them. */
   for (int64_t k0 = 0; k0 < j->g.lda; k0 += FP4_CPU_KC) {
@@ -186,8 +185,7 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
     for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
       int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
       float *a = acc + (m - m0) * FP4_CPU_NR * FP4_CPU_ACC;
-      if (j->bf16) j->k->micro_bf16(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
-      else j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+      j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
     }
   }
 }
@@ -216,8 +214,8 @@ static fp4_status cpu_gemm(const fp4_cpu_kernels *k, int threads, const fp4_prob
 
   j.small = g->m <= FP4_CPU_GEMV_MAX_M;
   int bf16_input = p->op == FP4_OP_MM || p->a->dtype == FP4_DTYPE_BF16;
-  j.bf16 = bf16_input && (j.small ? k->gemv_bf16 != NULL : k->micro_bf16 != NULL);
-  j.order = j.bf16 ? (j.small ? k->order_gemv_bf16 : k->order_panel_bf16) : k->order_f32;
+  j.bf16 = bf16_input && j.small && k->gemv_bf16 != NULL;
+  j.order = j.bf16 ? k->order_gemv_bf16 : k->order_f32;
 
   /* Scratch per thread: a decoded panel (FP4_CPU_NR rows; it also holds one f32 row of A while
    * packing) and the accumulators of a tile. */
@@ -249,7 +247,7 @@ static fp4_status cpu_gemm(const fp4_cpu_kernels *k, int threads, const fp4_prob
     j.npanels = (g->n + FP4_CPU_NR - 1) / FP4_CPU_NR;
     j.mtiles = (g->m + FP4_CPU_MTILE - 1) / FP4_CPU_MTILE;
     fp4_cpu_parallel(threads, j.npanels * j.mtiles, panel_unit, &j);
-    kname = j.bf16 ? "gemm_bf16" : "gemm_f32";
+    kname = bf16_input ? "gemm_bf16" : "gemm_f32";
   }
   free(mem);
   snprintf(config, config_size, "%s:%s,%dt", kname, j.bf16 ? k->name_bf16 : k->name, threads);

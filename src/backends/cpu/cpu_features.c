@@ -132,7 +132,7 @@ const char *fp4_cpu_level(const char *kernel) {
   const fp4_cpu_kernels *k = fp4_cpu_current_kernels();
   if (!strcmp(kernel, "quantize") || !strcmp(kernel, "gemv_f32") || !strcmp(kernel, "gemm_f32")) return k->name;
   if (!strcmp(kernel, "gemv_bf16")) return k->gemv_bf16 ? k->name_bf16 : k->name;
-  if (!strcmp(kernel, "gemm_bf16")) return k->micro_bf16 ? k->name_bf16 : k->name;
+  if (!strcmp(kernel, "gemm_bf16")) return k->name; /* the panel path is f32 (exact conversion) */
   return NULL;
 }
 

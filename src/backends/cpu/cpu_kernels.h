@@ -7,8 +7,9 @@
  * never interleave nibbles); then either
  *   - small M (<= FP4_CPU_GEMV_MAX_M): the gemv kernel streams each weight row once, decodes
  *     nibbles in registers and applies the block scales to per-block partial sums, or
- *   - larger M: a panel of FP4_CPU_NR weight rows is decoded once (scales applied, exact) and a
- *     register-blocked micro-kernel multiplies it with FP4_CPU_MR rows of A at a time.
+ *   - larger M: a panel of FP4_CPU_NR weight rows is decoded once to f32 (scales applied, exact)
+ *     and a register-blocked micro-kernel multiplies it with FP4_CPU_MR rows of A at a time, K
+ *     block by K block.
  * Every output element is computed by one thread with a fixed summation order, so results do not
  * depend on the thread count.
  */
@@ -36,7 +37,7 @@ typedef enum fp4_cpu_level_id {
 
 #define FP4_CPU_GEMV_MAX_M 4 /* up to this M the fused streaming kernel runs             */
 #define FP4_CPU_MR 4         /* rows of A per micro-kernel call                          */
-#define FP4_CPU_NR 4         /* weight rows per decoded panel                            */
+#define FP4_CPU_NR 6         /* weight rows per decoded panel                            */
 #define FP4_CPU_MTILE 64     /* rows of A per work unit of the panel path (fits L2)      */
 #define FP4_CPU_KALIGN 128   /* packed rows are padded with zeros to a multiple of this  */
 #define FP4_CPU_KC 512       /* K block of the micro-kernels: A and panel slices stay in L1/L2 */
@@ -89,28 +90,24 @@ extern const float *fp4_cpu_ue8m0_table(void);
 /* E2M1 codes as floats, 0..15. */
 extern const float fp4_cpu_e2m1_values[16];
 
-/* One level's kernels. A NULL entry means "use the f32 variant" (bf16 kernels) or "not here". */
+/* One level's kernels. gemv_bf16 may be NULL: bf16 inputs then take the f32 kernels. */
 typedef struct fp4_cpu_kernels {
   const char *name;          /* reported level name for the f32 kernels                     */
-  const char *name_bf16;     /* reported level name for the bf16 kernels                    */
+  const char *name_bf16;     /* reported level name for the bf16 streaming kernel           */
   fp4_cpu_order order_f32;   /* packing of f32 A for gemv_f32 and the f32 panel path        */
   fp4_cpu_order order_gemv_bf16;
-  fp4_cpu_order order_panel_bf16;
   /* Streaming kernel for mr <= FP4_CPU_GEMV_MAX_M rows of A starting at m0, weight rows [n0, n1). */
   void (*gemv_f32)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
   void (*gemv_bf16)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
   /* Decodes weight rows [n0, n0+nr) (nr <= FP4_CPU_NR), scales applied, into FP4_CPU_NR rows of
-   * lda elements (rows past nr and elements past K are zero). */
+   * lda elements (rows past nr and elements past K are zero). The panel path is f32 at every level. */
   void (*panel_f32)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel);
-  void (*panel_bf16)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, uint16_t *panel);
   /* Elements [k0, k1) of out[m0..m0+mr, n0..n0+nr) from a decoded panel; mr <= FP4_CPU_MR. The
    * unreduced accumulators live in acc (FP4_CPU_MR * FP4_CPU_NR * FP4_CPU_ACC floats) between K
    * blocks: first starts them at zero, last reduces them and stores the outputs. The summation
    * order therefore does not depend on the blocking or the threads. */
   void (*micro_f32)(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
                     int64_t k0, int64_t k1, float *acc, int first, int last);
-  void (*micro_bf16)(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
-                     int64_t k0, int64_t k1, float *acc, int first, int last);
   /* Runtime-recipe quantization of rows [r0, r0+nrows), bit-identical to the reference. */
   void (*quantize_rows)(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows);
 } fp4_cpu_kernels;

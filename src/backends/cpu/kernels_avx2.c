@@ -201,13 +201,10 @@ static const fp4_cpu_kernels avx2 = {
     .name_bf16 = "avx2",
     .order_f32 = FP4_CPU_ORDER_PAIR16,
     .order_gemv_bf16 = FP4_CPU_ORDER_PAIR16,
-    .order_panel_bf16 = FP4_CPU_ORDER_PAIR16,
     .gemv_f32 = gemv_f32,
     .gemv_bf16 = NULL,
     .panel_f32 = panel_f32,
-    .panel_bf16 = NULL,
     .micro_f32 = micro_f32,
-    .micro_bf16 = NULL,
     .quantize_rows = quantize_rows,
 };
 

@@ -1,5 +1,7 @@
 /*
- * AVX-512 kernels of the cpu backend (F, BW, VL, DQ; the bf16 kernels also need AVX512_BF16).
+ * AVX-512 kernels of the cpu backend (F, BW, VL, DQ; the bf16 streaming kernel also needs
+ * AVX512_BF16). The panel path (larger M) is f32 for every input: with A converted exactly to f32,
+ * two FMA ports outran vdpbf16ps in the micro-kernel on the machine measured (bench/results/cpu).
  * Compiled with per-function target attributes so the library still runs on any x86-64: the
  * dispatcher calls them only when the CPU reports the features.
  *
@@ -237,9 +239,8 @@ T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t
 
 /* ---- panel path (larger M) ---------------------------------------------------------------------- */
 
-/* Decodes a weight row with scales applied, PAIR32 order, f32 (store_bf16 = 0) or bf16. The
- * products are exact in bf16 (at most 6 significant bits), so bf16 is the top half of the f32 bits. */
-T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, void *dst, int store_bf16) {
+/* Decodes a weight row with scales applied (exact: at most 6 significant bits), PAIR32 order. */
+T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, float *dst) {
   const __m512 lut = _mm512_loadu_ps(fp4_cpu_e2m1_values);
   const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
   const uint8_t *w = g->b + n * row_bytes;
@@ -252,72 +253,43 @@ T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, void *dst, int sto
     for (int q = 0; q < 4; q++) {
       __m512i idx = _mm512_cvtepu8_epi32(parts[q]);
       __m512 s = sub_scales(s16, q);
-      /* exact products: at most 6 significant bits. Zero weights past K keep NaN-free zeros. */
-      __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(idx, lut), s);
-      __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), lut), s);
       int64_t off = ch * 128 + q * 32;
-      if (store_bf16) {
-        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + off),
-                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(lo), 16)));
-        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + off + 16),
-                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(hi), 16)));
-      } else {
-        _mm512_storeu_ps((float *)dst + off, lo);
-        _mm512_storeu_ps((float *)dst + off + 16, hi);
-      }
+      _mm512_storeu_ps(dst + off, _mm512_mul_ps(_mm512_permutexvar_ps(idx, lut), s));
+      _mm512_storeu_ps(dst + off + 16, _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), lut), s));
     }
   }
 }
 
 T512 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel) {
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
-    if (r < nr) decode_row(g, n0 + r, panel + r * g->lda, 0);
+    if (r < nr) decode_row(g, n0 + r, panel + r * g->lda);
     else memset(panel + r * g->lda, 0, sizeof(float) * (size_t)g->lda);
   }
 }
 
-T512 static void panel_bf16(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, uint16_t *panel) {
-  for (int64_t r = 0; r < FP4_CPU_NR; r++) {
-    if (r < nr) decode_row(g, n0 + r, panel + r * g->lda, 1);
-    else memset(panel + r * g->lda, 0, sizeof(uint16_t) * (size_t)g->lda);
-  }
-}
-
-/* MR x 4 register block: 16 accumulators at most, A and B streamed along K. */
-#define FP4_MICRO_BODY(VEC_T, VREG, LOAD, STEP, MAC)                                                                     \
-  const int64_t lda = g->lda;                                                                                      \
-  const VEC_T *a = (const VEC_T *)g->a + m0 * lda;                                                                 \
-  __m512 c[FP4_CPU_MR][FP4_CPU_NR];                                                                                \
-  for (int i = 0; i < MR; i++)                                                                                     \
-    for (int j = 0; j < FP4_CPU_NR; j++)                                                                           \
-      c[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC);           \
-  for (int64_t k = k0; k < k1; k += STEP) {                                                                        \
-    VREG av[FP4_CPU_MR];                                                                                                    \
-    for (int i = 0; i < MR; i++) av[i] = LOAD(a + i * lda + k);                                                    \
-    for (int j = 0; j < FP4_CPU_NR; j++) {                                                                         \
-      VREG bv = LOAD(                 panel + j * lda + k);                                                          \
-      for (int i = 0; i < MR; i++) c[i][j] = MAC(c[i][j], av[i], bv);                                              \
-    }                                                                                                              \
-  }                                                                                                                \
-  for (int i = 0; i < MR; i++)                                                                                     \
-    for (int j = 0; j < FP4_CPU_NR; j++) {                                                                         \
-      if (!last) _mm512_storeu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC, c[i][j]);                              \
-      else if (j < nr) fp4_cpu_store(g, m0 + i, n0 + j, _mm512_reduce_add_ps(c[i][j]));                            \
-    }
-
-#define FP4_LOAD_F32(p) _mm512_loadu_ps(p)
-#define FP4_MAC_F32(c, x, y) _mm512_fmadd_ps(x, y, c)
-#define FP4_LOAD_BF16(p) ((__m512bh)_mm512_loadu_si512((const void *)(p)))
-#define FP4_MAC_BF16(c, x, y) _mm512_dpbf16_ps(c, x, y)
-
+/* MR x FP4_CPU_NR register block (at most 24 accumulators, MR A vectors and one B vector of the
+ * 32 registers), A and B streamed along K; accumulators persist in acc between K blocks. */
 T512 INLINE void micro_f32_t(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t n0, int64_t nr, int64_t k0,
                              int64_t k1, float *acc, int first, int last, const int MR) {
-  FP4_MICRO_BODY(float, __m512, FP4_LOAD_F32, 16, FP4_MAC_F32)
-}
-
-T512BF INLINE void micro_bf16_t(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t n0, int64_t nr,
-                                int64_t k0, int64_t k1, float *acc, int first, int last, const int MR) {
-  FP4_MICRO_BODY(uint16_t, __m512bh, FP4_LOAD_BF16, 32, FP4_MAC_BF16)
+  const int64_t lda = g->lda;
+  const float *a = (const float *)g->a + m0 * lda;
+  __m512 c[FP4_CPU_MR][FP4_CPU_NR];
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < FP4_CPU_NR; j++)
+      c[i][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC);
+  for (int64_t k = k0; k < k1; k += 16) {
+    __m512 av[FP4_CPU_MR];
+    for (int i = 0; i < MR; i++) av[i] = _mm512_loadu_ps(a + i * lda + k);
+    for (int j = 0; j < FP4_CPU_NR; j++) {
+      __m512 bv = _mm512_loadu_ps(panel + j * lda + k);
+      for (int i = 0; i < MR; i++) c[i][j] = _mm512_fmadd_ps(av[i], bv, c[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; i++)
+    for (int j = 0; j < FP4_CPU_NR; j++) {
+      if (!last) _mm512_storeu_ps(acc + (i * FP4_CPU_NR + j) * FP4_CPU_ACC, c[i][j]);
+      else if (j < nr) fp4_cpu_store(g, m0 + i, n0 + j, _mm512_reduce_add_ps(c[i][j]));
+    }
 }
 
 #define FP4_MICRO_SWITCH(fn)                                                                                       \
@@ -331,11 +303,6 @@ T512BF INLINE void micro_bf16_t(const fp4_cpu_gemm *g, const uint16_t *panel, in
 T512 static void micro_f32(const fp4_cpu_gemm *g, const float *panel, int64_t m0, int64_t mr, int64_t n0, int64_t nr,
                            int64_t k0, int64_t k1, float *acc, int first, int last) {
   FP4_MICRO_SWITCH(micro_f32_t)
-}
-
-T512BF static void micro_bf16(const fp4_cpu_gemm *g, const uint16_t *panel, int64_t m0, int64_t mr, int64_t n0,
-                              int64_t nr, int64_t k0, int64_t k1, float *acc, int first, int last) {
-  FP4_MICRO_SWITCH(micro_bf16_t)
 }
 
 /* ---- quantization --------------------------------------------------------------------------------- */
@@ -411,13 +378,10 @@ static const fp4_cpu_kernels avx512 = {
     .name_bf16 = "avx512_bf16",
     .order_f32 = FP4_CPU_ORDER_PAIR32,
     .order_gemv_bf16 = FP4_CPU_ORDER_NIB128,
-    .order_panel_bf16 = FP4_CPU_ORDER_PAIR32,
     .gemv_f32 = gemv_f32,
     .gemv_bf16 = gemv_bf16,
     .panel_f32 = panel_f32,
-    .panel_bf16 = panel_bf16,
     .micro_f32 = micro_f32,
-    .micro_bf16 = micro_bf16,
     .quantize_rows = quantize_rows,
 };
 
@@ -427,13 +391,10 @@ static const fp4_cpu_kernels avx512_nobf16 = {
     .name_bf16 = "avx512",
     .order_f32 = FP4_CPU_ORDER_PAIR32,
     .order_gemv_bf16 = FP4_CPU_ORDER_PAIR32,
-    .order_panel_bf16 = FP4_CPU_ORDER_PAIR32,
     .gemv_f32 = gemv_f32,
     .gemv_bf16 = NULL,
     .panel_f32 = panel_f32,
-    .panel_bf16 = NULL,
     .micro_f32 = micro_f32,
-    .micro_bf16 = NULL,
     .quantize_rows = quantize_rows,
 };
 

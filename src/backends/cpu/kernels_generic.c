@@ -68,13 +68,10 @@ static const fp4_cpu_kernels generic = {
     .name_bf16 = "generic",
     .order_f32 = FP4_CPU_ORDER_NATURAL,
     .order_gemv_bf16 = FP4_CPU_ORDER_NATURAL,
-    .order_panel_bf16 = FP4_CPU_ORDER_NATURAL,
     .gemv_f32 = gemv_f32,
     .gemv_bf16 = NULL,
     .panel_f32 = panel_f32,
-    .panel_bf16 = NULL,
     .micro_f32 = micro_f32,
-    .micro_bf16 = NULL,
     .quantize_rows = fp4_quantize_rows_ref,
 };
 
