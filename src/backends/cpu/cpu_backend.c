@@ -54,6 +54,20 @@ float fp4_cpu_scale_value(const fp4_cpu_gemm *g, int64_t r, int64_t c) {
   return g->mx ? fp4_cpu_ue8m0_table()[s] : fp4_cpu_e4m3_table()[s];
 }
 
+const void *fp4_cpu_dense_row(const fp4_matrix *x, int64_t r) {
+  const int64_t ld = x->ld ? x->ld : x->cols;
+  return (const unsigned char *)x->data + (size_t)(r * ld) * fp4_dtype_size(x->dtype);
+}
+
+float fp4_cpu_block_scale(fp4_qmatrix *out, const fp4_nvfp4_recipe *recipe, int64_t r, int64_t c, float vmax) {
+  const int64_t C = fp4_scale_cols(out->format, out->cols);
+  float os;
+  uint8_t sb = out->format == FP4_FORMAT_MXFP4 ? fp4_mxfp4_block_scale(vmax, &os)
+                                               : fp4_nvfp4_block_scale(vmax, *recipe, &os);
+  ((uint8_t *)out->scales)[fp4_layout_offset((int)out->layout, C, r, c)] = sb;
+  return os;
+}
+
 void fp4_cpu_store(const fp4_cpu_gemm *g, int64_t m, int64_t n, float sum) {
   fp4_matrix_set(g->out, m, n, sum * g->scale);
 }

@@ -13,7 +13,6 @@
 
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static fp4_cpu_level_id detected = FP4_CPU_LEVEL_GENERIC;
-static int has_bf16 = 0;
 
 static void detect(void) {
 #if FP4_CPU_X86 && defined(__GNUC__)
@@ -24,7 +23,6 @@ static void detect(void) {
   if (detected == FP4_CPU_LEVEL_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && fp4_cpu_kernels_avx512())
     detected = FP4_CPU_LEVEL_AVX512;
-  has_bf16 = detected == FP4_CPU_LEVEL_AVX512 && fp4_cpu_kernels_avx512()->gemv_bf16 != NULL;
 #elif defined(__aarch64__)
   if (fp4_cpu_kernels_neon()) detected = FP4_CPU_LEVEL_NEON;
 #endif
@@ -35,16 +33,7 @@ fp4_cpu_level_id fp4_cpu_detected_level(void) {
   return detected;
 }
 
-int fp4_cpu_has_bf16(void) {
-  pthread_once(&detect_once, detect);
-  return has_bf16;
-}
-
 static const char *const level_names[FP4_CPU_LEVEL_COUNT] = {"generic", "avx2", "avx512", "neon"};
-
-const char *fp4_cpu_level_id_name(fp4_cpu_level_id level) {
-  return level >= 0 && level < FP4_CPU_LEVEL_COUNT ? level_names[level] : "unknown";
-}
 
 /* Levels form a chain per architecture: generic < avx2 < avx512 on x86, generic < neon on arm. */
 static int level_usable(fp4_cpu_level_id want, fp4_cpu_level_id have) {

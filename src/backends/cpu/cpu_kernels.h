@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "fp4kit.h"
+#include "format/codec.h"
 
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
 #define FP4_CPU_X86 1
@@ -84,6 +85,11 @@ int64_t fp4_cpu_scale_base(const fp4_cpu_gemm *g, int64_t r);
 float fp4_cpu_scale_value(const fp4_cpu_gemm *g, int64_t r, int64_t c);
 /* Writes alpha-scaled sums to out[m, n] in the output dtype. */
 void fp4_cpu_store(const fp4_cpu_gemm *g, int64_t m, int64_t n, float sum);
+/* Row r of a dense host matrix (ld honoured). */
+const void *fp4_cpu_dense_row(const fp4_matrix *x, int64_t r);
+/* Quantization of block (r, c) of out with max |x| = vmax (runtime recipe, codec.h): stores the
+ * scale byte at its place in out's layout and returns the encode multiplier for the codes. */
+float fp4_cpu_block_scale(fp4_qmatrix *out, const fp4_nvfp4_recipe *recipe, int64_t r, int64_t c, float vmax);
 /* The 256 decoded E4M3 and UE8M0 values (NaN codes decode to NaN). */
 extern const float *fp4_cpu_e4m3_table(void);
 extern const float *fp4_cpu_ue8m0_table(void);
@@ -122,14 +128,11 @@ const fp4_cpu_kernels *fp4_cpu_kernels_neon(void);
 
 /* Highest level this CPU and build support. */
 fp4_cpu_level_id fp4_cpu_detected_level(void);
-/* 1 when the AVX-512 level can use BF16 dot products (AVX512_BF16 present). */
-int fp4_cpu_has_bf16(void);
 /* The level in force: FP4KIT_CPU_LEVEL if set and supported, else the detected one. */
 fp4_cpu_level_id fp4_cpu_current_level(void);
 const fp4_cpu_kernels *fp4_cpu_current_kernels(void);
 /* Threads in force: FP4KIT_NUM_THREADS if set and valid, else the online CPUs. */
 int fp4_cpu_current_threads(void);
-const char *fp4_cpu_level_id_name(fp4_cpu_level_id level);
 
 /* ---- threads (cpu_threads.c) ---- */
 

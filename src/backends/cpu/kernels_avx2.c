@@ -166,27 +166,19 @@ T2 INLINE __m256i encode8(__m256 y) {
 }
 
 T2 static void quantize_rows(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows) {
-  const int mx = out->format == FP4_FORMAT_MXFP4;
-  const int bs = mx ? 32 : 16;
-  const int64_t C = fp4_scale_cols(out->format, out->cols);
-  const int64_t ld = x->ld ? x->ld : x->cols;
-  const size_t esize = fp4_dtype_size(x->dtype);
+  const int bs = fp4_format_block_size(out->format);
   const fp4_nvfp4_recipe recipe = fp4_nvfp4_recipe_make(global_scale);
-  uint8_t *scales = out->scales;
   for (int64_t r = r0; r < r0 + nrows; r++) {
-    const void *row = (const unsigned char *)x->data + (size_t)(r * ld) * esize;
+    const void *row = fp4_cpu_dense_row(x, r);
     uint8_t *dst = (uint8_t *)out->data + r * (out->cols / 2);
-    for (int64_t c = 0; c < C; c++) {
+    for (int64_t c = 0; c < out->cols / bs; c++) {
       __m256 v[4];
       __m256 m = _mm256_setzero_ps();
       for (int i = 0; i < bs / 8; i++) m = absmax_acc(m, v[i] = load8(x, row, c * bs + 8 * i));
       __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
       h = _mm_max_ps(h, _mm_movehl_ps(h, h));
       h = _mm_max_ss(h, _mm_movehdup_ps(h));
-      float vmax = _mm_cvtss_f32(h), os;
-      uint8_t sb = mx ? fp4_mxfp4_block_scale(vmax, &os) : fp4_nvfp4_block_scale(vmax, recipe, &os);
-      scales[fp4_layout_offset((int)out->layout, C, r, c)] = sb;
-      const __m256 vs = _mm256_set1_ps(os);
+      const __m256 vs = _mm256_set1_ps(fp4_cpu_block_scale(out, &recipe, r, c, _mm_cvtss_f32(h)));
       for (int i = 0; i < bs / 8; i++) {
         int32_t codes[8];
         _mm256_storeu_si256((__m256i *)codes, encode8(_mm256_mul_ps(v[i], vs)));

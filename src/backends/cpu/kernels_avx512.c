@@ -349,24 +349,14 @@ T512 INLINE void encode16(__m512 y, uint8_t *dst) {
 T512 static void quantize_rows(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows) {
   const int mx = out->format == FP4_FORMAT_MXFP4;
   const int bs = mx ? 32 : 16;
-  const int64_t C = fp4_scale_cols(out->format, out->cols);
-  const int64_t ld = x->ld ? x->ld : x->cols;
-  const size_t esize = fp4_dtype_size(x->dtype);
   const fp4_nvfp4_recipe recipe = fp4_nvfp4_recipe_make(global_scale);
-  uint8_t *scales = out->scales;
   for (int64_t r = r0; r < r0 + nrows; r++) {
-    const void *row = (const unsigned char *)x->data + (size_t)(r * ld) * esize;
+    const void *row = fp4_cpu_dense_row(x, r);
     uint8_t *dst = (uint8_t *)out->data + r * (out->cols / 2);
-    for (int64_t c = 0; c < C; c++) {
-      __m512 v0 = load16(x, row, c * bs), v1 = _mm512_setzero_ps();
-      float vmax = absmax16(v0), os;
-      if (mx) {
-        v1 = load16(x, row, c * bs + 16);
-        vmax = fmaxf(vmax, absmax16(v1));
-      }
-      uint8_t sb = mx ? fp4_mxfp4_block_scale(vmax, &os) : fp4_nvfp4_block_scale(vmax, recipe, &os);
-      scales[fp4_layout_offset((int)out->layout, C, r, c)] = sb;
-      const __m512 vs = _mm512_set1_ps(os);
+    for (int64_t c = 0; c < out->cols / bs; c++) {
+      __m512 v0 = load16(x, row, c * bs), v1 = mx ? load16(x, row, c * bs + 16) : _mm512_setzero_ps();
+      float vmax = mx ? fmaxf(absmax16(v0), absmax16(v1)) : absmax16(v0);
+      const __m512 vs = _mm512_set1_ps(fp4_cpu_block_scale(out, &recipe, r, c, vmax));
       encode16(_mm512_mul_ps(v0, vs), dst + c * bs / 2);
       if (mx) encode16(_mm512_mul_ps(v1, vs), dst + c * bs / 2 + 8);
     }
