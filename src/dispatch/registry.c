@@ -5,6 +5,7 @@
 #include "dispatch/backend.h"
 
 extern const fp4_backend fp4_backend_ref;
+extern const fp4_backend fp4_backend_cpu;
 extern const fp4_backend fp4_backend_cuda;
 extern const fp4_backend fp4_backend_cuda_sm120;
 extern const fp4_backend fp4_backend_cublaslt;
@@ -13,6 +14,7 @@ extern const fp4_backend fp4_backend_cudnn;
 
 static const fp4_backend *const registry[] = {
     &fp4_backend_ref,
+    &fp4_backend_cpu,
     &fp4_backend_cuda,
     &fp4_backend_cuda_sm120,
     &fp4_backend_cublaslt,
