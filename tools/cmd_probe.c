@@ -299,6 +299,17 @@ int fp4cli_probe(int argc, char **argv) {
       if (a) print_arch(a);
     }
   }
+  /* The CPU backend's instruction-set level per kernel (FP4KIT_CPU_LEVEL may lower it). */
+  cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
+  cJSON_AddNumberToObject(cpu, "threads", fp4_cpu_threads());
+  cJSON *levels = cJSON_AddObjectToObject(cpu, "kernels");
+  if (!json) printf("\ncpu backend: %d threads (FP4KIT_NUM_THREADS); kernel levels (FP4KIT_CPU_LEVEL):", fp4_cpu_threads());
+  for (int i = 0; fp4_cpu_kernel_name(i); i++) {
+    const char *kernel = fp4_cpu_kernel_name(i), *level = fp4_cpu_level(kernel);
+    cJSON_AddStringToObject(levels, kernel, level ? level : "unknown");
+    if (!json) printf(" %s=%s", kernel, level ? level : "unknown");
+  }
+  if (!json) printf("\n");
   fp4_context *ctx = NULL;
   fp4_status st = fp4_context_create(&ctx, device);
   if (st) {
