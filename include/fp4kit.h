@@ -221,9 +221,10 @@ FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float glo
                                 fp4_qmatrix *out, const fp4_options *options);
 
 /* Model Optimizer checkpoint recipe for NVFP4 weights (host): weight_scale_2 = amax(W)/(6*448),
- * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, clamped to [2^-9, 448]), codes of
- * W/(block_scale*weight_scale_2). out must be NVFP4; out->multiplier and *weight_scale_2 receive
- * weight_scale_2. An all-zero W gets weight_scale_2 = 0 and all-zero codes. */
+ * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, no lower clamp: below 2^-10 the
+ * byte is 0), codes of W/(block_scale*weight_scale_2) with -0 -> +0; bit-identical to Model
+ * Optimizer's NVFP4QTensor. out must be NVFP4; out->multiplier and *weight_scale_2 receive
+ * weight_scale_2. An all-zero W gets weight_scale_2 = 0, scale bytes of 1.0 and all-zero codes. */
 FP4_API fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out,
                                          float *weight_scale_2);
 
@@ -310,6 +311,105 @@ FP4_API const char *fp4_shape_set_name(int index);
 /* The GEMMs of a model sharded for tensor parallelism tp and expert parallelism ep (1 = none).
  * Writes at most max shapes and the total into *count. */
 FP4_API fp4_status fp4_shape_set(const char *model, int tp, int ep, fp4_gemm_shape *shapes, int max, int *count);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Grouped GEMM and the mixture-of-experts layer (docs/moe.md)                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* E experts' weights of one shape [rows, cols] = [N, K] in one allocation, as checkpoints of MoE
+ * models are stacked ([E, N, K/2] uint8). Expert e's codes start at byte e * rows * cols/2; its block
+ * scales are the e-th of E consecutive per-expert scale buffers, each fp4_scales_size(format, layout,
+ * rows, cols) bytes (so every expert's scales are laid out as those of an ordinary [N, K] matrix,
+ * padding included). multipliers, when not NULL, holds E per-expert decode multipliers (Model
+ * Optimizer's weight_scale_2 of each expert, in the same memory as data); NULL means 1 for every
+ * expert (MXFP4). */
+typedef struct fp4_grouped_qmatrix {
+  void *data;              /* experts * rows * cols/2 bytes                                    */
+  void *scales;            /* experts * fp4_scales_size(format, layout, rows, cols) bytes       */
+  const float *multipliers; /* [experts] decode multipliers, or NULL for 1.0                    */
+  int64_t experts;         /* E                                                                */
+  int64_t rows;            /* N: output features of one expert                                  */
+  int64_t cols;            /* K: input features, a multiple of the block size                   */
+  fp4_format format;
+  fp4_scale_layout layout;
+  fp4_memory memory;       /* where data, scales and multipliers live                            */
+} fp4_grouped_qmatrix;
+
+/* Expert e of g as an ordinary fp4_qmatrix (a view: no copy), multiplier included. A device-memory
+ * g with multipliers cannot be read from the host: FP4_ERR_UNSUPPORTED (apply multipliers[e]
+ * yourself and view with multipliers = NULL). */
+FP4_API fp4_status fp4_grouped_expert(const fp4_grouped_qmatrix *g, int64_t e, fp4_qmatrix *view);
+
+/* Grouped W4A4 GEMM. The T rows of a are grouped by expert: rows offsets[e] .. offsets[e+1]-1 use
+ * expert e, with offsets[0] = 0, offsets non-decreasing, offsets[E] = T (an expert may have no rows).
+ *   out[t, :] = alpha * a.multiplier * b.multipliers[e] * dq(a)[t, :] * dq(b_e)^T      for t in group e
+ * a [T, K] and b share the format and K; out is [T, N] (f32, bf16, f16). offsets ([E+1] int64) lives
+ * in the operands' memory; its contents are checked when that memory is the host's. T = 0 (a->rows =
+ * 0, out->rows = 0, data may be NULL) is a valid call that does nothing. */
+FP4_API fp4_status fp4_grouped_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
+                                  const int64_t *offsets, float alpha, fp4_matrix *out, const fp4_options *options);
+
+/* Grouped W4A16 GEMM: as fp4_grouped_mm with dense activations a [T, K] (f32, bf16, f16):
+ *   out[t, :] = alpha * b.multipliers[e] * a[t, :] * dq(b_e)^T                          for t in group e */
+FP4_API fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_grouped_qmatrix *b,
+                                        const int64_t *offsets, float alpha, fp4_matrix *out,
+                                        const fp4_options *options);
+
+typedef enum fp4_moe_mode {
+  FP4_MOE_W4A16 = 0, /* FP4 weights, activations kept in floating point                           */
+  FP4_MOE_W4A4 = 1   /* activations quantized with the runtime recipe in the weights' format      */
+} fp4_moe_mode;
+
+/* One set of experts of a gated-SiLU MLP: y = down(SiLU(gate(x)) * up(x)).
+ * gate_up is [E, 2I, H]: rows 0 .. I-1 are the gate projection (w1), rows I .. 2I-1 the up projection
+ * (w3): the w13 order of vLLM and SGLang checkpoints loaders (FlashInfer's fused kernels want w31:
+ * swap the halves before passing such weights here). down is [E, H, I] (w2). */
+typedef struct fp4_moe_experts {
+  fp4_grouped_qmatrix gate_up;
+  fp4_grouped_qmatrix down;
+  /* W4A4 with NVFP4 only: the per-layer activation encode scales (global_scale = 1/input_scale of a
+   * Model Optimizer checkpoint, or input_global_scale of compressed-tensors) used to quantize the
+   * input of gate_up and of down. Finite and positive; ignored for W4A16 and MXFP4. */
+  float gate_up_act_scale;
+  float down_act_scale;
+} fp4_moe_experts;
+
+typedef struct fp4_moe_layer {
+  fp4_moe_mode mode;
+  fp4_moe_experts routed;          /* E routed experts                                           */
+  const fp4_moe_experts *shared;   /* NULL, or one shared expert (experts = 1, its own I) applied  */
+                                   /* to every token with weight 1 (or routing.shared_weights)    */
+} fp4_moe_layer;
+
+/* The router's decision for T tokens (the caller routes). topk_ids [tokens, top_k] int32 row-major
+ * and topk_weights [tokens, top_k] f32 live in the operands' memory. Ids must lie in [0, E); a
+ * token may name the same expert more than once: each occurrence contributes (contributions add). */
+typedef struct fp4_moe_routing {
+  const int32_t *topk_ids;
+  int64_t tokens;                  /* T: must equal hidden->rows                                  */
+  int64_t top_k;                   /* k >= 1                                                      */
+  fp4_matrix topk_weights;         /* [T, k] f32                                                  */
+  const float *shared_weights;     /* NULL (weight 1), or [T] f32: a per-token gate of the shared */
+                                   /* expert (Qwen's sigmoid(shared_expert_gate(x)))            */
+} fp4_moe_routing;
+
+/* Bytes of workspace fp4_moe_forward needs for T = tokens and k = top_k on the backend options
+ * names (or, for auto or NULL options, the most that any registered backend needs). Depends on the
+ * layer's shapes, mode and formats, not on data. 0 for tokens = 0. */
+FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k,
+                                          const fp4_options *options, size_t *bytes);
+
+/* The MoE layer forward, out[T, H] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(hidden[t])
+ * (+ shared_weight[t] * shared(hidden[t])), each expert e computing
+ *   down_e( SiLU(gate_e(x)) * up_e(x) ).
+ * Steps: permute tokens by expert -> gate_up grouped GEMM -> SiLU(gate) * up -> (W4A4: re-quantize)
+ * -> down grouped GEMM -> weighted combine back to [T, H]. hidden [T, H] and out [T, H] are f32,
+ * bf16 or f16; every operand, the workspace included, lives in one memory. workspace: at least
+ * fp4_moe_workspace_size() bytes (contents need not be kept between calls). T = 0 does nothing and
+ * returns FP4_OK. The numeric contract (what is rounded where) is in docs/moe.md. */
+FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
+                                   const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,
+                                   fp4_matrix *out, const fp4_options *options);
 
 #ifdef __cplusplus
 }

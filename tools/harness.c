@@ -1,4 +1,5 @@
 #include "harness.h"
+#include "harness_moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,9 +50,12 @@ void fp4h_fill(fp4h_rng *g, float *x, int64_t n, fp4h_data data, int block) {
 
 /* ---- cases ----------------------------------------------------------------------------------------- */
 
-#define MM(name, fmt, la, lb, m, n, k, out, data) {name, FP4H_MM, fmt, la, lb, m, n, k, FP4_DTYPE_F32, out, data}
-#define W16(name, fmt, lb, m, n, k, adt, out, data) {name, FP4H_MM_W4A16, fmt, FP4_LAYOUT_LINEAR, lb, m, n, k, adt, out, data}
-#define QZ(name, fmt, la, m, k, adt, data) {name, FP4H_QUANTIZE, fmt, la, FP4_LAYOUT_LINEAR, m, 0, k, adt, FP4_DTYPE_F32, data}
+#define MM(name, fmt, la, lb, m, n, k, out, data) {name, FP4H_MM, fmt, la, lb, m, n, k, FP4_DTYPE_F32, out, data, .experts = 0}
+#define W16(name, fmt, lb, m, n, k, adt, out, data) {name, FP4H_MM_W4A16, fmt, FP4_LAYOUT_LINEAR, lb, m, n, k, adt, out, data, .experts = 0}
+#define GMM(name, op, fmt, la, lb, t, n, k, e, adt, out) {name, op, fmt, la, lb, t, n, k, adt, out, FP4H_DATA_NORMAL, e, .top_k = 0}
+#define MOE(name, mode, fmt, lb, t, i, h, e, topk, shared, route, adt, out) \
+  {name, FP4H_MOE, fmt, FP4_LAYOUT_LINEAR, lb, t, i, h, adt, out, FP4H_DATA_NORMAL, e, topk, mode, shared, route}
+#define QZ(name, fmt, la, m, k, adt, data) {name, FP4H_QUANTIZE, fmt, la, FP4_LAYOUT_LINEAR, m, 0, k, adt, FP4_DTYPE_F32, data, .experts = 0}
 
 static const fp4h_case default_cases[] = {
     QZ("quantize nvfp4 128x4 f32", FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 37, 256, FP4_DTYPE_F32, FP4H_DATA_NORMAL),
@@ -68,6 +72,16 @@ static const fp4h_case default_cases[] = {
     W16("w4a16 nvfp4 f32 M=5 K=128", FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 5, 64, 128, FP4_DTYPE_F32, FP4_DTYPE_F32, FP4H_DATA_NORMAL),
     W16("w4a16 mxfp4 f16", FP4_FORMAT_MXFP4, FP4_LAYOUT_128X4, 33, 48, 256, FP4_DTYPE_F16, FP4_DTYPE_F32, FP4H_DATA_EDGES),
     W16("w4a16 nvfp4 edges", FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 64, 136, 1024, FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_EDGES),
+    GMM("grouped w4a4 nvfp4 E=8", FP4H_GROUPED_MM, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, FP4_LAYOUT_128X4, 37, 64, 256, 8,
+        FP4_DTYPE_F32, FP4_DTYPE_BF16),
+    GMM("grouped w4a16 mxfp4 E=5", FP4H_GROUPED_MM_W4A16, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4, 9, 48,
+        128, 5, FP4_DTYPE_BF16, FP4_DTYPE_F32),
+    MOE("moe w4a16 nvfp4 hot+shared", FP4_MOE_W4A16, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 16, 64, 128, 8, 2, 1,
+        FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16, FP4_DTYPE_BF16),
+    MOE("moe w4a4 nvfp4 E=16 k=4", FP4_MOE_W4A4, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 12, 64, 256, 16, 4, 0,
+        FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16, FP4_DTYPE_F32),
+    MOE("moe w4a4 mxfp4 dup+shared", FP4_MOE_W4A4, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 7, 64, 128, 4, 3, 1,
+        FP4H_ROUTE_DUPLICATES, FP4_DTYPE_F16, FP4_DTYPE_F16),
 };
 
 const fp4h_case *fp4h_default_cases(int *count) {
@@ -111,15 +125,38 @@ static int fail(fp4h_result *r, fp4_status st, const char *what) {
   return 0;
 }
 
-static void fill_nan(void *p, fp4_dtype t, int64_t n) {
+void fp4h_fill_nan(void *p, fp4_dtype t, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     if (t == FP4_DTYPE_F32) ((uint32_t *)p)[i] = 0x7FC00000u;
     else ((uint16_t *)p)[i] = t == FP4_DTYPE_BF16 ? 0x7FC0u : 0x7E00u;
   }
 }
 
+void fp4h_compare(const float *got, const float *ref, int64_t n, fp4h_result *r) {
+  double num = 0.0, den = 0.0;
+  int64_t nonzero = 0;
+  r->nonfinite = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i])) r->nonfinite++;
+    nonzero += got[i] != 0.0f;
+    double d = (double)got[i] - (double)ref[i];
+    num += d * d;
+    den += (double)ref[i] * (double)ref[i];
+  }
+  r->rel_err = den > 0.0 ? sqrt(num / den) : sqrt(num);
+  r->all_zero = nonzero == 0 && den > 0.0;
+  r->passed = r->nonfinite == 0 && !r->all_zero && r->rel_err <= r->tolerance;
+  if (r->nonfinite) snprintf(r->message, sizeof r->message, "%lld outputs are NaN/inf (unwritten?)", (long long)r->nonfinite);
+  else if (r->all_zero) snprintf(r->message, sizeof r->message, "all outputs are zero");
+  else snprintf(r->message, sizeof r->message, "rel err %.3g (tolerance %.3g)", r->rel_err, r->tolerance);
+}
+
 void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
               fp4h_result *r) {
+  if (c->op == FP4H_GROUPED_MM || c->op == FP4H_GROUPED_MM_W4A16 || c->op == FP4H_MOE) {
+    fp4h_run_moe(ctx, backend, memory, c, seed, r);
+    return;
+  }
   memset(r, 0, sizeof *r);
   r->tolerance = c->op == FP4H_QUANTIZE ? 0.0 : fp4h_tolerance(c->out_dtype);
   fp4h_rng g = {seed ^ 0xD1B54A32D192ED03ull};
@@ -180,7 +217,7 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
     memset(buf.host[B_A_DATA], 0xA5, buf.bytes[B_A_DATA]);
     memset(buf.host[B_A_SCALES], 0xA5, sa);
   }
-  fill_nan(buf.host[B_OUT], c->out_dtype, M * N);
+  fp4h_fill_nan(buf.host[B_OUT], c->out_dtype, M * N);
   for (int i = 0; i < 6; i++) {
     if (memory == FP4_MEMORY_HOST) {
       buf.dev[i] = buf.host[i];
@@ -229,21 +266,7 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
     goto done;
   }
   fp4_convert(buf.host[B_OUT], c->out_dtype, got, FP4_DTYPE_F32, (size_t)(M * N));
-  double num = 0.0, den = 0.0;
-  int64_t nonzero = 0;
-  for (int64_t i = 0; i < M * N; i++) {
-    if (!isfinite(got[i])) r->nonfinite++;
-    nonzero += got[i] != 0.0f;
-    double d = (double)got[i] - (double)ref[i];
-    num += d * d;
-    den += (double)ref[i] * (double)ref[i];
-  }
-  r->rel_err = den > 0.0 ? sqrt(num / den) : sqrt(num);
-  r->all_zero = nonzero == 0 && den > 0.0;
-  r->passed = r->nonfinite == 0 && !r->all_zero && r->rel_err <= r->tolerance;
-  if (r->nonfinite) snprintf(r->message, sizeof r->message, "%lld outputs are NaN/inf (unwritten?)", (long long)r->nonfinite);
-  else if (r->all_zero) snprintf(r->message, sizeof r->message, "all outputs are zero");
-  else snprintf(r->message, sizeof r->message, "rel err %.3g (tolerance %.3g)", r->rel_err, r->tolerance);
+  fp4h_compare(got, ref, M * N, r);
 
 done:
   for (int i = 0; i < 6; i++) {

@@ -10,7 +10,14 @@
 
 #include "fp4kit.h"
 
-typedef enum fp4h_op { FP4H_MM = 0, FP4H_MM_W4A16 = 1, FP4H_QUANTIZE = 2 } fp4h_op;
+typedef enum fp4h_op {
+  FP4H_MM = 0,
+  FP4H_MM_W4A16 = 1,
+  FP4H_QUANTIZE = 2,
+  FP4H_GROUPED_MM = 3,       /* m = T, n = N, k = K, experts; rows grouped by random offsets   */
+  FP4H_GROUPED_MM_W4A16 = 4, /* same, dense activations                                        */
+  FP4H_MOE = 5               /* m = T, n = I, k = H, experts, top_k, moe_mode, shared, routing */
+} fp4h_op;
 
 /* Value distributions; every one is random and fresh per seed, none is all zeros. */
 typedef enum fp4h_data {
@@ -29,6 +36,12 @@ typedef struct fp4h_case {
   fp4_dtype a_dtype;           /* W4A16 activations / quantize input                   */
   fp4_dtype out_dtype;
   fp4h_data data;
+  /* Grouped GEMM and MoE cases (harness_moe.h); zero for the others. */
+  int64_t experts;
+  int64_t top_k;
+  int moe_mode;                /* fp4_moe_mode                                          */
+  int shared;                  /* 1: with a shared expert (intermediate size n)         */
+  int routing;                 /* fp4h_routing                                          */
 } fp4h_case;
 
 typedef struct fp4h_result {
@@ -52,6 +65,12 @@ double fp4h_tolerance(fp4_dtype out_dtype);
  * with the reference backend. memory: where the operands live for this backend. */
 void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
               fp4h_result *r);
+
+/* Fills r's error fields from n outputs against the reference: relative Frobenius error, NaN/inf
+ * count, all-zero detection, passed against r->tolerance, and the message. */
+void fp4h_compare(const float *got, const float *ref, int64_t n, fp4h_result *r);
+/* n NaNs of an output dtype (f32, bf16, f16): what every output is pre-filled with. */
+void fp4h_fill_nan(void *p, fp4_dtype t, int64_t n);
 
 /* Deterministic random generator (xoshiro-style) for test data. */
 typedef struct fp4h_rng { uint64_t s; } fp4h_rng;

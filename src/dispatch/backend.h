@@ -15,8 +15,14 @@ extern "C" {
 typedef enum fp4_op {
   FP4_OP_QUANTIZE = 0, /* a (dense) -> q_out, runtime recipe with global_scale */
   FP4_OP_MM = 1,       /* W4A4:  out = alpha * dq(a_q) * dq(b)^T              */
-  FP4_OP_MM_W4A16 = 2  /* W4A16: out = alpha * a * dq(b)^T                    */
+  FP4_OP_MM_W4A16 = 2, /* W4A16: out = alpha * a * dq(b)^T                    */
+  FP4_OP_GROUPED_MM = 3,       /* W4A4 grouped: a_q rows grouped by offsets over gb's experts */
+  FP4_OP_GROUPED_MM_W4A16 = 4, /* W4A16 grouped: a rows grouped by offsets                    */
+  FP4_OP_MOE = 5               /* MoE layer: a = hidden, moe, routing, workspace -> out       */
 } fp4_op;
+
+/* The bit of an op in fp4_backend.extra_ops. */
+#define FP4_OP_BIT(op) (1u << (unsigned)(op))
 
 /* A validated request. Backends may assume every check of src/dispatch/validate.c passed. */
 typedef struct fp4_problem {
@@ -31,15 +37,26 @@ typedef struct fp4_problem {
   fp4_memory memory;      /* where every operand lives                              */
   int enable_pdl;
   void *stream;
+  /* Grouped GEMM and MoE operands (FP4_OP_GROUPED_MM, FP4_OP_GROUPED_MM_W4A16, FP4_OP_MOE). */
+  const fp4_grouped_qmatrix *gb;    /* grouped weights [E, N, K]                              */
+  const int64_t *offsets;           /* [E+1] row groups of a_q / a                            */
+  const fp4_moe_layer *moe;         /* FP4_OP_MOE: the layer; a = hidden [T, H], out [T, H]   */
+  const fp4_moe_routing *routing;   /* FP4_OP_MOE: topk ids and weights                       */
+  void *workspace;                  /* FP4_OP_MOE: caller-owned, workspace_bytes long         */
+  size_t workspace_bytes;
 } fp4_problem;
 
 /* Problem dimensions, for messages and tables. */
 static inline int64_t fp4_problem_m(const fp4_problem *p) {
-  return p->op == FP4_OP_MM ? p->a_q->rows : p->a->rows;
+  return (p->op == FP4_OP_MM || p->op == FP4_OP_GROUPED_MM) ? p->a_q->rows : p->a->rows;
 }
-static inline int64_t fp4_problem_n(const fp4_problem *p) { return p->op == FP4_OP_QUANTIZE ? 0 : p->b->rows; }
+static inline int64_t fp4_problem_n(const fp4_problem *p) {
+  if (p->op == FP4_OP_QUANTIZE) return 0;
+  if (p->op == FP4_OP_MOE) return p->moe->routed.down.rows; /* H */
+  return (p->op == FP4_OP_GROUPED_MM || p->op == FP4_OP_GROUPED_MM_W4A16) ? p->gb->rows : p->b->rows;
+}
 static inline int64_t fp4_problem_k(const fp4_problem *p) {
-  return p->op == FP4_OP_MM ? p->a_q->cols : p->a->cols;
+  return (p->op == FP4_OP_MM || p->op == FP4_OP_GROUPED_MM) ? p->a_q->cols : p->a->cols;
 }
 
 typedef struct fp4_backend {
@@ -57,6 +74,13 @@ typedef struct fp4_backend {
   fp4_status (*run)(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info);
   /* Frees the per-context state this backend stored with fp4_context_state (NULL: none). */
   void (*release_state)(void *state);
+  /* Ops after FP4_OP_MM_W4A16 that supports() and run() understand, as FP4_OP_BIT(op) bits. The
+   * dispatcher offers such a problem only to backends listing its op, so a backend written before
+   * the op existed never receives one it would misread. */
+  unsigned extra_ops;
+  /* Total bytes of fp4_moe_forward workspace this backend needs, at least the common layout of
+   * src/dispatch/moe_workspace.h (NULL: the common layout is what it uses). */
+  size_t (*moe_workspace_size)(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k);
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */

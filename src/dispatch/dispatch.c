@@ -23,6 +23,12 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
                                  size_t reason_size) {
   fp4_status st = b->available(ctx, reason, reason_size);
   if (st) return st;
+  if (p->op > FP4_OP_MM_W4A16 && !(b->extra_ops & FP4_OP_BIT(p->op))) {
+    static const char *const names[] = {"quantize", "GEMM", "W4A16 GEMM", "grouped GEMM", "grouped W4A16 GEMM", "MoE layer"};
+    const char *what = (size_t)p->op < sizeof names / sizeof *names ? names[p->op] : "this operation";
+    fp4_reason(reason, reason_size, "backend '%s' does not implement the %s", b->name, what);
+    return FP4_ERR_UNSUPPORTED;
+  }
   return b->supports(ctx, p, reason, reason_size);
 }
 

@@ -85,6 +85,14 @@ fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *w
                         (long long)c, (double)v);
       amax = fp4_absmax_update(amax, v);
     }
+  /* The operations and their order are those of Model Optimizer's NVFP4QTensor (nvfp4_tensor.py):
+   * float32 throughout, block scale = amax_block / (6 * weight_scale_2) with 0 -> 1 and NO lower
+   * clamp (a scale below 2^-10 becomes E4M3 zero, as torch's float8_e4m3fn cast gives), codes of
+   * w / (float(scale) * weight_scale_2) with the sign taken from "scaled < 0": -0.0 encodes as +0,
+   * and a block whose scale byte is zero gets +-inf -> +-6 for nonzero values and NaN -> 0x7 for
+   * zeros, exactly as its searchsorted-based cast does. The one deliberate difference: an all-zero
+   * tensor (weight_scale_2 = 0), where Model Optimizer divides 0 by 0 and writes NaN scales, gets
+   * scale bytes of 1.0 and zero codes. */
   const float ws2 = amax / (6.0f * 448.0f);
   const float ws2_times_6 = 6.0f * ws2;
   const int64_t C = fp4_scale_cols(FP4_FORMAT_NVFP4, w->cols);
@@ -99,15 +107,17 @@ fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *w
       }
       float bscale = ws2 == 0.0f ? 0.0f : bmax / ws2_times_6;
       if (bscale == 0.0f) bscale = 1.0f;
-      bscale = fminf(fmaxf(bscale, 0.001953125f), 448.0f); /* [2^-9, 448] */
+      /* bmax <= amax keeps bscale within a few ulp of 448, which rounds to 448 in either cast. */
       uint8_t sb = fp4_e4m3_encode_inline(bscale);
       scales[fp4_layout_offset((int)out->layout, C, r, c)] = sb;
       float denom = fp4_e4m3_decode_inline(sb) * ws2;
-      for (int i = 0; i < FP4_NVFP4_BLOCK; i += 2) {
-        uint8_t lo = ws2 == 0.0f ? 0 : fp4_e2m1_encode_inline(v[i] / denom);
-        uint8_t hi = ws2 == 0.0f ? 0 : fp4_e2m1_encode_inline(v[i + 1] / denom);
-        dst[(c * FP4_NVFP4_BLOCK + i) / 2] = (uint8_t)(lo | (hi << 4));
+      uint8_t codes[FP4_NVFP4_BLOCK];
+      for (int i = 0; i < FP4_NVFP4_BLOCK; i++) {
+        float scaled = v[i] / denom;
+        codes[i] = ws2 == 0.0f || scaled == 0.0f ? 0 : fp4_e2m1_encode_inline(scaled);
       }
+      for (int i = 0; i < FP4_NVFP4_BLOCK; i += 2)
+        dst[(c * FP4_NVFP4_BLOCK + i) / 2] = (uint8_t)(codes[i] | (codes[i + 1] << 4));
     }
   }
   fp4_scales_zero_padding(out);

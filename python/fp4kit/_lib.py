@@ -1,0 +1,287 @@
+"""ctypes binding of libfp4kit: loading, C structs, prototypes and the status -> exception mapping.
+
+Nothing here knows about NumPy or PyTorch; the rest of the package builds fp4_matrix/fp4_qmatrix
+structs from array pointers and calls the functions declared below.
+"""
+
+import ctypes
+import glob
+import os
+import sys
+
+_LIB_NAMES = ("libfp4kit.so", "libfp4kit.dylib", "fp4kit.dll")
+
+# ---- errors --------------------------------------------------------------------------------------
+
+OK = 0
+ERR_INVALID_ARGUMENT = -1
+ERR_UNSUPPORTED = -2
+ERR_OUT_OF_MEMORY = -3
+ERR_CUDA = -4
+ERR_IO = -5
+ERR_FORMAT = -6
+ERR_NOT_FOUND = -7
+ERR_INTERNAL = -8
+
+
+class Error(Exception):
+    """Base of every error fp4kit raises on behalf of the C library; ``status`` is the C status."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgumentError(Error, ValueError):
+    """A bad argument: shape, dtype, layout, alignment, device mismatch (FP4_ERR_INVALID_ARGUMENT)."""
+
+
+class UnsupportedError(Error, NotImplementedError):
+    """A valid request that no backend, device or build here can run (FP4_ERR_UNSUPPORTED)."""
+
+
+class NotFoundError(Error, ValueError):
+    """A named backend or config that does not exist (FP4_ERR_NOT_FOUND)."""
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """A host or device allocation failed (FP4_ERR_OUT_OF_MEMORY)."""
+
+
+class LibraryError(Error, RuntimeError):
+    """CUDA, I/O, format or internal failures of the library."""
+
+
+_STATUS_ERRORS = {
+    ERR_INVALID_ARGUMENT: InvalidArgumentError,
+    ERR_UNSUPPORTED: UnsupportedError,
+    ERR_NOT_FOUND: NotFoundError,
+    ERR_OUT_OF_MEMORY: OutOfMemoryError,
+}
+
+
+# ---- C structs (include/fp4kit.h) ----------------------------------------------------------------
+
+class QMatrix(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("scales", ctypes.c_void_p),
+        ("rows", ctypes.c_int64),
+        ("cols", ctypes.c_int64),
+        ("format", ctypes.c_int),
+        ("layout", ctypes.c_int),
+        ("multiplier", ctypes.c_float),
+        ("memory", ctypes.c_int),
+    ]
+
+
+class Matrix(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("rows", ctypes.c_int64),
+        ("cols", ctypes.c_int64),
+        ("ld", ctypes.c_int64),
+        ("dtype", ctypes.c_int),
+        ("memory", ctypes.c_int),
+    ]
+
+
+class RunInfo(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_char * 32),
+        ("config", ctypes.c_char * 64),
+        ("pdl", ctypes.c_int),
+        ("note", ctypes.c_char * 160),
+    ]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("backend", ctypes.c_char_p),
+        ("config", ctypes.c_char_p),
+        ("enable_pdl", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+        ("info", ctypes.POINTER(RunInfo)),
+    ]
+
+
+FORMAT_NVFP4, FORMAT_MXFP4 = 0, 1
+LAYOUT_LINEAR, LAYOUT_128X4, LAYOUT_8X4 = 0, 1, 2
+DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_E2M1X2, DTYPE_E4M3, DTYPE_UE8M0 = range(6)
+MEMORY_HOST, MEMORY_DEVICE = 0, 1
+
+_c_status = ctypes.c_int
+_i64 = ctypes.c_int64
+_vp = ctypes.c_void_p
+_QP = ctypes.POINTER(QMatrix)
+_MP = ctypes.POINTER(Matrix)
+_OP = ctypes.POINTER(Options)
+
+# name -> (restype, argtypes) of every symbol the package calls. Symbols of later library versions
+# (probe, tune) are bound only when present; see OPTIONAL_SYMBOLS.
+_PROTOTYPES = {
+    "fp4_version": (ctypes.c_char_p, []),
+    "fp4_status_str": (ctypes.c_char_p, [_c_status]),
+    "fp4_last_error": (ctypes.c_char_p, []),
+    "fp4_context_create": (_c_status, [ctypes.POINTER(_vp), ctypes.c_int]),
+    "fp4_context_destroy": (None, [_vp]),
+    "fp4_scales_size": (_c_status, [ctypes.c_int, ctypes.c_int, _i64, _i64, ctypes.POINTER(ctypes.c_size_t)]),
+    "fp4_scales_convert": (_c_status, [ctypes.c_int, _i64, _i64, _vp, ctypes.c_int, _vp, ctypes.c_int]),
+    "fp4_quantize": (_c_status, [_vp, _MP, ctypes.c_float, _QP, _OP]),
+    "fp4_dequantize": (_c_status, [_QP, _MP]),
+    "fp4_mm": (_c_status, [_vp, _QP, _QP, ctypes.c_float, _MP, _OP]),
+    "fp4_mm_w4a16": (_c_status, [_vp, _MP, _QP, ctypes.c_float, _MP, _OP]),
+    "fp4_backend_count": (ctypes.c_int, []),
+    "fp4_backend_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "fp4_backend_summary": (ctypes.c_char_p, [ctypes.c_int]),
+    "fp4_backend_available": (_c_status, [_vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+}
+
+# Entry points that the capability probe and the tuner add to the C API. The package binds them
+# when the loaded library has them; probe() and tune() raise UnsupportedError naming the symbol
+# otherwise.
+#   fp4_status fp4_probe_json(fp4_context *ctx, char *buf, size_t size, size_t *needed)
+#       the probe report as JSON (what `fp4kit probe --json` prints); *needed = bytes incl. NUL
+#   fp4_status fp4_tune(fp4_context *ctx, fp4_format format, int64_t m, int64_t n, int64_t k,
+#                       fp4_dtype out_dtype, const char *cache_path)
+#       times every supported (backend, config) for one shape and stores the winner in the cache
+OPTIONAL_SYMBOLS = {
+    "fp4_probe_json": (_c_status, [_vp, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "fp4_tune": (_c_status, [_vp, ctypes.c_int, _i64, _i64, _i64, ctypes.c_int, ctypes.c_char_p]),
+}
+
+
+# ---- loading ---------------------------------------------------------------------------------------
+
+def _candidates():
+    """Paths to try, in order: FP4KIT_LIB, then the library bundled in the package directory."""
+    env = os.environ.get("FP4KIT_LIB")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    for sub in ("", "lib", "lib64", "bin"):
+        for name in _LIB_NAMES:
+            found.extend(sorted(glob.glob(os.path.join(here, sub, name))))
+    return found, False
+
+
+def _wheel_runtime_dirs():
+    """CUDA runtime folders of the wheels PyTorch installs (nvidia-cuda-runtime-cu12, and the
+    nvidia/cu13 layout of CUDA 13 wheels)."""
+    dirs = []
+    for entry in sys.path:
+        dirs += glob.glob(os.path.join(entry, "nvidia", "cuda_runtime", "lib"))
+        dirs += glob.glob(os.path.join(entry, "nvidia", "cu*", "lib"))
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _cuda_runtime_dirs():
+    """Folders that may hold libcudart when the dynamic linker cannot find it on its own."""
+    dirs = []
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
+        root = os.environ.get(var)
+        if root:
+            dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib"),
+                     os.path.join(root, "targets", "x86_64-linux", "lib")]
+    dirs += _wheel_runtime_dirs()
+    dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda/targets/x86_64-linux/lib"]
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def _preload_cudart(dirs):
+    """Loads the first libcudart found in dirs into the global namespace, so that libfp4kit's
+    dependency resolves to it by soname; returns the paths tried."""
+    tried = []
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "libcudart.so.*")), reverse=True):
+            tried.append(path)
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return tried
+            except OSError:
+                continue
+    return tried
+
+
+def _needs_cudart(path):
+    try:
+        with open(path, "rb") as f:
+            return b"libcudart.so" in f.read()
+    except OSError:
+        return False
+
+
+def _share_torch_runtime(path):
+    """Only one libcudart of a soname can be loaded in a process. When PyTorch's CUDA runtime wheel
+    is installed, load that one first: otherwise an `import torch` after `import fp4kit` would bind
+    PyTorch to the (possibly older) toolkit runtime libfp4kit found on its own."""
+    dirs = _wheel_runtime_dirs()
+    if dirs and "torch" not in sys.modules and _needs_cudart(path):
+        _preload_cudart(dirs)
+
+
+def _bind(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    for name, (restype, argtypes) in OPTIONAL_SYMBOLS.items():
+        if hasattr(lib, name):
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+    return lib
+
+
+def load():
+    """Loads libfp4kit and binds its prototypes; raises ImportError saying what was tried."""
+    paths, from_env = _candidates()
+    if not paths:
+        raise ImportError(
+            "fp4kit: libfp4kit is not bundled in %s; install the package with `pip install ./python` "
+            "from the fp4kit repository, or set FP4KIT_LIB to the path of a built libfp4kit.so"
+            % os.path.dirname(os.path.abspath(__file__)))
+    errors = []
+    for path in paths:
+        try:
+            _share_torch_runtime(path)
+            return _bind(ctypes.CDLL(path)), path
+        except OSError as e:
+            if "libcudart" in str(e):
+                tried = _preload_cudart(_cuda_runtime_dirs())
+                try:
+                    return _bind(ctypes.CDLL(path)), path
+                except OSError as e2:
+                    errors.append("%s: %s (libcudart looked for in: %s)" % (path, e2, ", ".join(tried) or "nowhere found"))
+                    continue
+            errors.append("%s: %s" % (path, e))
+        except AttributeError as e:
+            errors.append("%s: missing symbol (%s); the library is older than this package" % (path, e))
+    where = "FP4KIT_LIB" if from_env else "the package directory"
+    raise ImportError("fp4kit: could not load libfp4kit from %s:\n  %s" % (where, "\n  ".join(errors)))
+
+
+LIB, LIB_PATH = load()
+
+
+def last_error():
+    msg = LIB.fp4_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def status_name(status):
+    name = LIB.fp4_status_str(status)
+    return name.decode() if name else str(status)
+
+
+def check(status, what=""):
+    """Raises the exception of a failing status with fp4_last_error()'s message."""
+    if status == OK:
+        return
+    msg = last_error() or "%s failed with %s" % (what or "fp4kit", status_name(status))
+    raise _STATUS_ERRORS.get(status, LibraryError)(msg, status)
+
+
+def has_symbol(name):
+    return hasattr(LIB, name)

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine, builds fp4kit and runs the main job: `fp4kit check`, every available
+# backend against the reference. Arguments are passed to `fp4kit check` (see --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+exec "${BUILD_DIR:-build}/tools/fp4kit" check "$@"

@@ -1,0 +1,133 @@
+/* Scalar codecs: exhaustive round trips, every rounding boundary with its float32 neighbours, ties,
+ * saturation, NaN, -0, E4M3 around 448/464 and subnormals, UE8M0 rounding up, bf16/f16 RNE. */
+#include <math.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+static float up(float x) { return nextafterf(x, INFINITY); }
+static float down(float x) { return nextafterf(x, -INFINITY); }
+
+static void test_e2m1(void) {
+  for (int c = 0; c < 16; c++) {
+    uint8_t back = fp4_e2m1_encode(fp4_e2m1_decode((uint8_t)c));
+    CHECK(back == c, "e2m1 code 0x%x decodes to %g and re-encodes to 0x%x", c, fp4_e2m1_decode((uint8_t)c), back);
+  }
+  static const float values[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int c = 0; c < 8; c++) CHECK(fp4_e2m1_decode((uint8_t)c) == values[c], "decode 0x%x", c);
+  /* boundary b between codes lo and lo+1: b itself goes to the even code. */
+  static const struct { float b; uint8_t lo, tie; } bounds[] = {
+      {0.25f, 0, 0}, {0.75f, 1, 2}, {1.25f, 2, 2}, {1.75f, 3, 4}, {2.5f, 4, 4}, {3.5f, 5, 6}, {5.0f, 6, 6}};
+  for (size_t i = 0; i < sizeof bounds / sizeof *bounds; i++) {
+    float b = bounds[i].b;
+    for (int s = 0; s < 2; s++) {
+      float sign = s ? -1.0f : 1.0f;
+      uint8_t sb = s ? 0x8 : 0;
+      CHECK(fp4_e2m1_encode(sign * b) == (sb | bounds[i].tie), "tie at %g -> 0x%x", sign * b, fp4_e2m1_encode(sign * b));
+      CHECK(fp4_e2m1_encode(sign * down(b)) == (sb | bounds[i].lo), "below %g", sign * b);
+      CHECK(fp4_e2m1_encode(sign * up(b)) == (sb | (bounds[i].lo + 1)), "above %g", sign * b);
+    }
+  }
+  CHECK(fp4_e2m1_encode(6.0f) == 0x7, "6");
+  CHECK(fp4_e2m1_encode(up(5.0f)) == 0x7, "just above 5 -> 6");
+  CHECK(fp4_e2m1_encode(100.0f) == 0x7 && fp4_e2m1_encode(-1e30f) == 0xF, "saturation");
+  CHECK(fp4_e2m1_encode(INFINITY) == 0x7 && fp4_e2m1_encode(-INFINITY) == 0xF, "inf saturates");
+  CHECK(fp4_e2m1_encode(NAN) == 0x7 && fp4_e2m1_encode(-NAN) == 0x7, "NaN -> +6");
+  CHECK(fp4_e2m1_encode(-0.0f) == 0x8 && fp4_e2m1_encode(0.0f) == 0x0, "-0 kept");
+  CHECK(fp4_e2m1_encode(-0.1f) == 0x8 && fp4_e2m1_encode(-1e-30f) == 0x8, "tiny negatives -> -0");
+  CHECK(fp4_e2m1_encode(1e-45f) == 0x0, "denormal -> 0");
+}
+
+static void test_e4m3(void) {
+  for (int c = 0; c < 256; c++) {
+    float v = fp4_e4m3_decode((uint8_t)c);
+    if ((c & 0x7F) == 0x7F) {
+      CHECK(isnan(v) && fp4_e4m3_encode(v) == 0x7F, "NaN code 0x%02x", c);
+      continue;
+    }
+    CHECK(fp4_e4m3_encode(v) == c, "e4m3 0x%02x -> %g -> 0x%02x", c, v, fp4_e4m3_encode(v));
+    if (c < 0x7E) { /* the midpoint to the next code rounds to the even one of the two */
+      float next = fp4_e4m3_decode((uint8_t)(c + 1));
+      float mid = (v + next) / 2; /* exact: both have few mantissa bits */
+      uint8_t even = (c & 1) ? (uint8_t)(c + 1) : (uint8_t)c;
+      CHECK(fp4_e4m3_encode(mid) == even, "tie between 0x%02x and 0x%02x", c, c + 1);
+      CHECK(fp4_e4m3_encode(down(mid)) == c && fp4_e4m3_encode(up(mid)) == c + 1, "around the tie after 0x%02x", c);
+    }
+  }
+  CHECK(fp4_e4m3_decode(0x7E) == 448.0f, "max 448");
+  CHECK(fp4_e4m3_decode(0x01) == 0x1.0p-9f && fp4_e4m3_decode(0x08) == 0x1.0p-6f, "subnormal/normal");
+  CHECK(fp4_e4m3_encode(up(448.0f)) == 0x7E && fp4_e4m3_encode(464.0f) == 0x7E && fp4_e4m3_encode(up(464.0f)) == 0x7E,
+        "SATFINITE around 448/464");
+  CHECK(fp4_e4m3_encode(-1e9f) == 0xFE && fp4_e4m3_encode(INFINITY) == 0x7E, "saturation keeps the sign");
+  CHECK(fp4_e4m3_encode(NAN) == 0x7F && fp4_e4m3_encode(-NAN) == 0x7F, "NaN -> 0x7F");
+  CHECK(fp4_e4m3_encode(0x1.0p-10f) == 0x00 && fp4_e4m3_encode(up(0x1.0p-10f)) == 0x01, "half the smallest subnormal");
+  CHECK(fp4_e4m3_encode(-0.0f) == 0x80, "-0");
+  CHECK(fp4_e4m3_encode(0x1.7p-7f) == 0x06, "subnormal 5.75*2^-9 rounds to 6*2^-9"); /* 0x1.7p-7 = 5.75 * 2^-9 */
+}
+
+static void test_ue8m0(void) {
+  CHECK(fp4_ue8m0_encode(1.0f) == 127 && fp4_ue8m0_encode(up(1.0f)) == 128 && fp4_ue8m0_encode(2.0f) == 128, "round up");
+  CHECK(fp4_ue8m0_encode(0.75f) == 127 && fp4_ue8m0_encode(0.5f) == 126, "below one");
+  CHECK(fp4_ue8m0_encode(0.0f) == 0 && fp4_ue8m0_encode(-3.0f) == 0, "zero and negatives clamp to 2^-127");
+  CHECK(fp4_ue8m0_encode(NAN) == 0xFF, "NaN");
+  CHECK(fp4_ue8m0_encode(0x1.0p-127f) == 0 && fp4_ue8m0_encode(0x1.0p-126f) == 1 && fp4_ue8m0_encode(0x1.0p-140f) == 0,
+        "subnormal floats");
+  CHECK(fp4_ue8m0_encode(0x1.0p127f) == 254 && fp4_ue8m0_encode(up(0x1.0p127f)) == 254 && fp4_ue8m0_encode(INFINITY) == 254,
+        "top clamps to 2^127");
+  for (int e = 0; e < 255; e++) {
+    float v = fp4_ue8m0_decode((uint8_t)e);
+    CHECK(fp4_ue8m0_encode(v) == e, "ue8m0 %d round trip", e);
+    CHECK(v == ldexpf(1.0f, e - 127), "ue8m0 %d value", e);
+  }
+  CHECK(isnan(fp4_ue8m0_decode(0xFF)), "0xFF is NaN");
+}
+
+static void test_half(void) {
+  CHECK(fp4_bf16_from_f32(1.0f) == 0x3F80, "bf16 one");
+  CHECK(fp4_bf16_from_f32(1.0f + 0x1.0p-8f) == 0x3F80, "bf16 tie to even (down)");
+  CHECK(fp4_bf16_from_f32(1.0f + 3 * 0x1.0p-8f) == 0x3F82, "bf16 tie to even (up)");
+  CHECK(fp4_bf16_from_f32(up(1.0f + 0x1.0p-8f)) == 0x3F81, "bf16 above the tie");
+  CHECK(fp4_bf16_from_f32(3.4e38f) == 0x7F80, "bf16 overflow to inf");
+  CHECK(isnan(fp4_bf16_to_f32(fp4_bf16_from_f32(NAN))), "bf16 NaN stays NaN");
+  CHECK(fp4_f16_from_f32(1.0f) == 0x3C00 && fp4_f16_from_f32(65504.0f) == 0x7BFF, "f16 one, max");
+  CHECK(fp4_f16_from_f32(down(65520.0f)) == 0x7BFF && fp4_f16_from_f32(65520.0f) == 0x7C00, "f16 overflow boundary");
+  CHECK(fp4_f16_from_f32(0x1.0p-24f) == 0x0001 && fp4_f16_from_f32(0x1.0p-25f) == 0 && fp4_f16_from_f32(up(0x1.0p-25f)) == 1,
+        "f16 subnormals");
+  CHECK(fp4_f16_from_f32(1.0f + 0x1.0p-11f) == 0x3C00 && fp4_f16_from_f32(1.0f + 3 * 0x1.0p-11f) == 0x3C02, "f16 ties");
+  CHECK(fp4_f16_from_f32(-0.0f) == 0x8000 && (fp4_f16_from_f32(NAN) & 0x7C00) == 0x7C00, "f16 -0, NaN");
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = fp4_f16_to_f32((uint16_t)h);
+    if (isnan(f)) continue;
+    bad += fp4_f16_from_f32(f) != h;
+  }
+  CHECK(bad == 0, "%d f16 codes fail the round trip", bad);
+  bad = 0;
+  for (uint32_t b = 0; b < 65536; b++) {
+    float f = fp4_bf16_to_f32((uint16_t)b);
+    if (isnan(f)) continue;
+    bad += fp4_bf16_from_f32(f) != b;
+  }
+  CHECK(bad == 0, "%d bf16 codes fail the round trip", bad);
+}
+
+static void test_packing(void) {
+  const float v[4] = {1.0f, -2.0f, 0.5f, 6.0f};
+  uint8_t packed[2] = {0xFF, 0xFF};
+  CHECK(fp4_convert(v, FP4_DTYPE_F32, packed, FP4_DTYPE_E2M1X2, 4) == FP4_OK, "pack");
+  CHECK(packed[0] == 0xC2 && packed[1] == 0x71, "element 0 in the low nibble: got %02x %02x", packed[0], packed[1]);
+  float back[4];
+  CHECK(fp4_convert(packed, FP4_DTYPE_E2M1X2, back, FP4_DTYPE_F32, 4) == FP4_OK, "unpack");
+  CHECK(!memcmp(back, v, sizeof v), "unpack values");
+  CHECK_ERROR(fp4_convert(v, FP4_DTYPE_F32, packed, FP4_DTYPE_E2M1X2, 3), FP4_ERR_INVALID_ARGUMENT, "even");
+  CHECK_ERROR(fp4_convert(packed, FP4_DTYPE_E2M1X2, back, FP4_DTYPE_BF16, 2), FP4_ERR_UNSUPPORTED, "e2m1x2");
+}
+
+int main(void) {
+  test_e2m1();
+  test_e4m3();
+  test_ue8m0();
+  test_half();
+  test_packing();
+  return TEST_SUMMARY();
+}

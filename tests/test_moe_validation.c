@@ -1,0 +1,240 @@
+/* One test per validation rule of the grouped GEMM and MoE entry points: each bad argument gives a
+ * negative status and a message naming it; the defined edge cases (T = 0, experts without tokens)
+ * succeed. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+enum { E = 4, H = 64, I = 32, T = 3, K2 = 2 };
+
+static uint8_t w1_data[E * 2 * I * H / 2], w1_scales[E * 128 * 4], w2_data[E * H * I / 2], w2_scales[E * 128 * 4];
+static uint8_t s1_data[2 * I * H / 2], s1_scales[128 * 4], s2_data[H * I / 2], s2_scales[128 * 4];
+static float w1_mult[E] = {1, 1, 1, 1}, hidden[T * H], outbuf[T * H], tw[T * K2] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+static int32_t ids[T * K2] = {0, 1, 2, 3, 0, 0};
+static int64_t offsets[E + 1] = {0, 1, 1, 3, 3};
+static uint8_t ws[1 << 20];
+
+static fp4_grouped_qmatrix gq(void *d, void *s, int64_t e, int64_t n, int64_t k) {
+  return (fp4_grouped_qmatrix){d, s, NULL, e, n, k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, FP4_MEMORY_HOST};
+}
+static fp4_moe_layer layer0(void) {
+  fp4_moe_layer l = {FP4_MOE_W4A4, {gq(w1_data, w1_scales, E, 2 * I, H), gq(w2_data, w2_scales, E, H, I), 10.0f, 10.0f}, NULL};
+  l.routed.gate_up.multipliers = w1_mult;
+  return l;
+}
+static fp4_moe_routing routing0(void) {
+  return (fp4_moe_routing){ids, T, K2, {tw, T, K2, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, NULL};
+}
+static fp4_matrix dense(float *p, int64_t r, int64_t c) { return (fp4_matrix){p, r, c, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}; }
+
+#define MOE(l, h, r, o) fp4_moe_forward(NULL, (l), (h), (r), ws, sizeof ws, (o), NULL)
+
+static void moe_rules(void) {
+  fp4_moe_layer l = layer0();
+  fp4_moe_routing r = routing0();
+  fp4_matrix h = dense(hidden, T, H), o = dense(outbuf, T, H);
+  for (int i = 0; i < T * H; i++) hidden[i] = (float)(i % 7) - 3.0f;
+  CHECK(MOE(&l, &h, &r, &o) == FP4_OK, "the valid call works: %s", fp4_last_error());
+
+  /* expert ids */
+  ids[3] = E;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_ids[1, 1] is 4, outside [0, E = 4)");
+  ids[3] = -1;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_ids[1, 1] is -1, outside [0, E = 4)");
+  ids[3] = 3;
+  /* shapes of the routing */
+  r.topk_weights.cols = 3;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_weights is [3, 3] but must be [T, top_k] = [3, 2]");
+  r = routing0();
+  r.topk_weights.rows = 2;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_weights is [2, 2]");
+  r = routing0();
+  r.tokens = 2;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "routing->tokens (2) differs from hidden rows (T = 3)");
+  r = routing0();
+  r.top_k = 0;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "top_k (0) must be positive");
+  r = routing0();
+  r.topk_weights.dtype = FP4_DTYPE_BF16;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "dtype is bf16; it must be f32");
+  r = routing0();
+  tw[2] = NAN;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_weights[1, 0] (nan) is not finite");
+  tw[2] = 0.5f;
+  float sw[T] = {1, 1, 1};
+  r.shared_weights = sw;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "shared_weights is set but the layer has no shared expert");
+  r = routing0();
+
+  /* T = 0: a no-op returning FP4_OK, nothing read or written (NULL data is fine). */
+  fp4_matrix h0 = {NULL, 0, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST}, o0 = {NULL, 0, H, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_moe_routing r0 = {NULL, 0, K2, {NULL, 0, K2, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, NULL};
+  CHECK(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, NULL) == FP4_OK, "T = 0: %s", fp4_last_error());
+  size_t bytes = 1;
+  CHECK(fp4_moe_workspace_size(&l, 0, K2, NULL, &bytes) == FP4_OK && bytes == 0, "T = 0 needs no workspace (%zu)", bytes);
+  h0.cols = H + 16; /* T = 0 still validates everything else */
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, NULL), FP4_ERR_INVALID_ARGUMENT, "hidden has 80 columns");
+
+  /* experts with no tokens (experts 1..3 unused, duplicates in every row): valid */
+  int32_t only0[T * K2] = {0, 0, 0, 0, 0, 0};
+  r.topk_ids = only0;
+  CHECK(MOE(&l, &h, &r, &o) == FP4_OK, "experts without tokens, duplicate ids: %s", fp4_last_error());
+  r = routing0();
+
+  /* NULLs */
+  CHECK_ERROR(MOE(NULL, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "layer is NULL");
+  CHECK_ERROR(MOE(&l, NULL, &r, &o), FP4_ERR_INVALID_ARGUMENT, "hidden is NULL");
+  CHECK_ERROR(MOE(&l, &h, NULL, &o), FP4_ERR_INVALID_ARGUMENT, "routing is NULL");
+  CHECK_ERROR(MOE(&l, &h, &r, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");
+  r.topk_ids = NULL;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_ids is NULL");
+  r = routing0();
+  r.topk_weights.data = NULL;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "topk_weights->data is NULL");
+  r = routing0();
+  l.routed.down.scales = NULL;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "layer->routed.down->scales is NULL");
+  l = layer0();
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, NULL, sizeof ws, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "workspace is NULL");
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, ws, 100, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "workspace_bytes (100) is less than");
+
+  /* K alignment and shapes */
+  l.routed.gate_up.cols = l.routed.down.rows = 72;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "gate_up cols (K = 72) is not a multiple of the nvfp4 block size 16");
+  l = layer0();
+  l.routed.down.cols = I + 8;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "down cols (K = 40) is not a multiple");
+  l = layer0();
+  l.routed.gate_up.format = l.routed.down.format = FP4_FORMAT_MXFP4;
+  l.routed.gate_up.cols = l.routed.down.rows = 48;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "not a multiple of the mxfp4 block size 32");
+  l = layer0();
+  l.routed.gate_up.rows = 2 * I + 1;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "rows (65) must be even");
+  l = layer0();
+  l.routed.down.cols = 2 * I;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "must be [H, I] = [64, 32]");
+  l = layer0();
+  l.routed.down.experts = E - 1;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "down has 3 experts but layer->routed.gate_up has 4");
+  l = layer0();
+  l.routed.gate_up.experts = l.routed.down.experts = 0;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "experts (0) must be in [1, 2^20]");
+  l = layer0();
+  h.cols = H / 2;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "hidden has 32 columns but the experts take H = 64");
+  h = dense(hidden, T, H);
+  o.cols = H / 2;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "out is [3, 32] but must be [T, H] = [3, 64]");
+  o = dense(outbuf, T, H);
+
+  /* mode, activation scales, multipliers, memory */
+  l.mode = (fp4_moe_mode)5;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "mode 5 is neither");
+  l = layer0();
+  l.routed.down_act_scale = 0.0f;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "down_act_scale (0) must be finite and positive");
+  l.mode = FP4_MOE_W4A16; /* W4A16 does not use the activation scales */
+  CHECK(MOE(&l, &h, &r, &o) == FP4_OK, "W4A16 ignores act scales: %s", fp4_last_error());
+  l = layer0();
+  w1_mult[2] = INFINITY;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "gate_up multipliers[2] (inf) is not finite");
+  w1_mult[2] = 1.0f;
+  l.routed.down.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "gate_up is in host memory but layer->routed.down in device memory");
+  l = layer0();
+  l.routed.gate_up.memory = l.routed.down.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "must share one memory");
+  l = layer0();
+
+  /* the shared expert */
+  fp4_moe_experts sh = {gq(s1_data, s1_scales, 1, 2 * I, H), gq(s2_data, s2_scales, 1, H, I), 10.0f, 10.0f};
+  l.shared = &sh;
+  CHECK(MOE(&l, &h, &r, &o) == FP4_OK, "with a shared expert: %s", fp4_last_error());
+  sh.gate_up.experts = sh.down.experts = 2;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "layer->shared has 2 experts; a shared expert set must have exactly 1");
+  sh.gate_up.experts = sh.down.experts = 1;
+  sh.gate_up.cols = sh.down.rows = 32;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "layer->shared has H = 32 but the routed experts have H = 64");
+
+  /* workspace size query */
+  l = layer0();
+  size_t b1 = 0, b2 = 0;
+  CHECK(fp4_moe_workspace_size(&l, 1, K2, NULL, &b1) == FP4_OK && fp4_moe_workspace_size(&l, 64, K2, NULL, &b2) == FP4_OK &&
+            b1 > 0 && b2 > b1 && b2 <= sizeof ws,
+        "workspace grows with T: %zu, %zu", b1, b2);
+  CHECK_ERROR(fp4_moe_workspace_size(&l, 1, K2, &(fp4_options){.backend = "nope"}, &b1), FP4_ERR_NOT_FOUND, "no backend named 'nope'");
+  CHECK_ERROR(fp4_moe_workspace_size(&l, -1, K2, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "tokens (-1)");
+  CHECK_ERROR(fp4_moe_workspace_size(&l, 1, K2, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
+  CHECK_ERROR(fp4_moe_workspace_size(&l, (int64_t)1 << 30, 8, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "T * top_k below 2^31");
+}
+
+static void grouped_rules(void) {
+  static uint8_t a_data[T * H / 2], a_scales[128 * 4];
+  fp4_qmatrix a = {a_data, a_scales, T, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_grouped_qmatrix b = gq(w1_data, w1_scales, E, 2 * I, H);
+  fp4_matrix o = dense(outbuf, T, 2 * I), ad = dense(hidden, T, H);
+  CHECK(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL) == FP4_OK, "valid: %s", fp4_last_error());
+  CHECK(fp4_grouped_mm_w4a16(NULL, &ad, &b, offsets, 1.0f, &o, NULL) == FP4_OK, "valid: %s", fp4_last_error());
+
+  int64_t bad0[E + 1] = {1, 1, 1, 3, 3}, down[E + 1] = {0, 2, 1, 3, 3}, short_end[E + 1] = {0, 1, 1, 2, 2};
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, bad0, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "offsets[0] is 1; it must be 0");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, down, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "offsets are not monotonic: offsets[2] = 1 < offsets[1] = 2");
+  CHECK_ERROR(fp4_grouped_mm_w4a16(NULL, &ad, &b, short_end, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "offsets[E = 4] is 2 but the activations have T = 3 rows");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, NULL, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "offsets is NULL");
+  CHECK_ERROR(fp4_grouped_mm(NULL, NULL, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "a is NULL");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, NULL, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "b is NULL");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, NAN, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "alpha (nan) is not finite");
+  b.cols = 40;
+  a.cols = 40;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "not a multiple of the nvfp4 block size 16");
+  a.cols = H;
+  b = gq(w1_data, w1_scales, E, 2 * I, H);
+  b.format = FP4_FORMAT_MXFP4;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "share a format");
+  b = gq(w1_data, w1_scales, E, 2 * I, H);
+  b.cols = 2 * H;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "a has K = 64 columns but b has K = 128");
+  b = gq(w1_data, w1_scales, E, 2 * I, H);
+  o.cols = I;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "out is [3, 32] but must be [T, N] = [3, 64]");
+  o = dense(outbuf, T, 2 * I);
+  b.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "share one memory");
+  b = gq(w1_data, w1_scales, E, 2 * I, H);
+  b.experts = ((int64_t)1 << 20) + 1;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "experts (1048577)");
+  b = gq(w1_data, w1_scales, E, 2 * I, H);
+  /* device operands need a device context */
+  a.memory = b.memory = o.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "context is NULL");
+  a.memory = b.memory = o.memory = FP4_MEMORY_HOST;
+  /* T = 0 */
+  int64_t zeros[E + 1] = {0};
+  fp4_qmatrix a0 = {NULL, NULL, 0, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_matrix o0 = {NULL, 0, 2 * I, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  CHECK(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, NULL) == FP4_OK, "T = 0: %s", fp4_last_error());
+
+  /* expert views */
+  fp4_qmatrix v;
+  b.multipliers = w1_mult;
+  w1_mult[3] = 0.5f;
+  CHECK(fp4_grouped_expert(&b, 3, &v) == FP4_OK && v.multiplier == 0.5f && v.rows == 2 * I &&
+            v.data == w1_data + 3 * 2 * I * H / 2 && v.scales == w1_scales + 3 * 128 * 4,
+        "expert view: %s", fp4_last_error());
+  w1_mult[3] = 1.0f;
+  CHECK_ERROR(fp4_grouped_expert(&b, E, &v), FP4_ERR_INVALID_ARGUMENT, "expert 4 is outside [0, E = 4)");
+  b.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(fp4_grouped_expert(&b, 0, &v), FP4_ERR_UNSUPPORTED, "multipliers are in device memory");
+}
+
+int main(void) {
+  moe_rules();
+  grouped_rules();
+  return TEST_SUMMARY();
+}

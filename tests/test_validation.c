@@ -1,0 +1,137 @@
+/* One test per validation rule: each bad argument gives a negative status and a message naming it. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+static uint8_t qa_data[64 * 32], qa_scales[4096], qb_data[64 * 32], qb_scales[4096];
+static float fbuf[64 * 64], obuf[64 * 64];
+
+static fp4_qmatrix qa(void) {
+  return (fp4_qmatrix){qa_data, qa_scales, 4, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+}
+static fp4_qmatrix qb(void) {
+  return (fp4_qmatrix){qb_data, qb_scales, 8, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+}
+static fp4_matrix dense(int64_t r, int64_t c, float *p) { return (fp4_matrix){p, r, c, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}; }
+
+int main(void) {
+  fp4_qmatrix a = qa(), b = qb();
+  fp4_matrix out = dense(4, 8, obuf), x = dense(4, 64, fbuf);
+  CHECK(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL) == FP4_OK, "the valid call works: %s", fp4_last_error());
+  CHECK(fp4_last_error()[0] == '\0', "success clears the message");
+
+  CHECK_ERROR(fp4_mm(NULL, NULL, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a is NULL");
+  CHECK_ERROR(fp4_mm(NULL, &a, NULL, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "b is NULL");
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");
+  a.data = NULL;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a->data is NULL");
+  a = qa();
+  b.scales = NULL;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "b->scales is NULL");
+  b = qb();
+  a.rows = 0;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a rows (0)");
+  a = qa();
+  b.cols = -16;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "b cols (-16)");
+  b = qb();
+  a.rows = (int64_t)1 << 40;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "exceeds the limit");
+  a = qa();
+  a.cols = b.cols = 24;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "not a multiple of the nvfp4 block size 16");
+  a = qa();
+  b = qb();
+  a.format = b.format = FP4_FORMAT_MXFP4;
+  a.cols = b.cols = 48;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "not a multiple of the mxfp4 block size 32");
+  a = qa();
+  b = qb();
+  b.format = FP4_FORMAT_MXFP4;
+  b.layout = FP4_LAYOUT_8X4;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "8x4 scale layout");
+  b = qb();
+  b.format = FP4_FORMAT_MXFP4;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "share a format");
+  b = qb();
+  b.layout = (fp4_scale_layout)7;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "scale layout 7");
+  b = qb();
+  a.format = (fp4_format)9;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "format 9");
+  a = qa();
+  b.cols = 128;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "K = 64 columns but b has K = 128");
+  b = qb();
+  out.cols = 9;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "out is [4, 9]");
+  out = dense(4, 8, obuf);
+  out.dtype = FP4_DTYPE_E4M3;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "out dtype e4m3");
+  out = dense(4, 8, obuf);
+  out.ld = 3;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "out ld (3)");
+  out = dense(4, 8, obuf);
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, NAN, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "alpha");
+  a.multiplier = INFINITY;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a multiplier");
+  a = qa();
+  b.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "share one memory");
+  b = qb();
+  a.memory = b.memory = out.memory = FP4_MEMORY_DEVICE;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "context is NULL");
+  a = qa();
+  b = qb();
+  out = dense(4, 8, obuf);
+  fp4_options unknown = {.backend = "no-such-backend"};
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, &unknown), FP4_ERR_NOT_FOUND, "no backend named 'no-such-backend'");
+  fp4_options badcfg = {.backend = "ref", .config = "tile-9x9"};
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, &badcfg), FP4_ERR_NOT_FOUND, "unknown config 'tile-9x9'");
+
+  /* W4A16 */
+  x.dtype = FP4_DTYPE_UE8M0;
+  CHECK_ERROR(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a dtype ue8m0");
+  x = dense(4, 64, fbuf);
+  x.data = NULL;
+  CHECK_ERROR(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a->data is NULL");
+  x = dense(4, 64, fbuf);
+  CHECK(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL) == FP4_OK, "valid w4a16");
+
+  /* quantize */
+  fp4_qmatrix q = qa();
+  CHECK_ERROR(fp4_quantize(NULL, &x, 0.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale (0)");
+  CHECK_ERROR(fp4_quantize(NULL, &x, NAN, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale");
+  CHECK_ERROR(fp4_quantize(NULL, &x, -1.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale (-1)");
+  q.rows = 5;
+  CHECK_ERROR(fp4_quantize(NULL, &x, 1.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "differs from x");
+  q = qa();
+  CHECK_ERROR(fp4_quantize(NULL, NULL, 1.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "x is NULL");
+  CHECK_ERROR(fp4_quantize(NULL, &x, 1.0f, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");
+  q.format = FP4_FORMAT_MXFP4;
+  float ws2;
+  CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "NVFP4 only");
+  q = qa();
+  CHECK_ERROR(fp4_quantize_modelopt(&x, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "weight_scale_2 is NULL");
+  fbuf[5] = NAN;
+  CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "w[0, 5]");
+  fbuf[5] = 0;
+
+  /* layouts, conversions, contexts */
+  size_t bytes;
+  CHECK_ERROR(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 4, 24, &bytes), FP4_ERR_INVALID_ARGUMENT, "block size 16");
+  CHECK_ERROR(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 4, 32, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 8, 64, 0, 0) == -1, "offset in an invalid layout");
+  CHECK_ERROR(fp4_convert(NULL, FP4_DTYPE_F32, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src is NULL");
+  CHECK_ERROR(fp4_convert(fbuf, (fp4_dtype)42, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src_dtype 42");
+  fp4_context *ctx = NULL;
+  CHECK_ERROR(fp4_context_create(&ctx, -5), FP4_ERR_INVALID_ARGUMENT, "device -5");
+  CHECK_ERROR(fp4_context_create(NULL, 0), FP4_ERR_INVALID_ARGUMENT, "ctx is NULL");
+  CHECK_ERROR(fp4_backend_available(NULL, "nope", NULL, 0), FP4_ERR_NOT_FOUND, "no backend named 'nope'");
+  CHECK_ERROR(fp4_alloc(NULL, FP4_MEMORY_HOST, 0, (void **)&ctx), FP4_ERR_INVALID_ARGUMENT, "bytes is 0");
+  CHECK(!strcmp(fp4_status_str(FP4_ERR_FORMAT), "FP4_ERR_FORMAT") && fp4_status_str((fp4_status)-99) != NULL, "status names");
+  CHECK(!strcmp(fp4_version(), FP4KIT_VERSION_STRING), "version");
+  return TEST_SUMMARY();
+}
