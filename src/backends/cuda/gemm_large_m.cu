@@ -7,7 +7,7 @@
  *   - a STAGES-deep cp.async pipeline brings, per K tile, the activation tile (bf16/f16 rows, or the
  *     packed FP4 codes for W4A4) and the packed FP4 weight codes into shared memory; tails in M, N
  *     and K are zero-filled by the copy itself (src-size 0), so no tile is special;
- *   - the CTA then dequantizes the FP4 tile(s) once into a double-buffered 16-bit tile (each
+ *   - the CTA then dequantizes the FP4 tile(s) once into a 16-bit tile (each
  *     thread 32 elements of one row: one 16-byte read, four 16-byte writes), so the warps sharing
  *     weight columns do not repeat the decode;
  *   - warps read both operands with ldmatrix from XOR-swizzled rows (16-byte chunk c of row r is
@@ -17,10 +17,9 @@
  *     and stores bf16, f16 or f32 with masks.
  *
  * Exactness (SPEC 3): a code's magnitude bits are placed in a float's exponent/mantissa field, which
- * gives e2m1 * 2^-126 exactly (the e = 0 code 0.5 becomes a float subnormal); multiplying by
- * scale * 2^126 (NVFP4: E4M3 times 2^126 is a normal float) or by 2^126 and then by 2^(e-127)
- * (MXFP4) is exact in FP32, and the product, at most 6 significant bits, converts to bf16 (and,
- * for NVFP4, to f16) without rounding. MXFP4 values stay exact in bf16 for every scale byte except
+ * gives e2m1 * 2^-126 exactly (the e = 0 code 0.5 becomes a float subnormal); multiplying by 2^126
+ * and then by the block scale (E4M3, or 2^(e-127) for MXFP4) is exact in FP32, and the product, at
+ * most 6 significant bits, converts to bf16 (and, for NVFP4, to f16) without rounding. MXFP4 values stay exact in bf16 for every scale byte except
  * 2^127 times codes >= 2 (they overflow FP32 as well; 0xFF stays NaN). They do not fit f16, so
  * MXFP4 with f16 activations is refused; f32 activations are refused too (convert them to bf16, or
  * use the small-M kernels, which split f32 into three bf16 parts, up to M = 64).
@@ -170,7 +169,7 @@ struct lm_cfg {
   static constexpr int B_STAGE = BN * 32;
   static constexpr int STAGE = A_STAGE + B_STAGE;
   static constexpr int B16 = BN * 128, A16 = BM * 128; /* one 16-bit tile */
-  static constexpr int SMEM = STAGES * STAGE + 2 * B16 + (A_FP4 ? 2 * A16 : 0);
+  static constexpr int SMEM = STAGES * STAGE + B16 + (A_FP4 ? A16 : 0);
   static constexpr int A_TASKS = (BM * 2 + kThreads - 1) / kThreads; /* 32-element decode tasks */
   static constexpr int B_TASKS = (BN * 2 + kThreads - 1) / kThreads;
   static_assert(NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
@@ -268,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, (BN >= 256 || (ACT == FP4_CUDA_ACT_F
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t *stages = smem;
   uint8_t *b16 = smem + STAGES * G::STAGE;
-  uint8_t *a16 = b16 + 2 * G::B16; /* W4A4 only */
+  uint8_t *a16 = b16 + G::B16; /* W4A4 only */
 
   /* Tile order: groups of 8 M tiles sweep N together, so a group's A panels and the current B
    * panel stay in L2. */
@@ -299,10 +298,12 @@ __global__ void __launch_bounds__(kThreads, (BN >= 256 || (ACT == FP4_CUDA_ACT_F
 
   for (int kt = 0; kt < kts; kt++) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads(); /* tile kt landed for everyone; every warp is done with tile kt-1 */
+    /* Tile kt landed for everyone, and every warp is done with tile kt-1: its stage buffer may be
+     * refilled and the one decoded tile overwritten. */
+    __syncthreads();
     const uint8_t *st = stages + (kt % STAGES) * G::STAGE;
-    uint8_t *bt = b16 + (kt & 1) * G::B16;
-    uint8_t *at = G::A_FP4 ? a16 + (kt & 1) * G::A16 : const_cast<uint8_t *>(st);
+    uint8_t *bt = b16;
+    uint8_t *at = G::A_FP4 ? a16 : const_cast<uint8_t *>(st);
     {
       uint32_t bn[G::B_TASKS], an[G::A_TASKS];
       /* next tile's scales now: their latency hides behind this tile's decode and MMAs */
@@ -443,8 +444,8 @@ extern "C" int fp4_cuda_large_m_check(const fp4_cuda_gemm_args *a, int device, c
   }
   if (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) {
     snprintf(why, why_size,
-             "MXFP4 weights with f16 activations: a UE8M0 block scale 2^(e-127) times e2m1 does not fit f16, and the "
-             "large-M kernels dequantize to the activations' 16-bit type; pass bf16 activations");
+             "large-M MXFP4 needs bf16 activations: the weights are dequantized to the activations' type and "
+             "2^(e-127) * e2m1 does not fit f16");
     return 0;
   }
   if (a->k % 32) {
