@@ -38,6 +38,14 @@
 namespace {
 
 constexpr int kThreads = 256; /* 8 warps: 2 along M x 4 along N */
+
+/* Two 128x128 CTAs per SM need about 2 x 96 KiB of shared memory: SM80, SM90 and SM100 have it,
+ * SM86/SM89/SM120 (about 100 KiB per SM) do not, so there the register budget is not halved. */
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+constexpr bool kTwoCtasPerSm = false;
+#else
+constexpr bool kTwoCtasPerSm = true;
+#endif
 constexpr int kBK = 64;       /* K elements per tile: 128 bytes of a 16-bit row, 32 of an FP4 row */
 
 struct lm_params {
@@ -262,7 +270,7 @@ __device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int6
 }
 
 template <int BM, int BN, int STAGES, int FMT, int ACT>
-__global__ void __launch_bounds__(kThreads, (BN >= 256 || (ACT == FP4_CUDA_ACT_FP4 && BM >= 128)) ? 1 : 2) gemm_large_m_kernel(lm_params p) {
+__global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT == FP4_CUDA_ACT_FP4 && BM >= 128)) ? 1 : 2) gemm_large_m_kernel(lm_params p) {
   using G = lm_cfg<BM, BN, STAGES, FMT, ACT>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t *stages = smem;
@@ -323,12 +331,7 @@ __global__ void __launch_bounds__(kThreads, (BN >= 256 || (ACT == FP4_CUDA_ACT_F
 
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; kk++) {
-      uint32_t af[G::MT][4], bf[G::NT][2];
-#pragma unroll
-      for (int i = 0; i < G::MT; i++) {
-        const int r = wm + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(af[i], at + swz(r, 2 * kk + (lane >> 4)));
-      }
+      uint32_t bf[G::NT][2];
 #pragma unroll
       for (int j = 0; j < G::NT; j += 2) {
         const int r = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
@@ -339,10 +342,15 @@ __global__ void __launch_bounds__(kThreads, (BN >= 256 || (ACT == FP4_CUDA_ACT_F
         bf[j + 1][0] = t[2];
         bf[j + 1][1] = t[3];
       }
+      /* one A fragment live at a time: the 128-register budget of two CTAs per SM has no slack */
 #pragma unroll
-      for (int i = 0; i < G::MT; i++)
+      for (int i = 0; i < G::MT; i++) {
+        uint32_t af[4];
+        const int r = wm + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(af, at + swz(r, 2 * kk + (lane >> 4)));
 #pragma unroll
-        for (int j = 0; j < G::NT; j++) mma16816<G::F16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        for (int j = 0; j < G::NT; j++) mma16816<G::F16>(acc[i][j], af, bf[j][0], bf[j][1]);
+      }
     }
   }
   cp_async_wait<0>();
