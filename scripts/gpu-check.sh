@@ -28,6 +28,9 @@ step fp4kit-check $BUILD/tools/fp4kit check
 # Registers and spills of every kernel (ptxas), and local-memory instructions in the SASS.
 step ptxas nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
   -gencode arch=compute_${ARCH},code=sm_${ARCH} src/backends/cuda/gemm_small_m.cu -o $BUILD/ptxas_probe.o
+step ptxas-large-m nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
+  -gencode arch=compute_${ARCH},code=sm_${ARCH} src/backends/cuda/gemm_large_m.cu -o $BUILD/ptxas_probe_large_m.o
+cat "$OUT/ptxas-large-m.log" >>"$OUT/ptxas.log"
 spills=$(grep -c "bytes spill stores" "$OUT/ptxas.log" 2>/dev/null || true)
 nonzero=$(grep "bytes spill stores" "$OUT/ptxas.log" 2>/dev/null | grep -vc " 0 bytes spill stores" || true)
 summary+=("ptxas: $spills kernels, $nonzero with spill stores")
@@ -43,9 +46,24 @@ if [ -x $BUILD/cuda_small_m_timing ]; then
   step timing $BUILD/cuda_small_m_timing "$OUT/cuda-small-m.csv"
 fi
 
+# Large-M timing driver: crossover vs small-M, configs, cuBLAS BF16 peer (FP4KIT_SKIP_LARGE_M_TIMING=1 skips).
+if [ -z "${FP4KIT_SKIP_LARGE_M_TIMING:-}" ]; then
+  step timing-large-m-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_large_m_timing scripts/cuda_large_m_timing.cu \
+    $BUILD/libfp4kit.a -lcublas
+  if [ -x $BUILD/cuda_large_m_timing ]; then
+    step timing-large-m $BUILD/cuda_large_m_timing "$OUT/cuda-large-m.csv"
+  fi
+fi
+if command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-sass $BUILD/ptxas_probe_large_m.o 2>/dev/null | grep -oE "HMMA\.[A-Z0-9.]+|HGMMA\.[A-Z0-9.]+" | sort | uniq -c \
+    >"$OUT/sass-large-m-mma.txt" 2>&1
+  summary+=("large-M SASS tensor-core ops: $(tr -s ' \n' ' ' <"$OUT/sass-large-m-mma.txt")")
+fi
+
 echo "==== gpu-check summary ($(cat "$OUT/commit.txt")) ===="
 head -2 "$OUT/device.txt"
 printf '%s\n' "${summary[@]}"
-grep -E "^(quantize|\+ GEMM|pdl stress|test_cuda|FAIL)" $BUILD/Testing/Temporary/LastTest.log 2>/dev/null | head -30
+grep -E "^(quantize|\+ GEMM|pdl stress|test_cuda|FAIL|default path|\+ refusals|  forced)" $BUILD/Testing/Temporary/LastTest.log 2>/dev/null | head -40
 tail -3 "$OUT/fp4kit-check.log"
 grep -E "^(device|kernel)|^w4a16-bf16 +nvfp4 +(1|4|16) |^w4a4\+quant +nvfp4 +(1|4|16) " "$OUT/timing.log" 2>/dev/null | head -60
+sed -n '/==== summary/,$p' "$OUT/timing-large-m.log" 2>/dev/null

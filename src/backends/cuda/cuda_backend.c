@@ -1,6 +1,6 @@
 /*
- * The cuda backend: fp4kit's own CUDA kernels (runtime-recipe quantize, small-M W4A16 and W4A4
- * GEMMs) on SM80 and newer. Plain C host code: it checks what the device and the binary can run,
+ * The cuda backend: fp4kit's own CUDA kernels (runtime-recipe quantize, small-M and large-M W4A16
+ * and W4A4 GEMMs) on SM80 and newer. Plain C host code: it checks what the device and the binary can run,
  * refuses what the kernels do not take with the rule that failed, picks a configuration and
  * launches on the caller's stream with or without programmatic dependent launch.
  */
@@ -119,21 +119,69 @@ static fp4_status refuse(char *reason, size_t reason_size, const char *what) {
   return FP4_ERR_UNSUPPORTED;
 }
 
+static int cuda_act_kind(fp4_dtype dtype) {
+  switch (dtype) {
+  case FP4_DTYPE_BF16: return FP4_CUDA_ACT_BF16;
+  case FP4_DTYPE_F16: return FP4_CUDA_ACT_F16;
+  default: return FP4_CUDA_ACT_F32;
+  }
+}
+
+/* The kernel arguments of a GEMM problem (both kernel families take the same). */
+static void cuda_gemm_args_of(const fp4_problem *p, fp4_cuda_gemm_args *a) {
+  const fp4_qmatrix *b = p->b;
+  memset(a, 0, sizeof *a);
+  a->format = (int)b->format;
+  a->b = b->data;
+  a->b_scales = b->scales;
+  a->b_layout = (int)b->layout;
+  a->out = p->out->data;
+  a->ldo = p->out->ld ? p->out->ld : p->out->cols;
+  a->out_dtype = (int)p->out->dtype;
+  a->m = fp4_problem_m(p);
+  a->n = b->rows;
+  a->k = b->cols;
+  if (p->op == FP4_OP_MM) {
+    a->act = FP4_CUDA_ACT_FP4;
+    a->a = p->a_q->data;
+    a->lda = p->a_q->cols / 2;
+    a->a_scales = p->a_q->scales;
+    a->a_layout = (int)p->a_q->layout;
+    a->scale = (float)((double)p->alpha * (double)b->multiplier * (double)p->a_q->multiplier);
+  } else {
+    a->act = cuda_act_kind(p->a->dtype);
+    a->a = p->a->data;
+    a->lda = p->a->ld ? p->a->ld : p->a->cols;
+    a->scale = (float)((double)p->alpha * (double)b->multiplier);
+  }
+}
+
+/* NULL when the small-M kernels take (M, K); else the rule, written to why. */
+static const char *cuda_small_m_rule(int64_t M, int64_t K, char *why, size_t why_size) {
+  if (M > CUDA_MAX_M) snprintf(why, why_size, "M = %lld: the small-M kernels take M <= %d", (long long)M, CUDA_MAX_M);
+  else if (K % CUDA_K_SLAB)
+    snprintf(why, why_size, "K = %lld: the small-M kernels need K to be a multiple of %d (they stream K in %d-element slabs)",
+             (long long)K, CUDA_K_SLAB, CUDA_K_SLAB);
+  else return NULL;
+  return why;
+}
+
 static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
-  (void)ctx;
   char why[200];
   if (p->memory != FP4_MEMORY_DEVICE)
     return refuse(reason, reason_size, "the cuda backend runs on device memory; the operands are in host memory");
   if (p->op == FP4_OP_QUANTIZE) return FP4_OK; /* any validated shape, dtype and layout */
   const int64_t M = fp4_problem_m(p), K = fp4_problem_k(p);
-  if (M > CUDA_MAX_M) {
-    snprintf(why, sizeof why, "M = %lld: the small-M kernels take M <= %d", (long long)M, CUDA_MAX_M);
-    return refuse(reason, reason_size, why);
-  }
-  if (K % CUDA_K_SLAB) {
-    snprintf(why, sizeof why, "K = %lld: the small-M kernels need K to be a multiple of %d (they stream K in %d-element slabs)",
-             (long long)K, CUDA_K_SLAB, CUDA_K_SLAB);
-    return refuse(reason, reason_size, why);
+  if (cuda_small_m_rule(M, K, why, sizeof why)) { /* then the large-M kernels must take it */
+    const cuda_state *st = cuda_get_state(ctx, reason, reason_size);
+    if (!st) return FP4_ERR_UNSUPPORTED;
+    fp4_cuda_gemm_args ga;
+    char lwhy[320];
+    cuda_gemm_args_of(p, &ga);
+    if (!fp4_cuda_large_m_check(&ga, st->device, NULL, lwhy, sizeof lwhy)) {
+      fp4_reason(reason, reason_size, "%s; %s", why, lwhy);
+      return FP4_ERR_UNSUPPORTED;
+    }
   }
   const uintptr_t scale_align = p->b->format == FP4_FORMAT_NVFP4 ? 2 : 1;
   if (misaligned(p->b->data, 16)) return refuse(reason, reason_size, "b->data must be 16-byte aligned (16-byte weight loads)");
@@ -167,26 +215,30 @@ static int cuda_default_warps(int64_t n, int64_t k) {
 }
 
 static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
-  (void)ctx;
   if (p->op == FP4_OP_QUANTIZE) {
     if (max > 0) names[0] = "quantize";
     return max > 0 ? 1 : 0;
   }
-  const int first = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
-  int count = 0;
-  for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
-    if (cuda_config_warps[i] == first) names[count++] = cuda_config_names[i];
-  for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
-    if (cuda_config_warps[i] != first) names[count++] = cuda_config_names[i];
-  return count;
-}
-
-static int cuda_act_kind(fp4_dtype dtype) {
-  switch (dtype) {
-  case FP4_DTYPE_BF16: return FP4_CUDA_ACT_BF16;
-  case FP4_DTYPE_F16: return FP4_CUDA_ACT_F16;
-  default: return FP4_CUDA_ACT_F32;
+  fp4_cuda_gemm_args ga;
+  char why[320];
+  const char *large[8];
+  int nlarge = 0, count = 0;
+  cuda_gemm_args_of(p, &ga);
+  const int small_ok = !cuda_small_m_rule(ga.m, ga.k, why, sizeof why);
+  const cuda_state *st = cuda_get_state(ctx, NULL, 0);
+  if (st && fp4_cuda_large_m_check(&ga, st->device, NULL, why, sizeof why) == 1)
+    nlarge = fp4_cuda_large_m_configs(&ga, st->device, large, 8);
+  const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
+  for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
+  if (small_ok) {
+    const int first = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+    for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
+      if (cuda_config_warps[i] == first) names[count++] = cuda_config_names[i];
+    for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
+      if (cuda_config_warps[i] != first) names[count++] = cuda_config_names[i];
   }
+  for (int i = 0; !large_first && i < nlarge && count < max; i++) names[count++] = large[i];
+  return count;
 }
 
 static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
@@ -209,39 +261,40 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     e = fp4_cuda_quantize(&a, p->stream, pdl);
     if (e == cudaSuccess) p->q_out->multiplier = p->q_out->format == FP4_FORMAT_NVFP4 ? 1.0f / p->global_scale : 1.0f;
   } else {
-    int warps = 0;
-    if (!config) {
-      warps = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
-      for (int i = 0; i < CUDA_CONFIGS; i++)
-        if (cuda_config_warps[i] == warps) config = cuda_config_names[i];
+    fp4_cuda_gemm_args a;
+    char why[320];
+    cuda_gemm_args_of(p, &a);
+    const int small_ok = !cuda_small_m_rule(a.m, a.k, why, sizeof why);
+    if (!config && (!small_ok || a.m > FP4_CUDA_LARGE_M_FROM)) {
+      const char *large[8];
+      if (fp4_cuda_large_m_configs(&a, st->device, large, 8) < 1)
+        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
+      config = large[0];
     }
-    for (int i = 0; i < CUDA_CONFIGS; i++)
-      if (!strcmp(config, cuda_config_names[i])) warps = cuda_config_warps[i];
-    if (!warps)
-      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown GEMM config '%s' (small-m.w8, small-m.w4, small-m.w2, small-m.w1)",
-                      config);
-    cfg_name = config;
-    const fp4_qmatrix *b = p->b;
-    fp4_cuda_gemm_args a = {.format = (int)b->format, .b = b->data, .b_scales = b->scales, .b_layout = (int)b->layout,
-                            .out = p->out->data, .ldo = p->out->ld ? p->out->ld : p->out->cols,
-                            .out_dtype = (int)p->out->dtype, .m = fp4_problem_m(p), .n = b->rows, .k = b->cols,
-                            .warps = warps};
-    float scale = p->alpha * b->multiplier;
-    if (p->op == FP4_OP_MM) {
-      a.act = FP4_CUDA_ACT_FP4;
-      a.a = p->a_q->data;
-      a.lda = p->a_q->cols / 2;
-      a.a_scales = p->a_q->scales;
-      a.a_layout = (int)p->a_q->layout;
-      scale = (float)((double)p->alpha * (double)b->multiplier * (double)p->a_q->multiplier);
+    if (config && !strncmp(config, "large-m.", 8)) {
+      const int ok = fp4_cuda_large_m_check(&a, st->device, config, why, sizeof why);
+      if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
+      cfg_name = config;
+      e = fp4_cuda_gemm_large_m(&a, config, p->stream, pdl);
     } else {
-      a.act = cuda_act_kind(p->a->dtype);
-      a.a = p->a->data;
-      a.lda = p->a->ld ? p->a->ld : p->a->cols;
-      scale = (float)((double)p->alpha * (double)b->multiplier);
+      int warps = 0;
+      if (!config) {
+        warps = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+        for (int i = 0; i < CUDA_CONFIGS; i++)
+          if (cuda_config_warps[i] == warps) config = cuda_config_names[i];
+      }
+      for (int i = 0; i < CUDA_CONFIGS; i++)
+        if (!strcmp(config, cuda_config_names[i])) warps = cuda_config_warps[i];
+      if (!warps)
+        return fp4_fail(FP4_ERR_NOT_FOUND,
+                        "cuda: unknown GEMM config '%s' (small-m.w8, small-m.w4, small-m.w2, small-m.w1, or a large-m.* "
+                        "name listed by the tuner)",
+                        config);
+      if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", config, why);
+      cfg_name = config;
+      a.warps = warps;
+      e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
     }
-    a.scale = scale;
-    e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
   }
   if (e != cudaSuccess)
     return fp4_fail(FP4_ERR_CUDA, "cuda: launching %s on device %d failed: %s", cfg_name, st->device,
@@ -284,7 +337,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 
 const fp4_backend fp4_backend_cuda = {
     .name = "cuda",
-    .summary = "own CUDA kernels, SM80+: quantize, small-M (M <= 64) W4A16/W4A4 GEMMs on tensor cores, PDL",
+    .summary = "own CUDA kernels, SM80+: quantize, small-M (M <= 64) and large-M W4A16/W4A4 GEMMs on tensor cores, PDL",
     .available = cuda_available,
     .supports = cuda_supports,
     .configs = cuda_configs,

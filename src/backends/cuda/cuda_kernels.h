@@ -5,6 +5,7 @@
 #ifndef FP4_BACKENDS_CUDA_KERNELS_H
 #define FP4_BACKENDS_CUDA_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -50,6 +51,15 @@ typedef struct fp4_cuda_gemm_args {
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
 /* Shared memory the GEMM needs for a warp count and M (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m);
+
+/* Large-M GEMMs (gemm_large_m.cu): any M >= 1, K % 32 == 0, bf16/f16 activations or FP4 (W4A4);
+ * warps is ignored. check: 1 if the kernels (or the named config, NULL: any) can run a on device,
+ * else 0 with the rule in why (-1: config is not a large-M config name). configs: candidate config names, heuristic best first. */
+int fp4_cuda_large_m_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
+int fp4_cuda_large_m_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+/* M above which the default configuration is a large-M tile rather than a small-M kernel. */
+#define FP4_CUDA_LARGE_M_FROM 64
 
 /* cudaFuncGetAttributes on the kernels: cudaErrorNoKernelImageForDevice (or
  * cudaErrorInvalidDeviceFunction) when the binary carries no code for the current device. */
