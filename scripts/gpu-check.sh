@@ -1,69 +1,98 @@
 #!/usr/bin/env bash
-# GPU check of the cuda backend, run on the GPU machine from the repository root:
-#   bash scripts/gpu-check.sh            (logs under $OUT, or ./gpu-check-out without it)
-# Builds for sm_90a with warnings as errors, runs every ctest (GPU tests included), `fp4kit check`,
-# inspects registers/spills (ptxas -v) and the SASS for local-memory traffic, and times the small-M
-# kernels against the same-run copy bandwidth and cuBLAS BF16. A short summary ends stdout.
+# The GPU run, on the GPU machine from the repository root: build for the device, run every test
+# (GPU tests included), the checks, the probe, the Python GPU tests, the benchmarks and the timing
+# drivers. Logs go under $LOG (default /tmp/gpu-check); at the end they are packed into one file,
+# $OUT/gpu-check.tar.gz (default OUT: ./gpu-check-out), and a short summary ends stdout.
+#
+#   bash scripts/gpu-check.sh                         # every part
+#   FP4KIT_GPU_PARTS="build ctest check" bash scripts/gpu-check.sh
+#
+# Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass.
+# FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
+# A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
 set -u
+cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
+LOG=${LOG:-/tmp/gpu-check}
 ARCH=${FP4KIT_GPU_ARCH:-90a}
-mkdir -p "$OUT"
+PARTS=${FP4KIT_GPU_PARTS:-build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass}
 BUILD=build-gpu
+F=$BUILD/tools/fp4kit
+mkdir -p "$OUT" "$LOG"
+export FP4KIT_COMMIT=${FP4KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export LD_LIBRARY_PATH="$PWD/.deps/lib:${LD_LIBRARY_PATH:-}"
+export FP4KIT_TUNING_CACHE="$LOG/tuning.json"
 summary=()
-step() { # name, command...: runs, logs to $OUT/<name>.log, records pass/fail
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+step() { # name, command...: runs, logs to $LOG/<name>.log, records pass/fail and seconds
   local name=$1; shift
   local t0=$SECONDS
-  if "$@" >"$OUT/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
+  if "$@" >"$LOG/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
   else summary+=("FAIL $name ($((SECONDS - t0)) s): see $name.log"); fi
 }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv >"$OUT/device.txt" 2>&1
-git rev-parse HEAD >"$OUT/commit.txt" 2>/dev/null || echo "(no git)" >"$OUT/commit.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$LOG/device.txt" 2>&1
+echo "$FP4KIT_COMMIT" >"$LOG/commit.txt"
 
-step configure cmake -S . -B $BUILD -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH}-real
-step build cmake --build $BUILD -j "$(nproc)"
-step ctest bash -c "cd $BUILD && ctest --output-on-failure"
-step fp4kit-check $BUILD/tools/fp4kit check
-
-# Registers and spills of every kernel (ptxas), and local-memory instructions in the SASS.
-step ptxas nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
-  -gencode arch=compute_${ARCH},code=sm_${ARCH} src/backends/cuda/gemm_small_m.cu -o $BUILD/ptxas_probe.o
-step ptxas-large-m nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
-  -gencode arch=compute_${ARCH},code=sm_${ARCH} src/backends/cuda/gemm_large_m.cu -o $BUILD/ptxas_probe_large_m.o
-cat "$OUT/ptxas-large-m.log" >>"$OUT/ptxas.log"
-spills=$(grep -c "bytes spill stores" "$OUT/ptxas.log" 2>/dev/null || true)
-nonzero=$(grep "bytes spill stores" "$OUT/ptxas.log" 2>/dev/null | grep -vc " 0 bytes spill stores" || true)
-summary+=("ptxas: $spills kernels, $nonzero with spill stores")
-if command -v cuobjdump >/dev/null; then
-  cuobjdump --dump-sass $BUILD/libfp4kit.a >"$OUT/sass.txt" 2>&1
-  summary+=("sass: $(grep -cE 'LDL|STL' "$OUT/sass.txt") local-memory instructions (LDL/STL) in libfp4kit.a")
+if want build; then
+  step configure cmake -S . -B $BUILD -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH}-real \
+    -DCMAKE_PREFIX_PATH="$PWD/.deps"
+  step build cmake --build $BUILD -j "$(nproc)"
+  [ -x $F ] || { printf '%s\n' "${summary[@]}"; tail -30 "$LOG/build.log"; exit 1; }
+fi
+want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout 600"
+want check && step fp4kit-check $F check
+if want probe; then
+  step probe $F probe
+  step probe-check env FP4KIT_PROBE_VERBOSE=1 $F probe --check
+  step probe-json $F probe --json
+  step probe-arch-sm_120 $F probe --arch sm_120
+  step probe-arch-all $F probe --arch all
+fi
+want python && step python env FP4KIT_LIB="$PWD/$BUILD/libfp4kit.so" PYTHONUNBUFFERED=1 \
+  python3 -m pytest -q -rs tests/python
+if want bench-small; then
+  step bench-small $F bench --json "$LOG/bench-small.json" --html "$LOG/bench-small.html"
+fi
+if want bench-large; then
+  step bench-large $F bench --m 128,256,512,1024,2048,4096,8192 --op w4a16 --runs 50 \
+    --json "$LOG/bench-large.json" --html "$LOG/bench-large.html"
+fi
+if want tune; then
+  step tune $F tune --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 --runs 20
+  step bench-auto $F bench --backend auto --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 \
+    --json "$LOG/bench-auto.json"
+fi
+CUDA_LIBS="$BUILD/libfp4kit.so -Wl,-rpath,$PWD/$BUILD -lcublas"
+if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
+  step timing-small-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_small_m_timing \
+    scripts/cuda_small_m_timing.cu $CUDA_LIBS
+  [ -x $BUILD/cuda_small_m_timing ] && step timing-small $BUILD/cuda_small_m_timing "$LOG/cuda-small-m.csv"
+fi
+if want timing-large && [ -f scripts/cuda_large_m_timing.cu ]; then
+  step timing-large-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_large_m_timing \
+    scripts/cuda_large_m_timing.cu $CUDA_LIBS
+  [ -x $BUILD/cuda_large_m_timing ] && step timing-large $BUILD/cuda_large_m_timing "$LOG/cuda-large-m.csv" 20
+fi
+if want moe && $F bench --help 2>&1 | grep -q -- --moe; then
+  step bench-moe $F bench --moe --json "$LOG/bench-moe.json"
+fi
+if want sass; then
+  # Tensor-core instructions and local-memory traffic of the device code; registers/spills (ptxas).
+  cuobjdump --dump-sass $BUILD/libfp4kit.so >"$LOG/sass.txt" 2>&1
+  summary+=("sass: HMMA $(grep -c HMMA "$LOG/sass.txt"), HGMMA $(grep -c HGMMA "$LOG/sass.txt"), LDL/STL $(grep -cE '\bLDL|\bSTL' "$LOG/sass.txt")")
+  for f in src/backends/cuda/*.cu; do
+    nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
+      -gencode arch=compute_${ARCH},code=sm_${ARCH} "$f" -o /dev/null 2>&1
+  done >"$LOG/ptxas.log"
+  summary+=("ptxas: $(grep -c 'bytes spill stores' "$LOG/ptxas.log") kernels, $(grep 'bytes spill stores' "$LOG/ptxas.log" | grep -vc ' 0 bytes spill stores') with spills")
 fi
 
-# Timing driver (same-run copy bandwidth and cuBLAS BF16 peers).
-step timing-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_small_m_timing scripts/cuda_small_m_timing.cu \
-  $BUILD/libfp4kit.a -lcublas
-if [ -x $BUILD/cuda_small_m_timing ]; then
-  step timing $BUILD/cuda_small_m_timing "$OUT/cuda-small-m.csv"
-fi
-
-# Large-M timing driver: crossover vs small-M, configs, cuBLAS BF16 peer (FP4KIT_SKIP_LARGE_M_TIMING=1 skips).
-if [ -z "${FP4KIT_SKIP_LARGE_M_TIMING:-}" ]; then
-  step timing-large-m-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_large_m_timing scripts/cuda_large_m_timing.cu \
-    $BUILD/libfp4kit.a -lcublas
-  if [ -x $BUILD/cuda_large_m_timing ]; then
-    step timing-large-m $BUILD/cuda_large_m_timing "$OUT/cuda-large-m.csv"
-  fi
-fi
-if command -v cuobjdump >/dev/null; then
-  cuobjdump --dump-sass $BUILD/ptxas_probe_large_m.o 2>/dev/null | grep -oE "HMMA\.[A-Z0-9.]+|HGMMA\.[A-Z0-9.]+" | sort | uniq -c \
-    >"$OUT/sass-large-m-mma.txt" 2>&1
-  summary+=("large-M SASS tensor-core ops: $(tr -s ' \n' ' ' <"$OUT/sass-large-m-mma.txt")")
-fi
-
-echo "==== gpu-check summary ($(cat "$OUT/commit.txt")) ===="
-head -2 "$OUT/device.txt"
+echo "==== gpu-check summary (commit $FP4KIT_COMMIT) ===="
+head -2 "$LOG/device.txt"
 printf '%s\n' "${summary[@]}"
-grep -E "^(quantize|\+ GEMM|pdl stress|test_cuda|FAIL|default path|\+ refusals|  forced)" $BUILD/Testing/Temporary/LastTest.log 2>/dev/null | head -40
-tail -3 "$OUT/fp4kit-check.log"
-grep -E "^(device|kernel)|^w4a16-bf16 +nvfp4 +(1|4|16) |^w4a4\+quant +nvfp4 +(1|4|16) " "$OUT/timing.log" 2>/dev/null | head -60
-sed -n '/==== summary/,$p' "$OUT/timing-large-m.log" 2>/dev/null
+grep -hE "passed|failed|FAIL|Failed|\*\*\*" "$LOG/ctest.log" 2>/dev/null | grep -vE "^\s*$" | tail -25
+tail -2 "$LOG/fp4kit-check.log" 2>/dev/null
+grep -E "^--check|WRONG" "$LOG/probe-check.log" 2>/dev/null | head -5
+tail -3 "$LOG/python.log" 2>/dev/null
+tar -czf "$OUT/gpu-check.tar.gz" -C "$LOG" .
