@@ -38,7 +38,7 @@ fi
 
 # Timing driver (same-run copy bandwidth and cuBLAS BF16 peers).
 step timing-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_small_m_timing scripts/cuda_small_m_timing.cu \
-  $BUILD/libfp4kit.a -lcublas
+  -L$BUILD -lfp4kit -Xlinker -rpath -Xlinker "$PWD/$BUILD" -lcublas
 if [ -x $BUILD/cuda_small_m_timing ]; then
   step timing $BUILD/cuda_small_m_timing "$OUT/cuda-small-m.csv"
 fi
