@@ -5,7 +5,9 @@
  * bandwidth. Median of 50 single-call timings after warm-up (fp4_time, CUDA events); weights rotate
  * through copies totalling more than 200 MB so no timing is served from L2.
  * Effective bandwidth counts the FP4 weight and scale bytes (0.5625 B per weight).
- * Usage: cuda_small_m_timing [csv-file]
+ * Every GEMM configuration of the backend that takes the M is timed side by side ("default" is the
+ * backend's own choice); after each shape a line per (kernel, format, M) names the fastest.
+ * Usage: cuda_small_m_timing [csv-file] [--quick]   (--quick: the shapes of >= 32 MB of FP4 weights, M in {1, 4, 16})
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <vector>
 
 #include "fp4kit.h"
@@ -37,6 +40,7 @@ struct bench {
   std::vector<void *> w, ws, wbf; /* rotated copies: FP4 weights, their scales, bf16 weights */
   void *x, *xq, *xqs, *out, *outbf;
   fp4_format format;
+  const char *config; /* NULL: the backend's default */
   int mode; /* 0 W4A16, 1 W4A4 GEMM, 2 W4A4 quantize + GEMM, 3 cuBLAS BF16 */
 };
 
@@ -47,6 +51,7 @@ static fp4_status call(void *user, int it) {
   o.backend = "cuda";
   o.stream = b->stream;
   o.enable_pdl = 1;
+  o.config = b->config;
   fp4_qmatrix w = {b->w[c], b->ws[c], b->n, b->k, b->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
   fp4_matrix x = {b->x, b->m, b->k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   fp4_qmatrix xq = {b->xq, b->xqs, b->m, b->k, b->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
@@ -55,7 +60,9 @@ static fp4_status call(void *user, int it) {
   case 0: return fp4_mm_w4a16(b->ctx, &x, &w, 1.0f, &out, &o);
   case 1: return fp4_mm(b->ctx, &xq, &w, 1.0f, &out, &o);
   case 2: {
-    fp4_status st = fp4_quantize(b->ctx, &x, 1.0f, &xq, &o);
+    fp4_options qo = o;
+    qo.config = NULL; /* the quantize kernel has one configuration */
+    fp4_status st = fp4_quantize(b->ctx, &x, 1.0f, &xq, &qo);
     return st ? st : fp4_mm(b->ctx, &xq, &w, 1.0f, &out, &o);
   }
   default: {
@@ -90,8 +97,27 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n) {
     p[i] = __float2bfloat16(((int)((i * 2654435761u) >> 20) % 200 - 100) * 0.01f);
 }
 
+/* The backend's GEMM configurations (cuda_backend.c) and the largest M each takes. */
+static const struct {
+  const char *name;
+  int64_t max_m;
+} configs[] = {{NULL, 64},
+               {"small-m.w8", 64},
+               {"small-m.w4", 64},
+               {"small-m.w2", 64},
+               {"small-m.r32.w8", 32},
+               {"small-m.r32.w4", 32},
+               {"small-m.r64.w8", 16},
+               {"small-m.r64.w4", 16}};
+
 int main(int argc, char **argv) {
-  FILE *csv = argc > 1 ? fopen(argv[1], "w") : NULL;
+  int quick = 0;
+  const char *csv_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else csv_path = argv[i];
+  }
+  FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
   fp4_context *ctx;
   FK(fp4_context_create(&ctx, 0));
   cudaStream_t stream;
@@ -124,15 +150,19 @@ int main(int argc, char **argv) {
   cudaFree(c0);
   cudaFree(c1);
   printf("device %s, %d SMs; copy bandwidth (read+write) %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9);
-  if (csv) fprintf(csv, "kernel,format,m,n,k,median_us,weight_GBps,pct_copy,cublas_bf16_us,speedup_vs_cublas\n");
+  if (csv) fprintf(csv, "kernel,format,config,m,n,k,median_us,weight_GBps,pct_copy,cublas_bf16_us,speedup_vs_cublas\n");
 
   static const int64_t shapes[][2] = {{57344, 8192}, {8192, 28672}, {10240, 8192}, {8192, 8192}, {20480, 4096},
                                       {31040, 4096}, {4096, 4096}, {2048, 4096}, {4096, 1024}, {4096, 128}};
-  static const int64_t ms[] = {1, 4, 16, 32, 64};
+  static const int64_t ms_all[] = {1, 4, 16, 32, 64}, ms_quick[] = {1, 4, 16};
+  const int64_t *ms = quick ? ms_quick : ms_all;
+  const int n_ms = quick ? 3 : 5, n_shapes = quick ? 6 : (int)(sizeof shapes / sizeof *shapes);
   static const char *modes[] = {"w4a16-bf16", "w4a4", "w4a4+quant", "cublas-bf16"};
-  printf("%-12s %-6s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "M", "N", "K", "median_us", "GB/s", "%copy",
-         "cublas_us", "x_cublas");
-  for (const auto &sh : shapes) {
+  printf("%-12s %-6s %-14s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "config", "M", "N", "K", "median_us",
+         "GB/s", "%copy", "cublas_us", "x_cublas");
+  std::vector<std::string> best_lines;
+  for (int si = 0; si < n_shapes; si++) {
+    const int64_t *sh = shapes[si];
     bench b = {};
     b.ctx = ctx;
     b.stream = stream;
@@ -175,24 +205,44 @@ int main(int argc, char **argv) {
       fill_scales<<<64, 256, 0, stream>>>((uint8_t *)b.xqs, xs, fmt);
       CK(cudaStreamSynchronize(stream));
       b.format = (fp4_format)fmt;
-      for (int64_t m : ms) {
+      for (int mi = 0; mi < n_ms; mi++) {
+        const int64_t m = ms[mi];
         b.m = m;
         fp4_timing tc = {};
         b.mode = 3;
+        b.config = NULL;
         FK(fp4_time(ctx, stream, call, &b, 5, 50, &tc));
         for (int mode = 0; mode < 3; mode++) {
           if (fmt == 1 && mode == 2) continue; /* MXFP4: W4A16 and W4A4 GEMM only */
           b.mode = mode;
-          fp4_timing t = {};
-          FK(fp4_time(ctx, stream, call, &b, 5, 50, &t));
-          const double bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (t.median_us * 1e-6);
-          printf("%-12s %-6s %3lld %6lld %6lld %10.2f %9.0f %6.1f%% %10.2f %8.2f\n", modes[mode], fmt ? "mxfp4" : "nvfp4",
-                 (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9, 100.0 * bw / copy_bw, tc.median_us,
-                 tc.median_us / t.median_us);
-          if (csv)
-            fprintf(csv, "%s,%s,%lld,%lld,%lld,%.3f,%.1f,%.2f,%.3f,%.3f\n", modes[mode], fmt ? "mxfp4" : "nvfp4",
-                    (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9, 100.0 * bw / copy_bw,
-                    tc.median_us, tc.median_us / t.median_us);
+          double best_us = 1e30, default_us = 0;
+          const char *best_name = "default";
+          for (const auto &cf : configs) {
+            if (m > cf.max_m) continue;
+            b.config = cf.name;
+            fp4_timing t = {};
+            FK(fp4_time(ctx, stream, call, &b, 5, 50, &t));
+            const double bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (t.median_us * 1e-6);
+            const char *cname = cf.name ? cf.name : "default";
+            printf("%-12s %-6s %-14s %3lld %6lld %6lld %10.2f %9.0f %6.1f%% %10.2f %8.2f\n", modes[mode],
+                   fmt ? "mxfp4" : "nvfp4", cname, (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9,
+                   100.0 * bw / copy_bw, tc.median_us, tc.median_us / t.median_us);
+            if (csv)
+              fprintf(csv, "%s,%s,%s,%lld,%lld,%lld,%.3f,%.1f,%.2f,%.3f,%.3f\n", modes[mode], fmt ? "mxfp4" : "nvfp4",
+                      cname, (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9, 100.0 * bw / copy_bw,
+                      tc.median_us, tc.median_us / t.median_us);
+            if (!cf.name) default_us = t.median_us;
+            if (t.median_us < best_us) {
+              best_us = t.median_us;
+              best_name = cname;
+            }
+          }
+          const double best_bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (best_us * 1e-6);
+          char line[256];
+          snprintf(line, sizeof line, "fastest %-12s %-6s M=%-3lld N=%-6lld K=%-6lld %-14s %9.2f us %6.0f GB/s %5.1f%% copy %5.2fx cuBLAS %5.2fx default",
+                   modes[mode], fmt ? "mxfp4" : "nvfp4", (long long)m, (long long)b.n, (long long)b.k, best_name, best_us,
+                   best_bw / 1e9, 100.0 * best_bw / copy_bw, tc.median_us / best_us, default_us / best_us);
+          best_lines.push_back(line);
         }
       }
     }
@@ -208,6 +258,8 @@ int main(int argc, char **argv) {
     cudaFree(b.out);
     cudaFree(b.outbf);
   }
+  printf("\n==== fastest configuration per (kernel, format, shape, M) ====\n");
+  for (const auto &l : best_lines) printf("%s\n", l.c_str());
   if (csv) fclose(csv);
   fp4_context_destroy(ctx);
   return 0;

@@ -18,15 +18,42 @@
 
 static int g_runs, g_failures;
 
+/* Every GEMM configuration of the cuda backend and the largest M it takes (cuda_backend.c). */
+static const struct { const char *name; int64_t max_m; } g_configs[] = {
+    {"small-m.w8", 64},     {"small-m.w4", 64},     {"small-m.w2", 64},     {"small-m.w1", 64},
+    {"small-m.r32.w8", 32}, {"small-m.r32.w4", 32}, {"small-m.r64.w8", 16}, {"small-m.r64.w4", 16},
+};
+enum { N_CONFIGS = (int)(sizeof g_configs / sizeof *g_configs) };
+static int g_config_runs[N_CONFIGS];
+
 static void run_case(fp4_context *ctx, const fp4h_case *c, uint64_t seed) {
   fp4h_result r;
   fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &r);
   g_runs++;
+  for (int i = 0; c->config && i < N_CONFIGS; i++) g_config_runs[i] += !strcmp(c->config, g_configs[i].name);
   if (r.status == FP4_OK && r.passed) return;
   g_failures++;
-  printf("FAIL %-28s %s M=%lld N=%lld K=%lld a=%s out=%s lb=%s: %s (%s)\n", c->name,
-         fp4_format_name(c->format), (long long)c->m, (long long)c->n, (long long)c->k, fp4_dtype_name(c->a_dtype),
+  printf("FAIL %-28s %s %s M=%lld N=%lld K=%lld a=%s out=%s lb=%s: %s (%s)\n", c->name,
+         c->config ? c->config : "(default)", fp4_format_name(c->format), (long long)c->m, (long long)c->n, (long long)c->k, fp4_dtype_name(c->a_dtype),
          fp4_dtype_name(c->out_dtype), fp4_layout_name(c->layout_b), r.message, fp4_status_str(r.status));
+}
+
+/* The case on the default configuration (config NULL), then on every configuration that takes its M
+ * (all > 0) or on the one picked by rotation (all == 0: keeps the host reference time of the large
+ * shapes bounded while every configuration still meets every shape across the variants). */
+static void run_configs(fp4_context *ctx, fp4h_case c, uint64_t seed, int all) {
+  static int rotation;
+  c.config = NULL;
+  run_case(ctx, &c, seed);
+  int fits[N_CONFIGS], n = 0;
+  for (int i = 0; i < N_CONFIGS; i++)
+    if (c.m <= g_configs[i].max_m) fits[n++] = i;
+  for (int j = 0; j < n; j++) {
+    if (!all && j != rotation % n) continue;
+    c.config = g_configs[fits[j]].name;
+    run_case(ctx, &c, seed);
+  }
+  rotation++;
 }
 
 static void test_quantize(fp4_context *ctx) {
@@ -81,7 +108,7 @@ static void test_gemm_all_m(fp4_context *ctx) {
     for (int v = 0; v < 8; v++) {
       /* N = 72: not a multiple of the 16-row tile; K = 640: five slabs over two warps. */
       fp4h_case c = variant(v, m, 72, m % 2 ? 640 : 256, (int)m + v);
-      run_case(ctx, &c, seed++);
+      run_configs(ctx, c, seed++, 1);
     }
 }
 
@@ -98,14 +125,22 @@ static void test_gemm_model_shapes(fp4_context *ctx) {
       if ((double)m * (double)n * (double)k > 6e7) continue; /* keep the host reference (and the suite) quick */
       for (int v = 0; v < 8; v++) {
         fp4h_case c = variant(v, m, n, k, rot++);
-        run_case(ctx, &c, seed++);
+        run_configs(ctx, c, seed++, 0);
       }
     }
 }
 
 /* Refusals must name the rule (K = 80 is a valid NVFP4 K that neither kernel family takes). */
 static void test_refusals(fp4_context *ctx) {
-  static const struct { int64_t m, k; const char *needle; } cases[] = {{4, 80, "multiple of 128"}, {65, 80, "M <= 64"}};
+  static const struct {
+    int64_t m, k;
+    const char *config, *needle;
+    fp4_status status;
+  } cases[] = {{4, 80, NULL, "multiple of 128", FP4_ERR_UNSUPPORTED},
+               {65, 80, NULL, "M <= 64", FP4_ERR_UNSUPPORTED},
+               {17, 256, "small-m.r64.w8", "M <= 16", FP4_ERR_UNSUPPORTED},
+               {33, 256, "small-m.r32.w4", "M <= 32", FP4_ERR_UNSUPPORTED},
+               {4, 256, "small-m.nope", "small-m.r32.w8", FP4_ERR_NOT_FOUND}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t m = cases[i].m, n = 32, k = cases[i].k;
     void *a = NULL, *b = NULL, *bs = NULL, *out = NULL;
@@ -118,13 +153,14 @@ static void test_refusals(fp4_context *ctx) {
     fp4_matrix xa = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
     fp4_qmatrix xb = {b, bs, n, k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
     fp4_matrix xo = {out, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
-    fp4_options o = {.backend = "cuda"};
+    fp4_options o = {.backend = "cuda", .config = cases[i].config};
     fp4_status st = fp4_mm_w4a16(ctx, &xa, &xb, 1.0f, &xo, &o);
     g_runs++;
-    if (st != FP4_ERR_UNSUPPORTED || !strstr(fp4_last_error(), cases[i].needle)) {
+    if (st != cases[i].status || !strstr(fp4_last_error(), cases[i].needle)) {
       g_failures++;
-      printf("FAIL refusal M=%lld K=%lld: status %s, message '%s' (expected UNSUPPORTED naming '%s')\n", (long long)m,
-             (long long)k, fp4_status_str(st), fp4_last_error(), cases[i].needle);
+      printf("FAIL refusal M=%lld K=%lld config %s: status %s, message '%s' (expected %s naming '%s')\n", (long long)m,
+             (long long)k, cases[i].config ? cases[i].config : "(default)", fp4_status_str(st), fp4_last_error(),
+             fp4_status_str(cases[i].status), cases[i].needle);
     }
     fp4_free(ctx, FP4_MEMORY_DEVICE, a);
     fp4_free(ctx, FP4_MEMORY_DEVICE, b);
@@ -266,6 +302,13 @@ int main(void) {
   printf("+ GEMM M = 1..64: %d cases, %d failures\n", g_runs, g_failures);
   test_gemm_model_shapes(ctx);
   printf("+ GEMM model shapes: %d cases, %d failures\n", g_runs, g_failures);
+  for (int i = 0; i < N_CONFIGS; i++) {
+    printf("  config %-16s %d cases\n", g_configs[i].name, g_config_runs[i]);
+    if (!g_config_runs[i]) { /* a configuration the suite never ran is a hole in the suite */
+      g_failures++;
+      printf("FAIL config %s was never run\n", g_configs[i].name);
+    }
+  }
   test_refusals(ctx);
 #if FP4KIT_HAVE_CUDA
   int major = 0;

@@ -54,7 +54,7 @@ void fp4h_fill(fp4h_rng *g, float *x, int64_t n, fp4h_data data, int block) {
 #define W16(name, fmt, lb, m, n, k, adt, out, data) {name, FP4H_MM_W4A16, fmt, FP4_LAYOUT_LINEAR, lb, m, n, k, adt, out, data, .experts = 0}
 #define GMM(name, op, fmt, la, lb, t, n, k, e, adt, out) {name, op, fmt, la, lb, t, n, k, adt, out, FP4H_DATA_NORMAL, e, .top_k = 0}
 #define MOE(name, mode, fmt, lb, t, i, h, e, topk, shared, route, adt, out) \
-  {name, FP4H_MOE, fmt, FP4_LAYOUT_LINEAR, lb, t, i, h, adt, out, FP4H_DATA_NORMAL, e, topk, mode, shared, route}
+  {name, FP4H_MOE, fmt, FP4_LAYOUT_LINEAR, lb, t, i, h, adt, out, FP4H_DATA_NORMAL, e, topk, mode, shared, route, .config = NULL}
 #define QZ(name, fmt, la, m, k, adt, data) {name, FP4H_QUANTIZE, fmt, la, FP4_LAYOUT_LINEAR, m, 0, k, adt, FP4_DTYPE_F32, data, .experts = 0}
 
 static const fp4h_case default_cases[] = {
@@ -230,7 +230,7 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
       goto done;
     }
   }
-  fp4_options opts = {.backend = backend};
+  fp4_options opts = {.backend = backend, .config = c->config};
   fp4_matrix xa = {buf.dev[B_A_DENSE], M, K, 0, c->a_dtype, memory};
   fp4_qmatrix xaq = aq, xbq = bq;
   xaq.data = buf.dev[B_A_DATA];

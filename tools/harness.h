@@ -42,6 +42,7 @@ typedef struct fp4h_case {
   int moe_mode;                /* fp4_moe_mode                                          */
   int shared;                  /* 1: with a shared expert (intermediate size n)         */
   int routing;                 /* fp4h_routing                                          */
+  const char *config;          /* backend configuration to run; NULL: the backend's choice */
 } fp4h_case;
 
 typedef struct fp4h_result {

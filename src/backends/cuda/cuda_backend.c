@@ -200,18 +200,33 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
   return FP4_OK;
 }
 
-/* Configurations: warps per CTA splitting K ("small-m.w8" = 8 warps). */
-static const char *const cuda_config_names[] = {"small-m.w8", "small-m.w4", "small-m.w2", "small-m.w1"};
-static const int cuda_config_warps[] = {8, 4, 2, 1};
-enum { CUDA_CONFIGS = 4 };
+/* Small-M configurations: weight rows per CTA and warps per CTA splitting K ("small-m.w8" = 16 rows,
+ * 8 warps; "small-m.r32.w4" = 32 rows, 4 warps). More rows per CTA let each activation fragment
+ * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. */
+static const struct cuda_config {
+  const char *name;
+  int rows, warps, max_m;
+} cuda_config_table[] = {
+    {"small-m.w8", 16, 8, 64},     {"small-m.w4", 16, 4, 64},     {"small-m.w2", 16, 2, 64},
+    {"small-m.w1", 16, 1, 64},     {"small-m.r32.w8", 32, 8, 32}, {"small-m.r32.w4", 32, 4, 32},
+    {"small-m.r64.w8", 64, 8, 16}, {"small-m.r64.w4", 64, 4, 16},
+};
+enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
-/* Heuristic: enough warps per SM to keep HBM busy, but at least two slabs per warp. */
+/* Heuristic: 16 rows per CTA; enough warps per SM to keep HBM busy, but at least two slabs per warp. */
 static int cuda_default_warps(int64_t n, int64_t k) {
   const int64_t slabs = k / CUDA_K_SLAB;
   (void)n;
   int w = 8;
   while (w > 1 && slabs < 2 * w) w /= 2;
   return w;
+}
+
+static const struct cuda_config *cuda_default_config(int64_t n, int64_t k) {
+  const int warps = cuda_default_warps(n, k);
+  for (int i = 0; i < CUDA_CONFIGS; i++)
+    if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps) return &cuda_config_table[i];
+  return &cuda_config_table[0];
 }
 
 static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
@@ -231,11 +246,10 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
-    const int first = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+    const struct cuda_config *first = cuda_default_config(ga.n, ga.k);
+    if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
-      if (cuda_config_warps[i] == first) names[count++] = cuda_config_names[i];
-    for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
-      if (cuda_config_warps[i] != first) names[count++] = cuda_config_names[i];
+      if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m) names[count++] = cuda_config_table[i].name;
   }
   for (int i = 0; !large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   return count;
@@ -277,22 +291,23 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       cfg_name = config;
       e = fp4_cuda_gemm_large_m(&a, config, p->stream, pdl);
     } else {
-      int warps = 0;
-      if (!config) {
-        warps = cuda_default_warps(fp4_problem_n(p), fp4_problem_k(p));
+      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.n, a.k);
+      for (int i = 0; config && i < CUDA_CONFIGS; i++)
+        if (!strcmp(config, cuda_config_table[i].name)) cfg = &cuda_config_table[i];
+      if (!cfg) {
+        char list[320] = "";
         for (int i = 0; i < CUDA_CONFIGS; i++)
-          if (cuda_config_warps[i] == warps) config = cuda_config_names[i];
+          snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", cuda_config_table[i].name);
+        return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown GEMM config '%s' (%sor a large-m.* name listed by the tuner)",
+                        config, list);
       }
-      for (int i = 0; i < CUDA_CONFIGS; i++)
-        if (!strcmp(config, cuda_config_names[i])) warps = cuda_config_warps[i];
-      if (!warps)
-        return fp4_fail(FP4_ERR_NOT_FOUND,
-                        "cuda: unknown GEMM config '%s' (small-m.w8, small-m.w4, small-m.w2, small-m.w1, or a large-m.* "
-                        "name listed by the tuner)",
-                        config);
-      if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", config, why);
-      cfg_name = config;
-      a.warps = warps;
+      if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", cfg->name, why);
+      if (a.m > cfg->max_m)
+        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); use a 16- or 32-row config",
+                        cfg->name, cfg->max_m, (long long)a.m);
+      cfg_name = cfg->name;
+      a.warps = cfg->warps;
+      a.rows = cfg->rows;
       e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
     }
   }

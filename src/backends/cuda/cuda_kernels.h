@@ -45,12 +45,13 @@ typedef struct fp4_cuda_gemm_args {
   int out_dtype;             /* fp4_dtype: F32, BF16 or F16                                   */
   int64_t m, n, k;
   float scale;               /* alpha times the per-tensor multipliers                        */
-  int warps;                 /* warps per CTA splitting K (1, 2, 4, 8, 16)                    */
+  int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
+  int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
-/* Shared memory the GEMM needs for a warp count and M (the split-K reduction buffer). */
-int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m);
+/* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
+int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 
 /* Large-M GEMMs (gemm_large_m.cu): any M >= 1, K % 32 == 0, bf16/f16 activations or FP4 (W4A4);
  * warps is ignored. check: 1 if the kernels (or the named config, NULL: any) can run a on device,

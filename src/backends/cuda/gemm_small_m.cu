@@ -6,8 +6,10 @@
  * tensor cores (mma.sync m16n8k16) with the weights as the 16-row A operand and up to 8 tokens per
  * B tile ("swap AB"), because CUDA-core FMAs cannot keep up with HBM at M = 4..64.
  *
- * Work split: a CTA owns 16 weight rows; its warps split K (warp w takes slabs w, w + warps, ...)
- * and reduce through shared memory in a fixed order, so results are deterministic run to run.
+ * Work split: a CTA owns 16, 32 or 64 weight rows (R tiles of 16); its warps split K (warp w takes
+ * slabs w, w + warps, ...) and reduce through shared memory in a fixed order, so results are
+ * deterministic run to run. With R > 1 a warp loads (and for W4A4 decodes) each activation
+ * fragment once for R weight tiles: the activation work per weight shrinks R-fold.
  *
  * Exactness (SPEC 3): e2m1 codes decode to bf16/f16 exactly with byte permutes; an NVFP4 weight
  * e2m1 * e4m3 is exact in bf16 and f16, so the block scale is applied with a 16-bit multiply. An
@@ -246,72 +248,88 @@ __device__ __forceinline__ void activation_group(const char *slab, int64_t tile,
   }
 }
 
-/* One 128-K slab of one warp: 16 rows x 128 K of weights times every token tile. Loops run over
- * the four 8-groups q of the thread's 32 K elements so only one group's fragments are live. */
-template <int FMT, int ACT, int NT>
+/* One 128-K slab of one warp: R tiles of 16 rows x 128 K of weights times every token tile. Loops
+ * run over the four 8-groups q of the thread's 32 K elements so only one group's fragments are live;
+ * each activation fragment is loaded (and, for W4A4, decoded) once and used by all R weight tiles. */
+template <int FMT, int ACT, int NT, int R>
 __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const scale_walk *asw, const bool *valid,
-                                         int s, const uint32_t *table, uint4 wa, uint4 wb, uint32_t sca, uint32_t scb,
-                                         float acc[NT][4]) {
+                                         int s, const uint32_t *table, const uint4 *wa, const uint4 *wb,
+                                         const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
   constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 ? 3 : 1;
-  const uint32_t wa_w[4] = {wa.x, wa.y, wa.z, wa.w}, wb_w[4] = {wb.x, wb.y, wb.z, wb.w};
-  float post_a = 1.0f, post_b = 1.0f;
-  uint32_t fa[2], fb[2];
-  if (NV) {
-    fa[0] = table[sca & 0xFF];
-    fa[1] = table[sca >> 8];
-    fb[0] = table[scb & 0xFF];
-    fb[1] = table[scb >> 8];
-  } else {
-    const int ea = (int)sca, eb = (int)scb;
-    int ma = max(ea, __shfl_xor_sync(0xFFFFFFFFu, ea, 1)), mb = max(eb, __shfl_xor_sync(0xFFFFFFFFu, eb, 1));
-    ma = max(ma, __shfl_xor_sync(0xFFFFFFFFu, ma, 2));
-    mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, 2));
-    /* raw pairs are e2m1 * 2^-126 (bf16) / 2^-14 (f16): the factor also undoes that */
-    fa[0] = fa[1] = pow2_pair<F16>(ea - ma + (F16 ? 14 : 126));
-    fb[0] = fb[1] = pow2_pair<F16>(eb - mb + (F16 ? 14 : 126));
-    post_a = fp4_ue8m0_decode_inline((uint8_t)ma);
-    post_b = fp4_ue8m0_decode_inline((uint8_t)mb);
+  float post_a[R], post_b[R];
+  uint32_t fa[R][2], fb[R][2];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    post_a[r] = post_b[r] = 1.0f;
+    if (NV) {
+      fa[r][0] = table[sca[r] & 0xFF];
+      fa[r][1] = table[sca[r] >> 8];
+      fb[r][0] = table[scb[r] & 0xFF];
+      fb[r][1] = table[scb[r] >> 8];
+    } else {
+      const int ea = (int)sca[r], eb = (int)scb[r];
+      int ma = max(ea, __shfl_xor_sync(0xFFFFFFFFu, ea, 1)), mb = max(eb, __shfl_xor_sync(0xFFFFFFFFu, eb, 1));
+      ma = max(ma, __shfl_xor_sync(0xFFFFFFFFu, ma, 2));
+      mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, 2));
+      /* raw pairs are e2m1 * 2^-126 (bf16) / 2^-14 (f16): the factor also undoes that */
+      fa[r][0] = fa[r][1] = pow2_pair<F16>(ea - ma + (F16 ? 14 : 126));
+      fb[r][0] = fb[r][1] = pow2_pair<F16>(eb - mb + (F16 ? 14 : 126));
+      post_a[r] = fp4_ue8m0_decode_inline((uint8_t)ma);
+      post_b[r] = fp4_ue8m0_decode_inline((uint8_t)mb);
+    }
   }
   uint32_t asc[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++)
     asc[nt] = ACT == FP4_CUDA_ACT_FP4 && valid[nt] ? load_scales<NV>(asw[nt], s) : 0u;
-  float d[NT][4];
+  float d[R][NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.0f;
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) d[r][nt][0] = d[r][nt][1] = d[r][nt][2] = d[r][nt][3] = 0.0f;
 #pragma unroll
   for (int q = 0; q < 4; q++) {
-    uint32_t pa[4], pb[4];
-    decode8_raw<F16>(wa_w[q], pa);
-    decode8_raw<F16>(wb_w[q], pb);
+    uint32_t pa[R][4], pb[R][4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      pa[i] = hmul2<F16>(pa[i], fa[q >> 1]);
-      pb[i] = hmul2<F16>(pb[i], fb[q >> 1]);
+    for (int r = 0; r < R; r++) {
+      const uint32_t wa_q = q == 0 ? wa[r].x : q == 1 ? wa[r].y : q == 2 ? wa[r].z : wa[r].w;
+      const uint32_t wb_q = q == 0 ? wb[r].x : q == 1 ? wb[r].y : q == 2 ? wb[r].z : wb[r].w;
+      decode8_raw<F16>(wa_q, pa[r]);
+      decode8_raw<F16>(wb_q, pb[r]);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        pa[r][i] = hmul2<F16>(pa[r][i], fa[r][q >> 1]);
+        pb[r][i] = hmul2<F16>(pb[r][i], fb[r][q >> 1]);
+      }
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       uint32_t x[3][4];
       activation_group<FMT, ACT>(slab, tile, valid[nt], nt, q, asc[nt], x);
-      float *dst = NV ? acc[nt] : d[nt];
 #pragma unroll
-      for (int i0 = 0; i0 < 4; i0 += 2) {
-        const uint32_t a[4] = {pa[i0], pb[i0], pa[i0 + 1], pb[i0 + 1]};
+      for (int r = 0; r < R; r++) {
+        float *dst = NV ? acc[r][nt] : d[r][nt];
 #pragma unroll
-        for (int v = PARTS - 1; v >= 0; v--) mma16816<F16>(dst, a, x[v][i0], x[v][i0 + 1]);
+        for (int i0 = 0; i0 < 4; i0 += 2) {
+          const uint32_t a[4] = {pa[r][i0], pb[r][i0], pa[r][i0 + 1], pb[r][i0 + 1]};
+#pragma unroll
+          for (int v = PARTS - 1; v >= 0; v--) mma16816<F16>(dst, a, x[v][i0], x[v][i0 + 1]);
+        }
       }
     }
   }
   if (!NV) {
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) {
-      acc[nt][0] = __fadd_rn(acc[nt][0], __fmul_rn(d[nt][0], post_a));
-      acc[nt][1] = __fadd_rn(acc[nt][1], __fmul_rn(d[nt][1], post_a));
-      acc[nt][2] = __fadd_rn(acc[nt][2], __fmul_rn(d[nt][2], post_b));
-      acc[nt][3] = __fadd_rn(acc[nt][3], __fmul_rn(d[nt][3], post_b));
-    }
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        acc[r][nt][0] = __fadd_rn(acc[r][nt][0], __fmul_rn(d[r][nt][0], post_a[r]));
+        acc[r][nt][1] = __fadd_rn(acc[r][nt][1], __fmul_rn(d[r][nt][1], post_a[r]));
+        acc[r][nt][2] = __fadd_rn(acc[r][nt][2], __fmul_rn(d[r][nt][2], post_b[r]));
+        acc[r][nt][3] = __fadd_rn(acc[r][nt][3], __fmul_rn(d[r][nt][3], post_b[r]));
+      }
   }
 }
 
@@ -326,22 +344,29 @@ __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, in
   else static_cast<uint16_t *>(p.out)[i] = fp4_f16_from_f32_inline(v);
 }
 
-/* U: slabs whose weights one warp keeps in flight (16 B per lane and row each). Up to 16 tokens two
- * CTAs share an SM (128 registers); with 4 or 8 token tiles the accumulators need more registers. */
-template <int FMT, int ACT, int NT, int U>
-__global__ void __launch_bounds__(kMaxWarps * 32, NT >= 4 ? 1 : 2) gemm_small_m_kernel(gemm_params p) {
+/* R: 16-row weight tiles per CTA (every warp covers all of them on its slabs, so an activation
+ * fragment serves R tiles). U: slabs whose weights one warp keeps in flight (16 B per lane, row and
+ * tile each). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
+ * several row tiles, the accumulators need more registers. */
+template <int FMT, int ACT, int NT, int U, int R>
+__global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_small_m_kernel(gemm_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   extern __shared__ float red[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t row0 = (int64_t)blockIdx.x * 16;
-  /* Rows past N read row N-1 (valid memory) and are never stored. */
-  const int64_t ra = min(row0 + g, p.n - 1), rb = min(row0 + g + 8, p.n - 1);
+  const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(p.k >> 7);
-  const uint8_t *wa_ptr = p.b + ra * (p.k >> 1) + 16 * t;
-  const uint8_t *wb_ptr = p.b + rb * (p.k >> 1) + 16 * t;
-  const scale_walk swa = make_walk<NV>(p.b_scales, p.b_layout, p.C, ra, t);
-  const scale_walk swb = make_walk<NV>(p.b_scales, p.b_layout, p.C, rb, t);
+  const uint8_t *wa_ptr[R], *wb_ptr[R];
+  scale_walk swa[R], swb[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    /* Rows past N read row N-1 (valid memory) and are never stored. */
+    const int64_t ra = min(row0 + 16 * r + g, p.n - 1), rb = min(row0 + 16 * r + g + 8, p.n - 1);
+    wa_ptr[r] = p.b + ra * (p.k >> 1) + 16 * t;
+    wb_ptr[r] = p.b + rb * (p.k >> 1) + 16 * t;
+    swa[r] = make_walk<NV>(p.b_scales, p.b_layout, p.C, ra, t);
+    swb[r] = make_walk<NV>(p.b_scales, p.b_layout, p.C, rb, t);
+  }
   act_walk<ACT> aw;
   const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
   aw.base = static_cast<const char *>(p.a) + g * row_bytes + t * (act_walk<ACT>::kSlab / 4);
@@ -356,9 +381,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT >= 4 ? 1 : 2) gemm_small_m_
   bool valid[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) valid[nt] = nt * 8 + g < p.m;
-  float acc[NT][4];
+  float acc[R][NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[r][nt][0] = acc[r][nt][1] = acc[r][nt][2] = acc[r][nt][3] = 0.0f;
   /* NVFP4 weight scale byte -> 16-bit multiplier pair, looked up instead of converted per block. */
   __shared__ uint32_t table[NV ? 256 : 1];
   if (NV) {
@@ -372,83 +399,114 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT >= 4 ? 1 : 2) gemm_small_m_
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
   for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
-    uint4 wa[U], wb[U];
-    uint32_t sca[U], scb[U];
+    uint4 wa[U][R], wb[U][R];
+    uint32_t sca[U][R], scb[U][R];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
       if (s < nslabs) {
-        wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
-        wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
-        sca[u] = load_scales<NV>(swa, s);
-        scb[u] = load_scales<NV>(swb, s);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          wa[u][r] = ld_stream(wa_ptr[r] + (int64_t)s * 64);
+          wb[u][r] = ld_stream(wb_ptr[r] + (int64_t)s * 64);
+          sca[u][r] = load_scales<NV>(swa[r], s);
+          scb[u][r] = load_scales<NV>(swb[r], s);
+        }
       }
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
       if (s < nslabs)
-        slab_mma<FMT, ACT, NT>(act_slab + u * act_step, aw.tile, asw, valid, s, table, wa[u], wb[u], sca[u], scb[u], acc);
+        slab_mma<FMT, ACT, NT, R>(act_slab + u * act_step, aw.tile, asw, valid, s, table, wa[u], wb[u], sca[u], scb[u],
+                                  acc);
     }
   }
   fp4_pdl_launch_dependents(); /* every input has been read */
 
   if (warps == 1) {
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int c = 0; c < 4; c++) store_out(p, row0, nt, c, lane, acc[nt][c]);
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) store_out(p, row0 + 16 * r, nt, c, lane, acc[r][nt][c]);
     return;
   }
+  constexpr int kPerWarp = R * NT * 128; /* floats of one warp's partial results */
 #pragma unroll
-  for (int nt = 0; nt < NT; nt++)
+  for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int c = 0; c < 4; c++) red[((warp * NT + nt) * 4 + c) * 32 + lane] = acc[nt][c];
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) red[warp * kPerWarp + ((r * NT + nt) * 4 + c) * 32 + lane] = acc[r][nt][c];
   __syncthreads();
-  for (int idx = threadIdx.x; idx < NT * 128; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
     float v = 0.0f;
-    for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * NT * 128 + idx]); /* fixed order */
-    store_out(p, row0, idx >> 7, (idx >> 5) & 3, idx & 31, v);
-  }
-}
-
-template <int FMT, int ACT, int NT, int U>
-cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
-  const int64_t ctas = (p.n + 15) / 16;
-  const size_t smem = warps > 1 ? (size_t)warps * NT * 128 * sizeof(float) : 0;
-  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U>, dim3((unsigned)ctas), dim3(32 * warps), smem, stream,
-                         pdl, p);
-}
-
-template <int FMT, int ACT>
-cudaError_t launch_act(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
-  if (p.m <= 8) return launch_one<FMT, ACT, 1, 4>(p, warps, stream, pdl);
-  if (p.m <= 16) return launch_one<FMT, ACT, 2, 2>(p, warps, stream, pdl);
-  if (p.m <= 32) return launch_one<FMT, ACT, 4, 1>(p, warps, stream, pdl);
-  return launch_one<FMT, ACT, 8, 1>(p, warps, stream, pdl);
-}
-
-template <int FMT>
-cudaError_t launch_fmt(const gemm_params &p, int act, int warps, cudaStream_t stream, int pdl) {
-  switch (act) {
-  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, stream, pdl);
-  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, stream, pdl);
-  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, stream, pdl);
-  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, stream, pdl);
-  default: return cudaErrorInvalidValue;
+    for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * kPerWarp + idx]); /* fixed order */
+    const int r = idx / (NT * 128), rest = idx % (NT * 128);
+    store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
   }
 }
 
 int tiles_for(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
 
+size_t smem_for(int warps, int64_t m, int rows) {
+  return warps > 1 ? (size_t)warps * (size_t)(rows / 16) * (size_t)tiles_for(m) * 128 * sizeof(float) : 0;
+}
+
+template <int FMT, int ACT, int NT, int U, int R>
+cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
+  const int64_t ctas = (p.n + 16 * R - 1) / (16 * R);
+  const size_t smem = smem_for(warps, p.m, 16 * R);
+  if (smem > 48 * 1024) { /* above the default dynamic shared memory limit: opt in */
+    const cudaError_t e = cudaFuncSetAttribute(gemm_small_m_kernel<FMT, ACT, NT, U, R>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+  }
+  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U, R>, dim3((unsigned)ctas), dim3(32 * warps), smem,
+                         stream, pdl, p);
+}
+
+/* Slabs in flight: 4 x 32 B per lane in total at one token tile (16 rows: four slabs), fewer as the
+ * token tiles' registers grow. 32 rows take M <= 32 and 64 rows M <= 16: row tiles x token tiles
+ * <= 8 keeps the accumulators in registers. */
+template <int FMT, int ACT>
+cudaError_t launch_act(const gemm_params &p, int warps, int rows, cudaStream_t stream, int pdl) {
+  if (rows == 64) {
+    if (p.m <= 8) return launch_one<FMT, ACT, 1, 1, 4>(p, warps, stream, pdl);
+    return launch_one<FMT, ACT, 2, 1, 4>(p, warps, stream, pdl); /* M <= 16: the caller refuses more */
+  }
+  if (rows == 32) {
+    if (p.m <= 8) return launch_one<FMT, ACT, 1, 2, 2>(p, warps, stream, pdl);
+    if (p.m <= 16) return launch_one<FMT, ACT, 2, 1, 2>(p, warps, stream, pdl);
+    return launch_one<FMT, ACT, 4, 1, 2>(p, warps, stream, pdl); /* M <= 32: the caller refuses more */
+  }
+  if (p.m <= 8) return launch_one<FMT, ACT, 1, 4, 1>(p, warps, stream, pdl);
+  if (p.m <= 16) return launch_one<FMT, ACT, 2, 2, 1>(p, warps, stream, pdl);
+  if (p.m <= 32) return launch_one<FMT, ACT, 4, 1, 1>(p, warps, stream, pdl);
+  return launch_one<FMT, ACT, 8, 1, 1>(p, warps, stream, pdl);
+}
+
+template <int FMT>
+cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, cudaStream_t stream, int pdl) {
+  switch (act) {
+  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, stream, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
 } // namespace
 
-extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m) {
-  return warps > 1 ? (int64_t)warps * tiles_for(m) * 128 * (int64_t)sizeof(float) : 0;
-}
+extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows) { return (int64_t)smem_for(warps, m, rows); }
 
 extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, int pdl) {
   if (a->m < 1 || a->m > 64 || a->k % 128 || a->warps < 1 || a->warps > kMaxWarps) return (int)cudaErrorInvalidValue;
+  /* Row tiles x token tiles <= 8 keeps the accumulators in registers (ptxas spills beyond). */
+  if (a->rows != 16 && !(a->rows == 32 && a->m <= 32) && !(a->rows == 64 && a->m <= 16)) return (int)cudaErrorInvalidValue;
   gemm_params p;
   p.b = a->b;
   p.b_scales = a->b_scales;
@@ -467,7 +525,7 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
-  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, s, pdl)
-                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, s, pdl);
+  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, s, pdl)
+                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, s, pdl);
   return (int)e;
 }
