@@ -161,6 +161,25 @@ typedef struct moe_launch {
 
 static void *at(const moe_launch *m, size_t off) { return m->base + off; }
 
+/* W4A4: quantizes a GEMM's input rows (runtime recipe, 128x4 scales) into workspace sections and
+ * points g's activations at them. */
+static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int x_dtype, int64_t rows,
+                          int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, size_t q_off,
+                          size_t s_off) {
+  const int nv = w->format == FP4_FORMAT_NVFP4;
+  const float gsf = nv ? act_scale : 1.0f;
+  fp4_cuda_quantize_args q = {.x = x, .rows = rows, .cols = cols, .ld = ld, .x_dtype = x_dtype, .q = at(m, q_off),
+                              .scales = at(m, s_off), .format = (int)w->format, .layout = (int)FP4_LAYOUT_128X4,
+                              .global_scale = gsf};
+  int e = fp4_cuda_quantize(&q, m->p->stream, m->pdl);
+  g->act = FP4_CUDA_ACT_FP4;
+  g->a = q.q;
+  g->a_scales = q.scales;
+  g->a_layout = (int)FP4_LAYOUT_128X4;
+  g->a_mult = nv ? 1.0f / gsf : 1.0f;
+  return e;
+}
+
 /* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). */
 static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, void *down_out) {
   const fp4_problem *p = m->p;
@@ -185,18 +204,9 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.slots = min64(g.experts, rows);
   g.splits = splits_for(rows, g.slots);
   if (w4a4) {
-    const int nv = set->gate_up.format == FP4_FORMAT_NVFP4;
-    const float gsf = nv ? set->gate_up_act_scale : 1.0f;
-    fp4_cuda_quantize_args q = {.x = p->a->data, .rows = T, .cols = H, .ld = p->a->ld ? p->a->ld : H,
-                                .x_dtype = (int)p->a->dtype, .q = at(m, m->ws.hidden_q),
-                                .scales = at(m, m->ws.hidden_q_scales), .format = (int)set->gate_up.format,
-                                .layout = (int)FP4_LAYOUT_128X4, .global_scale = gsf};
-    if ((e = fp4_cuda_quantize(&q, p->stream, m->pdl))) return e;
-    g.act = FP4_CUDA_ACT_FP4;
-    g.a = q.q;
-    g.a_scales = q.scales;
-    g.a_layout = (int)FP4_LAYOUT_128X4;
-    g.a_mult = nv ? 1.0f / gsf : 1.0f;
+    if ((e = quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, p->a->ld ? p->a->ld : H, &set->gate_up,
+                            set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
+      return e;
   } else {
     g.act = act_kind(p->a->dtype);
     g.a = p->a->data;
@@ -215,17 +225,9 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.a_rows = NULL;
   g.a_div = 1;
   if (w4a4) {
-    const int nv = set->down.format == FP4_FORMAT_NVFP4;
-    const float gsf = nv ? set->down_act_scale : 1.0f;
-    fp4_cuda_quantize_args q = {.x = act, .rows = rows, .cols = I, .ld = I, .x_dtype = (int)FP4_DTYPE_F32,
-                                .q = at(m, m->ws.act_q), .scales = at(m, m->ws.act_q_scales),
-                                .format = (int)set->down.format, .layout = (int)FP4_LAYOUT_128X4, .global_scale = gsf};
-    if ((e = fp4_cuda_quantize(&q, p->stream, m->pdl))) return e;
-    g.act = FP4_CUDA_ACT_FP4;
-    g.a = q.q;
-    g.a_scales = q.scales;
-    g.a_layout = (int)FP4_LAYOUT_128X4;
-    g.a_mult = nv ? 1.0f / gsf : 1.0f;
+    if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, &set->down, set->down_act_scale, m->ws.act_q,
+                            m->ws.act_q_scales)))
+      return e;
   } else {
     g.act = FP4_CUDA_ACT_F32;
     g.a = act;
