@@ -63,4 +63,7 @@ int bench_write_json(FILE *f, const bench_run *run);
 int bench_write_csv(FILE *f, const bench_run *run);
 int bench_write_html(FILE *f, const bench_run *run);
 
+/* `fp4kit bench --moe` (bench_moe.c): the MoE layer on the device; argv as fp4cli_bench got it. */
+int bench_moe_main(int argc, char **argv);
+
 #endif

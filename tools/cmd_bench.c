@@ -106,6 +106,7 @@ static void bench_usage(FILE *f) {
           "  --out       output dtype (default bf16). --layout: scale layout of both operands (128x4).\n"
           "  --runs      timed calls per point, >= 50 (default 100 on a device, 50 on the host); the\n"
           "              median is reported. --warmup: untimed calls first (default 10).\n"
+          "  --moe       time the MoE layer instead (fp4kit bench --moe --help).\n"
           "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
           "  --device    CUDA ordinal, or -1 for host backends only (default: FP4KIT_DEVICE, else 0\n"
           "              when a CUDA device is present, else -1).\n"
@@ -1024,6 +1025,8 @@ out:
 }
 
 int fp4cli_bench(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--moe")) return bench_moe_main(argc, argv); /* its own options (bench_moe.c) */
   bench_env *e = calloc(1, sizeof *e);
   if (!e) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
   int help = 0, rc = parse_opts(argc, argv, &e->o, &help);

@@ -12,6 +12,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
+#include "backends/cuda/moe_host.h"
 
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -171,6 +172,7 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
   if (p->memory != FP4_MEMORY_DEVICE)
     return refuse(reason, reason_size, "the cuda backend runs on device memory; the operands are in host memory");
   if (p->op == FP4_OP_QUANTIZE) return FP4_OK; /* any validated shape, dtype and layout */
+  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_supports(p, reason, reason_size);
   const int64_t M = fp4_problem_m(p), K = fp4_problem_k(p);
   if (cuda_small_m_rule(M, K, why, sizeof why)) { /* then the large-M kernels must take it */
     const cuda_state *st = cuda_get_state(ctx, reason, reason_size);
@@ -234,6 +236,10 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     if (max > 0) names[0] = "quantize";
     return max > 0 ? 1 : 0;
   }
+  if (p->op >= FP4_OP_GROUPED_MM) {
+    if (max > 0) names[0] = fp4_cuda_moe_config(p);
+    return max > 0 ? 1 : 0;
+  }
   fp4_cuda_gemm_args ga;
   char why[320];
   const char *large[8];
@@ -274,6 +280,11 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
         .layout = (int)p->q_out->layout, .global_scale = p->global_scale};
     e = fp4_cuda_quantize(&a, p->stream, pdl);
     if (e == cudaSuccess) p->q_out->multiplier = p->q_out->format == FP4_FORMAT_NVFP4 ? 1.0f / p->global_scale : 1.0f;
+  } else if (p->op >= FP4_OP_GROUPED_MM) {
+    cfg_name = fp4_cuda_moe_config(p);
+    if (config && strcmp(config, cfg_name) != 0)
+      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown config '%s' (this op has one, '%s')", config, cfg_name);
+    e = fp4_cuda_moe_launch(p, pdl);
   } else {
     fp4_cuda_gemm_args a;
     char why[320];
@@ -352,10 +363,12 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 
 const fp4_backend fp4_backend_cuda = {
     .name = "cuda",
-    .summary = "own CUDA kernels, SM80+: quantize, small-M (M <= 64) and large-M W4A16/W4A4 GEMMs on tensor cores, PDL",
+    .summary = "own CUDA kernels, SM80+: quantize, small-M and large-M W4A16/W4A4 GEMMs on tensor cores, grouped GEMM and MoE layer, PDL",
     .available = cuda_available,
     .supports = cuda_supports,
     .configs = cuda_configs,
     .run = cuda_run,
     .release_state = cuda_release_state,
+    .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
+    .moe_workspace_size = fp4_cuda_moe_workspace_size,
 };

@@ -1,0 +1,281 @@
+/*
+ * Host code of the cuda backend's grouped GEMM and MoE layer: the rules the kernels need, the
+ * workspace they use (the common layout of src/dispatch/moe_workspace.h plus routing scratch after
+ * it) and the launch sequence of a layer: route -> [quantize] -> gate_up -> SiLU*up -> [quantize]
+ * -> down, again for the shared expert, then the combine. Nothing here reads device data, so a
+ * layer call never synchronizes with the host.
+ */
+#include "backends/cuda/moe_host.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dispatch/moe_workspace.h"
+
+#if FP4KIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/moe_kernels.h"
+
+enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS_PER_CHUNK = 8 };
+
+static fp4_status refuse(char *reason, size_t reason_size, const char *fmt, long long v) {
+  fp4_reason(reason, reason_size, fmt, v);
+  return FP4_ERR_UNSUPPORTED;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* K multiple of 32: a lane's 32 weights are one aligned 16-byte load of whole scale blocks. */
+static fp4_status check_k(const char *what, int64_t k, char *reason, size_t reason_size) {
+  char fmt[160];
+  snprintf(fmt, sizeof fmt, "%s = %%lld: the grouped kernels need it to be a multiple of %d (16-byte weight loads)", what,
+           MOE_K_MULTIPLE);
+  if (k % MOE_K_MULTIPLE) return refuse(reason, reason_size, fmt, (long long)k);
+  return FP4_OK;
+}
+
+static fp4_status check_slots(int64_t experts, int64_t rows, char *reason, size_t reason_size) {
+  if (min64(experts, rows) > MOE_MAX_SLOTS)
+    return refuse(reason, reason_size, "min(E, rows) = %lld: the grouped kernels take at most 65535 active experts",
+                  (long long)min64(experts, rows));
+  return FP4_OK;
+}
+
+fp4_status fp4_cuda_moe_supports(const fp4_problem *p, char *reason, size_t reason_size) {
+  fp4_status st;
+  if (p->op == FP4_OP_MOE) {
+    const fp4_moe_layer *L = p->moe;
+    if ((st = check_k("H", L->routed.gate_up.cols, reason, reason_size))) return st;
+    if ((st = check_k("I", L->routed.down.cols, reason, reason_size))) return st;
+    if (L->shared && (st = check_k("the shared expert's I", L->shared->down.cols, reason, reason_size))) return st;
+    uintptr_t bits = (uintptr_t)L->routed.gate_up.data | (uintptr_t)L->routed.down.data;
+    if (L->shared) bits |= (uintptr_t)L->shared->gate_up.data | (uintptr_t)L->shared->down.data;
+    if (bits & 15) {
+      fp4_reason(reason, reason_size, "the expert weights must be 16-byte aligned (16-byte weight loads)");
+      return FP4_ERR_UNSUPPORTED;
+    }
+    return check_slots(L->routed.gate_up.experts, p->a->rows * p->routing->top_k, reason, reason_size);
+  }
+  if ((st = check_k("K", p->gb->cols, reason, reason_size))) return st;
+  if ((uintptr_t)p->gb->data & 15) {
+    fp4_reason(reason, reason_size, "b->data must be 16-byte aligned (16-byte weight loads)");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return check_slots(p->gb->experts, fp4_problem_m(p), reason, reason_size);
+}
+
+const char *fp4_cuda_moe_config(const fp4_problem *p) { return p->op == FP4_OP_MOE ? "moe" : "grouped"; }
+
+static int act_kind(fp4_dtype dtype) {
+  return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
+}
+
+/* Row chunks of one expert are split over CTAs when the mean rows per active expert is large
+ * (prefill), so a hot expert's rows are not walked by one CTA per N tile alone. */
+static int splits_for(int64_t rows, int64_t slots) {
+  int64_t mean = (rows + slots - 1) / slots, chunks = (mean + MOE_ROWS_PER_CHUNK - 1) / MOE_ROWS_PER_CHUNK;
+  return (int)(chunks < 1 ? 1 : chunks > MOE_MAX_SPLITS ? MOE_MAX_SPLITS : chunks);
+}
+
+static size_t expert_scale_bytes(const fp4_grouped_qmatrix *g) {
+  size_t b = 0;
+  fp4_scales_size(g->format, g->layout, g->rows, g->cols, &b);
+  return b;
+}
+
+static void set_weights(fp4_cuda_grouped_args *a, const fp4_grouped_qmatrix *w) {
+  a->format = (int)w->format;
+  a->w = w->data;
+  a->w_scales = w->scales;
+  a->w_scale_stride = (int64_t)expert_scale_bytes(w);
+  a->w_layout = (int)w->layout;
+  a->w_mult = w->multipliers;
+  a->experts = w->experts;
+  a->n = w->rows;
+  a->k = w->cols;
+}
+
+static int grouped_launch(const fp4_problem *p, int pdl) {
+  fp4_cuda_grouped_args a;
+  memset(&a, 0, sizeof a);
+  set_weights(&a, p->gb);
+  const int64_t T = fp4_problem_m(p);
+  if (p->op == FP4_OP_GROUPED_MM) {
+    a.act = FP4_CUDA_ACT_FP4;
+    a.a = p->a_q->data;
+    a.a_scales = p->a_q->scales;
+    a.a_layout = (int)p->a_q->layout;
+    a.a_mult = p->a_q->multiplier;
+  } else {
+    a.act = act_kind(p->a->dtype);
+    a.a = p->a->data;
+    a.lda = p->a->ld ? p->a->ld : p->a->cols;
+    a.a_mult = 1.0f;
+  }
+  a.a_div = 1;
+  a.offsets = p->offsets;
+  a.rows = T;
+  a.alpha = p->alpha;
+  a.out = p->out->data;
+  a.ldo = p->out->ld ? p->out->ld : p->out->cols;
+  a.out_dtype = (int)p->out->dtype;
+  a.slots = min64(a.experts, T);
+  a.splits = splits_for(T, a.slots);
+  return fp4_cuda_grouped_gemm(&a, p->stream, pdl);
+}
+
+/* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets. */
+typedef struct moe_extra {
+  size_t counts, active, active_count, shared_offsets, total;
+} moe_extra;
+
+static size_t align_up(size_t x) { return (x + FP4_MOE_WS_ALIGN - 1) / FP4_MOE_WS_ALIGN * FP4_MOE_WS_ALIGN; }
+
+static moe_extra extra_layout(size_t common, int64_t experts) {
+  moe_extra x;
+  x.counts = align_up(common);
+  x.active = align_up(x.counts + (size_t)experts * sizeof(int32_t));
+  x.active_count = align_up(x.active + (size_t)experts * sizeof(int32_t));
+  x.shared_offsets = align_up(x.active_count + sizeof(int32_t));
+  x.total = x.shared_offsets + 2 * sizeof(int64_t);
+  return x;
+}
+
+size_t fp4_cuda_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k) {
+  fp4_moe_ws_layout ws;
+  if (tokens == 0 || fp4_moe_ws_layout_make("cuda", layer, tokens, top_k, &ws)) return 0;
+  return extra_layout(ws.total, layer->routed.gate_up.experts).total;
+}
+
+typedef struct moe_launch {
+  const fp4_problem *p;
+  uint8_t *base;
+  fp4_moe_ws_layout ws;
+  moe_extra x;
+  int pdl;
+} moe_launch;
+
+static void *at(const moe_launch *m, size_t off) { return m->base + off; }
+
+/* W4A4: quantizes a GEMM's input rows (runtime recipe, 128x4 scales) into workspace sections and
+ * points g's activations at them. */
+static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int x_dtype, int64_t rows,
+                          int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, size_t q_off,
+                          size_t s_off) {
+  const int nv = w->format == FP4_FORMAT_NVFP4;
+  const float gsf = nv ? act_scale : 1.0f;
+  fp4_cuda_quantize_args q = {.x = x, .rows = rows, .cols = cols, .ld = ld, .x_dtype = x_dtype, .q = at(m, q_off),
+                              .scales = at(m, s_off), .format = (int)w->format, .layout = (int)FP4_LAYOUT_128X4,
+                              .global_scale = gsf};
+  int e = fp4_cuda_quantize(&q, m->p->stream, m->pdl);
+  g->act = FP4_CUDA_ACT_FP4;
+  g->a = q.q;
+  g->a_scales = q.scales;
+  g->a_layout = (int)FP4_LAYOUT_128X4;
+  g->a_mult = nv ? 1.0f / gsf : 1.0f;
+  return e;
+}
+
+/* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). */
+static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, void *down_out) {
+  const fp4_problem *p = m->p;
+  const int w4a4 = p->moe->mode == FP4_MOE_W4A4;
+  const int64_t T = p->a->rows, k = p->routing->top_k, rows = shared ? T : T * k;
+  const int64_t H = set->gate_up.cols, I = set->gate_up.rows / 2;
+  int e;
+  fp4_cuda_grouped_args g;
+  memset(&g, 0, sizeof g);
+  set_weights(&g, &set->gate_up);
+  g.alpha = 1.0f;
+  g.rows = rows;
+  g.offsets = shared ? at(m, m->x.shared_offsets) : at(m, m->ws.offsets);
+  if (!shared) {
+    g.active = at(m, m->x.active);
+    g.active_count = at(m, m->x.active_count);
+    g.a_rows = at(m, m->ws.sorted);
+    g.a_div = (int32_t)k;
+  } else {
+    g.a_div = 1;
+  }
+  g.slots = min64(g.experts, rows);
+  g.splits = splits_for(rows, g.slots);
+  if (w4a4) {
+    if ((e = quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, p->a->ld ? p->a->ld : H, &set->gate_up,
+                            set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
+      return e;
+  } else {
+    g.act = act_kind(p->a->dtype);
+    g.a = p->a->data;
+    g.lda = p->a->ld ? p->a->ld : H;
+    g.a_mult = 1.0f;
+  }
+  float *gate_up = at(m, m->ws.gate_up_out), *act = at(m, m->ws.act);
+  g.out = gate_up;
+  g.ldo = 2 * I;
+  g.out_dtype = (int)FP4_DTYPE_F32;
+  if ((e = fp4_cuda_grouped_gemm(&g, p->stream, m->pdl))) return e;
+  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, rows, I, p->stream, m->pdl))) return e;
+
+  /* down: the same rows and experts, activations in permuted order (no gather). */
+  set_weights(&g, &set->down);
+  g.a_rows = NULL;
+  g.a_div = 1;
+  if (w4a4) {
+    if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, &set->down, set->down_act_scale, m->ws.act_q,
+                            m->ws.act_q_scales)))
+      return e;
+  } else {
+    g.act = FP4_CUDA_ACT_F32;
+    g.a = act;
+    g.lda = I;
+    g.a_scales = NULL;
+    g.a_mult = 1.0f;
+  }
+  g.out = down_out;
+  g.ldo = H;
+  return fp4_cuda_grouped_gemm(&g, p->stream, m->pdl);
+}
+
+static int moe_launch_layer(const fp4_problem *p, int pdl) {
+  moe_launch m = {.p = p, .base = p->workspace, .pdl = pdl};
+  const fp4_moe_layer *L = p->moe;
+  const fp4_moe_routing *rt = p->routing;
+  if (fp4_moe_ws_layout_make("cuda", L, p->a->rows, rt->top_k, &m.ws)) return (int)cudaErrorInvalidValue;
+  m.x = extra_layout(m.ws.total, L->routed.gate_up.experts);
+  if (p->workspace_bytes < m.x.total) return (int)cudaErrorInvalidValue; /* the dispatcher asked us: never */
+  int e;
+  fp4_cuda_route_args r = {.ids = rt->topk_ids, .tokens = p->a->rows, .top_k = rt->top_k,
+                           .experts = L->routed.gate_up.experts, .offsets = at(&m, m.ws.offsets),
+                           .sorted = at(&m, m.ws.sorted), .inverse = at(&m, m.ws.inverse),
+                           .counts = at(&m, m.x.counts), .active = at(&m, m.x.active),
+                           .active_count = at(&m, m.x.active_count), .shared_offsets = at(&m, m.x.shared_offsets)};
+  if ((e = fp4_cuda_moe_route(&r, p->stream, pdl))) return e;
+  if ((e = run_set(&m, &L->routed, 0, at(&m, m.ws.down_out)))) return e;
+  if (L->shared && (e = run_set(&m, L->shared, 1, at(&m, m.ws.shared_out)))) return e;
+  const fp4_matrix *w = &rt->topk_weights;
+  fp4_cuda_combine_args c = {.down = at(&m, m.ws.down_out), .inverse = at(&m, m.ws.inverse), .weights = w->data,
+                             .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(&m, m.ws.shared_out) : NULL,
+                             .shared_weights = rt->shared_weights, .out = p->out->data,
+                             .ldo = p->out->ld ? p->out->ld : p->out->cols, .out_dtype = (int)p->out->dtype,
+                             .tokens = p->a->rows, .top_k = rt->top_k, .hidden = p->out->cols};
+  return fp4_cuda_moe_combine(&c, p->stream, pdl);
+}
+
+int fp4_cuda_moe_launch(const fp4_problem *p, int pdl) {
+  return p->op == FP4_OP_MOE ? moe_launch_layer(p, pdl) : grouped_launch(p, pdl);
+}
+
+#else /* !FP4KIT_HAVE_CUDA: cuda_backend.c never calls these without CUDA */
+
+size_t fp4_cuda_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k) {
+  (void)layer;
+  (void)tokens;
+  (void)top_k;
+  return 0;
+}
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * The C interface of the cuda backend's grouped GEMM and MoE kernels (moe_grouped.cu,
+ * moe_layer.cu), called by the host code in moe_host.c. Functions return a cudaError_t as int.
+ */
+#ifndef FP4_BACKENDS_CUDA_MOE_KERNELS_H
+#define FP4_BACKENDS_CUDA_MOE_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[p, n] = scale_e * A[row(p)] . dq(W_e)[n]^T for the rows p of every expert e, where
+ * row(p) = a_rows ? a_rows[p] / a_div : p and scale_e = alpha * w_mult[e] * a_mult (in double).
+ * One launch over (N tile, expert slot, row split): a slot is the j-th expert with rows, taken
+ * from active[] when given (built by the routing kernel), else found by scanning offsets. */
+typedef struct fp4_cuda_grouped_args {
+  int format;                  /* fp4_format of W (and of A for FP4 activations)            */
+  int act;                     /* FP4_CUDA_ACT_* (cuda_kernels.h)                            */
+  const void *a;               /* dense [*, K] with row stride lda elements, or FP4 codes     */
+  int64_t lda;                 /* dense: elements; FP4: unused (K/2 bytes)                    */
+  const uint8_t *a_scales;     /* FP4 activations: scales in a_layout for a_rows_total rows  */
+  int a_layout;
+  const int32_t *a_rows;       /* NULL: identity                                             */
+  int32_t a_div;               /* divisor of a_rows entries (top_k), >= 1                    */
+  float a_mult;                /* FP4 activations' multiplier (1 for dense)                  */
+  const uint8_t *w;            /* [E, N, K/2]                                                */
+  const uint8_t *w_scales;     /* E buffers of w_scale_stride bytes each                     */
+  int64_t w_scale_stride;
+  int w_layout;
+  const float *w_mult;         /* [E] on the device, or NULL (1)                             */
+  const int64_t *offsets;      /* [E+1] on the device; clamped to [0, rows], never trusted   */
+  const int32_t *active;       /* optional: active expert list and its count (device)        */
+  const int32_t *active_count;
+  int64_t experts, rows, n, k; /* E, output rows (T or P), N, K                              */
+  float alpha;
+  void *out;                   /* [rows, N], row stride ldo elements                         */
+  int64_t ldo;
+  int out_dtype;               /* fp4_dtype: F32, BF16 or F16                                */
+  int64_t slots;               /* grid.y: an upper bound of the experts with rows            */
+  int splits;                  /* grid.z: CTAs sharing one expert's row chunks               */
+} fp4_cuda_grouped_args;
+
+int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
+
+/* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
+ * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
+ * shared_offsets = {0, T}. counts is int32 [E] scratch. */
+typedef struct fp4_cuda_route_args {
+  const int32_t *ids;
+  int64_t tokens, top_k, experts;
+  int64_t *offsets;
+  int32_t *sorted, *inverse, *counts, *active, *active_count;
+  int64_t *shared_offsets;
+} fp4_cuda_route_args;
+
+int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
+
+/* act[r, i] = f32(g[r, i] / (1 + exp(-g[r, i])) * g[r, I + i]) in double, g = gate_up [rows, 2I]. */
+int fp4_cuda_moe_silu_mul(const float *gate_up, float *act, int64_t rows, int64_t inter, void *stream, int pdl);
+
+/* out[t, h] = dtype(f32(sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h])) in
+ * double, slots in order; a token with an inverse of -1 (invalid id) gets a NaN row. */
+typedef struct fp4_cuda_combine_args {
+  const float *down;           /* [P, H] permuted rows                                       */
+  const int32_t *inverse;      /* [T*k]                                                      */
+  const float *weights;        /* [T, k] with row stride ldw                                 */
+  int64_t ldw;
+  const float *shared;         /* [T, H] or NULL                                             */
+  const float *shared_weights; /* [T] or NULL (1)                                            */
+  void *out;
+  int64_t ldo;
+  int out_dtype;
+  int64_t tokens, top_k, hidden;
+} fp4_cuda_combine_args;
+
+int fp4_cuda_moe_combine(const fp4_cuda_combine_args *args, void *stream, int pdl);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

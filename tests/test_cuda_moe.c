@@ -1,0 +1,221 @@
+/*
+ * GPU tests of the cuda backend's grouped GEMM and MoE layer (skipped with exit 77 and the reason
+ * when it cannot run here), against the reference backend through the harness (fresh random data,
+ * NaN-prefilled outputs, device memory): grouped GEMM W4A4/W4A16 x NVFP4/MXFP4 for T in
+ * {1, 8, 64, 300}; the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert on/off x uniform, skewed
+ * (a hot expert with 50% of the tokens) and duplicate routing for T in {1, 8, 64, 300}; Qwen3.5-
+ * shaped layers (top-10; E and T scaled down so the double-precision reference stays fast, plus one
+ * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); and the device contract for
+ * invalid expert ids (a NaN output row, nothing read or written out of bounds).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fp4kit.h"
+#include "harness.h"
+#include "harness_moe.h"
+
+static int g_runs, g_failures;
+
+static void run_case(fp4_context *ctx, const fp4h_case *c, uint64_t seed) {
+  fp4h_result r;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &r);
+  g_runs++;
+  if (r.status == FP4_OK && r.passed) return;
+  g_failures++;
+  printf("FAIL %-14s %s T=%lld N/I=%lld K/H=%lld E=%lld k=%lld mode=%d shared=%d route=%d a=%s out=%s: %s (%s)\n",
+         c->name, fp4_format_name(c->format), (long long)c->m, (long long)c->n, (long long)c->k,
+         (long long)c->experts, (long long)c->top_k, c->moe_mode, c->shared, c->routing, fp4_dtype_name(c->a_dtype),
+         fp4_dtype_name(c->out_dtype), r.message, fp4_status_str(r.status));
+}
+
+static const int64_t kTokens[] = {1, 8, 64, 300};
+static const fp4_dtype kDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_F32};
+static const fp4_scale_layout kLayouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
+
+static void test_grouped(fp4_context *ctx) {
+  uint64_t seed = 100;
+  for (int f = 0; f < 2; f++)
+    for (int w4a4 = 0; w4a4 < 2; w4a4++)
+      for (size_t t = 0; t < sizeof kTokens / sizeof *kTokens; t++) {
+        const int rot = (int)(f * 8 + w4a4 * 4 + t);
+        fp4h_case c;
+        memset(&c, 0, sizeof c);
+        c.name = w4a4 ? "grouped_w4a4" : "grouped_w4a16";
+        c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
+        c.format = (fp4_format)f;
+        c.layout_a = kLayouts[rot % 2];
+        c.layout_b = kLayouts[(rot + 1) % 2];
+        c.m = kTokens[t];
+        c.n = t % 2 ? 200 : 256; /* a partial N tile */
+        c.k = t % 2 ? 1088 : 512; /* more than one 1024-element K chunk, and a partial one */
+        c.a_dtype = kDtypes[rot % 3];
+        c.out_dtype = kDtypes[(rot + 2) % 3] == FP4_DTYPE_F16 ? FP4_DTYPE_F32 : kDtypes[(rot + 2) % 3];
+        c.data = rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL;
+        c.experts = t == 3 ? 64 : 16;
+        run_case(ctx, &c, seed++);
+      }
+}
+
+static fp4h_case moe_case(int64_t T, int64_t I, int64_t H, int64_t E, int64_t k, int w4a4, fp4_format f, int shared,
+                          int routing, fp4_dtype dtype) {
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  c.name = w4a4 ? "moe_w4a4" : "moe_w4a16";
+  c.op = FP4H_MOE;
+  c.format = f;
+  c.layout_a = FP4_LAYOUT_128X4;
+  c.layout_b = shared ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_128X4;
+  c.m = T;
+  c.n = I;
+  c.k = H;
+  c.a_dtype = dtype;
+  c.out_dtype = dtype;
+  c.data = FP4H_DATA_NORMAL;
+  c.experts = E;
+  c.top_k = k;
+  c.moe_mode = w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
+  c.shared = shared;
+  c.routing = routing;
+  return c;
+}
+
+static void test_moe_small(fp4_context *ctx) {
+  uint64_t seed = 2000;
+  for (int f = 0; f < 2; f++)
+    for (int w4a4 = 0; w4a4 < 2; w4a4++)
+      for (int shared = 0; shared < 2; shared++)
+        for (size_t t = 0; t < sizeof kTokens / sizeof *kTokens; t++) {
+          const int rot = (int)(f + w4a4 + shared + t);
+          const int routing = rot % 3; /* uniform, skewed, duplicates */
+          const fp4_dtype dtype = rot % 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
+          fp4h_case c = moe_case(kTokens[t], 96, 256, 40, 6, w4a4, (fp4_format)f, shared, routing, dtype);
+          run_case(ctx, &c, seed++);
+        }
+}
+
+/* Qwen3.5-397B's routed experts are w13 2048 x 4096, w2 4096 x 1024, 512 experts, top-10: the
+ * same top-10 routing over 512 experts (scaled widths), and the real widths over fewer experts. */
+static void test_moe_qwen(fp4_context *ctx) {
+  uint64_t seed = 3000;
+  for (int w4a4 = 0; w4a4 < 2; w4a4++)
+    for (int routing = 0; routing < 2; routing++)
+      for (size_t t = 0; t < 3; t++) {
+        fp4h_case c = moe_case(kTokens[t], 128, 512, 512, 10, w4a4, FP4_FORMAT_NVFP4, t == 1, routing, FP4_DTYPE_BF16);
+        run_case(ctx, &c, seed++);
+      }
+  fp4h_case c = moe_case(300, 128, 512, 128, 10, 1, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
+  run_case(ctx, &c, seed++);
+  c = moe_case(300, 128, 512, 128, 10, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+  run_case(ctx, &c, seed++);
+  c = moe_case(2, 1024, 4096, 12, 10, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+  run_case(ctx, &c, seed++);
+  c = moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
+  run_case(ctx, &c, seed++);
+}
+
+#define EXPECT(cond, ...)                                                                                              \
+  do {                                                                                                                 \
+    g_runs++;                                                                                                          \
+    if (!(cond)) {                                                                                                     \
+      g_failures++;                                                                                                    \
+      printf("FAIL invalid ids: ");                                                                                    \
+      printf(__VA_ARGS__);                                                                                             \
+      printf("\n");                                                                                                    \
+    }                                                                                                                  \
+  } while (0)
+
+static void *to_device(fp4_context *ctx, const void *host, size_t bytes) {
+  void *d = NULL;
+  if (fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &d)) return NULL;
+  if (fp4_copy(ctx, d, FP4_MEMORY_DEVICE, host, FP4_MEMORY_HOST, bytes)) {
+    fp4_free(ctx, FP4_MEMORY_DEVICE, d);
+    return NULL;
+  }
+  return d;
+}
+
+/* docs/moe.md: device ids are not checked on the host; a token naming an expert outside [0, E)
+ * gets a NaN output row and every other token its normal (finite) result. */
+static void test_invalid_ids(fp4_context *ctx) {
+  enum { T = 4, K = 2, E = 8, H = 64, I = 32 };
+  fp4h_rng g = {99};
+  fp4_grouped_qmatrix w1, w2;
+  if (fp4h_grouped_make(&g, &w1, E, 2 * I, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4) ||
+      fp4h_grouped_make(&g, &w2, E, H, I, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4)) {
+    EXPECT(0, "making experts: %s", fp4_last_error());
+    return;
+  }
+  int32_t ids[T * K] = {0, 1, 2, E, -5, 3, 4, 5}; /* token 1: E, token 2: -5 */
+  float tw[T * K], hid[T * H], out[T * H];
+  for (int i = 0; i < T * K; i++) tw[i] = 0.5f;
+  fp4h_fill(&g, hid, T * H, FP4H_DATA_NORMAL, 16);
+  for (int i = 0; i < T * H; i++) out[i] = 0.0f;
+  size_t wb1 = (size_t)(E * 2 * I * H / 2), wb2 = (size_t)(E * H * I / 2), sb1 = 0, sb2 = 0;
+  fp4_scales_size(w1.format, w1.layout, w1.rows, w1.cols, &sb1);
+  fp4_scales_size(w2.format, w2.layout, w2.rows, w2.cols, &sb2);
+  fp4_grouped_qmatrix d1 = w1, d2 = w2;
+  d1.data = to_device(ctx, w1.data, wb1);
+  d1.scales = to_device(ctx, w1.scales, sb1 * E);
+  d1.multipliers = w1.multipliers ? to_device(ctx, w1.multipliers, E * sizeof(float)) : NULL;
+  d2.data = to_device(ctx, w2.data, wb2);
+  d2.scales = to_device(ctx, w2.scales, sb2 * E);
+  d2.multipliers = w2.multipliers ? to_device(ctx, w2.multipliers, E * sizeof(float)) : NULL;
+  d1.memory = d2.memory = FP4_MEMORY_DEVICE;
+  void *d_ids = to_device(ctx, ids, sizeof ids), *d_tw = to_device(ctx, tw, sizeof tw);
+  void *d_hid = to_device(ctx, hid, sizeof hid), *d_out = to_device(ctx, out, sizeof out);
+  fp4_moe_layer layer = {FP4_MOE_W4A16, {d1, d2, 1.0f, 1.0f}, NULL};
+  fp4_moe_routing rt = {d_ids, T, K, {d_tw, T, K, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
+  fp4_matrix xm = {d_hid, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, om = {d_out, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+  const fp4_options opts = {.backend = "cuda"};
+  size_t bytes = 0;
+  void *ws = NULL;
+  fp4_status st = fp4_moe_workspace_size(&layer, T, K, &opts, &bytes);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws);
+  if (!st) st = fp4_moe_forward(ctx, &layer, &xm, &rt, ws, bytes, &om, &opts);
+  if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, sizeof out);
+  EXPECT(st == FP4_OK, "fp4_moe_forward: %s", fp4_last_error());
+  if (!st)
+    for (int t = 0; t < T; t++) {
+      int nan = 0, finite = 0;
+      for (int h = 0; h < H; h++) {
+        nan += isnan(out[t * H + h]) != 0;
+        finite += isfinite(out[t * H + h]) != 0;
+      }
+      const int bad = t == 1 || t == 2;
+      EXPECT(bad ? nan == H : finite == H, "token %d (%s id): %d NaN, %d finite of %d", t, bad ? "invalid" : "valid",
+             nan, finite, H);
+    }
+  void *bufs[] = {d1.data, d1.scales, (void *)d1.multipliers, d2.data, d2.scales, (void *)d2.multipliers,
+                  d_ids, d_tw, d_hid, d_out, ws};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+  fp4h_grouped_free(&w1);
+  fp4h_grouped_free(&w2);
+}
+
+int main(void) {
+  fp4_context *ctx = NULL;
+  char reason[256];
+  if (fp4_context_create(&ctx, 0) != FP4_OK) {
+    printf("SKIP: cannot create a context on device 0: %s\n", fp4_last_error());
+    return 77;
+  }
+  if (fp4_backend_available(ctx, "cuda", reason, sizeof reason) != FP4_OK) {
+    printf("SKIP: the cuda backend cannot run here: %s\n", reason);
+    fp4_context_destroy(ctx);
+    return 77;
+  }
+  test_grouped(ctx);
+  printf("grouped GEMM: %d cases, %d failures\n", g_runs, g_failures);
+  test_moe_small(ctx);
+  printf("+ MoE layer: %d cases, %d failures\n", g_runs, g_failures);
+  test_moe_qwen(ctx);
+  printf("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
+  test_invalid_ids(ctx);
+  printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
+  fp4_context_destroy(ctx);
+  return g_failures ? 1 : 0;
+}

@@ -1,0 +1,369 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * `fp4kit bench --moe`: the whole routed-expert MoE layer (fp4_moe_forward on the device) for the
+ * expert shapes of Qwen3.5-397B and DeepSeek-R1 at several batch sizes with uniform random top-k
+ * routing. Reports the layer time, the expert bytes the routing actually touches, the effective
+ * bandwidth, and two same-run peers: the device copy bandwidth (fp4_time_peer COPY) and a loop over
+ * the active experts calling cuBLAS BF16 (each active expert's gate_up and down GEMM at its row
+ * count; experts with the same row count take the same time, so each distinct row count is timed
+ * once with fp4_time_peer CUBLAS_BF16 and counted for every expert that has it).
+ *
+ * Weights: one random expert (codes and valid E4M3/UE8M0 scales) replicated to all E slots on the
+ * device, so a 3-6 GB layer is set up in seconds; timing depends on bytes and routing, not values.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "harness.h"
+#include "harness_moe.h"
+
+typedef struct moe_model {
+  const char *name;
+  int64_t experts, top_k, inter, hidden; /* w13 [2I, H], w2 [H, I] */
+} moe_model;
+
+static const moe_model kModels[] = {
+    {"qwen3.5-397b", 512, 10, 1024, 4096},
+    {"deepseek-r1", 256, 8, 2048, 7168},
+};
+static const int64_t kBatches[] = {1, 8, 64, 256, 1024, 4096};
+
+typedef struct moe_point {
+  const char *model;
+  int64_t batch, active;
+  const char *mode;
+  const char *status;
+  char reason[200];
+  double layer_us, touched_bytes, gbps, floor_ratio, flops, tflops;
+  double cublas_us, cublas_tflops, speedup;
+  int cublas_ok;
+} moe_point;
+
+static void bench_moe_usage(FILE *f) {
+  fprintf(f, "usage: fp4kit bench --moe [--mode w4a16|w4a4] [--format nvfp4|mxfp4] [--m 1,8,...] [--runs N]\n"
+             "                          [--no-peers] [--device N] [--json FILE|-] [--csv FILE|-]\n"
+             "\n"
+             "Times fp4_moe_forward (the cuda backend) on Qwen3.5-397B's experts (512, top-10, w13 2048x4096,\n"
+             "w2 4096x1024) and DeepSeek-R1's (256, top-8, w13 4096x7168, w2 7168x2048) at B in\n"
+             "{1, 8, 64, 256, 1024, 4096} tokens (--m), uniform random routing, bf16 hidden states.\n"
+             "Per point: layer time (median), touched expert bytes of the actual routing, effective bandwidth,\n"
+             "the time over the same-run copy floor (touched bytes / copy bandwidth) and the same-run loop\n"
+             "over active experts calling cuBLAS BF16 (its time and our speedup over it).\n");
+}
+
+typedef struct layer_call {
+  fp4_context *ctx;
+  fp4_moe_layer *layer;
+  fp4_matrix *hidden, *out;
+  fp4_moe_routing *rt;
+  void *ws;
+  size_t bytes;
+  const fp4_options *opts;
+} layer_call;
+
+static fp4_status call_layer(void *user, int it) {
+  (void)it;
+  layer_call *c = user;
+  return fp4_moe_forward(c->ctx, c->layer, c->hidden, c->rt, c->ws, c->bytes, c->out, c->opts);
+}
+
+/* E copies of one random expert [N, K] on the device. */
+static fp4_status make_experts(fp4_context *ctx, fp4h_rng *g, fp4_grouped_qmatrix *w, int64_t E, int64_t N, int64_t K,
+                               fp4_format fmt) {
+  size_t sb = 0, cb = (size_t)(N * K / 2);
+  fp4_scales_size(fmt, FP4_LAYOUT_128X4, N, K, &sb);
+  memset(w, 0, sizeof *w);
+  *w = (fp4_grouped_qmatrix){NULL, NULL, NULL, E, N, K, fmt, FP4_LAYOUT_128X4, FP4_MEMORY_DEVICE};
+  uint8_t *codes = malloc(cb), *scales = malloc(sb);
+  fp4_status st = FP4_ERR_OUT_OF_MEMORY;
+  if (codes && scales) {
+    for (size_t i = 0; i < cb; i++) codes[i] = (uint8_t)fp4h_next(g);
+    /* E4M3 0.0625 .. 1 or UE8M0 2^-8 .. 2^-1: finite, no NaN encodings */
+    for (size_t i = 0; i < sb; i++) scales[i] = (uint8_t)(fmt == FP4_FORMAT_NVFP4 ? 0x20 + fp4h_next(g) % 0x18 : 119 + fp4h_next(g) % 8);
+    st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, cb * (size_t)E, &w->data);
+    if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, sb * (size_t)E, &w->scales);
+    for (int64_t e = 0; e < E && !st; e++) {
+      st = fp4_copy(ctx, (uint8_t *)w->data + (size_t)e * cb, FP4_MEMORY_DEVICE, codes, FP4_MEMORY_HOST, cb);
+      if (!st) st = fp4_copy(ctx, (uint8_t *)w->scales + (size_t)e * sb, FP4_MEMORY_DEVICE, scales, FP4_MEMORY_HOST, sb);
+    }
+  }
+  free(codes);
+  free(scales);
+  return st;
+}
+
+static void free_experts(fp4_context *ctx, fp4_grouped_qmatrix *w) {
+  if (w->data) fp4_free(ctx, FP4_MEMORY_DEVICE, w->data);
+  if (w->scales) fp4_free(ctx, FP4_MEMORY_DEVICE, w->scales);
+  w->data = w->scales = NULL;
+}
+
+static double expert_bytes(const fp4_grouped_qmatrix *w) {
+  size_t sb = 0;
+  fp4_scales_size(w->format, w->layout, w->rows, w->cols, &sb);
+  return (double)(w->rows * w->cols / 2) + (double)sb;
+}
+
+/* The cuBLAS BF16 expert loop: sum over active experts of gate_up and down at their row counts. */
+static fp4_status cublas_loop(fp4_context *ctx, const int64_t *counts, int64_t E, const moe_model *m, int runs,
+                              double *us) {
+  *us = 0.0;
+  int64_t most = 0;
+  for (int64_t e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most;
+  int64_t *hist = calloc((size_t)most + 1, sizeof *hist);
+  if (!hist) return FP4_ERR_OUT_OF_MEMORY;
+  for (int64_t e = 0; e < E; e++) hist[counts[e]]++;
+  fp4_status st = FP4_OK;
+  for (int64_t r = 1; r <= most && !st; r++) {
+    if (!hist[r]) continue;
+    fp4_timing t1, t2;
+    st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, 2 * m->inter, m->hidden, runs, &t1, NULL);
+    if (!st) st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, m->hidden, m->inter, runs, &t2, NULL);
+    if (!st) *us += (double)hist[r] * (t1.median_us + t2.median_us);
+  }
+  free(hist);
+  return st;
+}
+
+static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_mode mode, fp4_format fmt, int runs,
+                      int peers, double copy_bps, moe_point *pt) {
+  memset(pt, 0, sizeof *pt);
+  pt->model = m->name;
+  pt->batch = B;
+  pt->mode = mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16";
+  pt->status = "error";
+  fp4h_rng g = {(uint64_t)B * 7919u + (uint64_t)m->experts};
+  const int64_t E = m->experts, k = m->top_k, H = m->hidden, I = m->inter;
+  fp4_grouped_qmatrix w1 = {0}, w2 = {0};
+  int32_t *ids = malloc((size_t)(B * k) * sizeof *ids);
+  float *tw = malloc((size_t)(B * k) * sizeof *tw);
+  uint16_t *hid = malloc((size_t)(B * H) * sizeof *hid);
+  int64_t *counts = calloc((size_t)E, sizeof *counts);
+  void *d_ids = NULL, *d_tw = NULL, *d_hid = NULL, *d_out = NULL, *ws = NULL;
+  fp4_status st = FP4_ERR_OUT_OF_MEMORY;
+  if (!ids || !tw || !hid || !counts) goto done;
+  fp4h_routing_fill(&g, ids, tw, B, k, E, FP4H_ROUTE_UNIFORM);
+  for (int64_t i = 0; i < B * H; i++) hid[i] = (uint16_t)(0x3C00u + (fp4h_next(&g) & 0x7Fu)) ^ (uint16_t)((i & 1) << 15);
+  for (int64_t i = 0; i < B * k; i++) counts[ids[i]]++;
+  for (int64_t e = 0; e < E; e++) pt->active += counts[e] > 0;
+  if ((st = make_experts(ctx, &g, &w1, E, 2 * I, H, fmt)) || (st = make_experts(ctx, &g, &w2, E, H, I, fmt))) goto done;
+  pt->touched_bytes = (double)pt->active * (expert_bytes(&w1) + expert_bytes(&w2));
+  pt->flops = 2.0 * (double)(B * k) * (double)(2 * I * H + H * I);
+  if ((st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * k) * sizeof *ids, &d_ids)) ||
+      (st = fp4_copy(ctx, d_ids, FP4_MEMORY_DEVICE, ids, FP4_MEMORY_HOST, (size_t)(B * k) * sizeof *ids)) ||
+      (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * k) * sizeof *tw, &d_tw)) ||
+      (st = fp4_copy(ctx, d_tw, FP4_MEMORY_DEVICE, tw, FP4_MEMORY_HOST, (size_t)(B * k) * sizeof *tw)) ||
+      (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * H) * 2, &d_hid)) ||
+      (st = fp4_copy(ctx, d_hid, FP4_MEMORY_DEVICE, hid, FP4_MEMORY_HOST, (size_t)(B * H) * 2)) ||
+      (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * H) * 2, &d_out)))
+    goto done;
+  fp4_moe_layer layer = {mode, {w1, w2, 448.0f * 6.0f / 4.0f, 448.0f * 6.0f / 8.0f}, NULL};
+  fp4_moe_routing rt = {d_ids, B, k, {d_tw, B, k, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
+  fp4_matrix xm = {d_hid, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE}, om = {d_out, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  const fp4_options opts = {.backend = "cuda", .enable_pdl = 1};
+  size_t bytes = 0;
+  if ((st = fp4_moe_workspace_size(&layer, B, k, &opts, &bytes)) || (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws)))
+    goto done;
+  layer_call call = {ctx, &layer, &xm, &om, &rt, ws, bytes, &opts};
+  fp4_timing t;
+  if ((st = fp4_time(ctx, NULL, call_layer, &call, 10, runs, &t))) goto done;
+  pt->layer_us = t.median_us;
+  pt->gbps = pt->touched_bytes / (t.median_us * 1e-6) / 1e9;
+  pt->tflops = pt->flops / (t.median_us * 1e-6) / 1e12;
+  if (copy_bps > 0) pt->floor_ratio = t.median_us / (pt->touched_bytes / copy_bps * 1e6);
+  if (peers) {
+    double us = 0;
+    fp4_status ps = cublas_loop(ctx, counts, E, m, runs, &us);
+    if (ps == FP4_OK && us > 0) {
+      pt->cublas_ok = 1;
+      pt->cublas_us = us;
+      pt->cublas_tflops = pt->flops / (us * 1e-6) / 1e12;
+      pt->speedup = us / t.median_us;
+    } else {
+      snprintf(pt->reason, sizeof pt->reason, "cuBLAS BF16 peer: %s", fp4_last_error());
+    }
+  }
+  pt->status = "ok";
+done:
+  if (st) {
+    snprintf(pt->reason, sizeof pt->reason, "%s", fp4_last_error());
+    pt->status = st == FP4_ERR_UNSUPPORTED ? "unsupported" : "error";
+  }
+  void *bufs[] = {d_ids, d_tw, d_hid, d_out, ws};
+  for (int i = 0; i < 5; i++)
+    if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+  free_experts(ctx, &w1);
+  free_experts(ctx, &w2);
+  free(ids);
+  free(tw);
+  free(hid);
+  free(counts);
+}
+
+static void num(FILE *f, const char *key, double v, int ok, const char *sep) {
+  if (ok && isfinite(v)) fprintf(f, "\"%s\": %.6g%s", key, v, sep);
+  else fprintf(f, "\"%s\": null%s", key, sep);
+}
+
+static void write_json(FILE *f, const fp4_device_info *dev, double copy_bps, const moe_point *p, int n) {
+  fprintf(f, "[\n");
+  for (int i = 0; i < n; i++) {
+    const moe_point *x = &p[i];
+    fprintf(f, "  {\"bench\": \"moe\", \"device\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %lld, "
+               "\"active_experts\": %lld, \"status\": \"%s\", \"reason\": \"%s\", ",
+            dev->name, x->model, x->mode, (long long)x->batch, (long long)x->active, x->status, x->reason);
+    const int ok = !strcmp(x->status, "ok");
+    num(f, "layer_us", x->layer_us, ok, ", ");
+    num(f, "touched_bytes", x->touched_bytes, 1, ", ");
+    num(f, "effective_gbps", x->gbps, ok, ", ");
+    num(f, "copy_gbps", copy_bps / 1e9, copy_bps > 0, ", ");
+    num(f, "time_over_copy_floor", x->floor_ratio, ok && copy_bps > 0, ", ");
+    num(f, "flops", x->flops, 1, ", ");
+    num(f, "tflops", x->tflops, ok, ", ");
+    num(f, "cublas_bf16_loop_us", x->cublas_us, x->cublas_ok, ", ");
+    num(f, "cublas_bf16_loop_tflops", x->cublas_tflops, x->cublas_ok, ", ");
+    num(f, "speedup_vs_cublas_bf16_loop", x->speedup, x->cublas_ok && ok, "}");
+    fprintf(f, "%s\n", i + 1 < n ? "," : "");
+  }
+  fprintf(f, "]\n");
+}
+
+static void write_csv(FILE *f, double copy_bps, const moe_point *p, int n) {
+  fprintf(f, "model,mode,batch,active_experts,status,layer_us,touched_bytes,effective_gbps,copy_gbps,"
+             "time_over_copy_floor,tflops,cublas_bf16_loop_us,cublas_bf16_loop_tflops,speedup_vs_cublas_bf16_loop\n");
+  for (int i = 0; i < n; i++) {
+    const moe_point *x = &p[i];
+    fprintf(f, "%s,%s,%lld,%lld,%s,%.3f,%.0f,%.1f,%.1f,%.3f,%.2f,", x->model, x->mode, (long long)x->batch,
+            (long long)x->active, x->status, x->layer_us, x->touched_bytes, x->gbps, copy_bps / 1e9, x->floor_ratio,
+            x->tflops);
+    if (x->cublas_ok) fprintf(f, "%.3f,%.2f,%.2f\n", x->cublas_us, x->cublas_tflops, x->speedup);
+    else fprintf(f, ",,\n");
+  }
+}
+
+static FILE *open_out(const char *path) { return !strcmp(path, "-") ? stdout : fopen(path, "w"); }
+
+int bench_moe_main(int argc, char **argv) {
+  const char *json = NULL, *csv = NULL, *ms = NULL;
+  int runs = 50, peers = 1, device = 0;
+  fp4_moe_mode modes[2] = {FP4_MOE_W4A16, FP4_MOE_W4A4};
+  int nmodes = 2;
+  fp4_format fmt = FP4_FORMAT_NVFP4;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--moe")) continue;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      bench_moe_usage(stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--no-peers")) {
+      peers = 0;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "fp4kit bench --moe: %s needs a value (or is unknown)\n\n", a);
+      bench_moe_usage(stderr);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--json")) json = v;
+    else if (!strcmp(a, "--csv")) csv = v;
+    else if (!strcmp(a, "--m")) ms = v;
+    else if (!strcmp(a, "--runs") && atoi(v) >= 10) runs = atoi(v);
+    else if (!strcmp(a, "--device") && atoi(v) >= 0) device = atoi(v);
+    else if (!strcmp(a, "--mode") && (!strcmp(v, "w4a16") || !strcmp(v, "w4a4"))) {
+      modes[0] = !strcmp(v, "w4a4") ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
+      nmodes = 1;
+    } else if (!strcmp(a, "--format") && (!strcmp(v, "nvfp4") || !strcmp(v, "mxfp4")))
+      fmt = !strcmp(v, "mxfp4") ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+    else {
+      fprintf(stderr, "fp4kit bench --moe: bad option or value '%s %s' (--runs >= 10, --device >= 0)\n\n", a, v);
+      bench_moe_usage(stderr);
+      return 2;
+    }
+  }
+  int64_t batches[16];
+  int nb = 0;
+  if (ms) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", ms);
+    for (char *tok = strtok(buf, ","); tok && nb < 16; tok = strtok(NULL, ",")) {
+      long long b = atoll(tok);
+      if (b < 1 || b > 65536) {
+        fprintf(stderr, "fp4kit bench --moe: --m '%s': token counts must be in [1, 65536]\n", tok);
+        return 2;
+      }
+      batches[nb++] = b;
+    }
+  } else {
+    for (size_t i = 0; i < sizeof kBatches / sizeof *kBatches; i++) batches[nb++] = kBatches[i];
+  }
+  fp4_context *ctx = NULL;
+  char reason[256];
+  if (fp4_context_create(&ctx, device) != FP4_OK) {
+    fprintf(stderr, "fp4kit bench --moe: no context on device %d: %s\n", device, fp4_last_error());
+    return 1;
+  }
+  if (fp4_backend_available(ctx, "cuda", reason, sizeof reason) != FP4_OK) {
+    fprintf(stderr, "fp4kit bench --moe: the cuda backend cannot run here: %s\n", reason);
+    fp4_context_destroy(ctx);
+    return 1;
+  }
+  fp4_device_info dev;
+  memset(&dev, 0, sizeof dev);
+  fp4_device_info_get(ctx, &dev);
+  double copy_bps = 0;
+  if (peers) {
+    fp4_timing t;
+    if (fp4_time_peer(ctx, FP4_PEER_COPY, 1, 1024, 1024 * 1024, runs, &t, &copy_bps) != FP4_OK) {
+      fprintf(stderr, "fp4kit bench --moe: copy peer unavailable: %s\n", fp4_last_error());
+      copy_bps = 0;
+    }
+  }
+  /* Copy bandwidth counts bytes read + written; the floor of a read-mostly layer is its reads at the
+   * copy's rate: touched bytes / (copy bytes per second). */
+  moe_point *pts = calloc((size_t)(2 * nb * nmodes), sizeof *pts);
+  int np = 0;
+  FILE *tab = (json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-")) ? stderr : stdout;
+  fprintf(tab, "device %s, copy %.0f GB/s (read+write)\n", dev.name, copy_bps / 1e9);
+  fprintf(tab, "%-13s %-5s %5s %6s %10s %10s %8s %6s %8s %10s %7s  %s\n", "model", "mode", "B", "active", "layer_us",
+          "touched_MB", "GB/s", "/floor", "TFLOP/s", "cublas_us", "speedup", "status");
+  for (size_t mi = 0; mi < sizeof kModels / sizeof *kModels && pts; mi++)
+    for (int md = 0; md < nmodes; md++)
+      for (int b = 0; b < nb; b++) {
+        moe_point *p = &pts[np++];
+        run_point(ctx, &kModels[mi], batches[b], modes[md], fmt, runs, peers, copy_bps, p);
+        fprintf(tab, "%-13s %-5s %5lld %6lld %10.1f %10.1f %8.0f %6.2f %8.2f %10.1f %7.2f  %s %s\n", p->model, p->mode,
+                (long long)p->batch, (long long)p->active, p->layer_us, p->touched_bytes / 1e6, p->gbps, p->floor_ratio,
+                p->tflops, p->cublas_us, p->speedup, p->status, p->reason);
+      }
+  int rc = pts ? 0 : 1;
+  if (json && pts) {
+    FILE *f = open_out(json);
+    if (!f) {
+      fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", json);
+      rc = 1;
+    } else {
+      write_json(f, &dev, copy_bps, pts, np);
+      if (f != stdout) fclose(f);
+    }
+  }
+  if (csv && pts) {
+    FILE *f = open_out(csv);
+    if (!f) {
+      fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", csv);
+      rc = 1;
+    } else {
+      write_csv(f, copy_bps, pts, np);
+      if (f != stdout) fclose(f);
+    }
+  }
+  for (int i = 0; i < np; i++)
+    if (strcmp(pts[i].status, "ok")) rc = 1;
+  free(pts);
+  fp4_context_destroy(ctx);
+  return rc;
+}
