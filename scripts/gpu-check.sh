@@ -29,6 +29,8 @@ step() { # name, command...: runs, logs to $LOG/<name>.log, records pass/fail an
   local t0=$SECONDS
   if "$@" >"$LOG/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
   else summary+=("FAIL $name ($((SECONDS - t0)) s): see $name.log"); fi
+  printf '%s\n' "${summary[@]}" >"$LOG/summary.txt"
+  tar -czf "$OUT/gpu-check.tar.gz" -C "$LOG" . # after every step: a run stopped at its limit keeps what it did
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$LOG/device.txt" 2>&1
@@ -63,11 +65,12 @@ if want tune; then
   step bench-auto $F bench --backend auto --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 \
     --json "$LOG/bench-auto.json"
 fi
-CUDA_LIBS="$BUILD/libfp4kit.so -Wl,-rpath,$PWD/$BUILD -lcublas"
+CUDA_LIBS="$BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas"
 if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
   step timing-small-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_small_m_timing \
     scripts/cuda_small_m_timing.cu $CUDA_LIBS
-  [ -x $BUILD/cuda_small_m_timing ] && step timing-small $BUILD/cuda_small_m_timing "$LOG/cuda-small-m.csv"
+  [ -x $BUILD/cuda_small_m_timing ] && step timing-small $BUILD/cuda_small_m_timing "$LOG/cuda-small-m.csv" \
+    $([ -n "${FP4KIT_TIMING_FULL:-}" ] || echo --quick)
 fi
 if want timing-large && [ -f scripts/cuda_large_m_timing.cu ]; then
   step timing-large-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_large_m_timing \
