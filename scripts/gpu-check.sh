@@ -20,7 +20,7 @@ BUILD=build-gpu
 F=$BUILD/tools/fp4kit
 mkdir -p "$OUT" "$LOG"
 export FP4KIT_COMMIT=${FP4KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-export LD_LIBRARY_PATH="$PWD/.deps/lib:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$PWD/.deps/lib:${LD_LIBRARY_PATH:-}" CMAKE_PREFIX_PATH="$PWD/.deps"
 export FP4KIT_TUNING_CACHE="$LOG/tuning.json"
 summary=()
 want() { [[ " $PARTS " == *" $1 "* ]]; }

@@ -223,10 +223,10 @@ static void run_forced(fp4_context *ctx, const lm_case *c, const char *config, u
   CHECK(!strcmp(info.config, config), "fp4_run_info.config names another config");
   CHECK(!fp4_copy(ctx, h.out, FP4_MEMORY_HOST, h.d_out, FP4_MEMORY_DEVICE, out_bytes), "copy out back");
   CHECK(!fp4_convert(h.out, c->out, h.got, FP4_DTYPE_F32, (size_t)(M * N)), "convert out");
-  int64_t nonfinite = 0;
-  for (int64_t i = 0; i < M * N; i++) nonfinite += !isfinite(h.got[i]);
+  int64_t nonfinite = 0; /* NaN = unwritten; inf can be a right f16 answer, checked on the sampled rows */
+  for (int64_t i = 0; i < M * N; i++) nonfinite += isnan(h.got[i]);
   if (nonfinite) {
-    snprintf(msg, sizeof msg, "%lld of %lld outputs are NaN/inf (unwritten tiles?)", (long long)nonfinite,
+    snprintf(msg, sizeof msg, "%lld of %lld outputs are NaN (unwritten tiles?)", (long long)nonfinite,
              (long long)(M * N));
     goto done;
   }
@@ -263,7 +263,7 @@ static void run_forced(fp4_context *ctx, const lm_case *c, const char *config, u
   fp4h_result r;
   memset(&r, 0, sizeof r);
   r.tolerance = fp4h_tolerance(c->out);
-  fp4h_compare(h.got_rows, h.ref, (int64_t)R * N, &r);
+  fp4h_compare(h.got_rows, h.ref, (int64_t)R * N, c->out, &r);
   passed = r.passed;
   snprintf(msg, sizeof msg, "%s over %d rows", r.message, R);
 

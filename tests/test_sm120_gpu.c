@@ -45,7 +45,7 @@ static const fp4h_case cases[] = {
     CASE("mxfp4 M=300 512x7168 f32 (DeepSeek-R1 gate_up, MoE-TP8)", MX, L128, L128, 300, 512, 7168, FP4_DTYPE_F32, FP4H_DATA_NORMAL),
     CASE("mxfp4 M=8192 512x128 f32 (K = 128)", MX, L128, L128, 8192, 512, 128, FP4_DTYPE_F32, FP4H_DATA_NORMAL),
     CASE("mxfp4 M=2048 1024x96 f32 linear scales (K tail)", MX, LLIN, LLIN, 2048, 1024, 96, FP4_DTYPE_F32, FP4H_DATA_EDGES),
-    CASE("mxfp4 M=3 9x32 f32 (smallest K)", MX, L8X4, L128, 3, 9, 32, FP4_DTYPE_F32, FP4H_DATA_UNIFORM),
+    CASE("mxfp4 M=3 9x32 f32 (smallest K)", MX, LLIN, L128, 3, 9, 32, FP4_DTYPE_F32, FP4H_DATA_UNIFORM),
 };
 
 /* Random codes and in-range scales straight into a qmatrix (no quantizer), host memory. */

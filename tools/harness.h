@@ -67,9 +67,10 @@ double fp4h_tolerance(fp4_dtype out_dtype);
 void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
               fp4h_result *r);
 
-/* Fills r's error fields from n outputs against the reference: relative Frobenius error, NaN/inf
- * count, all-zero detection, passed against r->tolerance, and the message. */
-void fp4h_compare(const float *got, const float *ref, int64_t n, fp4h_result *r);
+/* Fills r's error fields from n outputs against the f32 reference: relative Frobenius error over the
+ * finite outputs, NaN count (unwritten outputs) plus outputs whose overflow to inf in out_dtype differs
+ * from the reference's, all-zero detection, passed against r->tolerance, and the message. */
+void fp4h_compare(const float *got, const float *ref, int64_t n, fp4_dtype out_dtype, fp4h_result *r);
 /* n NaNs of an output dtype (f32, bf16, f16): what every output is pre-filled with. */
 void fp4h_fill_nan(void *p, fp4_dtype t, int64_t n);
 

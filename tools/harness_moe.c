@@ -264,7 +264,7 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
     goto done;
   }
   fp4_convert(out_h, c->out_dtype, got, FP4_DTYPE_F32, (size_t)(T * N));
-  fp4h_compare(got, ref, T * N, r);
+  fp4h_compare(got, ref, T * N, c->out_dtype, r);
 
 done:
   if (ws) fp4_free(ctx, memory, ws);

@@ -591,7 +591,11 @@ def test_cuda_mm_fp4_against_torch_float64_on_a_side_stream(m, out_dtype):
         stream.wait_stream(torch.cuda.current_stream())  # the quantized operands come from the default stream
         with torch.cuda.stream(stream):
             out = torch.full((m, n), float("nan"), device="cuda", dtype=dt)
-            got = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, dt, out, backend=backend)
+            try:
+                got = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, dt, out, backend=backend)
+            except fp4kit.UnsupportedError as e:  # an available backend may still refuse NVFP4 W4A4, saying why
+                assert backend != "auto" and str(e), backend
+                continue
         stream.synchronize()
         assert got is out and got.is_cuda
         err = (got.double().cpu() - ref).abs()

@@ -310,7 +310,10 @@ __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const s
       activation_group<FMT, ACT>(slab, tile, valid[nt], nt, q, asc[nt], x);
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        float *dst = NV ? acc[r][nt] : d[r][nt];
+        /* NVFP4 with 16-bit activations accumulates straight into acc; the three-part f32 path (and
+         * MXFP4) sums each slab in d first and adds it to acc once, which keeps the FP32 rounding
+         * of long-K sums inside the 1e-5 contract (3 MMAs per step otherwise grow acc's error). */
+        float *dst = NV && PARTS == 1 ? acc[r][nt] : d[r][nt];
 #pragma unroll
         for (int i0 = 0; i0 < 4; i0 += 2) {
           const uint32_t a[4] = {pa[r][i0], pb[r][i0], pa[r][i0 + 1], pb[r][i0 + 1]};
@@ -320,7 +323,7 @@ __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const s
       }
     }
   }
-  if (!NV) {
+  if (!NV || PARTS > 1) { /* post_a/post_b stay 1 for NVFP4: the multiply is exact */
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
