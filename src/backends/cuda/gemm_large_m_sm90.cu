@@ -160,7 +160,7 @@ __device__ __forceinline__ void fence_acc(float &r) { asm volatile("" : "+f"(r):
 template <int BN, bool F16>
 __device__ __forceinline__ void wgmma_k16(float *d, uint64_t da, uint64_t db, uint32_t scale_d) {
   static_assert(BN == 128 || BN == 256, "wgmma tiles: n128 or n256");
-  if (BN == 128) {
+  if constexpr (BN == 128) {
     if (F16)
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" FP4_WG_REGS_64 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
