@@ -31,7 +31,6 @@
 #include <cstdio>
 
 #include "backends/cuda/cuda_kernels.h"
-#include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
@@ -49,7 +48,31 @@ constexpr bool kTwoCtasPerSm = true;
 #endif
 constexpr int kBK = 64;       /* K elements per tile: 128 bytes of a 16-bit row, 32 of an FP4 row */
 
+struct lm_params {
+  const void *a;           /* dense [M, lda] or FP4 [M, K/2] */
+  const uint8_t *a_scales; /* W4A4 */
+  const uint8_t *b;        /* [N, K/2] */
+  const uint8_t *b_scales;
+  void *out;
+  int64_t lda, ldo, m, n, k, C; /* C: scale columns (K / block) */
+  int a_layout, b_layout, out_dtype;
+  float scale;
+};
 
+/* ---- small PTX helpers ------------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte asynchronous copy; valid == false writes 16 zero bytes and reads nothing. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -71,6 +94,74 @@ __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Byte offset of 16-byte chunk c (0..7) of row r in a swizzled [rows][64] 16-bit tile. */
+__device__ __forceinline__ int swz(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
+
+/* ---- exact FP4 -> 16-bit decode -------------------------------------------------------------- */
+
+/* Code i (nibble i of w) as a float equal to e2m1(code) * 2^-126: sign to bit 31, the three
+ * magnitude bits to the exponent's two low bits and the mantissa's top bit (code 1, 0.5, becomes
+ * the subnormal 2^-127; FP32 subnormals are kept: the library is not built with -ftz). */
+template <int I>
+__device__ __forceinline__ float nibble_scaled(uint32_t w) {
+  const uint32_t t = w << (28 - 4 * I);
+  return __uint_as_float((t & 0x80000000u) | ((t >> 6) & 0x01C00000u));
+}
+
+template <bool F16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if (F16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+  }
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* Eight codes of one word -> four 16-bit pairs (elements 2j, 2j+1 in pair j), times the block
+ * scale f. Both multiplies are exact; folding 2^126 into f would overflow FP32 for E4M3 scales
+ * above 4. */
+template <bool F16>
+__device__ __forceinline__ uint4 decode_word(uint32_t w, float f) {
+  float v[8];
+  v[0] = nibble_scaled<0>(w);
+  v[1] = nibble_scaled<1>(w);
+  v[2] = nibble_scaled<2>(w);
+  v[3] = nibble_scaled<3>(w);
+  v[4] = nibble_scaled<4>(w);
+  v[5] = nibble_scaled<5>(w);
+  v[6] = nibble_scaled<6>(w);
+  v[7] = nibble_scaled<7>(w);
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    v[i] = __fmul_rn(__fmul_rn(v[i], 0x1p126f), f);
+  }
+  return make_uint4(pack2<F16>(v[0], v[1]), pack2<F16>(v[2], v[3]), pack2<F16>(v[4], v[5]), pack2<F16>(v[6], v[7]));
+}
+
+/* Multipliers of one 32-element chunk from its scale bits: NVFP4 two E4M3 bytes (blocks 2h, 2h+1),
+ * MXFP4 one UE8M0 byte. */
+template <bool NV>
+__device__ __forceinline__ void chunk_factors(uint32_t sc, float f[2]) {
+  if (NV) {
+    f[0] = fp4_e4m3_decode_inline((uint8_t)(sc & 0xFF));
+    f[1] = fp4_e4m3_decode_inline((uint8_t)(sc >> 8));
+  } else {
+    f[0] = f[1] = fp4_ue8m0_decode_inline((uint8_t)sc);
+  }
+}
+
+/* The scale bits of chunk h (32 elements) of row r in K tile kt; 0 outside the matrix, so padded
+ * rows and K tails (zero-filled codes) dequantize to zero. */
+template <bool NV>
+__device__ __forceinline__ uint32_t load_chunk_scales(const uint8_t *scales, int layout, int64_t C, int64_t rows,
+                                                      int64_t r, int kt, int h) {
+  const int64_t c = NV ? 4 * (int64_t)kt + 2 * h : 2 * (int64_t)kt + h;
+  if (r >= rows || c >= C) return 0u;
+  const int64_t off = fp4_layout_offset(layout, C, r, c);
+  if (NV) return __ldg(reinterpret_cast<const uint16_t *>(scales + off));
+  return __ldg(scales + off);
+}
 
 /* ---- the kernel --------------------------------------------------------------------------------- */
 
@@ -80,7 +171,6 @@ struct lm_cfg {
   static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
   static constexpr bool A_FP4 = ACT == FP4_CUDA_ACT_FP4;
-  static constexpr int ROWS_M = BM, ROWS_N = BN;
   static constexpr int WM = BM / 2, WN = BN / 4; /* warp tile */
   static constexpr int MT = WM / 16, NT = WN / 8;
   static constexpr int A_STAGE = A_FP4 ? BM * 32 : BM * 128; /* bytes of one stage's A tile */
@@ -99,9 +189,84 @@ __device__ __forceinline__ void load_stage(const lm_params &p, uint8_t *st, int6
   const int tid = threadIdx.x;
   const int64_t k0 = (int64_t)kt * kBK;
   uint8_t *sa = st, *sb = st + G::A_STAGE;
-  if (G::A_FP4) copy_fp4_rows<G::ROWS_M, kThreads>(sa, static_cast<const uint8_t *>(p.a), p.m, m0, k0, p.k, tid);
-  else copy_16bit_rows<G::ROWS_M, kThreads>(sa, static_cast<const uint16_t *>(p.a), p.lda, p.m, m0, k0, p.k, tid);
-  copy_fp4_rows<G::ROWS_N, kThreads>(sb, p.b, p.n, n0, k0, p.k, tid);
+  if (G::A_FP4) {
+    const uint8_t *a = static_cast<const uint8_t *>(p.a);
+    for (int i = tid; i < (G::A_STAGE >> 4); i += kThreads) {
+      const int r = i >> 1, h = i & 1;
+      const bool ok = m0 + r < p.m && k0 + 32 * h < p.k;
+      cp_async16(sa + i * 16, ok ? a + (m0 + r) * (p.k >> 1) + (k0 >> 1) + 16 * h : a, ok);
+    }
+  } else {
+    const uint16_t *a = static_cast<const uint16_t *>(p.a);
+    for (int i = tid; i < (G::A_STAGE >> 4); i += kThreads) {
+      const int r = i >> 3, c = i & 7;
+      const bool ok = m0 + r < p.m && k0 + 8 * c < p.k;
+      cp_async16(sa + swz(r, c), ok ? a + (m0 + r) * p.lda + k0 + 8 * c : a, ok);
+    }
+  }
+  for (int i = tid; i < (G::B_STAGE >> 4); i += kThreads) {
+    const int r = i >> 1, h = i & 1;
+    const bool ok = n0 + r < p.n && k0 + 32 * h < p.k;
+    cp_async16(sb + i * 16, ok ? p.b + (n0 + r) * (p.k >> 1) + (k0 >> 1) + 16 * h : p.b, ok);
+  }
+}
+
+/* Decodes a raw FP4 tile ([rows][32 bytes]) into a swizzled 16-bit tile; task i = row i/2, half
+ * i%2; sc[j] holds the scale bits of this thread's j-th task. */
+template <bool NV, bool F16, int ROWS, int TASKS>
+__device__ __forceinline__ void decode_tile(const uint8_t *raw, uint8_t *dst, const uint32_t sc[TASKS]) {
+#pragma unroll
+  for (int j = 0; j < TASKS; j++) {
+    const int i = threadIdx.x + j * kThreads;
+    if (i < ROWS * 2) {
+      const int r = i >> 1, h = i & 1;
+      const uint4 w = *reinterpret_cast<const uint4 *>(raw + i * 16);
+      float f[2];
+      chunk_factors<NV>(sc[j], f);
+      *reinterpret_cast<uint4 *>(dst + swz(r, 4 * h + 0)) = decode_word<F16>(w.x, f[0]);
+      *reinterpret_cast<uint4 *>(dst + swz(r, 4 * h + 1)) = decode_word<F16>(w.y, f[0]);
+      *reinterpret_cast<uint4 *>(dst + swz(r, 4 * h + 2)) = decode_word<F16>(w.z, f[1]);
+      *reinterpret_cast<uint4 *>(dst + swz(r, 4 * h + 3)) = decode_word<F16>(w.w, f[1]);
+    }
+  }
+}
+
+template <bool NV, int ROWS, int TASKS>
+__device__ __forceinline__ void load_scales(const uint8_t *scales, int layout, int64_t C, int64_t rows, int64_t r0,
+                                            int kt, int kts, uint32_t sc[TASKS]) {
+#pragma unroll
+  for (int j = 0; j < TASKS; j++) {
+    const int i = threadIdx.x + j * kThreads;
+    sc[j] = i < ROWS * 2 && kt < kts ? load_chunk_scales<NV>(scales, layout, C, rows, r0 + (i >> 1), kt, i & 1) : 0u;
+  }
+}
+
+__device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int64_t col, float v0, float v1) {
+  if (row >= p.m || col >= p.n) return;
+  v0 = __fmul_rn(v0, p.scale);
+  v1 = __fmul_rn(v1, p.scale);
+  const int64_t i = row * p.ldo + col;
+  const bool two = col + 1 < p.n;
+  if (p.out_dtype == FP4_DTYPE_F32) {
+    float *o = static_cast<float *>(p.out) + i;
+    if (two && !(reinterpret_cast<uintptr_t>(o) & 7)) {
+      *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
+    } else {
+      o[0] = v0;
+      if (two) o[1] = v1;
+    }
+  } else {
+    uint16_t *o = static_cast<uint16_t *>(p.out) + i;
+    const bool bf = p.out_dtype == FP4_DTYPE_BF16;
+    const uint16_t h0 = bf ? fp4_bf16_from_f32_inline(v0) : fp4_f16_from_f32_inline(v0);
+    const uint16_t h1 = bf ? fp4_bf16_from_f32_inline(v1) : fp4_f16_from_f32_inline(v1);
+    if (two && !(reinterpret_cast<uintptr_t>(o) & 3)) {
+      *reinterpret_cast<uint32_t *>(o) = (uint32_t)h0 | ((uint32_t)h1 << 16);
+    } else {
+      o[0] = h0;
+      if (two) o[1] = h1;
+    }
+  }
 }
 
 template <int BM, int BN, int STAGES, int FMT, int ACT>
@@ -112,8 +277,12 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
   uint8_t *b16 = smem + STAGES * G::STAGE;
   uint8_t *a16 = b16 + G::B16; /* W4A4 only */
 
-  int64_t m0, n0;
-  lm_tile_origin(p, BM, BN, blockIdx.x, &m0, &n0);
+  /* Tile order: groups of 8 M tiles sweep N together, so a group's A panels and the current B
+   * panel stay in L2. */
+  const int64_t tm = (p.m + BM - 1) / BM, tn = (p.n + BN - 1) / BN;
+  const int64_t id = blockIdx.x, width = 8 * tn, grp = id / width;
+  const int64_t first = grp * 8, gsz = min((int64_t)8, tm - first);
+  const int64_t m0 = (first + (id % width) % gsz) * BM, n0 = ((id % width) / gsz) * BN;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = (warp >> 2) * G::WM, wn = (warp & 3) * G::WN;
@@ -132,8 +301,8 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
     cp_async_commit();
   }
   uint32_t bsc[G::B_TASKS], asc[G::A_TASKS];
-  load_scales<G::NV, BN, G::B_TASKS, kThreads>(threadIdx.x, p.b_scales, p.b_layout, p.C, p.n, n0, 0, kts, bsc);
-  if (G::A_FP4) load_scales<G::NV, BM, G::A_TASKS, kThreads>(threadIdx.x, p.a_scales, p.a_layout, p.C, p.m, m0, 0, kts, asc);
+  load_scales<G::NV, BN, G::B_TASKS>(p.b_scales, p.b_layout, p.C, p.n, n0, 0, kts, bsc);
+  if (G::A_FP4) load_scales<G::NV, BM, G::A_TASKS>(p.a_scales, p.a_layout, p.C, p.m, m0, 0, kts, asc);
 
   for (int kt = 0; kt < kts; kt++) {
     cp_async_wait<STAGES - 2>();
@@ -146,10 +315,10 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
     {
       uint32_t bn[G::B_TASKS], an[G::A_TASKS];
       /* next tile's scales now: their latency hides behind this tile's decode and MMAs */
-      load_scales<G::NV, BN, G::B_TASKS, kThreads>(threadIdx.x, p.b_scales, p.b_layout, p.C, p.n, n0, kt + 1, kts, bn);
-      if (G::A_FP4) load_scales<G::NV, BM, G::A_TASKS, kThreads>(threadIdx.x, p.a_scales, p.a_layout, p.C, p.m, m0, kt + 1, kts, an);
-      decode_tile<G::NV, G::F16, BN, G::B_TASKS, kThreads>(st + G::A_STAGE, bt, bsc, threadIdx.x);
-      if (G::A_FP4) decode_tile<G::NV, false, BM, G::A_TASKS, kThreads>(st, at, asc, threadIdx.x);
+      load_scales<G::NV, BN, G::B_TASKS>(p.b_scales, p.b_layout, p.C, p.n, n0, kt + 1, kts, bn);
+      if (G::A_FP4) load_scales<G::NV, BM, G::A_TASKS>(p.a_scales, p.a_layout, p.C, p.m, m0, kt + 1, kts, an);
+      decode_tile<G::NV, G::F16, BN, G::B_TASKS>(st + G::A_STAGE, bt, bsc);
+      if (G::A_FP4) decode_tile<G::NV, false, BM, G::A_TASKS>(st, at, asc);
 #pragma unroll
       for (int j = 0; j < G::B_TASKS; j++) bsc[j] = bn[j];
 #pragma unroll
@@ -339,7 +508,22 @@ extern "C" int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *a, const char *co
   if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
       (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16))
     return (int)cudaErrorInvalidValue;
-  const lm_params p = lm_params_of(a);
+  lm_params p;
+  p.a = a->a;
+  p.a_scales = a->a_scales;
+  p.b = a->b;
+  p.b_scales = a->b_scales;
+  p.out = a->out;
+  p.lda = a->lda;
+  p.ldo = a->ldo;
+  p.m = a->m;
+  p.n = a->n;
+  p.k = a->k;
+  p.C = a->k / (a->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
+  p.a_layout = a->a_layout;
+  p.b_layout = a->b_layout;
+  p.out_dtype = a->out_dtype;
+  p.scale = a->scale;
   cudaStream_t s = (cudaStream_t)stream;
   cudaError_t e;
   const bool nv = a->format == FP4_FORMAT_NVFP4;

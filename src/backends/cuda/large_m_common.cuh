@@ -1,6 +1,6 @@
 /*
- * Pieces shared by the large-M GEMM kernels (gemm_large_m.cu: mma.sync on SM80+, gemm_large_m_sm90.cu:
- * wgmma on sm_90a): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
+ * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu), lifted from the mma.sync family (gemm_large_m.cu,
+ * which keeps its own copies: sharing them changed its register allocation and spilled on one target): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
  * exact FP4 -> bf16/f16 decode (SPEC 3; the reasoning is in gemm_large_m.cu's header comment and
  * docs/cuda-large-m.md) and the masked epilogue store. Everything sits in an unnamed namespace:
  * each kernel file gets its own copy of these inline device functions.
