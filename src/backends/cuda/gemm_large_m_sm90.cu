@@ -298,7 +298,10 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
     }
   }
 #elif defined(__CUDA_ARCH__)
+  /* referenced here too, or the compiler reports them unused in the passes for other targets */
+  using G = wg_cfg<BN, STAGES, FMT, ACT>;
   (void)p;
+  (void)G::NV, (void)G::F16, (void)G::ROWS_N, (void)G::B_TASKS, (void)G::A_TASKS, (void)G::D, (void)kBK;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgmma_check) */
 #else
   (void)p;
