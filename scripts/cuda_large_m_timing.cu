@@ -43,8 +43,8 @@ static const shape kShapes[] = {
 };
 static const int64_t kMs[] = {16, 32, 48, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192};
 static const char *const kSmall[] = {"small-m.w8", "small-m.w4", "small-m.w2"};
-static const char *const kLarge[] = {"large-m.128x128.s4", "large-m.128x128.s3", "large-m.128x256.s3",
-                                     "large-m.64x128.s4"};
+static const char *const kLarge[] = {"large-m.128x128.s4", "large-m.128x128.s3",    "large-m.128x256.s3",
+                                     "large-m.64x128.s4",  "large-m.wgmma.128x128", "large-m.wgmma.128x256"};
 
 enum mode { W4A16_NV, W4A4_NV, W4A16_MX, CUBLAS_BF16 };
 

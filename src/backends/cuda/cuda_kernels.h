@@ -59,6 +59,13 @@ int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 int fp4_cuda_large_m_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
 int fp4_cuda_large_m_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
 int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+/* The sm_90a wgmma large-M GEMMs (gemm_large_m_sm90.cu): same arguments and operand rules as the
+ * large-M family; extra tuner candidates ("large-m.wgmma.*"), never the default. check: 1 if the
+ * named config (NULL: any) can run on device (SM90 running this binary's sm_90a code, shared memory),
+ * else 0 with the rule in why (-1: not a wgmma config name). configs: the runnable names, or 0. */
+int fp4_cuda_wgmma_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
+int fp4_cuda_wgmma_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
 /* M above which the default configuration is a large-M tile rather than a small-M kernel. */
 #define FP4_CUDA_LARGE_M_FROM 64
 
