@@ -42,7 +42,7 @@ if want build; then
   step build cmake --build $BUILD -j "$(nproc)"
   [ -x $F ] || { printf '%s\n' "${summary[@]}"; tail -30 "$LOG/build.log"; exit 1; }
 fi
-want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout 600"
+want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout ${FP4KIT_CTEST_TIMEOUT:-600}"
 want check && step fp4kit-check $F check
 if want probe; then
   step probe $F probe
