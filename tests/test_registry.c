@@ -188,7 +188,24 @@ static void test_auto_follows_cache(void) {
   fp4_context_destroy(ctx); /* frees the attached cache */
 }
 
+/* PDL: own CUDA kernels say yes where the architecture has it and the build has code for it; below
+ * SM90 the answer is no with the reason; vendor backends say no. */
+static void test_pdl_answers(void) {
+  fp4_backend_probe p;
+  CHECK(fp4_probe_backend_arch("sm_80", "cuda", &p) == FP4_OK, "probe cuda on sm_80: %s", fp4_last_error());
+  CHECK(p.caps[FP4_CAP_PDL].support == FP4_SUPPORT_NO && strstr(p.caps[FP4_CAP_PDL].reason, "SM90"),
+        "cuda on sm_80: PDL %s (%s)", fp4_support_name(p.caps[FP4_CAP_PDL].support), p.caps[FP4_CAP_PDL].reason);
+  CHECK(fp4_probe_backend_arch("sm_90", "cuda", &p) == FP4_OK, "probe cuda on sm_90");
+  const int has90 = strstr(fp4_build_cuda_targets(), "90") != NULL;
+  CHECK(p.caps[FP4_CAP_PDL].support == (has90 ? FP4_SUPPORT_YES : FP4_SUPPORT_NO),
+        "cuda on sm_90 with targets '%s': PDL %s (%s)", fp4_build_cuda_targets(),
+        fp4_support_name(p.caps[FP4_CAP_PDL].support), p.caps[FP4_CAP_PDL].reason);
+  CHECK(fp4_probe_backend_arch("sm_90", "cublaslt", &p) == FP4_OK && p.caps[FP4_CAP_PDL].support != FP4_SUPPORT_YES,
+        "cublaslt never claims PDL");
+}
+
 int main(void) {
+  test_pdl_answers();
   test_registry_lists_backends();
   test_vendor_backends_say_why();
   test_probe_host();

@@ -86,6 +86,9 @@ typedef struct fp4_backend {
    * (`fp4kit probe --arch`) that must be answered from the table alone. NULL: probe.c derives the
    * answers from available() and supports() on representative problems. */
   fp4_status (*probe)(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out);
+  /* 1 when every kernel of the backend is launched through the PDL launch helper and executes
+   * griddepcontrol.wait before reading its inputs, so enable_pdl is honoured on SM90+. */
+  int honours_pdl;
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */

@@ -206,7 +206,11 @@ static void generic_probe(fp4_context *ctx, const fp4_backend *b, const fp4_arch
     snprintf(why, sizeof why, "PDL needs SM90+ (griddepcontrol); device is %s", arch->name);
     set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
   } else {
-    set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_UNKNOWN, FP4_EVIDENCE_TABLE, "the backend does not report whether it honours enable_pdl");
+    if (b->honours_pdl)
+      set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_YES, FP4_EVIDENCE_TABLE,
+              "every kernel launches through the PDL helper and waits (griddepcontrol.wait) before reading inputs");
+    else
+      set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_UNKNOWN, FP4_EVIDENCE_TABLE, "the backend does not report whether it honours enable_pdl");
   }
 }
 
@@ -236,6 +240,9 @@ static void generic_arch_probe(const fp4_backend *b, const fp4_arch_info *arch, 
   if (!arch->pdl) {
     snprintf(why, sizeof why, "PDL needs SM90+ (griddepcontrol); %s has none", arch->name);
     set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+  } else if (b->honours_pdl && out->available != FP4_SUPPORT_NO) {
+    snprintf(why, sizeof why, "%s has PDL and every kernel of this backend waits (griddepcontrol.wait) before reading", arch->name);
+    set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_YES, FP4_EVIDENCE_TABLE, why);
   }
 }
 

@@ -376,6 +376,7 @@ const fp4_backend fp4_backend_cuda = {
     .configs = cuda_configs,
     .run = cuda_run,
     .release_state = cuda_release_state,
+    .honours_pdl = 1,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
 };

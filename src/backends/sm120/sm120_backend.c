@@ -175,4 +175,5 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .configs = sm120_configs,
     .run = sm120_run,
     .release_state = NULL,
+    .honours_pdl = 1,
 };
