@@ -4,8 +4,10 @@
 # drivers. Logs go under $LOG (default /tmp/gpu-check); at the end they are packed into one file,
 # $OUT/gpu-check.tar.gz (default OUT: ./gpu-check-out), and a short summary ends stdout.
 #
-#   bash scripts/gpu-check.sh                         # every part
+#   bash scripts/gpu-check.sh                         # every part (about 15 minutes)
 #   FP4KIT_GPU_PARTS="build ctest check" bash scripts/gpu-check.sh
+#   FP4KIT_GPU_PARTS="build timing-small" FP4KIT_TIMING_FULL=1 bash scripts/gpu-check.sh   # every small-M config
+#   FP4KIT_GPU_PARTS="build moe" bash scripts/gpu-check.sh          # fp4kit bench --moe
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass.
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
