@@ -158,7 +158,7 @@ extern const fp4_backend fp4_backend_cublas_dequant;
 static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[192];
   out->device_memory = 1;
-  set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
+  set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "this backend does not implement grouped GEMM / the MoE layer");
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt and the dequantize kernel launch without PDL");
 #if !FP4KIT_HAVE_CUDA
   (void)ctx, (void)arch;

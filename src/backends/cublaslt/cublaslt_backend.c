@@ -139,7 +139,7 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   char why[192];
   out->device_memory = 1;
   set(out, FP4_CAP_W4A16, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt has no FP4 x BF16 matmul (cublas-dequant covers W4A16)");
-  set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
+  set(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "this backend does not implement grouped GEMM / the MoE layer");
   set(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuBLASLt launches its own kernels; enable_pdl is not honoured");
 #if !FP4KIT_HAVE_CUDA
   (void)ctx, (void)arch;

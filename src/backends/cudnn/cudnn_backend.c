@@ -449,7 +449,7 @@ extern const fp4_backend fp4_backend_cudnn;
 static fp4_status dnn_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[192];
   out->device_memory = 1;
-  setcap(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "fp4kit has no grouped/MoE entry point yet");
+  setcap(out, FP4_CAP_GROUPED, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "this backend does not implement grouped GEMM / the MoE layer");
   setcap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, "cuDNN launches its own kernels; enable_pdl is not honoured");
 #if !HAVE_CUDNN_GRAPH
   (void)arch;
