@@ -48,6 +48,7 @@ typedef struct st_file {
   size_t map_size;
   int mapped;           /* map came from mmap                                               */
   cJSON *metadata;      /* the __metadata__ object, detached from the header                */
+  char *names;          /* the file's tensor names, one block (no allocation per tensor)    */
 } st_file;
 
 struct fp4_safetensors {
@@ -56,7 +57,8 @@ struct fp4_safetensors {
   fp4_st_tensor *tensors; /* sorted by name */
   int64_t ntensors;
   int64_t cap;
-  char **names;           /* owned name strings */
+  char *scratch;          /* header buffer reused from shard to shard while opening */
+  size_t scratch_cap;
 };
 
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 }; /* the limit of the reference implementation */
@@ -85,23 +87,26 @@ static int cmp_begin(const void *a, const void *b) {
   return 0;
 }
 
-static fp4_status push_tensor(fp4_safetensors *st, const fp4_st_tensor *t) {
-  if (st->ntensors == st->cap) {
-    int64_t cap = st->cap ? st->cap * 2 : 64;
-    fp4_st_tensor *nt = realloc(st->tensors, (size_t)cap * sizeof *nt);
-    char **nn = realloc(st->names, (size_t)cap * sizeof *nn);
-    if (nt) st->tensors = nt;
-    if (nn) st->names = nn;
-    if (!nt || !nn) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor list");
-    st->cap = cap;
-  }
-  char *name = strdup(t->name);
-  if (!name) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
-  st->names[st->ntensors] = name;
-  st->tensors[st->ntensors] = *t;
-  st->tensors[st->ntensors].name = name;
-  st->ntensors++;
+/* Makes room for `more` tensors (one growth per file, not per tensor). */
+static fp4_status reserve_tensors(fp4_safetensors *st, int64_t more) {
+  if (st->ntensors + more <= st->cap) return FP4_OK;
+  int64_t cap = st->cap ? st->cap : 64;
+  while (cap < st->ntensors + more) cap *= 2;
+  fp4_st_tensor *nt = realloc(st->tensors, (size_t)cap * sizeof *nt);
+  if (!nt) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor list");
+  st->tensors = nt;
+  st->cap = cap;
   return FP4_OK;
+}
+
+/* Appends t (room reserved), its name copied to *names (the file's name block). */
+static void push_tensor(fp4_safetensors *st, const fp4_st_tensor *t, char **names) {
+  size_t len = strlen(t->name) + 1;
+  memcpy(*names, t->name, len);
+  st->tensors[st->ntensors] = *t;
+  st->tensors[st->ntensors].name = *names;
+  *names += len;
+  st->ntensors++;
 }
 
 /* Parses and validates the header of file fi (header bytes hdr[0..n), data area of data_size bytes
@@ -128,6 +133,16 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
     status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: the header at byte 8 is not a JSON object", path);
     goto done;
   }
+  /* Room for every entry and one block for the names, sized before the walk. */
+  size_t name_bytes = 1;
+  int64_t entries = 0;
+  for (const cJSON *e = root->child; e; e = e->next, entries++) name_bytes += (e->string ? strlen(e->string) : 0) + 1;
+  char *names = st->files[fi].names = malloc(name_bytes);
+  if (!names) {
+    status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor names");
+    goto done;
+  }
+  if ((status = reserve_tensors(st, entries))) goto done;
   for (cJSON *e = root->child; e; e = e->next) {
     const char *name = e->string ? e->string : "";
     /* The position is searched for only when a message needs it: a scan per tensor is quadratic. */
@@ -220,7 +235,7 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
     t.offset = 8 + n + begin;
     t.bytes = end - begin;
     t.data = st->files[fi].map ? st->files[fi].map + t.offset : NULL;
-    if ((status = push_tensor(st, &t))) goto done;
+    push_tensor(st, &t, &names);
 #undef pos
   }
   /* No overlaps and no holes: sorted by begin, each tensor starts where the previous ended and the
@@ -231,8 +246,12 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
     status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
     goto done;
   }
-  for (int64_t i = 0; i < nt; i++) order[i] = &st->tensors[first + i];
-  qsort(order, (size_t)nt, sizeof *order, cmp_begin);
+  int in_order = 1; /* writers usually list tensors in data order: then no sort is needed */
+  for (int64_t i = 0; i < nt; i++) {
+    order[i] = &st->tensors[first + i];
+    if (i && cmp_begin(&order[i - 1], &order[i]) > 0) in_order = 0;
+  }
+  if (!in_order) qsort(order, (size_t)nt, sizeof *order, cmp_begin);
   uint64_t expect = 8 + n;
   for (int64_t i = 0; i < nt && !status; i++) {
     if (order[i]->offset != expect)
@@ -306,11 +325,17 @@ static fp4_status add_file(fp4_safetensors *st, const char *path, unsigned flags
         status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: header length %llu at byte 0 exceeds the file (%llu bytes) "
                           "or the %d-byte limit", path, (unsigned long long)n, (unsigned long long)size, ST_MAX_HEADER);
       } else {
-        char *hdr = malloc(n ? n : 1);
-        if (!hdr) status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for a header");
-        else if (pread(fd, hdr, n, 8) != (ssize_t)n) status = fp4_fail(FP4_ERR_IO, "safetensors: cannot read %s", path);
-        else status = parse_header(st, fi, hdr, (size_t)n, size - 8 - n);
-        free(hdr);
+        /* One buffer for every shard's header: a fresh multi-megabyte allocation per shard made
+         * the allocator consolidate its free lists each time. */
+        if (n > st->scratch_cap) {
+          free(st->scratch);
+          st->scratch_cap = 0;
+          if ((st->scratch = malloc(n)) != NULL) st->scratch_cap = n;
+        }
+        char *hdr = st->scratch;
+        if (n && !hdr) status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for a header");
+        else if (n && pread(fd, hdr, n, 8) != (ssize_t)n) status = fp4_fail(FP4_ERR_IO, "safetensors: cannot read %s", path);
+        else status = parse_header(st, fi, n ? hdr : "", (size_t)n, size - 8 - n);
       }
     }
   } else {
@@ -336,10 +361,10 @@ void fp4_safetensors_close(fp4_safetensors *st) {
   for (int i = 0; i < st->nfiles; i++) {
     if (st->files[i].mapped) munmap((void *)st->files[i].map, st->files[i].map_size);
     cJSON_Delete(st->files[i].metadata);
+    free(st->files[i].names);
     free(st->files[i].path);
   }
-  for (int64_t i = 0; i < st->ntensors; i++) free(st->names[i]);
-  free(st->names);
+  free(st->scratch);
   free(st->tensors);
   free(st->files);
   free(st);
@@ -496,6 +521,9 @@ fp4_status fp4_safetensors_open(const char *path, unsigned flags, fp4_safetensor
     fp4_safetensors_close(st);
     return status;
   }
+  free(st->scratch); /* an open checkpoint keeps no header bytes */
+  st->scratch = NULL;
+  st->scratch_cap = 0;
   *out = st;
   return FP4_OK;
 }
