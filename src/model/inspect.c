@@ -218,15 +218,17 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   char module[1024], role[160];
   for (int64_t i = 0; i < fp4_safetensors_count(st) && !status; i++) {
     const fp4_st_tensor *t = fp4_safetensors_at(st, i);
-    long layer, expert;
-    role_of(t->name, role, sizeof role, &layer, &expert);
+    long layer = -1, expert = -1;
+    const int packed = has_suffix(t->name, ".weight_packed");
+    const int linear = (packed || has_suffix(t->name, ".weight")) && t->ndim == 2;
+    /* The role (and indices) only where they are used: linear weights and MTP candidates. */
+    if (linear || first_mtp_layer > 0 || is_mtp(t->name, -1, 0)) role_of(t->name, role, sizeof role, &layer, &expert);
     const int mtp = is_mtp(t->name, layer, first_mtp_layer);
     if (mtp) {
       mtp_tensors++;
       if (expert >= 0 && expert < 65536 && mtp_experts) mtp_experts[expert / 8] |= (unsigned char)(1u << (expert % 8));
     }
-    int packed = has_suffix(t->name, ".weight_packed");
-    if (!(has_suffix(t->name, ".weight") || packed) || t->ndim != 2) continue;
+    if (!linear) continue;
     size_t len = strlen(t->name) - (packed ? 14 : 7);
     if (len >= sizeof module) len = sizeof module - 1;
     memcpy(module, t->name, len);

@@ -48,8 +48,14 @@ typedef struct st_file {
   size_t map_size;
   int mapped;           /* map came from mmap                                               */
   cJSON *metadata;      /* the __metadata__ object, detached from the header                */
-  char *names;          /* the file's tensor names, one block (no allocation per tensor)    */
 } st_file;
+
+/* Tensor names live in large blocks, chained (no allocation per tensor, few per checkpoint). */
+typedef struct st_name_block {
+  struct st_name_block *next;
+  size_t used, cap;
+  char bytes[];
+} st_name_block;
 
 struct fp4_safetensors {
   st_file *files;
@@ -57,9 +63,29 @@ struct fp4_safetensors {
   fp4_st_tensor *tensors; /* sorted by name */
   int64_t ntensors;
   int64_t cap;
+  st_name_block *names;   /* newest block first */
   char *scratch;          /* header buffer reused from shard to shard while opening */
   size_t scratch_cap;
+  fp4_st_tensor **order;  /* offset-order scratch, reused from shard to shard */
+  int64_t order_cap;
 };
+
+/* Room for `bytes` of names; NULL when out of memory. Blocks of at least 1 MiB: allocating between
+ * two header parses makes the allocator consolidate everything the last parse freed. */
+static char *name_room(fp4_safetensors *st, size_t bytes) {
+  st_name_block *b = st->names;
+  if (!b || b->cap - b->used < bytes) {
+    size_t cap = bytes > ((size_t)1 << 20) ? bytes : (size_t)1 << 20;
+    if (!(b = malloc(sizeof *b + cap))) return NULL;
+    b->next = st->names;
+    b->used = 0;
+    b->cap = cap;
+    st->names = b;
+  }
+  char *p = b->bytes + b->used;
+  b->used += bytes;
+  return p;
+}
 
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 }; /* the limit of the reference implementation */
 
@@ -137,7 +163,7 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
   size_t name_bytes = 1;
   int64_t entries = 0;
   for (const cJSON *e = root->child; e; e = e->next, entries++) name_bytes += (e->string ? strlen(e->string) : 0) + 1;
-  char *names = st->files[fi].names = malloc(name_bytes);
+  char *names = name_room(st, name_bytes);
   if (!names) {
     status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor names");
     goto done;
@@ -241,11 +267,18 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
   /* No overlaps and no holes: sorted by begin, each tensor starts where the previous ended and the
    * last ends at the end of the file. */
   int64_t nt = st->ntensors - first;
-  fp4_st_tensor **order = malloc((size_t)(nt ? nt : 1) * sizeof *order);
-  if (!order) {
-    status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
-    goto done;
+  if (nt > st->order_cap) {
+    int64_t cap = st->order_cap ? st->order_cap : 4096;
+    while (cap < nt) cap *= 2;
+    free(st->order);
+    st->order_cap = 0;
+    if (!(st->order = malloc((size_t)cap * sizeof *st->order))) {
+      status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
+      goto done;
+    }
+    st->order_cap = cap;
   }
+  fp4_st_tensor **order = st->order;
   int in_order = 1; /* writers usually list tensors in data order: then no sort is needed */
   for (int64_t i = 0; i < nt; i++) {
     order[i] = &st->tensors[first + i];
@@ -263,7 +296,6 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
   if (!status && expect != 8 + n + data_size)
     status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: the tensors end at file byte %llu but the file has %llu bytes",
                       path, (unsigned long long)expect, (unsigned long long)(8 + n + data_size));
-  free(order);
 done:
   cJSON_Delete(root);
   return status;
@@ -361,10 +393,15 @@ void fp4_safetensors_close(fp4_safetensors *st) {
   for (int i = 0; i < st->nfiles; i++) {
     if (st->files[i].mapped) munmap((void *)st->files[i].map, st->files[i].map_size);
     cJSON_Delete(st->files[i].metadata);
-    free(st->files[i].names);
     free(st->files[i].path);
   }
+  while (st->names) {
+    st_name_block *next = st->names->next;
+    free(st->names);
+    st->names = next;
+  }
   free(st->scratch);
+  free(st->order);
   free(st->tensors);
   free(st->files);
   free(st);
@@ -522,8 +559,11 @@ fp4_status fp4_safetensors_open(const char *path, unsigned flags, fp4_safetensor
     return status;
   }
   free(st->scratch); /* an open checkpoint keeps no header bytes */
+  free(st->order);
   st->scratch = NULL;
+  st->order = NULL;
   st->scratch_cap = 0;
+  st->order_cap = 0;
   *out = st;
   return FP4_OK;
 }
