@@ -44,9 +44,13 @@ static long cfg_int(const cJSON *config, const char *key) {
 }
 
 /* Storage of the linear module whose weight tensor is w. */
-static const char *storage_of(const fp4_safetensors *st, const char *module, const fp4_st_tensor *w, int packed) {
+static const char *storage_of(const fp4_safetensors *st, const char *module, size_t module_len, const fp4_st_tensor *w,
+                              int packed) {
   char name[1200];
-  snprintf(name, sizeof name, "%s.weight_scale", module);
+  static const char suffix[] = ".weight_scale";
+  if (module_len + sizeof suffix > sizeof name) module_len = sizeof name - sizeof suffix; /* as snprintf truncated */
+  memcpy(name, module, module_len);
+  memcpy(name + module_len, suffix, sizeof suffix);
   const fp4_st_tensor *s = fp4_safetensors_find(st, name);
   if (w->dtype == FP4_ST_U8 || packed) {
     if (s && s->dtype == FP4_ST_F8_E4M3) return "nvfp4";
@@ -66,9 +70,14 @@ static void role_of(const char *name, char *role, size_t size, long *layer, long
   *expert = -1;
   size_t o = 0;
   for (const char *p = name; *p && o + 2 < size;) {
-    int after_layers = p - name >= 7 && !strncmp(p - 7, "layers.", 7);
-    int after_experts = p - name >= 8 && !strncmp(p - 8, "experts.", 8);
-    if ((after_layers || after_experts) && isdigit((unsigned char)*p)) {
+    /* Only a digit right after a '.' can follow "layers." or "experts.": test that first, since the
+     * comparisons for every character of every name were the bulk of a large inspection. */
+    int after_layers = 0, after_experts = 0;
+    if (p > name && p[-1] == '.' && isdigit((unsigned char)*p)) {
+      after_layers = p - name >= 7 && !memcmp(p - 7, "layers.", 7);
+      after_experts = p - name >= 8 && !memcmp(p - 8, "experts.", 8);
+    }
+    if (after_layers || after_experts) {
       long v = strtol(p, (char **)&p, 10);
       if (after_layers && *layer < 0) *layer = v;
       else if (after_experts) *expert = v;
@@ -108,7 +117,17 @@ typedef struct gemm_group {
   int expert;          /* role has an expert index */
   int mtp;
   unsigned char *layer_bits; /* distinct layers (up to 4096) */
+  uint64_t hash;             /* of role, storage, n and k */
 } gemm_group;
+
+/* FNV-1a over the group key. */
+static uint64_t group_hash(const char *role, const char *storage, int64_t n, int64_t k) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = role; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  for (const char *p = storage; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  h = (h ^ (uint64_t)n) * 1099511628211ull;
+  return (h ^ (uint64_t)k) * 1099511628211ull;
+}
 
 static int is_mtp(const char *name, long layer, long first_mtp_layer) {
   return !strncmp(name, "mtp.", 4) || strstr(name, ".mtp.") != NULL || (first_mtp_layer > 0 && layer >= first_mtp_layer);
@@ -190,6 +209,8 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   /* One pass over the headers: linear modules by storage, GEMM groups, MTP. */
   gemm_group *groups = NULL;
   int ngroups = 0, capg = 0;
+  int *slots = NULL; /* open addressing: group index or -1 */
+  size_t nslots = 0;
   cJSON *census = cJSON_CreateObject();
   int64_t mtp_tensors = 0;
   unsigned char *mtp_experts = calloc(65536 / 8, 1);
@@ -197,18 +218,22 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   char module[1024], role[160];
   for (int64_t i = 0; i < fp4_safetensors_count(st) && !status; i++) {
     const fp4_st_tensor *t = fp4_safetensors_at(st, i);
-    long layer, expert;
-    role_of(t->name, role, sizeof role, &layer, &expert);
+    long layer = -1, expert = -1;
+    const int packed = has_suffix(t->name, ".weight_packed");
+    const int linear = (packed || has_suffix(t->name, ".weight")) && t->ndim == 2;
+    /* The role (and indices) only where they are used: linear weights and MTP candidates. */
+    if (linear || first_mtp_layer > 0 || is_mtp(t->name, -1, 0)) role_of(t->name, role, sizeof role, &layer, &expert);
     const int mtp = is_mtp(t->name, layer, first_mtp_layer);
     if (mtp) {
       mtp_tensors++;
       if (expert >= 0 && expert < 65536 && mtp_experts) mtp_experts[expert / 8] |= (unsigned char)(1u << (expert % 8));
     }
-    int packed = has_suffix(t->name, ".weight_packed");
-    if (!(has_suffix(t->name, ".weight") || packed) || t->ndim != 2) continue;
+    if (!linear) continue;
     size_t len = strlen(t->name) - (packed ? 14 : 7);
-    snprintf(module, sizeof module, "%.*s", (int)len, t->name);
-    const char *storage = storage_of(st, module, t, packed);
+    if (len >= sizeof module) len = sizeof module - 1;
+    memcpy(module, t->name, len);
+    module[len] = 0;
+    const char *storage = storage_of(st, module, len, t, packed);
     if (strstr(module, "embed")) continue; /* a lookup table, not a GEMM */
     const int fp4 = !strcmp(storage, "nvfp4") || !strcmp(storage, "mxfp4");
     const int64_t n = t->shape[0], k = fp4 ? t->shape[1] * 2 : t->shape[1];
@@ -219,25 +244,48 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
       snprintf(mtp_storage + strlen(mtp_storage), sizeof mtp_storage - strlen(mtp_storage), "%s%s",
                *mtp_storage ? "," : "", storage);
     role[strlen(role) - (packed ? 14 : 7)] = 0;
-    int g = 0;
-    for (; g < ngroups; g++)
-      if (groups[g].n == n && groups[g].k == k && !strcmp(groups[g].role, role) && !strcmp(groups[g].storage, storage))
+    /* Hash lookup of the group: a model has hundreds of roles and a linear scan per module added up. */
+    const uint64_t h = group_hash(role, storage, n, k);
+    size_t slot = (size_t)h & (nslots - 1);
+    int g = -1;
+    for (; slots && slots[slot] >= 0; slot = (slot + 1) & (nslots - 1)) {
+      const gemm_group *G = &groups[slots[slot]];
+      if (G->hash == h && G->n == n && G->k == k && !strcmp(G->role, role) && !strcmp(G->storage, storage)) {
+        g = slots[slot];
         break;
-    if (g == ngroups) {
+      }
+    }
+    if (g < 0) {
+      g = ngroups;
       if (ngroups == capg) {
         capg = capg ? capg * 2 : 32;
         gemm_group *ng = realloc(groups, (size_t)capg * sizeof *ng);
-        if (!ng) {
+        int *ns = malloc((size_t)capg * 2 * sizeof *ns);
+        if (ng) groups = ng;
+        if (!ng || !ns) {
+          free(ns);
           status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
           break;
         }
-        groups = ng;
+        /* Rehash into a table of twice the group capacity: never more than half full. */
+        free(slots);
+        slots = ns;
+        nslots = (size_t)capg * 2;
+        for (size_t s2 = 0; s2 < nslots; s2++) slots[s2] = -1;
+        for (int r = 0; r < ngroups; r++) {
+          size_t j = (size_t)groups[r].hash & (nslots - 1);
+          while (slots[j] >= 0) j = (j + 1) & (nslots - 1);
+          slots[j] = r;
+        }
+        for (slot = (size_t)h & (nslots - 1); slots[slot] >= 0;) slot = (slot + 1) & (nslots - 1);
       }
+      slots[slot] = g;
       memset(&groups[g], 0, sizeof groups[g]);
       snprintf(groups[g].role, sizeof groups[g].role, "%s", role);
       snprintf(groups[g].storage, sizeof groups[g].storage, "%s", storage);
       groups[g].n = n;
       groups[g].k = k;
+      groups[g].hash = h;
       groups[g].expert = expert >= 0;
       groups[g].mtp = mtp;
       groups[g].layer_bits = calloc(4096 / 8, 1);
@@ -300,6 +348,7 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   }
   for (int g = 0; g < ngroups; g++) free(groups[g].layer_bits);
   free(groups);
+  free(slots);
   fp4_safetensors_close(st);
   cJSON_Delete(config);
   cJSON_Delete(hfq);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_kernels.h" /* fp4_cpu_parallel: shards are parsed on the library's CPU threads */
 #include "core/error.h"
 #include "fp4kit_model.h"
 #include "model/model_internal.h"
@@ -50,14 +51,48 @@ typedef struct st_file {
   cJSON *metadata;      /* the __metadata__ object, detached from the header                */
 } st_file;
 
+/* Tensor names live in large blocks, chained (no allocation per tensor, few per checkpoint). */
+typedef struct st_name_block {
+  struct st_name_block *next;
+  size_t used, cap;
+  char bytes[];
+} st_name_block;
+
 struct fp4_safetensors {
   st_file *files;
   int nfiles;
   fp4_st_tensor *tensors; /* sorted by name */
   int64_t ntensors;
-  int64_t cap;
-  char **names;           /* owned name strings */
+  st_name_block *names;   /* every name block of every loader */
 };
+
+/* What one loading thread collects from the shards it parses (shards are parsed in parallel). */
+typedef struct st_part {
+  fp4_st_tensor *tensors; /* header order within each shard */
+  int64_t ntensors, cap;
+  st_name_block *names;   /* newest block first */
+  char *scratch;          /* header buffer reused from shard to shard */
+  size_t scratch_cap;
+  fp4_st_tensor **order;  /* offset-order scratch, reused from shard to shard */
+  int64_t order_cap;
+} st_part;
+
+/* Room for `bytes` of names; NULL when out of memory. Blocks of at least 1 MiB: allocating between
+ * two header parses makes the allocator consolidate everything the last parse freed. */
+static char *name_room(st_part *st, size_t bytes) {
+  st_name_block *b = st->names;
+  if (!b || b->cap - b->used < bytes) {
+    size_t cap = bytes > ((size_t)1 << 20) ? bytes : (size_t)1 << 20;
+    if (!(b = malloc(sizeof *b + cap))) return NULL;
+    b->next = st->names;
+    b->used = 0;
+    b->cap = cap;
+    st->names = b;
+  }
+  char *p = b->bytes + b->used;
+  b->used += bytes;
+  return p;
+}
 
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 }; /* the limit of the reference implementation */
 
@@ -85,28 +120,31 @@ static int cmp_begin(const void *a, const void *b) {
   return 0;
 }
 
-static fp4_status push_tensor(fp4_safetensors *st, const fp4_st_tensor *t) {
-  if (st->ntensors == st->cap) {
-    int64_t cap = st->cap ? st->cap * 2 : 64;
-    fp4_st_tensor *nt = realloc(st->tensors, (size_t)cap * sizeof *nt);
-    char **nn = realloc(st->names, (size_t)cap * sizeof *nn);
-    if (nt) st->tensors = nt;
-    if (nn) st->names = nn;
-    if (!nt || !nn) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor list");
-    st->cap = cap;
-  }
-  char *name = strdup(t->name);
-  if (!name) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
-  st->names[st->ntensors] = name;
-  st->tensors[st->ntensors] = *t;
-  st->tensors[st->ntensors].name = name;
-  st->ntensors++;
+/* Makes room for `more` tensors (one growth per file, not per tensor). */
+static fp4_status reserve_tensors(st_part *st, int64_t more) {
+  if (st->ntensors + more <= st->cap) return FP4_OK;
+  int64_t cap = st->cap ? st->cap : 64;
+  while (cap < st->ntensors + more) cap *= 2;
+  fp4_st_tensor *nt = realloc(st->tensors, (size_t)cap * sizeof *nt);
+  if (!nt) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor list");
+  st->tensors = nt;
+  st->cap = cap;
   return FP4_OK;
+}
+
+/* Appends t (room reserved), its name copied to *names (the file's name block). */
+static void push_tensor(st_part *st, const fp4_st_tensor *t, char **names) {
+  size_t len = strlen(t->name) + 1;
+  memcpy(*names, t->name, len);
+  st->tensors[st->ntensors] = *t;
+  st->tensors[st->ntensors].name = *names;
+  *names += len;
+  st->ntensors++;
 }
 
 /* Parses and validates the header of file fi (header bytes hdr[0..n), data area of data_size bytes
  * starting at file offset 8+n) and appends its tensors. */
-static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, size_t n, uint64_t data_size) {
+static fp4_status parse_header(fp4_safetensors *st, st_part *part, int fi, const char *hdr, size_t n, uint64_t data_size) {
   const char *path = st->files[fi].path;
   const char *json_end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(hdr, n, &json_end, 0);
@@ -118,16 +156,26 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
                     8 + (unsigned long long)(json_end - hdr));
   }
   if (!root) {
-    const char *at = cJSON_GetErrorPtr();
+    const char *at = json_end; /* cJSON's error position for this parse (its global one is shared) */
     unsigned long long pos = at && at >= hdr && at <= hdr + n ? 8 + (unsigned long long)(at - hdr) : 8;
     return fp4_fail(FP4_ERR_FORMAT, "safetensors %s: the header is not valid JSON (near byte %llu)", path, pos);
   }
   fp4_status status = FP4_OK;
-  int64_t first = st->ntensors;
+  int64_t first = part->ntensors;
   if (!cJSON_IsObject(root)) {
     status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: the header at byte 8 is not a JSON object", path);
     goto done;
   }
+  /* Room for every entry and one block for the names, sized before the walk. */
+  size_t name_bytes = 1;
+  int64_t entries = 0;
+  for (const cJSON *e = root->child; e; e = e->next, entries++) name_bytes += (e->string ? strlen(e->string) : 0) + 1;
+  char *names = name_room(part, name_bytes);
+  if (!names) {
+    status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor names");
+    goto done;
+  }
+  if ((status = reserve_tensors(part, entries))) goto done;
   for (cJSON *e = root->child; e; e = e->next) {
     const char *name = e->string ? e->string : "";
     /* The position is searched for only when a message needs it: a scan per tensor is quadratic. */
@@ -220,19 +268,30 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
     t.offset = 8 + n + begin;
     t.bytes = end - begin;
     t.data = st->files[fi].map ? st->files[fi].map + t.offset : NULL;
-    if ((status = push_tensor(st, &t))) goto done;
+    push_tensor(part, &t, &names);
 #undef pos
   }
   /* No overlaps and no holes: sorted by begin, each tensor starts where the previous ended and the
    * last ends at the end of the file. */
-  int64_t nt = st->ntensors - first;
-  fp4_st_tensor **order = malloc((size_t)(nt ? nt : 1) * sizeof *order);
-  if (!order) {
-    status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
-    goto done;
+  int64_t nt = part->ntensors - first;
+  if (nt > part->order_cap) {
+    int64_t cap = part->order_cap ? part->order_cap : 4096;
+    while (cap < nt) cap *= 2;
+    free(part->order);
+    part->order_cap = 0;
+    if (!(part->order = malloc((size_t)cap * sizeof *part->order))) {
+      status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
+      goto done;
+    }
+    part->order_cap = cap;
   }
-  for (int64_t i = 0; i < nt; i++) order[i] = &st->tensors[first + i];
-  qsort(order, (size_t)nt, sizeof *order, cmp_begin);
+  fp4_st_tensor **order = part->order;
+  int in_order = 1; /* writers usually list tensors in data order: then no sort is needed */
+  for (int64_t i = 0; i < nt; i++) {
+    order[i] = &part->tensors[first + i];
+    if (i && cmp_begin(&order[i - 1], &order[i]) > 0) in_order = 0;
+  }
+  if (!in_order) qsort(order, (size_t)nt, sizeof *order, cmp_begin);
   uint64_t expect = 8 + n;
   for (int64_t i = 0; i < nt && !status; i++) {
     if (order[i]->offset != expect)
@@ -244,19 +303,38 @@ static fp4_status parse_header(fp4_safetensors *st, int fi, const char *hdr, siz
   if (!status && expect != 8 + n + data_size)
     status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: the tensors end at file byte %llu but the file has %llu bytes",
                       path, (unsigned long long)expect, (unsigned long long)(8 + n + data_size));
-  free(order);
 done:
   cJSON_Delete(root);
   return status;
 }
 
+/* Name order; equal names (refused below) in shard order, then header order, as read serially. */
 static int cmp_name(const void *a, const void *b) {
-  return strcmp(((const fp4_st_tensor *)a)->name, ((const fp4_st_tensor *)b)->name);
+  const fp4_st_tensor *x = *(const fp4_st_tensor *const *)a, *y = *(const fp4_st_tensor *const *)b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  return x < y ? -1 : x > y; /* one shard is parsed by one thread, into one array, in header order */
 }
 
-/* Sorts the tensor list and refuses duplicate names (within or across shards). */
-static fp4_status finalize(fp4_safetensors *st) {
-  if (st->ntensors > 1) qsort(st->tensors, (size_t)st->ntensors, sizeof *st->tensors, cmp_name);
+/* Gathers the tensors of every part in name order (pointers are sorted, each tensor is copied
+ * once) and refuses duplicate names (within or across shards). */
+static fp4_status finalize(fp4_safetensors *st, const st_part *parts, int nparts) {
+  int64_t total = 0;
+  for (int i = 0; i < nparts; i++) total += parts[i].ntensors;
+  const fp4_st_tensor **sorted = malloc((size_t)(total ? total : 1) * sizeof *sorted);
+  st->tensors = malloc((size_t)(total ? total : 1) * sizeof *st->tensors);
+  if (!sorted || !st->tensors) {
+    free(sorted);
+    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for the tensor list");
+  }
+  int64_t k = 0;
+  for (int i = 0; i < nparts; i++)
+    for (int64_t j = 0; j < parts[i].ntensors; j++) sorted[k++] = &parts[i].tensors[j];
+  if (total > 1) qsort(sorted, (size_t)total, sizeof *sorted, cmp_name);
+  for (int64_t i = 0; i < total; i++) st->tensors[i] = *sorted[i];
+  st->ntensors = total;
+  free(sorted);
   for (int64_t i = 1; i < st->ntensors; i++)
     if (!strcmp(st->tensors[i].name, st->tensors[i - 1].name))
       return fp4_fail(FP4_ERR_FORMAT, "safetensors %s: tensor '%s' (file byte %llu) is defined twice (also in %s)",
@@ -265,7 +343,7 @@ static fp4_status finalize(fp4_safetensors *st) {
   return FP4_OK;
 }
 
-static fp4_status parse_image(fp4_safetensors *st, int fi, const uint8_t *image, uint64_t size) {
+static fp4_status parse_image(fp4_safetensors *st, st_part *part, int fi, const uint8_t *image, uint64_t size) {
   const char *path = st->files[fi].path;
   if (size < 8)
     return fp4_fail(FP4_ERR_FORMAT, "safetensors %s: %llu bytes is too short for the 8-byte header length", path,
@@ -275,10 +353,11 @@ static fp4_status parse_image(fp4_safetensors *st, int fi, const uint8_t *image,
   if (n > size - 8 || n > ST_MAX_HEADER)
     return fp4_fail(FP4_ERR_FORMAT, "safetensors %s: header length %llu at byte 0 exceeds the file (%llu bytes) or "
                     "the %d-byte limit", path, (unsigned long long)n, (unsigned long long)size, ST_MAX_HEADER);
-  return parse_header(st, fi, (const char *)image + 8, (size_t)n, size - 8 - n);
+  return parse_header(st, part, fi, (const char *)image + 8, (size_t)n, size - 8 - n);
 }
 
-static fp4_status add_file(fp4_safetensors *st, const char *path, unsigned flags) {
+/* Registers a shard; load_files reads them all. */
+static fp4_status add_file(fp4_safetensors *st, const char *path) {
   st_file *nf = realloc(st->files, (size_t)(st->nfiles + 1) * sizeof *nf);
   if (!nf) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
   st->files = nf;
@@ -286,6 +365,14 @@ static fp4_status add_file(fp4_safetensors *st, const char *path, unsigned flags
   memset(&st->files[fi], 0, sizeof st->files[fi]);
   st->files[fi].path = strdup(path);
   if (!st->files[fi].path) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
+  return FP4_OK;
+}
+
+/* Reads and validates shard fi into part (runs on a loading thread; touches only files[fi]). */
+static fp4_status load_file(fp4_safetensors *st, st_part *part, int fi, unsigned flags) {
+  const char *path = st->files[fi].path;
+  if (st->files[fi].map && !st->files[fi].mapped) /* the caller's image */
+    return parse_image(st, part, fi, st->files[fi].map, st->files[fi].map_size);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fp4_fail(errno == ENOENT ? FP4_ERR_NOT_FOUND : FP4_ERR_IO, "safetensors: cannot open %s: %s",
                               path, strerror(errno));
@@ -306,11 +393,17 @@ static fp4_status add_file(fp4_safetensors *st, const char *path, unsigned flags
         status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: header length %llu at byte 0 exceeds the file (%llu bytes) "
                           "or the %d-byte limit", path, (unsigned long long)n, (unsigned long long)size, ST_MAX_HEADER);
       } else {
-        char *hdr = malloc(n ? n : 1);
-        if (!hdr) status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for a header");
-        else if (pread(fd, hdr, n, 8) != (ssize_t)n) status = fp4_fail(FP4_ERR_IO, "safetensors: cannot read %s", path);
-        else status = parse_header(st, fi, hdr, (size_t)n, size - 8 - n);
-        free(hdr);
+        /* One buffer for every shard's header: a fresh multi-megabyte allocation per shard made
+         * the allocator consolidate its free lists each time. */
+        if (n > part->scratch_cap) {
+          free(part->scratch);
+          part->scratch_cap = 0;
+          if ((part->scratch = malloc(n)) != NULL) part->scratch_cap = n;
+        }
+        char *hdr = part->scratch;
+        if (n && !hdr) status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory for a header");
+        else if (n && pread(fd, hdr, n, 8) != (ssize_t)n) status = fp4_fail(FP4_ERR_IO, "safetensors: cannot read %s", path);
+        else status = parse_header(st, part, fi, n ? hdr : "", (size_t)n, size - 8 - n);
       }
     }
   } else {
@@ -324,10 +417,62 @@ static fp4_status add_file(fp4_safetensors *st, const char *path, unsigned flags
       st->files[fi].map = map;
       st->files[fi].map_size = size;
       st->files[fi].mapped = 1;
-      status = parse_image(st, fi, map, size);
+      status = parse_image(st, part, fi, map, size);
     }
   }
   close(fd);
+  return status;
+}
+
+typedef struct st_job {
+  fp4_safetensors *st;
+  unsigned flags;
+  st_part *parts;    /* one per thread */
+  fp4_status *status; /* one per shard */
+  char **message;     /* one per shard: the failing thread's error text */
+} st_job;
+
+static void load_unit(void *arg, int64_t unit, int thread) {
+  st_job *j = arg;
+  fp4_status s = load_file(j->st, &j->parts[thread], (int)unit, j->flags);
+  j->status[unit] = s;
+  if (s) j->message[unit] = strdup(fp4_last_error());
+}
+
+/* Reads every registered shard, in parallel over the library's CPU threads (FP4KIT_NUM_THREADS):
+ * parsing a header's JSON dominates the time and shards are independent. The error reported is the
+ * first failing shard's in shard order, as a serial read would report it. */
+static fp4_status load_files(fp4_safetensors *st, unsigned flags) {
+  int threads = fp4_cpu_current_threads();
+  if (threads > st->nfiles) threads = st->nfiles;
+  if (threads < 1) threads = 1;
+  st_job job = {st, flags, calloc((size_t)threads, sizeof(st_part)), calloc((size_t)(st->nfiles ? st->nfiles : 1),
+                sizeof(fp4_status)), calloc((size_t)(st->nfiles ? st->nfiles : 1), sizeof(char *))};
+  fp4_status status = FP4_OK;
+  if (!job.parts || !job.status || !job.message) {
+    status = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "safetensors: out of host memory");
+  } else {
+    fp4_cpu_parallel(threads, st->nfiles, load_unit, &job);
+    for (int i = 0; i < st->nfiles && !status; i++)
+      if (job.status[i]) status = fp4_fail(job.status[i], "%s", job.message[i] ? job.message[i] : "safetensors: out of host memory");
+    if (!status) status = finalize(st, job.parts, threads);
+  }
+  for (int t = 0; job.parts && t < threads; t++) {
+    st_part *p = &job.parts[t];
+    while (p->names) { /* the names now belong to st */
+      st_name_block *next = p->names->next;
+      p->names->next = st->names;
+      st->names = p->names;
+      p->names = next;
+    }
+    free(p->tensors);
+    free(p->scratch);
+    free(p->order);
+  }
+  for (int i = 0; job.message && i < st->nfiles; i++) free(job.message[i]);
+  free(job.parts);
+  free(job.status);
+  free(job.message);
   return status;
 }
 
@@ -338,8 +483,11 @@ void fp4_safetensors_close(fp4_safetensors *st) {
     cJSON_Delete(st->files[i].metadata);
     free(st->files[i].path);
   }
-  for (int64_t i = 0; i < st->ntensors; i++) free(st->names[i]);
-  free(st->names);
+  while (st->names) {
+    st_name_block *next = st->names->next;
+    free(st->names);
+    st->names = next;
+  }
   free(st->tensors);
   free(st->files);
   free(st);
@@ -358,8 +506,7 @@ fp4_status fp4_safetensors_open_memory(const void *image, size_t size, fp4_safet
   st->nfiles = 1;
   st->files[0].map = image;
   st->files[0].map_size = size;
-  fp4_status status = parse_image(st, 0, image, size);
-  if (!status) status = finalize(st);
+  fp4_status status = load_files(st, 0);
   if (status) {
     fp4_safetensors_close(st);
     return status;
@@ -423,10 +570,10 @@ static fp4_status open_index(fp4_safetensors *st, const char *index_path, unsign
       if (snprintf(path, sizeof path, "%s%s", dir, files[i]) >= (int)sizeof path)
         status = fp4_fail(FP4_ERR_FORMAT, "safetensors index %s: shard path too long", index_path);
       else
-        status = add_file(st, path, flags);
+        status = add_file(st, path);
     }
   }
-  if (!status) status = finalize(st);
+  if (!status) status = load_files(st, flags);
   /* Every index entry must exist in the shard it names. */
   for (const cJSON *e = map->child; e && !status; e = e->next) {
     const fp4_st_tensor *t = fp4_safetensors_find(st, e->string);
@@ -480,17 +627,17 @@ fp4_status fp4_safetensors_open(const char *path, unsigned flags, fp4_safetensor
       for (int i = 0; i < nn && !status; i++) {
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", path, names[i]);
-        status = add_file(st, p, flags);
+        status = add_file(st, p);
       }
       for (int i = 0; i < nn; i++) free(names[i]);
       free(names);
-      if (!status) status = finalize(st);
+      if (!status) status = load_files(st, flags);
     }
   } else if (ends_with(path, ".json")) {
     status = open_index(st, path, flags);
   } else {
-    status = add_file(st, path, flags);
-    if (!status) status = finalize(st);
+    status = add_file(st, path);
+    if (!status) status = load_files(st, flags);
   }
   if (status) {
     fp4_safetensors_close(st);
