@@ -133,6 +133,9 @@ static void test_heuristic_order(void) {
   CHECK(fp4_heuristic_rank("cublaslt", 120, dev, mm, 4096) < fp4_heuristic_rank("cublas-dequant", 120, dev, mm, 4096), "SM120 large");
   CHECK(fp4_heuristic_rank("someone-new", 90, dev, mm, 1) > fp4_heuristic_rank("cublas-dequant", 90, dev, mm, 1), "unknown last");
   CHECK(fp4_heuristic_rank("cuda", 90, dev, mm, 64) == fp4_heuristic_rank("cuda", 90, dev, mm, 64), "pure");
+  CHECK(fp4_heuristic_rank("cuda-sm120", 120, dev, mm, 16) < fp4_heuristic_rank("cuda", 120, dev, mm, 16), "SM120: native MMA first");
+  CHECK(fp4_heuristic_rank("cuda-sm120", 90, dev, mm, 16) > fp4_heuristic_rank("someone-new", 90, dev, mm, 16),
+        "SM90: the emulated SM120 build is never preferred");
 }
 
 /* A small host GEMM through the public API with options. */
