@@ -85,29 +85,6 @@ static void test_grouped(void) {
       }
 }
 
-static fp4h_case moe_case(int64_t T, int64_t I, int64_t H, int64_t E, int64_t k, int w4a4, fp4_format f, int shared,
-                          int routing, fp4_dtype dtype) {
-  fp4h_case c;
-  memset(&c, 0, sizeof c);
-  c.name = w4a4 ? "moe_w4a4" : "moe_w4a16";
-  c.op = FP4H_MOE;
-  c.format = f;
-  c.layout_a = FP4_LAYOUT_128X4;
-  c.layout_b = shared ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_128X4;
-  c.m = T;
-  c.n = I;
-  c.k = H;
-  c.a_dtype = dtype;
-  c.out_dtype = dtype;
-  c.data = FP4H_DATA_NORMAL;
-  c.experts = E;
-  c.top_k = k;
-  c.moe_mode = w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
-  c.shared = shared;
-  c.routing = routing;
-  return c;
-}
-
 static void test_moe(void) {
   uint64_t seed = 2000;
   for (int f = 0; f < 2; f++)
@@ -119,12 +96,12 @@ static void test_moe(void) {
           const fp4_dtype dtype = kDtypes[rot % 3];
           /* 300 tokens: fewer experts, so each gets many rows (the panel path of the GEMM). */
           const int64_t E = t == 3 ? 8 : 20, k = t == 3 ? 2 : 4;
-          fp4h_case c = moe_case(kTokens[t], 64, 128, E, k, w4a4, (fp4_format)f, shared, routing, dtype);
+          fp4h_case c = fp4h_moe_case(kTokens[t], 64, 128, E, k, w4a4, (fp4_format)f, shared, routing, dtype);
           run_case(&c, seed++);
         }
   /* Top-10 over many experts, as Qwen3.5's layers route (widths scaled down). */
   for (int w4a4 = 0; w4a4 < 2; w4a4++) {
-    fp4h_case c = moe_case(8, 64, 256, 128, 10, w4a4, FP4_FORMAT_NVFP4, w4a4, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
+    fp4h_case c = fp4h_moe_case(8, 64, 256, 128, 10, w4a4, FP4_FORMAT_NVFP4, w4a4, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
     run_case(&c, seed++);
   }
 }
