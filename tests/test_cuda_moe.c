@@ -59,29 +59,6 @@ static void test_grouped(fp4_context *ctx) {
       }
 }
 
-static fp4h_case moe_case(int64_t T, int64_t I, int64_t H, int64_t E, int64_t k, int w4a4, fp4_format f, int shared,
-                          int routing, fp4_dtype dtype) {
-  fp4h_case c;
-  memset(&c, 0, sizeof c);
-  c.name = w4a4 ? "moe_w4a4" : "moe_w4a16";
-  c.op = FP4H_MOE;
-  c.format = f;
-  c.layout_a = FP4_LAYOUT_128X4;
-  c.layout_b = shared ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_128X4;
-  c.m = T;
-  c.n = I;
-  c.k = H;
-  c.a_dtype = dtype;
-  c.out_dtype = dtype;
-  c.data = FP4H_DATA_NORMAL;
-  c.experts = E;
-  c.top_k = k;
-  c.moe_mode = w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
-  c.shared = shared;
-  c.routing = routing;
-  return c;
-}
-
 static void test_moe_small(fp4_context *ctx) {
   uint64_t seed = 2000;
   for (int f = 0; f < 2; f++)
@@ -91,7 +68,7 @@ static void test_moe_small(fp4_context *ctx) {
           const int rot = (int)(f + w4a4 + shared + t);
           const int routing = rot % 3; /* uniform, skewed, duplicates */
           const fp4_dtype dtype = rot % 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
-          fp4h_case c = moe_case(kTokens[t], 96, 256, 40, 6, w4a4, (fp4_format)f, shared, routing, dtype);
+          fp4h_case c = fp4h_moe_case(kTokens[t], 96, 256, 40, 6, w4a4, (fp4_format)f, shared, routing, dtype);
           run_case(ctx, &c, seed++);
         }
 }
@@ -103,16 +80,16 @@ static void test_moe_qwen(fp4_context *ctx) {
   for (int w4a4 = 0; w4a4 < 2; w4a4++)
     for (int routing = 0; routing < 2; routing++)
       for (size_t t = 0; t < 3; t++) {
-        fp4h_case c = moe_case(kTokens[t], 128, 512, 512, 10, w4a4, FP4_FORMAT_NVFP4, t == 1, routing, FP4_DTYPE_BF16);
+        fp4h_case c = fp4h_moe_case(kTokens[t], 128, 512, 512, 10, w4a4, FP4_FORMAT_NVFP4, t == 1, routing, FP4_DTYPE_BF16);
         run_case(ctx, &c, seed++);
       }
-  fp4h_case c = moe_case(300, 128, 512, 128, 10, 1, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
+  fp4h_case c = fp4h_moe_case(300, 128, 512, 128, 10, 1, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
-  c = moe_case(300, 128, 512, 128, 10, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+  c = fp4h_moe_case(300, 128, 512, 128, 10, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
-  c = moe_case(2, 1024, 4096, 12, 10, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+  c = fp4h_moe_case(2, 1024, 4096, 12, 10, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
-  c = moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
+  c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
 }
 

@@ -138,6 +138,29 @@ static void random_offsets(fp4h_rng *g, int64_t *offsets, int64_t E, int64_t T) 
   for (int64_t e = 0; e < E; e++) offsets[e + 1] += offsets[e];
 }
 
+fp4h_case fp4h_moe_case(int64_t T, int64_t I, int64_t H, int64_t E, int64_t k, int w4a4, fp4_format f, int shared,
+                        int routing, fp4_dtype dtype) {
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  c.name = w4a4 ? "moe_w4a4" : "moe_w4a16";
+  c.op = FP4H_MOE;
+  c.format = f;
+  c.layout_a = FP4_LAYOUT_128X4;
+  c.layout_b = shared ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_128X4;
+  c.m = T;
+  c.n = I;
+  c.k = H;
+  c.a_dtype = dtype;
+  c.out_dtype = dtype;
+  c.data = FP4H_DATA_NORMAL;
+  c.experts = E;
+  c.top_k = k;
+  c.moe_mode = w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
+  c.shared = shared;
+  c.routing = routing;
+  return c;
+}
+
 void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
                   fp4h_result *r) {
   memset(r, 0, sizeof *r);

@@ -25,6 +25,12 @@ void fp4h_grouped_free(fp4_grouped_qmatrix *w);
  * probabilities). Needs k <= E (k <= E-1 for SKEWED). */
 void fp4h_routing_fill(fp4h_rng *g, int32_t *ids, float *weights, int64_t T, int64_t k, int64_t E, fp4h_routing kind);
 
+/* An FP4H_MOE case: T tokens, intermediate size I, hidden size H, E experts, top-k, hidden and output
+ * in dtype, normal data; 128x4 routed weight scales, linear ones with a shared expert (both layouts
+ * covered). */
+fp4h_case fp4h_moe_case(int64_t T, int64_t I, int64_t H, int64_t E, int64_t k, int w4a4, fp4_format f, int shared,
+                        int routing, fp4_dtype dtype);
+
 /* Runs an FP4H_GROUPED_MM / FP4H_GROUPED_MM_W4A16 / FP4H_MOE case (fp4h_run calls it). */
 void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
                   fp4h_result *r);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_moe.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "format/codec.h"
@@ -107,7 +108,7 @@ static void quant_unit(void *arg, int64_t unit, int thread) {
   j->k->quantize_rows(j->x, j->gsf, j->out, r0, nr);
 }
 
-static void cpu_quantize(const fp4_cpu_kernels *k, int threads, const fp4_problem *p) {
+void fp4_cpu_quantize_problem(const fp4_cpu_kernels *k, int threads, const fp4_problem *p) {
   /* About 64 KiB of input per unit: enough to amortize the hand-out, small enough to balance. */
   int64_t rpu = (65536 / 4) / p->a->cols;
   if (rpu < 1) rpu = 1;
@@ -204,7 +205,8 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
   }
 }
 
-static fp4_status cpu_gemm(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, char *config, size_t config_size) {
+fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, char *config,
+                                size_t config_size) {
   gemm_job j;
   memset(&j, 0, sizeof j);
   j.k = k;
@@ -278,10 +280,14 @@ static fp4_status cpu_run(fp4_context *ctx, const fp4_problem *p, const char *co
   char used[64] = "";
   fp4_status st = FP4_OK;
   if (p->op == FP4_OP_QUANTIZE) {
-    cpu_quantize(k, threads, p);
+    fp4_cpu_quantize_problem(k, threads, p);
     snprintf(used, sizeof used, "quantize:%s,%dt", k->name, threads);
+  } else if (p->op == FP4_OP_MOE) {
+    st = fp4_cpu_moe(k, threads, p, used, sizeof used);
+  } else if (p->op == FP4_OP_GROUPED_MM || p->op == FP4_OP_GROUPED_MM_W4A16) {
+    st = fp4_cpu_grouped_mm(k, threads, p, used, sizeof used);
   } else {
-    st = cpu_gemm(k, threads, p, used, sizeof used);
+    st = fp4_cpu_gemm_problem(k, threads, p, used, sizeof used);
   }
   if (info && !st) {
     snprintf(info->backend, sizeof info->backend, "cpu");
@@ -299,4 +305,5 @@ const fp4_backend fp4_backend_cpu = {
     .configs = NULL,
     .run = cpu_run,
     .release_state = NULL,
+    .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
 };
