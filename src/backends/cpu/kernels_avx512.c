@@ -240,12 +240,12 @@ T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t
 /* ---- panel path (larger M) ---------------------------------------------------------------------- */
 
 /* Decodes a weight row with scales applied (exact: at most 6 significant bits), PAIR32 order. */
-T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, float *dst) {
+T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, int64_t k0, int64_t k1, float *dst) {
   const __m512 lut = _mm512_loadu_ps(fp4_cpu_e2m1_values);
-  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
+  const int64_t row_bytes = g->k / 2;
   const uint8_t *w = g->b + n * row_bytes;
   const int64_t base = fp4_cpu_scale_base(g, n);
-  for (int64_t ch = 0; ch < nchunks; ch++) {
+  for (int64_t ch = k0 / 128; ch < k1 / 128; ch++) {
     __m512i x = chunk_weights(w, ch, row_bytes);
     __m512 s16 = chunk_scales(g, base, ch);
     __m128i parts[4] = {_mm512_extracti32x4_epi32(x, 0), _mm512_extracti32x4_epi32(x, 1),
@@ -260,10 +260,10 @@ T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, float *dst) {
   }
 }
 
-T512 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel) {
+T512 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
-    if (r < nr) decode_row(g, n0 + r, panel + r * g->lda);
-    else memset(panel + r * g->lda, 0, sizeof(float) * (size_t)g->lda);
+    if (r < nr) decode_row(g, n0 + r, k0, k1, panel + r * g->lda);
+    else memset(panel + r * g->lda + k0, 0, sizeof(float) * (size_t)(k1 - k0));
   }
 }
 
