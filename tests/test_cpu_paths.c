@@ -1,7 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
 /*
- * The cpu backend's panel path (M > 4) at every level this machine has, on shapes that exercise
- * its blocking: several groups of FP4_CPU_PANELS panels with a partial last group and a partial
+ * Paths of the cpu backend beyond tests/test_cpu.c, at every level this machine has.
+ *
+ * Streaming path (M <= 4): NaN block scales (E4M3 0x7F/0xFF, UE8M0 0xFF) in every chunk position
+ * of a row (chunks are taken in pairs, then one at a time, then a partial one) must give NaN in
+ * that row only. The data are all positive so that a scale decoded as infinity would give +inf,
+ * not NaN: only the NaN tracking can produce the expected NaN.
+ *
+ * Panel path (M > 4), on shapes that exercise its blocking: several groups of FP4_CPU_PANELS panels with a partial last group and a partial
  * last panel, K blocks with a short last block and K not a multiple of the 128-element chunk,
  * several M tiles with a short last tile. Each case runs against the reference through the shared
  * harness (NaN-prefilled outputs, fresh random data), then at 1 and 3 threads, whose outputs must
@@ -72,6 +78,46 @@ static void determinism(const char *level, const shape *s) {
   free(a), free(w), free(o1), free(o3), free(codes), free(scales);
 }
 
+/* All weights 1.0 with scale 1.0, A all 1.0: every output is K, except rows with a NaN scale. */
+static void nan_positions(const char *level) {
+  static const int64_t ks[] = {1024, 1152, 1184}; /* 8 chunks; 9 (one single); 9 + a partial one */
+  for (int f = 0; f < 2; f++)
+    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+      const fp4_format fmt = f ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+      const int64_t n = 40, k = ks[ki], m = 2, cols = k / fp4_format_block_size(fmt);
+      size_t sb = 0;
+      fp4_scales_size(fmt, FP4_LAYOUT_128X4, n, k, &sb);
+      uint8_t *codes = malloc((size_t)(n * k / 2)), *scales = calloc(1, sb);
+      uint16_t *a = malloc(2 * (size_t)(m * k));
+      float *o = malloc(sizeof(float) * (size_t)(m * n));
+      if (!codes || !scales || !a || !o) {
+        CHECK(0, "test data allocation");
+      } else {
+        memset(codes, 0x22, (size_t)(n * k / 2)); /* E2M1 code 2 = 1.0 in both nibbles */
+        for (int64_t r = 0; r < n; r++)
+          for (int64_t c = 0; c < cols; c++) scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, c)] = f ? 127 : 0x38;
+        for (int64_t i = 0; i < m * k; i++) a[i] = 0x3F80; /* bf16 1.0 */
+        /* row r (odd) gets a NaN code in scale column (r * 7) % cols: every chunk position */
+        for (int64_t r = 1; r < n; r += 2)
+          scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, (r * 7) % cols)] = f ? 0xFF : (r % 4 == 1 ? 0x7F : 0xFF);
+        for (int64_t i = 0; i < m * n; i++) o[i] = -1.0f;
+        fp4_matrix am = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST}, om = {o, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+        fp4_qmatrix qb = {codes, scales, n, k, fmt, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+        fp4_options opt = {.backend = "cpu"};
+        fp4_status st = fp4_mm_w4a16(NULL, &am, &qb, 1.0f, &om, &opt);
+        CHECK(st == FP4_OK, "[%s] run: %s", level, fp4_last_error());
+        int bad = 0;
+        for (int64_t i = 0; st == FP4_OK && i < m * n; i++) {
+          int64_t r = i % n;
+          bad += r % 2 ? !isnan(o[i]) : o[i] != (float)k;
+        }
+        CHECK(!bad, "[%s] %s K=%lld: %d outputs wrong (NaN scale rows must be NaN, the others %lld)", level,
+              fp4_format_name(fmt), (long long)k, bad, (long long)k);
+      }
+      free(codes), free(scales), free(a), free(o);
+    }
+}
+
 int main(void) {
   static const char *const levels[] = {"generic", "avx2", "avx512"};
   static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4, FP4_LAYOUT_8X4};
@@ -84,6 +130,7 @@ int main(void) {
       continue;
     }
     setenv("FP4KIT_NUM_THREADS", "2", 1);
+    nan_positions(levels[l]);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
       for (int v = 0; v < 4; v++) {
         fp4_format fmt = v & 1 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
