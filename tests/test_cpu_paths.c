@@ -14,24 +14,14 @@
  * be bit-identical (the summation order of an output never depends on the threads).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fp4kit.h"
 #include "harness.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                                               \
-  do {                                                                                                                 \
-    if (!(cond)) {                                                                                                     \
-      failures++;                                                                                                      \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                      \
-      printf(__VA_ARGS__);                                                                                             \
-      printf("\n");                                                                                                    \
-    }                                                                                                                  \
-  } while (0)
+#include "testing.h"
 
 typedef struct shape { int64_t m, n, k; } shape;
 
@@ -151,6 +141,5 @@ int main(void) {
     }
   }
   printf("%d harness cases run\n", run);
-  if (failures) printf("%d failures\n", failures);
-  return failures ? 1 : 0;
+  return TEST_SUMMARY();
 }
