@@ -7,9 +7,9 @@
  * that row only. The data are all positive so that a scale decoded as infinity would give +inf,
  * not NaN: only the NaN tracking can produce the expected NaN.
  *
- * Panel path (M > 4), on shapes that exercise its blocking: several groups of FP4_CPU_PANELS panels with a partial last group and a partial
- * last panel, K blocks with a short last block and K not a multiple of the 128-element chunk,
- * several M tiles with a short last tile. Each case runs against the reference through the shared
+ * Panel path (M > 4), on shapes that exercise its blocking: several groups of FP4_CPU_PANELS
+ * panels with a partial last group and a partial last panel, K blocks with a short last block and
+ * K not a multiple of the 128-element chunk, several M tiles with a short last tile. Each case runs against the reference through the shared
  * harness (NaN-prefilled outputs, fresh random data), then at 1 and 3 threads, whose outputs must
  * be bit-identical (the summation order of an output never depends on the threads).
  */
