@@ -9,9 +9,10 @@
  *
  * Panel path (M > 4), on shapes that exercise its blocking: several groups of FP4_CPU_PANELS
  * panels with a partial last group and a partial last panel, K blocks with a short last block and
- * K not a multiple of the 128-element chunk, several M tiles with a short last tile. Each case runs against the reference through the shared
- * harness (NaN-prefilled outputs, fresh random data), then at 1 and 3 threads, whose outputs must
- * be bit-identical (the summation order of an output never depends on the threads).
+ * K not a multiple of the 128-element chunk, several M tiles with a short last tile. Each case
+ * runs against the reference through the shared harness (NaN-prefilled outputs, fresh random
+ * data), then at 1 and 3 threads, whose outputs must be bit-identical (the summation order of an
+ * output never depends on the threads).
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,7 +24,9 @@
 #include "harness.h"
 #include "testing.h"
 
-typedef struct shape { int64_t m, n, k; } shape;
+typedef struct shape {
+  int64_t m, n, k;
+} shape;
 
 /* npanels = ceil(N / 6): 11, 17 and 49 panels (2, 3 and 7 groups of 8, the last partial);
  * K = 1040 (short last chunk and K block), 1568 (MXFP4 too), 4608 (9 full K blocks). */
@@ -32,7 +35,8 @@ static const shape shapes[] = {{70, 61, 1040}, {130, 100, 1568}, {9, 293, 4608},
 /* One W4A16 GEMM (f32 activations and output) on the cpu backend at a thread count, into o. */
 static int run_threads(const fp4_matrix *a, const fp4_qmatrix *b, float *o, const char *threads) {
   setenv("FP4KIT_NUM_THREADS", threads, 1);
-  for (int64_t i = 0; i < a->rows * b->rows; i++) o[i] = NAN;
+  for (int64_t i = 0; i < a->rows * b->rows; i++)
+    o[i] = NAN;
   fp4_matrix out = {o, a->rows, b->rows, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_options opt = {.backend = "cpu"};
   return fp4_mm_w4a16(NULL, a, b, 1.0f, &out, &opt) == FP4_OK;
@@ -60,7 +64,8 @@ static void determinism(const char *level, const shape *s) {
     CHECK(ok, "[%s] M=%lld N=%lld K=%lld: run failed: %s", level, (long long)m, (long long)n, (long long)k,
           fp4_last_error());
     int nan = 0;
-    for (int64_t i = 0; ok && i < m * n; i++) nan |= isnan(o1[i]);
+    for (int64_t i = 0; ok && i < m * n; i++)
+      nan |= isnan(o1[i]);
     CHECK(ok && !nan && !memcmp(o1, o3, sizeof(float) * (size_t)(m * n)),
           "[%s] M=%lld N=%lld K=%lld: 1 and 3 threads differ or left outputs unwritten", level, (long long)m,
           (long long)n, (long long)k);
@@ -85,13 +90,18 @@ static void nan_positions(const char *level) {
       } else {
         memset(codes, 0x22, (size_t)(n * k / 2)); /* E2M1 code 2 = 1.0 in both nibbles */
         for (int64_t r = 0; r < n; r++)
-          for (int64_t c = 0; c < cols; c++) scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, c)] = f ? 127 : 0x38;
-        for (int64_t i = 0; i < m * k; i++) a[i] = 0x3F80; /* bf16 1.0 */
+          for (int64_t c = 0; c < cols; c++)
+            scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, c)] = f ? 127 : 0x38;
+        for (int64_t i = 0; i < m * k; i++)
+          a[i] = 0x3F80; /* bf16 1.0 */
         /* row r (odd) gets a NaN code in scale column (r * 7) % cols: every chunk position */
         for (int64_t r = 1; r < n; r += 2)
-          scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, (r * 7) % cols)] = f ? 0xFF : (r % 4 == 1 ? 0x7F : 0xFF);
-        for (int64_t i = 0; i < m * n; i++) o[i] = -1.0f;
-        fp4_matrix am = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST}, om = {o, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+          scales[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, n, k, r, (r * 7) % cols)] =
+              f ? 0xFF : (r % 4 == 1 ? 0x7F : 0xFF);
+        for (int64_t i = 0; i < m * n; i++)
+          o[i] = -1.0f;
+        fp4_matrix am = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST},
+                   om = {o, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
         fp4_qmatrix qb = {codes, scales, n, k, fmt, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
         fp4_options opt = {.backend = "cpu"};
         fp4_status st = fp4_mm_w4a16(NULL, &am, &qb, 1.0f, &om, &opt);
@@ -124,11 +134,19 @@ int main(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
       for (int v = 0; v < 4; v++) {
         fp4_format fmt = v & 1 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
-        if (shapes[s].k % fp4_format_block_size(fmt)) continue;
+        if (shapes[s].k % fp4_format_block_size(fmt))
+          continue;
         char name[96];
-        fp4h_case c = {name, v & 2 ? FP4H_MM_W4A16 : FP4H_MM, fmt, FP4_LAYOUT_128X4,
-                       layouts[(s + (size_t)v) % (fmt == FP4_FORMAT_MXFP4 ? 2 : 3)], shapes[s].m, shapes[s].n,
-                       shapes[s].k, v & 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_DTYPE_F32,
+        fp4h_case c = {name,
+                       v & 2 ? FP4H_MM_W4A16 : FP4H_MM,
+                       fmt,
+                       FP4_LAYOUT_128X4,
+                       layouts[(s + (size_t)v) % (fmt == FP4_FORMAT_MXFP4 ? 2 : 3)],
+                       shapes[s].m,
+                       shapes[s].n,
+                       shapes[s].k,
+                       v & 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32,
+                       FP4_DTYPE_F32,
                        s % 2 ? FP4H_DATA_EDGES : FP4H_DATA_NORMAL};
         snprintf(name, sizeof name, "%s %s M=%lld N=%lld K=%lld", v & 2 ? "w4a16" : "w4a4", fp4_format_name(fmt),
                  (long long)c.m, (long long)c.n, (long long)c.k);
