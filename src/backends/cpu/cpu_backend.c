@@ -186,21 +186,30 @@ static void gemv_unit(void *arg, int64_t unit, int thread) {
 
 static void panel_unit(void *arg, int64_t unit, int thread) {
   gemm_job *j = arg;
-  int64_t mt = unit / j->npanels, np = unit % j->npanels;
-  int64_t n0 = np * FP4_CPU_NR, nr = j->g.n - n0 < FP4_CPU_NR ? j->g.n - n0 : FP4_CPU_NR;
-  int64_t m0 = mt * FP4_CPU_MTILE, m1 = m0 + FP4_CPU_MTILE < j->g.m ? m0 + FP4_CPU_MTILE : j->g.m;
+  const int64_t ngroups = (j->npanels + FP4_CPU_PANELS - 1) / FP4_CPU_PANELS;
+  const int64_t mt = unit / ngroups, p0 = (unit % ngroups) * FP4_CPU_PANELS;
+  const int64_t p1 = p0 + FP4_CPU_PANELS < j->npanels ? p0 + FP4_CPU_PANELS : j->npanels;
+  const int64_t m0 = mt * FP4_CPU_MTILE, m1 = m0 + FP4_CPU_MTILE < j->g.m ? m0 + FP4_CPU_MTILE : j->g.m;
+  const size_t panel_floats = j->panel_bytes / FP4_CPU_PANELS / sizeof(float);
+  const size_t acc_floats = (size_t)FP4_CPU_MTILE * FP4_CPU_NR * FP4_CPU_ACC;
   unsigned char *mine = j->scratch + (size_t)thread * j->scratch_stride;
-  float *panel = (float *)mine;
-  float *acc = (float *)(mine + j->panel_bytes);
-  j->k->panel_f32(&j->g, n0, nr, panel);
-  /* K blocks outermost: the tile's A slice and the panel slice stay cached while every row group
-   * of the tile passes over them. */
+  float *panels = (float *)mine;
+  float *accs = (float *)(mine + j->panel_bytes);
+  /* K blocks outermost: each K block of the group's panels is decoded, then the tile's A slice
+   * (in L2) passes over every panel slice (in L1) in turn, so A is read from memory once per
+   * group rather than once per panel. */
   for (int64_t k0 = 0; k0 < j->g.lda; k0 += FP4_CPU_KC) {
     int64_t k1 = k0 + FP4_CPU_KC < j->g.lda ? k0 + FP4_CPU_KC : j->g.lda;
-    for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
-      int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
-      float *a = acc + (m - m0) * FP4_CPU_NR * FP4_CPU_ACC;
-      j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+    for (int64_t pi = p0; pi < p1; pi++) {
+      int64_t n0 = pi * FP4_CPU_NR, nr = j->g.n - n0 < FP4_CPU_NR ? j->g.n - n0 : FP4_CPU_NR;
+      float *panel = panels + (size_t)(pi - p0) * panel_floats;
+      float *acc = accs + (size_t)(pi - p0) * acc_floats;
+      j->k->panel_f32(&j->g, n0, nr, k0, k1, panel);
+      for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
+        int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
+        float *a = acc + (m - m0) * FP4_CPU_NR * FP4_CPU_ACC;
+        j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+      }
     }
   }
 }
@@ -233,10 +242,13 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   j.bf16 = bf16_input && j.small && k->gemv_bf16 != NULL;
   j.order = j.bf16 ? k->order_gemv_bf16 : k->order_f32;
 
-  /* Scratch per thread: a decoded panel (FP4_CPU_NR rows; it also holds one f32 row of A while
-   * packing) and the accumulators of a tile. */
-  j.panel_bytes = ((size_t)FP4_CPU_NR * (size_t)g->lda * sizeof(float) + 63) & ~(size_t)63;
-  j.scratch_stride = j.panel_bytes + (size_t)FP4_CPU_MTILE * FP4_CPU_NR * FP4_CPU_ACC * sizeof(float);
+  /* Scratch per thread: one f32 row of A while packing; for the panel path, FP4_CPU_PANELS decoded
+   * panels (FP4_CPU_NR rows of lda each; only the current K block of each is touched) and their
+   * accumulators for a tile. */
+  const size_t one_panel = ((size_t)FP4_CPU_NR * (size_t)g->lda * sizeof(float) + 63) & ~(size_t)63;
+  j.panel_bytes = j.small ? one_panel : FP4_CPU_PANELS * one_panel;
+  j.scratch_stride = j.panel_bytes;
+  if (!j.small) j.scratch_stride += (size_t)FP4_CPU_PANELS * FP4_CPU_MTILE * FP4_CPU_NR * FP4_CPU_ACC * sizeof(float);
   size_t a_bytes = (size_t)g->m * (size_t)g->lda * (j.bf16 ? 2 : 4);
   a_bytes = (a_bytes + 63) & ~(size_t)63;
   unsigned char *mem = aligned_alloc(64, a_bytes + j.scratch_stride * (size_t)threads);
@@ -262,7 +274,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   } else {
     j.npanels = (g->n + FP4_CPU_NR - 1) / FP4_CPU_NR;
     j.mtiles = (g->m + FP4_CPU_MTILE - 1) / FP4_CPU_MTILE;
-    fp4_cpu_parallel(threads, j.npanels * j.mtiles, panel_unit, &j);
+    fp4_cpu_parallel(threads, (j.npanels + FP4_CPU_PANELS - 1) / FP4_CPU_PANELS * j.mtiles, panel_unit, &j);
     kname = bf16_input ? "gemm_bf16" : "gemm_f32";
   }
   free(mem);

@@ -43,6 +43,8 @@ typedef enum fp4_cpu_level_id {
 #define FP4_CPU_KALIGN 128   /* packed rows are padded with zeros to a multiple of this  */
 #define FP4_CPU_KC 512       /* K block of the micro-kernels: A and panel slices stay in L1/L2 */
 #define FP4_CPU_ACC 16       /* floats of accumulator state per output in a micro-kernel  */
+#define FP4_CPU_PANELS 8     /* panels per work unit of the panel path: each K block of the
+                              * tile's A slice is reused from L2 by this many panels        */
 
 /* Element orders of packed A rows (and decoded panels), chunk by chunk along K. */
 typedef enum fp4_cpu_order {
@@ -105,9 +107,10 @@ typedef struct fp4_cpu_kernels {
   /* Streaming kernel for mr <= FP4_CPU_GEMV_MAX_M rows of A starting at m0, weight rows [n0, n1). */
   void (*gemv_f32)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
   void (*gemv_bf16)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
-  /* Decodes weight rows [n0, n0+nr) (nr <= FP4_CPU_NR), scales applied, into FP4_CPU_NR rows of
-   * lda elements (rows past nr and elements past K are zero). The panel path is f32 at every level. */
-  void (*panel_f32)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel);
+  /* Decodes elements [k0, k1) (multiples of FP4_CPU_KALIGN, k1 <= lda) of weight rows [n0, n0+nr)
+   * (nr <= FP4_CPU_NR), scales applied, into the same elements of FP4_CPU_NR rows of lda elements
+   * (rows past nr and elements past K are zero). The panel path is f32 at every level. */
+  void (*panel_f32)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel);
   /* Elements [k0, k1) of out[m0..m0+mr, n0..n0+nr) from a decoded panel; mr <= FP4_CPU_MR. The
    * unreduced accumulators live in acc (FP4_CPU_MR * FP4_CPU_NR * FP4_CPU_ACC floats) between K
    * blocks: first starts them at zero, last reduces them and stores the outputs. The summation

@@ -66,18 +66,18 @@ T2 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n
   }
 }
 
-T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel) {
-  const int64_t row_bytes = g->k / 2, groups = g->k / 16;
+T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
+  const int64_t row_bytes = g->k / 2, kend = k1 < g->k ? k1 : g->k;
   const float *stab = g->mx ? fp4_cpu_ue8m0_table() : fp4_cpu_e4m3_table();
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
     float *d = panel + r * g->lda;
     if (r >= nr) {
-      memset(d, 0, sizeof(float) * (size_t)g->lda);
+      memset(d + k0, 0, sizeof(float) * (size_t)(k1 - k0));
       continue;
     }
     const uint8_t *w = g->b + (n0 + r) * row_bytes;
     const int64_t base = fp4_cpu_scale_base(g, n0 + r);
-    for (int64_t q = 0; q < groups; q++) {
+    for (int64_t q = k0 / 16; q < kend / 16; q++) {
       int64_t c = g->mx ? q >> 1 : q;
       __m256 s = _mm256_set1_ps(stab[g->bs[base + (c >> 2) * g->gstride + (c & 3)]]);
       __m256 lo, hi;
@@ -85,7 +85,7 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *p
       _mm256_storeu_ps(d + q * 16, _mm256_mul_ps(lo, s)); /* exact */
       _mm256_storeu_ps(d + q * 16 + 8, _mm256_mul_ps(hi, s));
     }
-    memset(d + g->k, 0, sizeof(float) * (size_t)(g->lda - g->k));
+    if (kend < k1) memset(d + kend, 0, sizeof(float) * (size_t)(k1 - kend));
   }
 }
 

@@ -121,6 +121,63 @@ T512 INLINE int nan_seen(__m128i track, const int MX) {
   return _mm_movemask_epi8(_mm_cmpeq_epi8(track, _mm_set1_epi8(MX ? (char)0xFF : 0x7F))) != 0;
 }
 
+/* Lane scales of two consecutive full chunks (see fast_scales; NVFP4 values again times 2^-8).
+ * Converting the 16 (NVFP4) or 8 (MXFP4) scale bytes of both chunks at once and spreading them
+ * over the lanes with one vpermps per chunk costs about half the vector operations of two
+ * fast_scales calls; NaN codes are tracked with scalar bit tricks (off the vector ports) in
+ * *nan_bits (nonzero when one was seen). */
+T512 INLINE void pair_scales(const uint8_t *p, int64_t gstride, const int MX, uint64_t *nan_bits, __m512 *s0,
+                             __m512 *s1) {
+  uint32_t l0, l1;
+  memcpy(&l0, p, 4);
+  memcpy(&l1, p + gstride, 4);
+  if (MX) {
+    const uint64_t q = (uint64_t)l0 | ((uint64_t)l1 << 32);
+    /* a 0xFF byte: the byte of ~q is zero */
+    const uint64_t inv = ~q;
+    *nan_bits |= (inv - 0x0101010101010101ull) & q & 0x8080808080808080ull;
+    __m256i d = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)q));
+    __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(d, 23));
+    f = _mm256_mask_mov_ps(f, _mm256_cmpeq_epi32_mask(d, _mm256_setzero_si256()),
+                           _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000))); /* 2^-127 */
+    const __m512 f8 = _mm512_castps256_ps512(f);
+    /* chunk lane i takes block i/4 of the chunk: scales 0-3, then 4-7 */
+    *s0 = _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), f8);
+    *s1 = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4), f8);
+    return;
+  }
+  uint32_t l2, l3;
+  memcpy(&l2, p + 2 * gstride, 4);
+  memcpy(&l3, p + 3 * gstride, 4);
+  const uint64_t q0 = (uint64_t)l0 | ((uint64_t)l1 << 32), q1 = (uint64_t)l2 | ((uint64_t)l3 << 32);
+  /* a byte with (b & 0x7F) == 0x7F becomes 0x80 after the add; no byte carries into the next */
+  *nan_bits |= ((q0 & 0x7F7F7F7F7F7F7F7Full) + 0x0101010101010101ull) & 0x8080808080808080ull;
+  *nan_bits |= ((q1 & 0x7F7F7F7F7F7F7F7Full) + 0x0101010101010101ull) & 0x8080808080808080ull;
+  __m256i w = _mm256_cvtepu8_epi16(_mm_insert_epi64(_mm_cvtsi64_si128((long long)q0), (long long)q1, 1));
+  w = _mm256_slli_epi16(_mm256_add_epi16(w, _mm256_and_si256(w, _mm256_set1_epi16(0x80))), 7);
+  const __m512 f16 = _mm512_cvtph_ps(w);
+  /* chunk lane i takes block i/2 of the chunk: scales 0-7, then 8-15 */
+  *s0 = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), f16);
+  *s1 = _mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), f16);
+}
+
+/* acc[i] += s * (dot products of one chunk's 128 weights with row i of A, per lane). */
+T512BF INLINE void chunk_dot(__m512i x, __m512i lut, __m512 s, const uint16_t *a, int64_t lda, const int MR,
+                             __m512 *acc) {
+  __m512bh v0 = (__m512bh)_mm512_permutexvar_epi16(x, lut);
+  __m512bh v1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4), lut);
+  __m512bh v2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 8), lut);
+  __m512bh v3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 12), lut);
+  for (int i = 0; i < MR; i++) {
+    const uint16_t *ap = a + i * lda;
+    __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), v0, (__m512bh)_mm512_loadu_si512((const void *)ap));
+    p = _mm512_dpbf16_ps(p, v1, (__m512bh)_mm512_loadu_si512((const void *)(ap + 32)));
+    p = _mm512_dpbf16_ps(p, v2, (__m512bh)_mm512_loadu_si512((const void *)(ap + 64)));
+    p = _mm512_dpbf16_ps(p, v3, (__m512bh)_mm512_loadu_si512((const void *)(ap + 96)));
+    acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
+  }
+}
+
 /* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
  * registers and the format branches disappear. Full chunks run branch-free; the last partial
  * chunk (K not a multiple of 128) takes the general loads with its lanes zeroed. */
@@ -138,27 +195,25 @@ T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, in
     __m128i nan_track = _mm_setzero_si128();
     __m512 acc[FP4_CPU_GEMV_MAX_M], tail[FP4_CPU_GEMV_MAX_M];
     for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = tail[i] = _mm512_setzero_ps();
-    for (int64_t ch = 0; ch < nchunks; ch++) {
-      const int full = ch < nfull;
+    uint64_t nan_bits = 0;
+    int64_t ch = 0;
+    /* Full chunks two at a time: one scale conversion per pair, no per-chunk tail tests. */
+    for (; ch + 2 <= nfull; ch += 2) {
       /* Weights are read once: ask for them well ahead so several misses are in flight per core. */
       _mm_prefetch((const char *)(w + ch * 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
-      __m512i x = full ? _mm512_loadu_si512((const void *)(w + ch * 64)) : chunk_weights(w, ch, row_bytes);
-      __m512bh v0 = (__m512bh)_mm512_permutexvar_epi16(x, lut);
-      __m512bh v1 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 4), lut);
-      __m512bh v2 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 8), lut);
-      __m512bh v3 = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(x, 12), lut);
-      __m512 s = full ? fast_scales(sp + ch * gstep, g->gstride, MX, &nan_track) : chunk_scales(g, base, ch);
-      for (int i = 0; i < MR; i++) {
-        const uint16_t *ap = a + i * g->lda + ch * 128;
-        __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), v0, (__m512bh)_mm512_loadu_si512((const void *)ap));
-        p = _mm512_dpbf16_ps(p, v1, (__m512bh)_mm512_loadu_si512((const void *)(ap + 32)));
-        p = _mm512_dpbf16_ps(p, v2, (__m512bh)_mm512_loadu_si512((const void *)(ap + 64)));
-        p = _mm512_dpbf16_ps(p, v3, (__m512bh)_mm512_loadu_si512((const void *)(ap + 96)));
-        if (full) acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
-        else tail[i] = _mm512_fmadd_ps(p, s, tail[i]);
-      }
+      _mm_prefetch((const char *)(w + ch * 64 + 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
+      __m512 s0, s1;
+      pair_scales(sp + ch * gstep, g->gstride, MX, &nan_bits, &s0, &s1);
+      chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64)), lut, s0, a + ch * 128, g->lda, MR, acc);
+      chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64 + 64)), lut, s1, a + ch * 128 + 128, g->lda, MR, acc);
     }
-    const int has_nan = nan_seen(nan_track, MX);
+    for (; ch < nchunks; ch++) {
+      const int full = ch < nfull;
+      __m512i x = full ? _mm512_loadu_si512((const void *)(w + ch * 64)) : chunk_weights(w, ch, row_bytes);
+      __m512 s = full ? fast_scales(sp + ch * gstep, g->gstride, MX, &nan_track) : chunk_scales(g, base, ch);
+      chunk_dot(x, lut, s, a + ch * 128, g->lda, MR, full ? acc : tail);
+    }
+    const int has_nan = nan_bits != 0 || nan_seen(nan_track, MX);
     for (int i = 0; i < MR; i++) {
       float sum = _mm512_reduce_add_ps(acc[i]) * fast_fix + _mm512_reduce_add_ps(tail[i]);
       fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : sum);
@@ -240,12 +295,12 @@ T512 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t
 /* ---- panel path (larger M) ---------------------------------------------------------------------- */
 
 /* Decodes a weight row with scales applied (exact: at most 6 significant bits), PAIR32 order. */
-T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, float *dst) {
+T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, int64_t k0, int64_t k1, float *dst) {
   const __m512 lut = _mm512_loadu_ps(fp4_cpu_e2m1_values);
-  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
+  const int64_t row_bytes = g->k / 2;
   const uint8_t *w = g->b + n * row_bytes;
   const int64_t base = fp4_cpu_scale_base(g, n);
-  for (int64_t ch = 0; ch < nchunks; ch++) {
+  for (int64_t ch = k0 / 128; ch < k1 / 128; ch++) {
     __m512i x = chunk_weights(w, ch, row_bytes);
     __m512 s16 = chunk_scales(g, base, ch);
     __m128i parts[4] = {_mm512_extracti32x4_epi32(x, 0), _mm512_extracti32x4_epi32(x, 1),
@@ -260,10 +315,10 @@ T512 INLINE void decode_row(const fp4_cpu_gemm *g, int64_t n, float *dst) {
   }
 }
 
-T512 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel) {
+T512 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
-    if (r < nr) decode_row(g, n0 + r, panel + r * g->lda);
-    else memset(panel + r * g->lda, 0, sizeof(float) * (size_t)g->lda);
+    if (r < nr) decode_row(g, n0 + r, k0, k1, panel + r * g->lda);
+    else memset(panel + r * g->lda + k0, 0, sizeof(float) * (size_t)(k1 - k0));
   }
 }
 

@@ -29,13 +29,15 @@ static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, 
   }
 }
 
-static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, float *panel) {
+static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
   const int bs = g->mx ? 32 : 16;
-  memset(panel, 0, sizeof(float) * (size_t)(FP4_CPU_NR * g->lda));
-  for (int64_t r = 0; r < nr; r++) {
-    const uint8_t *w = g->b + (n0 + r) * (g->k / 2);
+  const int64_t kend = k1 < g->k ? k1 : g->k;
+  for (int64_t r = 0; r < FP4_CPU_NR; r++) {
     float *d = panel + r * g->lda;
-    for (int64_t c = 0; c < g->c; c++) {
+    memset(d + k0, 0, sizeof(float) * (size_t)(k1 - k0));
+    if (r >= nr) continue;
+    const uint8_t *w = g->b + (n0 + r) * (g->k / 2);
+    for (int64_t c = k0 / bs; c < kend / bs; c++) {
       float s = fp4_cpu_scale_value(g, n0 + r, c);
       for (int i = 0; i < bs; i += 2) {
         uint8_t byte = w[(c * bs + i) / 2];
