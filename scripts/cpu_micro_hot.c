@@ -1,5 +1,5 @@
 /* Rate of the avx512 panel micro-kernel alone (internal header): M rows of A against one decoded
- * panel, K blocks of FP4_CPU_KC, as panel_unit calls it. Usage: micro_hot M K reps. */
+ * panel, K blocks of FP4_CPU_KC, as panel_unit calls it. Usage (built from scripts/cpu_micro_hot.c): micro_hot M K reps. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * constant block scale (the time does not depend on the values). Prints the best of 7 calls, the
  * active experts and their touched bytes (codes + E4M3 scales) and the effective bandwidth.
  * Build (from the repository root, after building build-nocuda):
- *   cc -O2 -Iinclude bench/results/cpu/moe_timing.c -Lbuild-nocuda -lfp4kit -Wl,-rpath,$PWD/build-nocuda -lm -lpthread -o /tmp/moe_timing
+ *   cc -O2 -Iinclude scripts/cpu_moe_timing.c -Lbuild-nocuda -lfp4kit -Wl,-rpath,$PWD/build-nocuda -lm -lpthread -o /tmp/moe_timing
  * Run: /tmp/moe_timing E B W4A4   e.g. /tmp/moe_timing 64 8 0
  */
 #define _POSIX_C_SOURCE 200809L

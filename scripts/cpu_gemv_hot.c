@@ -1,5 +1,5 @@
 /* In-cache rate of the cpu backend: the same weights every call (they stay in L2/L3), best of 5
- * batches of reps calls. Usage: gemv_hot N K M reps (bf16 activations, NVFP4 128x4, f32 out). */
+ * batches of reps calls. Usage (built from scripts/cpu_gemv_hot.c): gemv_hot N K M reps (bf16 activations, NVFP4 128x4, f32 out). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
