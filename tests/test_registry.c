@@ -136,6 +136,8 @@ static void test_heuristic_order(void) {
   CHECK(fp4_heuristic_rank("cuda-sm120", 120, dev, mm, 16) < fp4_heuristic_rank("cuda", 120, dev, mm, 16), "SM120: native MMA first");
   CHECK(fp4_heuristic_rank("cuda-sm120", 90, dev, mm, 16) > fp4_heuristic_rank("someone-new", 90, dev, mm, 16),
         "SM90: the emulated SM120 build is never preferred");
+  CHECK(fp4_heuristic_rank("cuda-sm120", 90, dev, mm, 1024) == FP4_RANK_VERIFICATION_ONLY,
+        "SM90: the emulated SM120 build is a verification build (the tuner skips it)");
 }
 
 /* A small host GEMM through the public API with options. */

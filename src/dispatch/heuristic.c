@@ -21,7 +21,7 @@ int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op
   }
   /* cuda-sm120 is the native W4A4 path on SM120/121; elsewhere it can only run as the SM90
    * verification build (an exact emulation, slow by design), which auto must never prefer. */
-  if (!strcmp(backend, "cuda-sm120")) return cc >= 120 && op == FP4_OP_MM ? -1 : 99;
+  if (!strcmp(backend, "cuda-sm120")) return cc >= 120 && op == FP4_OP_MM ? -1 : FP4_RANK_VERIFICATION_ONLY;
   const int native_fp4 = cc >= 100; /* SM100/103 tcgen05, SM120/121 mma.sync block-scaled */
   static const struct {
     const char *name;

@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
+#include "dispatch/heuristic.h"
 #include "dispatch/dispatch.h"
 #include "tune/tuning.h"
 
@@ -298,10 +299,15 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
     supporting += fp4_problem_supported(ctx, fp4_registry_get(bi), &p, why, sizeof why) == FP4_OK;
   int have_baseline = 0;
   double best = INFINITY;
+  const int cc = mem == FP4_MEMORY_DEVICE ? fp4_device_cc(fp4_context_device(ctx)) : 0;
   for (int bi = 0; bi < fp4_registry_count(); bi++) {
     const fp4_backend *b = fp4_registry_get(bi);
     if (fp4_problem_supported(ctx, b, &p, why, sizeof why) != FP4_OK) continue;
     if (!strcmp(b->name, "ref") && supporting > 1) continue;
+    if (fp4_heuristic_rank(b->name, cc, mem, p.op, M) >= FP4_RANK_VERIFICATION_ONLY && supporting > 1) {
+      fp4_log(FP4_LOG_INFO, "fp4_tune: %s runs here only as a verification build; not timed", b->name);
+      continue;
+    }
     const char *names[32];
     int nc = b->configs ? b->configs(ctx, &p, names, 32) : 0;
     if (nc <= 0) {
