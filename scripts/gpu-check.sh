@@ -9,7 +9,8 @@
 #   FP4KIT_GPU_PARTS="build timing-small" FP4KIT_TIMING_FULL=1 bash scripts/gpu-check.sh   # every small-M config
 #   FP4KIT_GPU_PARTS="build moe" bash scripts/gpu-check.sh          # fp4kit bench --moe
 #
-# Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass.
+# Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
+# (default), and ptxas (registers and spills per kernel; slow, only when named).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
 set -u
@@ -83,9 +84,14 @@ if want moe && $F bench --help 2>&1 | grep -q -- --moe; then
   step bench-moe $F bench --moe --json "$LOG/bench-moe.json"
 fi
 if want sass; then
-  # Tensor-core instructions and local-memory traffic of the device code; registers/spills (ptxas).
+  # Tensor-core instructions and local-memory traffic of the device code in the built library.
   cuobjdump --dump-sass $BUILD/libfp4kit.so >"$LOG/sass.txt" 2>&1
+  grep -oE "HGMMA[.A-Z0-9x]*|OMMA[.A-Z0-9]*|HMMA[.A-Z0-9]*" "$LOG/sass.txt" | sort | uniq -c >"$LOG/sass-insns.txt"
   summary+=("sass: HMMA $(grep -c HMMA "$LOG/sass.txt"), HGMMA $(grep -c HGMMA "$LOG/sass.txt"), LDL/STL $(grep -cE '\bLDL|\bSTL' "$LOG/sass.txt")")
+fi
+if want ptxas; then
+  # Registers and spills per kernel (-Xptxas -v). Slow (every .cu file compiled again, one at a time):
+  # not in the default parts; the build itself already fails on a spill (-Werror with -warn-spills).
   for f in src/backends/cuda/*.cu; do
     nvcc -std=c++17 -c -Iinclude -Isrc --fmad=false --expt-relaxed-constexpr -Xptxas -v \
       -gencode arch=compute_${ARCH},code=sm_${ARCH} "$f" -o /dev/null 2>&1
