@@ -11,6 +11,7 @@
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
 # (default), and ptxas (registers and spills per kernel; slow, only when named).
+# FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
 set -u
@@ -30,7 +31,7 @@ want() { [[ " $PARTS " == *" $1 "* ]]; }
 step() { # name, command...: runs, logs to $LOG/<name>.log, records pass/fail and seconds
   local name=$1; shift
   local t0=$SECONDS
-  if "$@" >"$LOG/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
+  if timeout "${FP4KIT_STEP_TIMEOUT:-0}" "$@" >"$LOG/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
   else summary+=("FAIL $name ($((SECONDS - t0)) s): see $name.log"); fi
   printf '%s\n' "${summary[@]}" >"$LOG/summary.txt"
   tar -czf "$OUT/gpu-check.tar.gz" -C "$LOG" . # after every step: a run stopped at its limit keeps what it did
