@@ -108,13 +108,7 @@ static const struct {
                {"small-m.r32.w8", 32},
                {"small-m.r32.w4", 32},
                {"small-m.r64.w8", 16},
-               {"small-m.r64.w4", 16},
-               {"small-m.w8.pf", 32},
-               {"small-m.w4.pf", 32},
-               {"small-m.r32.w8.pf", 32},
-               {"small-m.r32.w4.pf", 32},
-               {"small-m.r64.w8.pf", 8},
-               {"small-m.r64.w4.pf", 8}};
+               {"small-m.r64.w4", 16}};
 
 int main(int argc, char **argv) {
   int quick = 0;

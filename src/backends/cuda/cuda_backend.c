@@ -204,18 +204,14 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
 
 /* Small-M configurations: weight rows per CTA and warps per CTA splitting K ("small-m.w8" = 16 rows,
  * 8 warps; "small-m.r32.w4" = 32 rows, 4 warps). More rows per CTA let each activation fragment
- * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. ".pf":
- * the next group of weight slabs is loaded while the current one is computed (M limits from
- * fp4_cuda_gemm_small_m_prefetch_max_m: the second register buffer must fit). */
+ * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. */
 static const struct cuda_config {
   const char *name;
-  int rows, warps, max_m, prefetch;
+  int rows, warps, max_m;
 } cuda_config_table[] = {
-    {"small-m.w8", 16, 8, 64, 0},        {"small-m.w4", 16, 4, 64, 0},        {"small-m.w2", 16, 2, 64, 0},
-    {"small-m.w1", 16, 1, 64, 0},        {"small-m.r32.w8", 32, 8, 32, 0},    {"small-m.r32.w4", 32, 4, 32, 0},
-    {"small-m.r64.w8", 64, 8, 16, 0},    {"small-m.r64.w4", 64, 4, 16, 0},    {"small-m.w8.pf", 16, 8, 32, 1},
-    {"small-m.w4.pf", 16, 4, 32, 1},     {"small-m.r32.w8.pf", 32, 8, 32, 1}, {"small-m.r32.w4.pf", 32, 4, 32, 1},
-    {"small-m.r64.w8.pf", 64, 8, 8, 1},  {"small-m.r64.w4.pf", 64, 4, 8, 1},
+    {"small-m.w8", 16, 8, 64},     {"small-m.w4", 16, 4, 64},     {"small-m.w2", 16, 2, 64},
+    {"small-m.w1", 16, 1, 64},     {"small-m.r32.w8", 32, 8, 32}, {"small-m.r32.w4", 32, 4, 32},
+    {"small-m.r64.w8", 64, 8, 16}, {"small-m.r64.w4", 64, 4, 16},
 };
 enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
@@ -317,7 +313,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       for (int i = 0; config && i < CUDA_CONFIGS; i++)
         if (!strcmp(config, cuda_config_table[i].name)) cfg = &cuda_config_table[i];
       if (!cfg) {
-        char list[640] = "";
+        char list[320] = "";
         for (int i = 0; i < CUDA_CONFIGS; i++)
           snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", cuda_config_table[i].name);
         return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown GEMM config '%s' (%sor a large-m.* name listed by the tuner)",
@@ -325,12 +321,11 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       }
       if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", cfg->name, why);
       if (a.m > cfg->max_m)
-        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); small-m.w8 takes up to 64",
+        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); use a 16- or 32-row config",
                         cfg->name, cfg->max_m, (long long)a.m);
       cfg_name = cfg->name;
       a.warps = cfg->warps;
       a.rows = cfg->rows;
-      a.prefetch = cfg->prefetch;
       e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
     }
   }

@@ -47,12 +47,9 @@ typedef struct fp4_cuda_gemm_args {
   float scale;               /* alpha times the per-tensor multipliers                        */
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
-  int prefetch;              /* 1: load the next slab group while computing the current one   */
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
-/* Largest M the prefetching variant takes for a rows-per-CTA value (its second register buffer). */
-int fp4_cuda_gemm_small_m_prefetch_max_m(int rows);
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 

@@ -349,10 +349,9 @@ __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, in
 
 /* R: 16-row weight tiles per CTA (every warp covers all of them on its slabs, so an activation
  * fragment serves R tiles). U: slabs whose weights one warp keeps in flight (16 B per lane, row and
- * tile each). PF: prefetch the next group of U slabs while computing the current one (twice the
- * weight registers, no pause in the stream). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
+ * tile each). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
  * several row tiles, the accumulators need more registers. */
-template <int FMT, int ACT, int NT, int U, int R, bool PF>
+template <int FMT, int ACT, int NT, int U, int R>
 __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_small_m_kernel(gemm_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   extern __shared__ float red[];
@@ -397,10 +396,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
     __syncthreads();
   }
 
+  /* The activations of slab s start at aw.base + s * kSlab; walk a pointer instead. */
+  const int64_t act_step = (int64_t)warps * act_walk<ACT>::kSlab;
+  const char *act_slab = aw.base + (int64_t)warp * act_walk<ACT>::kSlab;
+
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  /* Weights of one group: U slabs (s0, s0 + warps, ...) of every row tile, loaded into registers. */
-  const int step = warps * U;
-  auto load_group = [&](int s0, uint4 (&wa)[U][R], uint4 (&wb)[U][R], uint32_t (&sca)[U][R], uint32_t (&scb)[U][R]) {
+  for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
+    uint4 wa[U][R], wb[U][R];
+    uint32_t sca[U][R], scb[U][R];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
@@ -414,38 +417,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
         }
       }
     }
-  };
-  auto mma_group = [&](int s0, const uint4 (&wa)[U][R], const uint4 (&wb)[U][R], const uint32_t (&sca)[U][R],
-                       const uint32_t (&scb)[U][R]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
       if (s < nslabs)
-        slab_mma<FMT, ACT, NT, R>(aw.base + (int64_t)s * act_walk<ACT>::kSlab, aw.tile, asw, valid, s, table, wa[u],
-                                  wb[u], sca[u], scb[u], acc);
-    }
-  };
-  if (!PF) {
-    /* Load a group, then compute it: simple, and the fewest registers. */
-    for (int s0 = warp; s0 < nslabs; s0 += step) {
-      uint4 wa[U][R], wb[U][R];
-      uint32_t sca[U][R], scb[U][R];
-      load_group(s0, wa, wb, sca, scb);
-      mma_group(s0, wa, wb, sca, scb);
-    }
-  } else {
-    /* Two register buffers: the next group's loads are issued before the current group's math, so
-     * the weight stream never pauses while a warp decodes (unrolled by two to keep indices static). */
-    uint4 wa0[U][R], wb0[U][R], wa1[U][R], wb1[U][R];
-    uint32_t sa0[U][R], sb0[U][R], sa1[U][R], sb1[U][R];
-    int s0 = warp;
-    if (s0 < nslabs) load_group(s0, wa0, wb0, sa0, sb0);
-    for (; s0 < nslabs; s0 += 2 * step) {
-      if (s0 + step < nslabs) load_group(s0 + step, wa1, wb1, sa1, sb1);
-      mma_group(s0, wa0, wb0, sa0, sb0);
-      if (s0 + step >= nslabs) break;
-      if (s0 + 2 * step < nslabs) load_group(s0 + 2 * step, wa0, wb0, sa0, sb0);
-      mma_group(s0 + step, wa1, wb1, sa1, sb1);
+        slab_mma<FMT, ACT, NT, R>(act_slab + u * act_step, aw.tile, asw, valid, s, table, wa[u], wb[u], sca[u], scb[u],
+                                  acc);
     }
   }
   fp4_pdl_launch_dependents(); /* every input has been read */
@@ -481,67 +458,51 @@ size_t smem_for(int warps, int64_t m, int rows) {
   return warps > 1 ? (size_t)warps * (size_t)(rows / 16) * (size_t)tiles_for(m) * 128 * sizeof(float) : 0;
 }
 
-template <int FMT, int ACT, int NT, int U, int R, bool PF>
-cudaError_t launch_kernel(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
+template <int FMT, int ACT, int NT, int U, int R>
+cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
   const int64_t ctas = (p.n + 16 * R - 1) / (16 * R);
   const size_t smem = smem_for(warps, p.m, 16 * R);
   if (smem > 48 * 1024) { /* above the default dynamic shared memory limit: opt in */
-    const cudaError_t e = cudaFuncSetAttribute(gemm_small_m_kernel<FMT, ACT, NT, U, R, PF>,
+    const cudaError_t e = cudaFuncSetAttribute(gemm_small_m_kernel<FMT, ACT, NT, U, R>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
   }
-  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U, R, PF>, dim3((unsigned)ctas), dim3(32 * warps), smem,
+  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U, R>, dim3((unsigned)ctas), dim3(32 * warps), smem,
                          stream, pdl, p);
-}
-
-/* With prefetch the two register buffers hold U/2 slabs each: as many weight bytes in flight as
- * without, in the same registers, but the stream does not pause during the math. Above 4 row x token
- * tiles the second buffer no longer fits beside the accumulators (ptxas spills): no prefetch variant
- * exists there, and the host side (fp4_cuda_gemm_small_m_prefetch_max_m) refuses it. */
-template <int FMT, int ACT, int NT, int U, int R>
-cudaError_t launch_one(const gemm_params &p, int warps, bool prefetch, cudaStream_t stream, int pdl) {
-  if constexpr (NT * R <= 4) {
-    if (prefetch) return launch_kernel<FMT, ACT, NT, (U > 1 ? U / 2 : 1), R, true>(p, warps, stream, pdl);
-  } else {
-    if (prefetch) return cudaErrorInvalidValue;
-  }
-  return launch_kernel<FMT, ACT, NT, U, R, false>(p, warps, stream, pdl);
 }
 
 /* Slabs in flight: 4 x 32 B per lane in total at one token tile (16 rows: four slabs), fewer as the
  * token tiles' registers grow. 32 rows take M <= 32 and 64 rows M <= 16: row tiles x token tiles
  * <= 8 keeps the accumulators in registers. */
 template <int FMT, int ACT>
-cudaError_t launch_act(const gemm_params &p, int warps, int rows, bool pf, cudaStream_t stream, int pdl) {
+cudaError_t launch_act(const gemm_params &p, int warps, int rows, cudaStream_t stream, int pdl) {
   if (rows == 64) {
-    if (p.m <= 8) return launch_one<FMT, ACT, 1, 1, 4>(p, warps, pf, stream, pdl);
-    return launch_one<FMT, ACT, 2, 1, 4>(p, warps, pf, stream, pdl); /* M <= 16: the caller refuses more */
+    if (p.m <= 8) return launch_one<FMT, ACT, 1, 1, 4>(p, warps, stream, pdl);
+    return launch_one<FMT, ACT, 2, 1, 4>(p, warps, stream, pdl); /* M <= 16: the caller refuses more */
   }
   if (rows == 32) {
-    if (p.m <= 8) return launch_one<FMT, ACT, 1, 2, 2>(p, warps, pf, stream, pdl);
-    if (p.m <= 16) return launch_one<FMT, ACT, 2, 1, 2>(p, warps, pf, stream, pdl);
-    return launch_one<FMT, ACT, 4, 1, 2>(p, warps, pf, stream, pdl); /* M <= 32: the caller refuses more */
+    if (p.m <= 8) return launch_one<FMT, ACT, 1, 2, 2>(p, warps, stream, pdl);
+    if (p.m <= 16) return launch_one<FMT, ACT, 2, 1, 2>(p, warps, stream, pdl);
+    return launch_one<FMT, ACT, 4, 1, 2>(p, warps, stream, pdl); /* M <= 32: the caller refuses more */
   }
-  if (p.m <= 8) return launch_one<FMT, ACT, 1, 4, 1>(p, warps, pf, stream, pdl);
-  if (p.m <= 16) return launch_one<FMT, ACT, 2, 2, 1>(p, warps, pf, stream, pdl);
-  if (p.m <= 32) return launch_one<FMT, ACT, 4, 1, 1>(p, warps, pf, stream, pdl);
-  return launch_one<FMT, ACT, 8, 1, 1>(p, warps, pf, stream, pdl);
+  if (p.m <= 8) return launch_one<FMT, ACT, 1, 4, 1>(p, warps, stream, pdl);
+  if (p.m <= 16) return launch_one<FMT, ACT, 2, 2, 1>(p, warps, stream, pdl);
+  if (p.m <= 32) return launch_one<FMT, ACT, 4, 1, 1>(p, warps, stream, pdl);
+  return launch_one<FMT, ACT, 8, 1, 1>(p, warps, stream, pdl);
 }
 
 template <int FMT>
-cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, bool pf, cudaStream_t stream, int pdl) {
+cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, cudaStream_t stream, int pdl) {
   switch (act) {
-  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, pf, stream, pdl);
-  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, pf, stream, pdl);
-  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, pf, stream, pdl);
-  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, pf, stream, pdl);
+  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, stream, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
 
 } // namespace
-
-extern "C" int fp4_cuda_gemm_small_m_prefetch_max_m(int rows) { return rows == 64 ? 8 : 32; }
 
 extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows) { return (int64_t)smem_for(warps, m, rows); }
 
@@ -567,7 +528,7 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
-  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, a->prefetch != 0, s, pdl)
-                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, a->prefetch != 0, s, pdl);
+  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, s, pdl)
+                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, s, pdl);
   return (int)e;
 }
