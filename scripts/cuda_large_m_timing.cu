@@ -42,7 +42,7 @@ static const shape kShapes[] = {
     {"llama70b gate_up", 57344, 8192},              {"llama70b down", 8192, 28672},
 };
 static const int64_t kMs[] = {16, 32, 48, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192};
-static const char *const kSmall[] = {"small-m.w8", "small-m.w4", "small-m.w2"};
+static const char *const kSmall[] = {"small-m.w8", "small-m.w4", "small-m.w2", "small-m.r32.w8", "small-m.r32.w4"};
 static const char *const kLarge[] = {"large-m.128x128.s4", "large-m.128x128.s3",    "large-m.128x256.s3",
                                      "large-m.64x128.s4",  "large-m.wgmma.128x128", "large-m.wgmma.128x256"};
 
@@ -232,6 +232,7 @@ int main(int argc, char **argv) {
       for (const char *c : kLarge) {
         const double t = time_one(b, W4A16_NV, c, runs, &why, NULL);
         if (t > 0 && (large < 0 || t < large)) large = t, large_cfg = c;
+        if (t < 0 && m == 128) printf("  (%s refused at M = 128: %s)\n", c, why.c_str()); /* say why, once per shape */
       }
       const double dflt = time_one(b, W4A16_NV, NULL, runs, &why, &dflt_cfg);
       const char *best_large = large > 0 ? large_cfg.c_str() : NULL;
