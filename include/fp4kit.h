@@ -587,6 +587,7 @@ typedef struct fp4_tune_result {
   double median_us;     /* the winner's median; 0 when nothing could run                 */
   int candidates;       /* (backend, config) pairs timed                                 */
   int rejected;         /* candidates that failed or returned NaN / all zeros            */
+  int cut;              /* candidates stopped early: over 20x the best median so far      */
 } fp4_tune_result;
 
 /* Called after each candidate (done of total) so a tool can draw progress; may be NULL. */

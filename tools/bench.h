@@ -36,6 +36,12 @@ typedef struct bench_point {
   /* Per-shape peers (device): cuBLAS BF16 and cuBLASLt FP8 on [m, k] x [n, k]^T. */
   bench_value bf16_us, bf16_tflops, bf16_speedup, fp8_us, fp8_tflops, fp8_speedup;
   char peer_note[200];
+  /* Auto points: what the tuning cache says for this key and whether auto ran it.
+   * cache: "hit" (auto ran the cached winner), "miss" (the cache has a winner but auto ran something
+   * else), "none" (no entry: auto used the heuristic); "" for named backends. */
+  char cache[8];
+  char cache_winner[100];   /* "backend:config" of the cached winner, "" when none       */
+  char ran[100];            /* "backend:config" that ran (fp4_run_info)                   */
 } bench_point;
 
 /* Once-per-run facts and peers. */
@@ -56,6 +62,31 @@ typedef struct bench_run {
 } bench_run;
 
 const char *bench_op_name(bench_op op);
+
+/* The GEMM shapes a model contributes to `fp4kit bench` and `fp4kit tune` (bench_shapes.c), so the
+ * two commands always agree: every dense (non-expert) GEMM of the shape set after TP sharding,
+ * whatever its checkpoint storage; MoE expert GEMMs are grouped GEMMs, timed by `bench --moe`. */
+enum { BENCH_MAX_SHAPES = 256 };
+typedef struct bench_shape {
+  int64_t n, k;
+  char name[64];
+} bench_shape;
+/* For --help texts: the first line is unindented, the others indented by 14 spaces. */
+#define BENCH_MODEL_SHAPES_HELP                                                                   \
+  "a model contributes its dense GEMMs (attention projections, dense MLP,\n"                       \
+  "              shared experts, router, lm_head; whatever the checkpoint stores them as) after\n" \
+  "              --tp sharding, one per distinct N x K; MoE expert GEMMs are grouped GEMMs, timed\n" \
+  "              by fp4kit bench --moe. --list-shapes prints them."
+/* A model name matches a shape set exactly, or as the unique set whose name starts with it. */
+const char *bench_find_model(const char *want);
+/* Adds a shape unless the same N x K is there; -1 when the table is full. */
+int bench_add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name);
+/* Appends the model's shapes (deduplicated); returns an FP4CLI_* code after printing why. */
+int bench_model_shapes(const char *tool, const char *want, int tp, bench_shape *shapes, int *count);
+/* Prints the shape sets the --model option knows. */
+void bench_list_models(FILE *f);
+/* Prints "N K name" per shape (the --list-shapes output of bench and tune). */
+void bench_print_shapes(FILE *f, const bench_shape *shapes, int count);
 
 /* Writers; each returns 0 or -1 after printing why on stderr. */
 void bench_print_table(FILE *f, const bench_run *run);

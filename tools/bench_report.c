@@ -51,15 +51,20 @@ static void print_header(FILE *f, const bench_run *r) {
 
 void bench_print_table(FILE *f, const bench_run *r) {
   print_header(f, r);
-  fprintf(f, "%-12s %-8s %-5s %5s %6s %6s %10s %8s %8s %6s %9s %9s %9s %6s %9s %6s  %s\n", "backend", "op", "fmt", "M",
-          "N", "K", "median_us", "TFLOP/s", "wGB/s", "%bw", "quant_us", "total_us", "bf16_us", "x_bf16", "fp8_us",
-          "x_fp8", "note");
+  /* Runs with auto points show what auto ran and the tuning cache's verdict for the key. */
+  int has_auto = 0;
+  for (int i = 0; i < r->npoints; i++) has_auto |= r->points[i].ran[0] != 0;
+  fprintf(f, "%-12s %-8s %-5s %5s %6s %6s ", "backend", "op", "fmt", "M", "N", "K");
+  if (has_auto) fprintf(f, "%-28s %-5s ", "ran", "cache");
+  fprintf(f, "%10s %8s %8s %6s %9s %9s %9s %6s %9s %6s  %s\n", "median_us", "TFLOP/s", "wGB/s", "%bw", "quant_us",
+          "total_us", "bf16_us", "x_bf16", "fp8_us", "x_fp8", "note");
   for (int i = 0; i < r->npoints; i++) {
     const bench_point *p = &r->points[i];
     char t[9][32];
     int ok = !strcmp(status_of(p), "ok");
     fprintf(f, "%-12s %-8s %-5s %5lld %6lld %6lld ", p->backend, bench_op_name(p->op), fp4_format_name(p->format),
             (long long)p->m, (long long)p->n, (long long)p->k);
+    if (has_auto) fprintf(f, "%-28s %-5s ", p->ran[0] ? p->ran : "-", p->cache[0] ? p->cache : "-");
     if (!ok) {
       fprintf(f, "%s: %s\n", status_of(p), p->reason);
       continue;
@@ -70,7 +75,12 @@ void bench_print_table(FILE *f, const bench_run *r) {
             num(t[4], 32, p->total_us, 2), num(t[5], 32, p->bf16_us, 2), num(t[6], 32, p->bf16_speedup, 2),
             num(t[7], 32, p->fp8_us, 2), num(t[8], 32, p->fp8_speedup, 2), p->shape,
             p->quant_reason[0] ? "; quantize: " : "", p->quant_reason);
+    if (!strcmp(p->cache, "miss")) fprintf(f, "%*s^ the tuning cache's winner is %s\n", 12, "", p->cache_winner);
   }
+  if (has_auto)
+    fprintf(f, "\nran: backend:config auto ran (fp4_run_info). cache: hit = the tuning cache's winner for the key\n"
+               "(op, format, activation/output dtype, M bucket, N, K); miss = the cache names another winner;\n"
+               "none = no entry, auto used the heuristic.\n");
   fprintf(f, "\nwGB/s: FP4 weight + scale bytes / median time. %%bw: wGB/s / same-run %s. quant_us: W4A4 activation\n"
              "quantize alone; total_us: quantize then GEMM. x_bf16, x_fp8: same-run cuBLAS time / ours (total_us for W4A4).\n"
              "For quantize rows wGB/s counts input + output bytes.\n",
@@ -106,7 +116,7 @@ typedef struct field {
   long long i;
 } field;
 
-enum { MAX_FIELDS = 64 };
+enum { MAX_FIELDS = 80 };
 
 static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
   int n = 0;
@@ -128,6 +138,9 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
   S("reason", p->reason);
   S("memory", ok ? fp4_memory_name(p->memory) : "");
   S("config", p->config);
+  S("auto_ran", p->ran);
+  S("cache", p->cache);
+  S("cache_winner", p->cache_winner);
   I("pdl", p->pdl);
   N("median_us", ok ? val(p->t.median_us) : none);
   N("min_us", ok ? val(p->t.min_us) : none);

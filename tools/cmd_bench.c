@@ -17,7 +17,6 @@
 #include "harness.h"
 
 enum {
-  BENCH_MAX_SHAPES = 256,
   BENCH_MAX_MS = 64,
   BENCH_MAX_BACKENDS = 32,
   BENCH_MAX_SETS = 1024,
@@ -29,14 +28,9 @@ enum {
 
 static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
 
-typedef struct bench_shape {
-  int64_t n, k;
-  char name[64];
-} bench_shape;
-
 typedef struct bench_opts {
-  const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html;
-  int runs, warmup, device, tp, peers;
+  const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html, *cache;
+  int runs, warmup, device, tp, peers, list_shapes;
   fp4_dtype act_dtype, out_dtype;
   fp4_scale_layout layout;
 } bench_opts;
@@ -84,8 +78,8 @@ static void bench_usage(FILE *f) {
           "usage: fp4kit bench [--backend NAME[,NAME]|auto|all] [--model NAME|--shapes NxK[,NxK...]] [--tp N]\n"
           "                    [--m 1,2,4,...] [--op w4a16,w4a4,quantize] [--format nvfp4,mxfp4]\n"
           "                    [--act bf16|f16|f32] [--out bf16|f16|f32] [--layout 128x4|linear|8x4]\n"
-          "                    [--runs N] [--warmup N] [--no-peers] [--device N]\n"
-          "                    [--json FILE|-] [--csv FILE|-] [--html FILE]\n"
+          "                    [--runs N] [--warmup N] [--no-peers] [--device N] [--cache FILE]\n"
+          "                    [--json FILE|-] [--csv FILE|-] [--html FILE] [--list-shapes]\n"
           "\n"
           "Times FP4 GEMMs (W4A16: FP4 weights x 16-bit activations; W4A4: both FP4) and activation\n"
           "quantization for every (shape, M, backend), and measures peers in the same run so every\n"
@@ -94,9 +88,16 @@ static void bench_usage(FILE *f) {
           "\n"
           "  --backend   'all' (default): every available backend that runs on the chosen device's memory,\n"
           "              except 'ref' (the slow oracle; name it to include it: it is limited to\n"
-          "              M*N*K <= %lld). 'auto' lets the library choose per call.\n"
-          "  --model     a shape set (fp4kit bench --model list); its dense GEMMs are timed. Default: the\n"
-          "              dense GEMMs of %s and %s.\n"
+          "              M*N*K <= %lld). 'auto' lets the library choose per call: with a device\n"
+          "              it runs on device memory only (never a host backend, no host peers); each\n"
+          "              auto row shows what ran (fp4_run_info) and the tuning cache's verdict for\n"
+          "              its key: cache=hit (ran the cached winner), miss (the cache names another\n"
+          "              winner), none (no entry: the heuristic chose).\n"
+          "  --cache     the tuning cache auto reads (default as fp4kit tune: $FP4KIT_TUNING_CACHE,\n"
+          "              $XDG_CACHE_HOME/fp4kit/tuning.json or ~/.cache/fp4kit/tuning.json).\n"
+          "  --model     a shape set (fp4kit bench --model list). Default: %s and %s.\n"
+          "              " BENCH_MODEL_SHAPES_HELP "\n"
+          "  --list-shapes  print the shapes (N K name) the options select, and exit.\n"
           "  --shapes    explicit weight shapes N x K (N outputs, K inputs), e.g. 8192x28672,57344x8192.\n"
           "  --tp        tensor-parallel degree the model shapes are sharded for (default 1).\n"
           "  --m         token counts (default 1,2,4,8,16,32,64).\n"
@@ -185,9 +186,13 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
       o->peers = 0;
       continue;
     }
+    if (!strcmp(a, "--list-shapes")) {
+      o->list_shapes = 1;
+      continue;
+    }
     static const char *const valued[] = {"--backend", "--model", "--shapes", "--m",    "--op",     "--format", "--runs",
                                          "--warmup",  "--json",  "--csv",    "--html", "--device", "--tp",     "--act",
-                                         "--out",     "--layout"};
+                                         "--out",     "--layout", "--cache"};
     int known = 0;
     for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(a, valued[j]);
     if (!known) return usage_error("unknown option '%s'", a);
@@ -202,6 +207,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
     else if (!strcmp(a, "--json")) o->json = v;
     else if (!strcmp(a, "--csv")) o->csv = v;
     else if (!strcmp(a, "--html")) o->html = v;
+    else if (!strcmp(a, "--cache")) o->cache = v;
     else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
       o->runs = (int)x;
@@ -235,62 +241,6 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
 /* Shapes                                                                                         */
 /* ---------------------------------------------------------------------------------------------- */
 
-static int add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name) {
-  for (int i = 0; i < *count; i++)
-    if (shapes[i].n == n && shapes[i].k == k) return 0; /* the first name that needs it is enough */
-  if (*count == BENCH_MAX_SHAPES) return -1;
-  shapes[*count].n = n;
-  shapes[*count].k = k;
-  snprintf(shapes[*count].name, sizeof shapes[*count].name, "%s", name);
-  (*count)++;
-  return 0;
-}
-
-static int list_models(FILE *f) {
-  fprintf(f, "shape sets:\n");
-  for (int i = 0; fp4_shape_set_name(i); i++) fprintf(f, "  %s\n", fp4_shape_set_name(i));
-  return FP4CLI_OK;
-}
-
-/* A model name matches a shape set exactly, or as the unique set whose name starts with it. */
-static const char *find_model(const char *want) {
-  const char *hit = NULL;
-  int hits = 0;
-  for (int i = 0; fp4_shape_set_name(i); i++) {
-    const char *s = fp4_shape_set_name(i);
-    if (!strcmp(s, want)) return s;
-    if (!strncmp(s, want, strlen(want))) {
-      hit = s;
-      hits++;
-    }
-  }
-  return hits == 1 ? hit : NULL;
-}
-
-static int model_shapes(const char *want, int tp, bench_shape *shapes, int *count) {
-  const char *model = find_model(want);
-  if (!model) {
-    fprintf(stderr, "fp4kit bench: no shape set matches '%s'\n", want);
-    list_models(stderr);
-    return FP4CLI_USAGE;
-  }
-  fp4_gemm_shape g[BENCH_MAX_SHAPES];
-  int total = 0;
-  fp4_status st = fp4_shape_set(model, tp, 1, g, BENCH_MAX_SHAPES, &total);
-  if (st) return fp4cli_report("reading the model shape set", st);
-  if (total > BENCH_MAX_SHAPES) total = BENCH_MAX_SHAPES;
-  int dense = 0;
-  for (int i = 0; i < total; i++) {
-    if (g[i].experts != 0) continue; /* MoE experts are a grouped GEMM: a different benchmark */
-    char name[64];
-    snprintf(name, sizeof name, "%.20s %.42s", model, g[i].name);
-    if (add_shape(shapes, count, g[i].n, g[i].k, name)) break;
-    dense++;
-  }
-  if (!dense) fprintf(stderr, "fp4kit bench: shape set '%s' has no dense GEMMs\n", model);
-  return FP4CLI_OK;
-}
-
 static int collect_shapes(const bench_opts *o, bench_shape *shapes, int *count) {
   *count = 0;
   if (o->shapes) {
@@ -307,13 +257,13 @@ static int collect_shapes(const bench_opts *o, bench_shape *shapes, int *count) 
         return usage_error("--shapes: '%s' needs positive N and K", items[i]);
       char name[64];
       snprintf(name, sizeof name, "%lldx%lld", nn, kk);
-      add_shape(shapes, count, nn, kk, name);
+      if (bench_add_shape(shapes, count, nn, kk, name)) return usage_error("--shapes: more than %s shapes", "256");
     }
     return FP4CLI_OK;
   }
-  if (o->model) return model_shapes(o->model, o->tp, shapes, count);
+  if (o->model) return bench_model_shapes("bench", o->model, o->tp, shapes, count);
   for (size_t i = 0; i < sizeof default_models / sizeof *default_models; i++) {
-    int rc = model_shapes(default_models[i], o->tp, shapes, count);
+    int rc = bench_model_shapes("bench", default_models[i], o->tp, shapes, count);
     if (rc) return rc;
   }
   return FP4CLI_OK;
@@ -555,11 +505,21 @@ static int64_t nonfinite_outputs(bench_call *c) {
  * (with a device) with device operands. */
 static void probe_backend(bench_env *e, bench_backend *b, bench_op op, fp4_format fmt) {
   const int64_t m = 1, n = 128, k = 256;
-  char why[2][200] = {"", ""};
+  char why[2][200] = {"", ""}; /* [memory] */
+  /* The run's memory first: with a device selected, a backend that runs there is timed there even
+   * when it could also run on the host. auto with a device selected is timed on device memory only:
+   * on host operands it would pick a host backend (and drag in the host peers), which is not what
+   * auto on this device does. */
+  const int run_dev = e->dctx != NULL;
   for (int mi = 0; mi < 2; mi++) {
-    fp4_memory mem = mi ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
+    const fp4_memory mem = (mi == 0) == run_dev ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
+    const int wi = mem == FP4_MEMORY_DEVICE;
     if (mem == FP4_MEMORY_DEVICE && !e->dctx) {
-      snprintf(why[mi], sizeof why[mi], "no device in this run");
+      snprintf(why[wi], sizeof why[wi], "no device in this run");
+      continue;
+    }
+    if (mem == FP4_MEMORY_HOST && run_dev && !strcmp(b->name, "auto")) {
+      snprintf(why[wi], sizeof why[wi], "auto is timed on device memory when a device is selected (--device -1 for the host)");
       continue;
     }
     bench_weights *w = calloc(1, sizeof *w);
@@ -580,7 +540,7 @@ static void probe_backend(bench_env *e, bench_backend *b, bench_op op, fp4_forma
         b->memory[op] = mem;
       }
     }
-    if (st) snprintf(why[mi], sizeof why[mi], "%s", fp4_last_error()[0] ? fp4_last_error() : fp4_status_str(st));
+    if (st) snprintf(why[wi], sizeof why[wi], "%s", fp4_last_error()[0] ? fp4_last_error() : fp4_status_str(st));
     if (w) weights_free(ctx_for(e, mem), mem, w);
     if (a) acts_free(ctx_for(e, mem), mem, a);
     free(w);
@@ -763,6 +723,25 @@ static void set_metrics(bench_env *e, bench_point *pt) {
   if (bw.ok) pt->frac_bw = (bench_value){1, pt->weight_gbps.v / bw.v};
 }
 
+/* What auto ran for an auto point, and whether that is the tuning cache's winner for the point's
+ * key (op, format, activation and output dtype, M bucket, N, K). */
+static void auto_verdict(bench_env *e, fp4_context *ctx, bench_point *pt, const fp4_run_info *info) {
+  snprintf(pt->ran, sizeof pt->ran, "%.31s%s%.63s", info->backend, info->config[0] ? ":" : "", info->config);
+  if (pt->op == BENCH_QUANTIZE) return; /* quantize is not tuned */
+  const fp4_tune_key key = {pt->op == BENCH_W4A4 ? FP4_TUNE_MM : FP4_TUNE_MM_W4A16, pt->format,
+                            pt->op == BENCH_W4A4 ? FP4_DTYPE_E2M1X2 : e->o.act_dtype, e->o.out_dtype, pt->m, pt->n, pt->k};
+  const fp4_tuning_cache *cache = fp4_context_tuning_cache(ctx);
+  char backend[32] = "", config[64] = "";
+  if (!cache || fp4_tuning_cache_lookup(cache, &key, backend, sizeof backend, config, sizeof config) != FP4_OK) {
+    snprintf(pt->cache, sizeof pt->cache, "none");
+    return;
+  }
+  snprintf(pt->cache_winner, sizeof pt->cache_winner, "%s%s%s", backend, config[0] ? ":" : "", config);
+  /* A winner stored without a config ("the backend's default") matches whatever config it ran. */
+  const int hit = !strcmp(backend, info->backend) && (!config[0] || !strcmp(config, info->config));
+  snprintf(pt->cache, sizeof pt->cache, "%s", hit ? "hit" : "miss");
+}
+
 static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b, const bench_weights *w,
                           const bench_acts *a) {
   fp4_context *ctx = ctx_for(e, pt->memory);
@@ -786,6 +765,7 @@ static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b,
   }
   fp4_run_info *info = pt->op == BENCH_QUANTIZE ? &c.qinfo : &c.info;
   if (!strcmp(b->name, "auto") && info->backend[0]) snprintf(pt->backend, sizeof pt->backend, "auto:%.26s", info->backend);
+  if (!strcmp(b->name, "auto")) auto_verdict(e, ctx, pt, info);
   snprintf(pt->config, sizeof pt->config, "%s", info->config);
   pt->pdl = info->pdl;
   pt->status = "ok";
@@ -882,6 +862,27 @@ static int write_reports(bench_env *e) {
   return rc;
 }
 
+/* auto reads the tuning cache of the run's context: the --cache file when given (a file that cannot
+ * be used is an error here, since it was asked for), else the default file on first use. Says once
+ * which cache auto follows, so the cache column of the report can be read. */
+static int attach_tuning_cache(bench_env *e) {
+  if (!strstr(e->o.backends, "auto")) return FP4CLI_OK;
+  fp4_context *ctx = e->dctx ? e->dctx : e->hctx;
+  if (e->o.cache) {
+    fp4_tuning_cache *c = NULL;
+    fp4_status st = fp4_tuning_cache_create(ctx, &c);
+    if (!st) st = fp4_tuning_cache_load(c, e->o.cache);
+    if (!st) st = fp4_context_set_tuning_cache(ctx, c);
+    if (st) {
+      fp4_tuning_cache_destroy(c);
+      return fp4cli_report("reading the --cache file", st);
+    }
+  }
+  fprintf(stderr, "fp4kit bench: auto on %s follows: %s\n", e->dctx ? "the device" : "the host",
+          fp4_context_tuning_note(ctx));
+  return FP4CLI_OK;
+}
+
 static int default_device(void) {
   const char *env = getenv("FP4KIT_DEVICE");
   if (env && *env) return atoi(env);
@@ -893,14 +894,20 @@ static int default_device(void) {
   return device;
 }
 
-static void progress(int done, int total, const bench_point *pt) {
-  if (!isatty(fileno(stderr))) return;
-  if (!pt) {
-    fprintf(stderr, "\r%80s\r", "");
-    return;
-  }
-  fprintf(stderr, "\r[%d/%d] %-12s %-8s M=%-5lld %lldx%lld        ", done, total, pt->backend, bench_op_name(pt->op),
-          (long long)pt->m, (long long)pt->n, (long long)pt->k);
+/* One line per point on stderr, started before the point is measured and finished after, so a
+ * slow point is visible while it runs (and names itself if the run is killed). */
+static void progress_start(int done, int total, const bench_point *pt) {
+  fprintf(stderr, "fp4kit bench: [%d/%d] %s %s %s M=%lld N=%lld K=%lld ... ", done, total, pt->backend,
+          bench_op_name(pt->op), fp4_format_name(pt->format), (long long)pt->m, (long long)pt->n, (long long)pt->k);
+  fflush(stderr);
+}
+
+static void progress_end(const bench_point *pt) {
+  if (!strcmp(pt->status, "ok"))
+    fprintf(stderr, "%.2f us%s%s%s%s%s%s\n", pt->t.median_us, pt->ran[0] ? " ran " : "", pt->ran,
+            pt->cache[0] ? " cache=" : "", pt->cache, pt->cache_winner[0] ? " winner " : !strcmp(pt->cache, "none") ? " (no entry: heuristic)" : "", pt->cache_winner);
+  else
+    fprintf(stderr, "%s: %.160s\n", pt->status, pt->reason);
   fflush(stderr);
 }
 
@@ -982,7 +989,7 @@ static int run_format(bench_env *e, fp4_format fmt, const bench_shape *shapes, i
                      (long long)BENCH_REF_MAX_MNK);
             continue;
           }
-          progress(*done, total, pt);
+          progress_start(*done, total, pt);
           fp4_context *ctx = ctx_for(e, mem);
           if (op != BENCH_QUANTIZE && !have_w[mem]) {
             wst[mem] = weights_make(e, mem, fmt, sh->n, sh->k, w[mem]);
@@ -992,6 +999,7 @@ static int run_format(bench_env *e, fp4_format fmt, const bench_shape *shapes, i
           if (op != BENCH_QUANTIZE && wst[mem]) {
             pt->status = "error";
             snprintf(pt->reason, sizeof pt->reason, "preparing the weights: %s", wwhy[mem]);
+            progress_end(pt);
             continue;
           }
           const int qonly = op == BENCH_QUANTIZE;
@@ -1003,11 +1011,13 @@ static int run_format(bench_env *e, fp4_format fmt, const bench_shape *shapes, i
             if (st) {
               pt->status = "error";
               snprintf(pt->reason, sizeof pt->reason, "preparing the activations: %s", fp4_last_error());
+              progress_end(pt);
               continue;
             }
             have_a[mem][qonly] = 1;
           }
           measure_point(e, pt, b, w[mem], a[mem]);
+          progress_end(pt);
         }
       }
       for (int mem = 0; mem < 2; mem++) acts_free(ctx_for(e, (fp4_memory)mem), (fp4_memory)mem, a[mem]);
@@ -1037,7 +1047,7 @@ int fp4cli_bench(int argc, char **argv) {
     goto done;
   }
   if (e->o.model && !strcmp(e->o.model, "list")) {
-    rc = list_models(stdout);
+    bench_list_models(stdout);
     goto done;
   }
   int64_t ms[BENCH_MAX_MS];
@@ -1056,6 +1066,10 @@ int fp4cli_bench(int argc, char **argv) {
     rc = FP4CLI_USAGE;
     goto done;
   }
+  if (e->o.list_shapes) {
+    bench_print_shapes(stdout, shapes, nshapes);
+    goto done;
+  }
 
   bench_run *r = &e->run;
   int device = e->o.device == -2 ? default_device() : e->o.device;
@@ -1067,6 +1081,7 @@ int fp4cli_bench(int argc, char **argv) {
     rc = fp4cli_report(device >= 0 ? "opening the device" : "describing the host", st);
     goto done;
   }
+  if ((rc = attach_tuning_cache(e))) goto done;
   e->cache[FP4_MEMORY_HOST] = r->host.cache_bytes > 0 ? r->host.cache_bytes : BENCH_DEFAULT_CACHE;
   e->cache[FP4_MEMORY_DEVICE] = r->dev.cache_bytes > 0 ? r->dev.cache_bytes : BENCH_DEFAULT_CACHE;
   r->runs_device = e->o.runs ? e->o.runs : 100;
@@ -1103,7 +1118,6 @@ int fp4cli_bench(int argc, char **argv) {
     total = done_points;
     for (int op = 0; op < 3; op++) total += ops[op] ? nb * nshapes * nms : 0;
     rc = run_format(e, (fp4_format)f, shapes, nshapes, ms, nms, ops, bl, nb, &done_points, total);
-    progress(0, 0, NULL);
     if (rc) goto done;
   }
   if (!r->npoints) {

@@ -1,57 +1,51 @@
 #define _POSIX_C_SOURCE 200809L
 /* fp4kit tune: time every supported (backend, config) on each shape and store the winners in the
- * tuning cache that auto selection reads. */
+ * tuning cache that auto selection reads. The shapes of a model are bench's (bench_shapes.c), so
+ * `fp4kit tune --model X` then `fp4kit bench --backend auto --model X` meet in the cache. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "cli.h"
 
 static void tune_usage(FILE *f) {
   fprintf(f,
-          "usage: fp4kit tune (--model NAME [--tp N] [--ep N] | --shapes FILE | --shape NxK)...\n"
-          "                   [--m LIST] [--op w4a4|w4a16] [--format nvfp4|mxfp4] [--out bf16|f16|f32]\n"
-          "                   [--runs N] [--cache FILE] [--device N]\n"
+          "usage: fp4kit tune (--model NAME [--tp N] | --shapes FILE|NxK[,NxK...] | --shape NxK)...\n"
+          "                   [--m LIST] [--op w4a16,w4a4] [--format nvfp4,mxfp4] [--act bf16|f16|f32]\n"
+          "                   [--out bf16|f16|f32] [--runs N] [--cache FILE] [--device N] [--list-shapes]\n"
           "\n"
-          "Times every supported (backend, config) on each GEMM shape at each M bucket, on random data,\n"
-          "rejecting candidates that fail or return NaN or zeros, and writes the winners to the tuning\n"
-          "cache (atomically: temporary file + rename), merged with the cache already there when it\n"
-          "belongs to this library version and device. Auto selection (backend NULL or \"auto\") then\n"
-          "runs the cached winner for each (M bucket, N, K, formats, output dtype).\n"
+          "Times every supported (backend, config) on each GEMM shape at each M bucket, for each op and\n"
+          "format asked for, on random data in the device's memory (host memory with --device -1; a\n"
+          "device run never times host backends), rejecting candidates that fail or return NaN or\n"
+          "zeros, and writes the winners to the tuning cache (atomically: temporary file + rename),\n"
+          "merged with the cache already there when it belongs to this library version and device.\n"
+          "Auto selection (backend NULL or \"auto\") then runs the cached winner for each key: op,\n"
+          "format, activation dtype, output dtype, M bucket, N, K.\n"
+          "Candidates run in heuristic order; one slower than 20x the best median so far after its\n"
+          "warm-up is cut (not timed further). Progress goes to stderr, one line per key.\n"
           "\n"
-          "  --model NAME   the GEMMs of a model (fp4kit inspect lists the shape sets)\n"
-          "  --shapes FILE  one GEMM per line: 'N K [name]'; '#' starts a comment\n"
+          "  --model NAME  a shape set (fp4kit bench --model list); the shapes are bench's:\n"
+          "              " BENCH_MODEL_SHAPES_HELP "\n"
+          "  --tp N         tensor-parallel degree the model shapes are sharded for (default 1)\n"
+          "  --shapes       a file with one GEMM per line ('N K [name]'; '#' starts a comment), or a\n"
+          "                 list NxK[,NxK...] as fp4kit bench takes it\n"
           "  --shape NxK    one GEMM (repeatable)\n"
           "  --m LIST       comma-separated M values (default 1,16,128,1024,4096); each is tuned at its bucket\n"
-          "  --op           w4a4 (default: FP4 activations) or w4a16 (bf16 activations)\n"
+          "  --op LIST      w4a16 (16-bit activations) and/or w4a4 (FP4 activations); default w4a16,w4a4\n"
+          "  --format LIST  nvfp4 and/or mxfp4; default nvfp4\n"
+          "  --act          W4A16 activation dtype (default bf16, as fp4kit bench)\n"
+          "  --out          output dtype (default bf16)\n"
           "  --runs N       timed calls per candidate (default 20)\n"
+          "  --device N     CUDA ordinal, or -1 for the host (default: FP4KIT_DEVICE, else 0 when a\n"
+          "                 CUDA device is present, else -1)\n"
           "  --cache FILE   default: $FP4KIT_TUNING_CACHE, $XDG_CACHE_HOME/fp4kit/tuning.json or\n"
-          "                 ~/.cache/fp4kit/tuning.json\n");
+          "                 ~/.cache/fp4kit/tuning.json\n"
+          "  --list-shapes  print the shapes (N K name) and exit\n");
 }
 
-typedef struct shape_list {
-  int64_t *n, *k;
-  int count, cap;
-} shape_list;
-
-static int add_shape(shape_list *s, int64_t n, int64_t k) {
-  for (int i = 0; i < s->count; i++)
-    if (s->n[i] == n && s->k[i] == k) return 1;
-  if (s->count == s->cap) {
-    int cap = s->cap ? 2 * s->cap : 16;
-    int64_t *nn = realloc(s->n, sizeof *nn * (size_t)cap), *kk = nn ? realloc(s->k, sizeof *kk * (size_t)cap) : NULL;
-    if (nn) s->n = nn;
-    if (!nn || !kk) return 0;
-    s->k = kk;
-    s->cap = cap;
-  }
-  s->n[s->count] = n;
-  s->k[s->count++] = k;
-  return 1;
-}
-
-static int read_shapes(const char *path, shape_list *s) {
+static int read_shapes(const char *path, bench_shape *shapes, int *count) {
   FILE *f = fopen(path, "r");
   if (!f) {
     fprintf(stderr, "fp4kit tune: cannot open %s\n", path);
@@ -64,161 +58,232 @@ static int read_shapes(const char *path, shape_list *s) {
     char *hash = strchr(line, '#');
     if (hash) *hash = 0;
     long long n = 0, k = 0;
-    char extra;
-    int got = sscanf(line, "%lld %lld %c", &n, &k, &extra);
+    char name[64] = "";
+    int got = sscanf(line, "%lld %lld %63s", &n, &k, name);
     if (got <= 0) continue; /* blank or comment */
     if (got < 2 || n < 1 || k < 1) {
       fprintf(stderr, "fp4kit tune: %s:%d: expected 'N K [name]'\n", path, lineno);
       ok = 0;
     } else {
-      ok = add_shape(s, n, k);
+      if (!name[0]) snprintf(name, sizeof name, "%lldx%lld", n, k);
+      ok = bench_add_shape(shapes, count, n, k, name) == 0;
     }
   }
   fclose(f);
   return ok;
 }
 
-static int add_model(const char *model, int tp, int ep, shape_list *s) {
-  int total = 0;
-  fp4_status st = fp4_shape_set(model, tp, ep, NULL, 0, &total);
-  if (st) {
-    fp4cli_report("reading the model's shapes", st);
-    return 0;
+/* "NxK[,NxK...]"; 0 on a malformed item. */
+static int parse_shape_list(const char *s, bench_shape *shapes, int *count) {
+  while (*s) {
+    long long n = 0, k = 0;
+    int used = 0;
+    if (sscanf(s, "%lld%*[xX]%lld%n", &n, &k, &used) != 2 || n < 1 || k < 1 || (s[used] && s[used] != ',')) return 0;
+    char name[64];
+    snprintf(name, sizeof name, "%lldx%lld", n, k);
+    if (bench_add_shape(shapes, count, n, k, name)) return 0;
+    s += used + (s[used] == ',');
   }
-  fp4_gemm_shape *shapes = calloc((size_t)(total ? total : 1), sizeof *shapes);
-  if (!shapes) return 0;
-  int ok = fp4_shape_set(model, tp, ep, shapes, total, &total) == FP4_OK;
-  for (int i = 0; ok && i < total; i++)
-    if (!strcmp(shapes[i].storage, "nvfp4") || !shapes[i].storage[0]) ok = add_shape(s, shapes[i].n, shapes[i].k);
-  free(shapes);
-  return ok;
-}
-
-typedef struct progress_state {
-  int tty;
-  int last_done;
-} progress_state;
-
-static void progress(void *user, int done, int total, const char *what) {
-  progress_state *ps = user;
-  if (ps->tty) {
-    const int width = 30;
-    int fill = total ? done * width / total : width;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d %-60.60s", fill, "##############################", width - fill, "", done, total, what);
-    if (done == total) fputc('\n', stderr);
-    fflush(stderr);
-  } else if (done != ps->last_done || done == total) {
-    ps->last_done = done;
-  }
+  return 1;
 }
 
 static int parse_m_list(const char *s, int64_t *m, int max) {
   int n = 0;
-  while (*s && n < max) {
+  while (*s) {
     char *end = NULL;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v < 1) return -1;
+    if (end == s || v < 1 || n == max || (*end && *end != ',')) return -1;
     m[n++] = v;
     s = *end == ',' ? end + 1 : end;
-    if (*end && *end != ',') return -1;
   }
   return n;
 }
 
+/* Comma list of names into flags; 0 on an unknown name. */
+static int parse_flags(const char *s, const char *const *names, int count, int *flags) {
+  memset(flags, 0, sizeof *flags * (size_t)count);
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  int any = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int found = 0;
+    for (int i = 0; i < count; i++)
+      if (!strcmp(tok, names[i])) found = flags[i] = 1;
+    if (!found) return 0;
+    any = 1;
+  }
+  return any;
+}
+
+static int parse_dtype(const char *v, fp4_dtype *out) {
+  if (!strcmp(v, "bf16")) *out = FP4_DTYPE_BF16;
+  else if (!strcmp(v, "f16") || !strcmp(v, "fp16")) *out = FP4_DTYPE_F16;
+  else if (!strcmp(v, "f32") || !strcmp(v, "fp32")) *out = FP4_DTYPE_F32;
+  else return 0;
+  return 1;
+}
+
+static const char *op_name(fp4_tune_op op) { return op == FP4_TUNE_MM ? "w4a4" : "w4a16"; }
+
+/* Candidates of one key, named on the key's progress line as they start: a slow one is visible
+ * while it runs, and the last name printed is the culprit if the run is killed. */
+typedef struct progress_state {
+  int candidates;
+} progress_state;
+
+static void progress(void *user, int done, int total, const char *what) {
+  progress_state *ps = user;
+  (void)done;
+  (void)total;
+  if (!strcmp(what, "done")) return;
+  fprintf(stderr, "%s%s", ps->candidates++ ? " " : "", what);
+  fflush(stderr);
+}
+
 int fp4cli_tune(int argc, char **argv) {
-  shape_list shapes = {0};
+  bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
+  int nshapes = 0;
   int64_t ms[32] = {1, 16, 128, 1024, 4096};
-  int nm = 5, runs = 20, device = -2, tp = 1, ep = 1, rc = FP4CLI_OK;
+  int nm = 5, runs = 20, device = -2, tp = 1, list_only = 0, rc = FP4CLI_OK;
+  int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
+  static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
   const char *cache_path = NULL, *model = NULL;
-  fp4_tune_op op = FP4_TUNE_MM;
-  fp4_format format = FP4_FORMAT_NVFP4;
-  fp4_dtype out = FP4_DTYPE_BF16;
+  fp4_dtype act = FP4_DTYPE_BF16, out = FP4_DTYPE_BF16;
+  if (!shapes) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       tune_usage(stdout);
+      free(shapes);
       return FP4CLI_OK;
+    }
+    if (!strcmp(a, "--list-shapes")) {
+      list_only = 1;
+      continue;
     }
     if (!v) goto usage;
     i++;
     long long n = 0, k = 0;
     if (!strcmp(a, "--model")) model = v;
-    else if (!strcmp(a, "--tp")) tp = atoi(v);
-    else if (!strcmp(a, "--ep")) ep = atoi(v);
-    else if (!strcmp(a, "--shapes")) {
-      if (!read_shapes(v, &shapes)) return FP4CLI_USAGE;
+    else if (!strcmp(a, "--tp")) {
+      if ((tp = atoi(v)) < 1) goto usage;
+    } else if (!strcmp(a, "--shapes")) {
+      if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : !parse_shape_list(v, shapes, &nshapes)) {
+        fprintf(stderr, "fp4kit tune: --shapes '%s' is neither a readable shape file nor NxK[,NxK...]\n", v);
+        goto usage;
+      }
     } else if (!strcmp(a, "--shape")) {
-      if (sscanf(v, "%lldx%lld", &n, &k) != 2 || n < 1 || k < 1 || !add_shape(&shapes, n, k)) goto usage;
+      if (sscanf(v, "%lldx%lld", &n, &k) != 2 || n < 1 || k < 1 || !parse_shape_list(v, shapes, &nshapes)) goto usage;
     } else if (!strcmp(a, "--m")) {
       if ((nm = parse_m_list(v, ms, 32)) < 1) goto usage;
     } else if (!strcmp(a, "--op")) {
-      if (!strcmp(v, "w4a4")) op = FP4_TUNE_MM;
-      else if (!strcmp(v, "w4a16")) op = FP4_TUNE_MM_W4A16;
-      else goto usage;
+      if (!parse_flags(v, op_names, 2, ops)) goto usage;
     } else if (!strcmp(a, "--format")) {
-      if (!strcmp(v, "nvfp4")) format = FP4_FORMAT_NVFP4;
-      else if (!strcmp(v, "mxfp4")) format = FP4_FORMAT_MXFP4;
-      else goto usage;
+      if (!parse_flags(v, fmt_names, 2, fmts)) goto usage;
+    } else if (!strcmp(a, "--act")) {
+      if (!parse_dtype(v, &act)) goto usage;
     } else if (!strcmp(a, "--out")) {
-      if (!strcmp(v, "bf16")) out = FP4_DTYPE_BF16;
-      else if (!strcmp(v, "f16")) out = FP4_DTYPE_F16;
-      else if (!strcmp(v, "f32")) out = FP4_DTYPE_F32;
-      else goto usage;
+      if (!parse_dtype(v, &out)) goto usage;
     } else if (!strcmp(a, "--runs")) {
       if ((runs = atoi(v)) < 1) goto usage;
     } else if (!strcmp(a, "--cache")) cache_path = v;
-    else if (!strcmp(a, "--device")) device = atoi(v);
-    else goto usage;
+    else if (!strcmp(a, "--device")) {
+      char *end = NULL;
+      device = (int)strtol(v, &end, 10);
+      if (*end || device < -1) goto usage;
+    } else goto usage;
   }
-  if (model && !add_model(model, tp, ep, &shapes)) return FP4CLI_USAGE;
-  if (!shapes.count) {
+  if (model && (rc = bench_model_shapes("tune", model, tp, shapes, &nshapes))) {
+    free(shapes);
+    return rc;
+  }
+  if (!nshapes) {
     fprintf(stderr, "fp4kit tune: no shapes: give --model, --shapes or --shape\n");
     goto usage;
   }
+  if (list_only) {
+    bench_print_shapes(stdout, shapes, nshapes);
+    free(shapes);
+    return FP4CLI_OK;
+  }
   char path[4096];
   if (cache_path) snprintf(path, sizeof path, "%s", cache_path);
-  else if (fp4_tuning_cache_default_path(path, sizeof path)) return fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
+  else if (fp4_tuning_cache_default_path(path, sizeof path)) {
+    free(shapes);
+    return fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
+  }
   if (device == -2) device = fp4cli_default_device();
 
+  const int nops = ops[0] + ops[1], nfmts = fmts[0] + fmts[1];
+  const int nk = nshapes * nm * nops * nfmts;
   fp4_context *ctx = NULL;
   fp4_tuning_cache *cache = NULL;
-  fp4_tune_key *keys = calloc((size_t)(shapes.count * nm), sizeof *keys);
-  fp4_tune_result *results = calloc((size_t)(shapes.count * nm), sizeof *results);
+  fp4_tune_key *keys = calloc((size_t)nk, sizeof *keys);
+  fp4_tune_result *results = calloc((size_t)nk, sizeof *results);
+  fp4_device_info dev;
   fp4_status st = keys && results ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
   if (!st) st = fp4_context_create(&ctx, device);
+  if (!st) st = fp4_device_info_get(ctx, &dev);
   if (!st) st = fp4_tuning_cache_create(ctx, &cache);
   if (st) {
-    rc = fp4cli_report("preparing to tune", st);
+    rc = fp4cli_report(device >= 0 ? "opening the device to tune" : "preparing to tune", st);
     goto done;
   }
   /* Merge with the cache already there; one that cannot be used is replaced, with one warning. */
   if (access(path, F_OK) == 0 && fp4_tuning_cache_load(cache, path) != FP4_OK)
     fprintf(stderr, "fp4kit tune: warning: %s; it will be replaced\n", fp4_last_error());
-  int nk = 0;
-  for (int s = 0; s < shapes.count; s++)
-    for (int i = 0; i < nm; i++) {
-      keys[nk] = (fp4_tune_key){op, format, op == FP4_TUNE_MM ? FP4_DTYPE_E2M1X2 : FP4_DTYPE_BF16, out, ms[i], shapes.n[s], shapes.k[s]};
-      nk++;
-    }
-  printf("fp4kit %s tune: %d shapes x %d M values on %s%s, %s %s, out %s, %d runs per candidate\n", fp4_version(),
-         shapes.count, nm, device >= 0 ? "device " : "the host", device >= 0 ? "" : "", fp4_format_name(format),
-         op == FP4_TUNE_MM ? "w4a4" : "w4a16", fp4_dtype_name(out), runs);
-  if (device >= 0) printf("(device %d)\n", device);
-  progress_state ps = {isatty(fileno(stderr)), -1};
-  st = fp4_tune(ctx, keys, nk, runs, cache, results, progress, &ps);
-  if (st) {
-    rc = fp4cli_report("tuning", st);
-    goto done;
-  }
-  printf("\n%8s %8s %8s  %-16s %-8s %12s %10s %s\n", "M bucket", "N", "K", "winner", "config", "median us", "TFLOP/s",
-         "candidates (rejected)");
-  for (int i = 0; i < nk; i++) {
+  int k = 0;
+  for (int s = 0; s < nshapes; s++)
+    for (int f = 0; f < 2; f++)
+      for (int o = 0; o < 2; o++)
+        for (int i = 0; i < nm && fmts[f] && ops[o]; i++)
+          keys[k++] = (fp4_tune_key){(fp4_tune_op)o, (fp4_format)f, o == FP4_TUNE_MM ? FP4_DTYPE_E2M1X2 : act, out,
+                                     ms[i], shapes[s].n, shapes[s].k};
+  char ops_s[16], fmts_s[16];
+  snprintf(ops_s, sizeof ops_s, "%s%s%s", ops[1] ? "w4a16" : "", ops[0] && ops[1] ? "," : "", ops[0] ? "w4a4" : "");
+  snprintf(fmts_s, sizeof fmts_s, "%s%s%s", fmts[0] ? "nvfp4" : "", nfmts == 2 ? "," : "", fmts[1] ? "mxfp4" : "");
+  if (device >= 0)
+    printf("fp4kit %s tune: %d shapes x %d M values x %s x %s on device %d (%s, SM%d%d), act %s, out %s, %d runs per "
+           "candidate\n",
+           fp4_version(), nshapes, nm, ops_s, fmts_s, device, dev.name, dev.cc_major, dev.cc_minor, fp4_dtype_name(act),
+           fp4_dtype_name(out), runs);
+  else
+    printf("fp4kit %s tune: %d shapes x %d M values x %s x %s on the host (%s, %d threads), act %s, out %s, %d runs per "
+           "candidate\n",
+           fp4_version(), nshapes, nm, ops_s, fmts_s, dev.name, dev.processors, fp4_dtype_name(act), fp4_dtype_name(out),
+           runs);
+  printf("%d keys; cache %s\n", nk, path);
+  fflush(stdout);
+  for (int i = 0; i < nk && !rc; i++) {
+    const fp4_tune_key *key = &keys[i];
+    fprintf(stderr, "fp4kit tune: [%d/%d] %s %s M=%lld N=%lld K=%lld: ", i + 1, nk, op_name(key->op),
+            fp4_format_name(key->format), (long long)fp4_tune_m_bucket(key->m), (long long)key->n, (long long)key->k);
+    fflush(stderr);
+    progress_state ps = {0};
+    st = fp4_tune(ctx, key, 1, runs, cache, &results[i], progress, &ps);
     const fp4_tune_result *r = &results[i];
+    if (st) {
+      fprintf(stderr, "\n");
+      rc = fp4cli_report("tuning", st);
+    } else if (r->backend[0]) {
+      fprintf(stderr, " -> %s%s%s %.2f us (%d candidates, %d rejected, %d cut)\n", r->backend, r->config[0] ? ":" : "",
+              r->config, r->median_us, r->candidates, r->rejected, r->cut);
+    } else {
+      fprintf(stderr, " -> no candidate ran (%d candidates, %d rejected)\n", r->candidates, r->rejected);
+    }
+    fflush(stderr);
+  }
+  printf("\n%-5s %-5s %8s %8s %8s  %-16s %-14s %12s %10s %s\n", "op", "fmt", "M bucket", "N", "K", "winner", "config",
+         "median us", "TFLOP/s", "candidates (rejected, cut)");
+  for (int i = 0; i < k && i < nk; i++) {
+    const fp4_tune_result *r = &results[i];
+    if (!r->key.n) continue; /* not reached (an error stopped the run) */
     double tflops = r->median_us > 0 ? 2.0 * (double)r->key.m * (double)r->key.n * (double)r->key.k / (r->median_us * 1e6) : 0;
-    printf("%8lld %8lld %8lld  %-16s %-8s %12.2f %10.2f %d (%d)\n", (long long)r->key.m, (long long)r->key.n,
-           (long long)r->key.k, r->backend[0] ? r->backend : "(none)", r->config[0] ? r->config : "-", r->median_us, tflops,
-           r->candidates, r->rejected);
-    if (!r->backend[0]) rc = FP4CLI_FAILED;
+    printf("%-5s %-5s %8lld %8lld %8lld  %-16s %-14s %12.2f %10.2f %d (%d, %d)\n", op_name(r->key.op),
+           fp4_format_name(r->key.format), (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,
+           r->backend[0] ? r->backend : "(none)", r->config[0] ? r->config : "-", r->median_us, tflops, r->candidates,
+           r->rejected, r->cut);
+    if (!r->backend[0] && !rc) rc = FP4CLI_FAILED;
   }
   if ((st = fp4_tuning_cache_save(cache, path))) {
     rc = fp4cli_report("writing the cache", st);
@@ -230,12 +295,10 @@ done:
   fp4_context_destroy(ctx);
   free(keys);
   free(results);
-  free(shapes.n);
-  free(shapes.k);
+  free(shapes);
   return rc;
 usage:
   tune_usage(stderr);
-  free(shapes.n);
-  free(shapes.k);
+  free(shapes);
   return FP4CLI_USAGE;
 }

@@ -65,13 +65,17 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
   fp4_reason(config, config_size, "%s", "");
   if (fp4_tuning_lookup(ctx, p, tuned, sizeof tuned, tuned_config, sizeof tuned_config) == FP4_OK) {
     const fp4_backend *b = fp4_registry_find(tuned);
+    if (b && p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) {
+      snprintf(why, sizeof why, "a host backend never runs device operands");
+      b = NULL;
+    }
     if (b && fp4_problem_supported(ctx, b, p, why, sizeof why) == FP4_OK) {
       fp4_reason(config, config_size, "%s", tuned_config);
       fp4_reason(reason, reason_size, "tuning cache winner");
       return b;
     }
     fp4_log(FP4_LOG_WARN, "auto: cached winner '%s' cannot run this problem (%s); using the heuristic", tuned,
-            b ? why : "not registered");
+            b || fp4_registry_find(tuned) ? why : "not registered");
   }
   const int device = fp4_context_device(ctx);
   const int cc = (p->memory == FP4_MEMORY_DEVICE && device >= 0) ? fp4_device_cc(device) : 0;
@@ -81,6 +85,7 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
   fp4_reason(reason, reason_size, "no backend is registered for %s memory", fp4_memory_name(p->memory));
   for (int i = 0; i < fp4_registry_count(); i++) {
     const fp4_backend *b = fp4_registry_get(i);
+    if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) continue;
     if (fp4_problem_supported(ctx, b, p, why, sizeof why) != FP4_OK) {
       if (!best) fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
       continue;

@@ -10,7 +10,11 @@
 #include <string.h>
 
 /* Beyond this M, a BF16 GEMM on dequantized weights amortises the dequantization (SM80-SM90). */
-enum { DEQUANT_WINS_M = 2048, NATIVE_SMALL_M = 64, UNKNOWN_RANK = 50 };
+enum { DEQUANT_WINS_M = 2048, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
+
+int fp4_heuristic_host_backend(const char *backend) {
+  return backend && (!strcmp(backend, "cpu") || !strcmp(backend, "ref"));
+}
 
 int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op, int64_t m) {
   if (!backend) return UNKNOWN_RANK;

@@ -14,6 +14,10 @@
 #include "dispatch/dispatch.h"
 #include "tune/tuning.h"
 
+/* A candidate whose first timed call after its warm-up exceeds this multiple of the best median so
+ * far is not timed further: one emulation or host path cannot make a tuning run take minutes. */
+#define FP4_TUNE_CUT_FACTOR 20
+
 struct fp4_tuning_state {
   fp4_tuning_cache *cache; /* NULL: none usable                          */
   int loaded;              /* the default file was tried (or one was set) */
@@ -292,22 +296,38 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
   fp4_problem p = {.op = key->op == FP4_TUNE_MM ? FP4_OP_MM : FP4_OP_MM_W4A16, .a_q = &c.a_q, .a = &c.a, .b = &c.b,
                    .alpha = 1.0f, .out = &c.out, .memory = mem};
 
-  /* Candidates: every supporting backend's configs; the reference only when it is alone. */
+  /* Candidates: every supporting backend's configs; the reference only when it is alone. They run in
+   * heuristic order (likely winners first), so the best-so-far median that bounds the others is
+   * small early and a very slow candidate is cut after one timed call. */
   int supporting = 0;
   char why[256];
   for (int bi = 0; bi < fp4_registry_count(); bi++)
     supporting += fp4_problem_supported(ctx, fp4_registry_get(bi), &p, why, sizeof why) == FP4_OK;
-  int have_baseline = 0;
-  double best = INFINITY;
   const int cc = mem == FP4_MEMORY_DEVICE ? fp4_device_cc(fp4_context_device(ctx)) : 0;
-  for (int bi = 0; bi < fp4_registry_count(); bi++) {
+  int order[64], norder = 0;
+  for (int bi = 0; bi < fp4_registry_count() && norder < 64; bi++) {
     const fp4_backend *b = fp4_registry_get(bi);
     if (fp4_problem_supported(ctx, b, &p, why, sizeof why) != FP4_OK) continue;
     if (!strcmp(b->name, "ref") && supporting > 1) continue;
+    if (mem == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) {
+      /* A host backend that claims device operands would time host work as the device's. */
+      fp4_log(FP4_LOG_WARN, "fp4_tune: %s is a host backend; not timed on device operands", b->name);
+      continue;
+    }
     if (fp4_heuristic_rank(b->name, cc, mem, p.op, M) >= FP4_RANK_VERIFICATION_ONLY && supporting > 1) {
       fp4_log(FP4_LOG_INFO, "fp4_tune: %s runs here only as a verification build; not timed", b->name);
       continue;
     }
+    int j = norder++;
+    const int rank = fp4_heuristic_rank(b->name, cc, mem, p.op, M);
+    for (; j > 0 && fp4_heuristic_rank(fp4_registry_get(order[j - 1])->name, cc, mem, p.op, M) > rank; j--)
+      order[j] = order[j - 1];
+    order[j] = bi;
+  }
+  int have_baseline = 0;
+  double best = INFINITY;
+  for (int oi = 0; oi < norder; oi++) {
+    const fp4_backend *b = fp4_registry_get(order[oi]);
     const char *names[32];
     int nc = b->configs ? b->configs(ctx, &p, names, 32) : 0;
     if (nc <= 0) {
@@ -316,8 +336,7 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
     }
     for (int ci = 0; ci < nc; ci++) {
       char what[160];
-      snprintf(what, sizeof what, "M=%lld N=%lld K=%lld %s%s%s", (long long)M, (long long)N, (long long)K, b->name,
-               names[ci] ? "/" : "", names[ci] ? names[ci] : "");
+      snprintf(what, sizeof what, "%s%s%s", b->name, names[ci] ? "/" : "", names[ci] ? names[ci] : "");
       if (progress) progress(user, index, total, what);
       c.opts = (fp4_options){.backend = b->name, .config = names[ci]};
       res->candidates++;
@@ -327,18 +346,29 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
       if (!cs) judge_output(got, have_baseline ? baseline : NULL, (size_t)(M * N), bad, sizeof bad);
       else fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
       fp4_timing t = {0};
+      /* One warm-up and one timed call first: a candidate far slower than the best so far is cut. */
+      if (!bad[0] && isfinite(best) && (cs = fp4_time(ctx, NULL, call_once, &c, 1, 1, &t)))
+        fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
+      if (!bad[0] && isfinite(best) && t.median_us > FP4_TUNE_CUT_FACTOR * best) {
+        res->cut++;
+        fp4_log(FP4_LOG_INFO, "fp4_tune: M=%lld N=%lld K=%lld %s cut: %.2f us > %dx the best so far (%.2f us)",
+                (long long)M, (long long)N, (long long)K, what, t.median_us, FP4_TUNE_CUT_FACTOR, best);
+        continue;
+      }
       if (!bad[0] && (cs = fp4_time(ctx, NULL, call_once, &c, 2, runs, &t)))
         fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
       if (bad[0]) {
         res->rejected++;
-        fp4_log(FP4_LOG_WARN, "fp4_tune: %s rejected: %s", what, bad);
+        fp4_log(FP4_LOG_WARN, "fp4_tune: M=%lld N=%lld K=%lld %s rejected: %s", (long long)M, (long long)N, (long long)K,
+                what, bad);
         continue;
       }
       if (!have_baseline) {
         memcpy(baseline, got, sizeof *got * (size_t)(M * N));
         have_baseline = 1;
       }
-      fp4_log(FP4_LOG_INFO, "fp4_tune: %s median %.2f us", what, t.median_us);
+      fp4_log(FP4_LOG_INFO, "fp4_tune: M=%lld N=%lld K=%lld %s median %.2f us", (long long)M, (long long)N, (long long)K,
+              what, t.median_us);
       if (t.median_us < best) {
         best = t.median_us;
         fp4_reason(res->backend, sizeof res->backend, "%s", b->name);
