@@ -10,7 +10,8 @@
 #   FP4KIT_GPU_PARTS="build moe" bash scripts/gpu-check.sh          # fp4kit bench --moe
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
-# (default), and ptxas (registers and spills per kernel; slow, only when named).
+# (default), and, only when named, ptxas (registers and spills per kernel; slow) and ncu (one
+# profiled launch of the small-M, large-M and wgmma kernels, when Nsight Compute is installed).
 # FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
@@ -65,9 +66,19 @@ if want bench-large; then
     --json "$LOG/bench-large.json" --html "$LOG/bench-large.html"
 fi
 if want tune; then
+  # The issue-5 demonstration: tune the model's shapes, then bench --backend auto follows the cache
+  # (its rows say which backend:config ran and whether that is the cached winner: hit/miss/none).
   step tune $F tune --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 --runs 20
   step bench-auto $F bench --backend auto --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 \
-    --json "$LOG/bench-auto.json"
+    --json "$LOG/bench-auto.json" --csv "$LOG/bench-auto.csv"
+fi
+if want ncu && command -v ncu >/dev/null; then
+  # Where the small-M and large-M kernels lose time: one profiled launch each (speed of light,
+  # warp stall reasons, issue slots, memory throughput).
+  NCU="ncu --target-processes all -s 3 -c 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
+  step ncu-small-m $NCU -k regex:gemm_small_m $F bench --backend cuda --shapes 57344x8192 --m 1 --op w4a16 --runs 50 --no-peers
+  step ncu-large-m $NCU -k regex:gemm_large_m $F bench --backend cuda --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  step ncu-wgmma $NCU -k regex:wgmma $F bench --backend cuda --config large-m.wgmma.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
 fi
 CUDA_LIBS="$BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas"
 if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then

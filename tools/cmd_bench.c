@@ -30,6 +30,7 @@ static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
 
 typedef struct bench_opts {
   const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html, *cache;
+  const char *config; /* --config: one named configuration of the one named backend (GEMM ops) */
   int runs, warmup, device, tp, peers, list_shapes;
   fp4_dtype act_dtype, out_dtype;
   fp4_scale_layout layout;
@@ -79,6 +80,7 @@ static void bench_usage(FILE *f) {
           "                    [--m 1,2,4,...] [--op w4a16,w4a4,quantize] [--format nvfp4,mxfp4]\n"
           "                    [--act bf16|f16|f32] [--out bf16|f16|f32] [--layout 128x4|linear|8x4]\n"
           "                    [--runs N] [--warmup N] [--no-peers] [--device N] [--cache FILE]\n"
+          "                    [--config NAME]\n"
           "                    [--json FILE|-] [--csv FILE|-] [--html FILE] [--list-shapes]\n"
           "\n"
           "Times FP4 GEMMs (W4A16: FP4 weights x 16-bit activations; W4A4: both FP4) and activation\n"
@@ -109,6 +111,8 @@ static void bench_usage(FILE *f) {
           "              median is reported. --warmup: untimed calls first (default 10).\n"
           "  --moe       time the MoE layer instead (fp4kit bench --moe --help).\n"
           "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
+          "  --config    time one named configuration of the one --backend (GEMM ops; the tuner's\n"
+          "              candidate names, e.g. small-m.r32.w4 or large-m.wgmma.128x256).\n"
           "  --device    CUDA ordinal, or -1 for host backends only (default: FP4KIT_DEVICE, else 0\n"
           "              when a CUDA device is present, else -1).\n"
           "  --json      one record per point (with device, driver, runtime, commit, date, command);\n"
@@ -192,7 +196,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
     }
     static const char *const valued[] = {"--backend", "--model", "--shapes", "--m",    "--op",     "--format", "--runs",
                                          "--warmup",  "--json",  "--csv",    "--html", "--device", "--tp",     "--act",
-                                         "--out",     "--layout", "--cache"};
+                                         "--out",     "--layout", "--cache",  "--config"};
     int known = 0;
     for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(a, valued[j]);
     if (!known) return usage_error("unknown option '%s'", a);
@@ -208,6 +212,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
     else if (!strcmp(a, "--csv")) o->csv = v;
     else if (!strcmp(a, "--html")) o->html = v;
     else if (!strcmp(a, "--cache")) o->cache = v;
+    else if (!strcmp(a, "--config")) o->config = v;
     else if (!strcmp(a, "--runs")) {
       if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
       o->runs = (int)x;
@@ -232,6 +237,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
     }
   }
   if (o->model && o->shapes) return usage_error("%s", "--model and --shapes exclude each other");
+  if (o->config && (!strcmp(o->backends, "all") || !strcmp(o->backends, "auto") || strchr(o->backends, ',')))
+    return usage_error("%s", "--config names a configuration of one backend: give --backend NAME too");
   if (o->json && o->csv && !strcmp(o->json, "-") && !strcmp(o->csv, "-"))
     return usage_error("%s", "only one of --json and --csv can write to stdout");
   return FP4CLI_OK;
@@ -749,6 +756,7 @@ static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b,
   bench_call c = {.ctx = ctx, .op = pt->op, .fmt = pt->format, .mem = pt->memory, .m = pt->m, .n = pt->n, .k = pt->k,
                   .layout = e->o.layout, .act = e->o.act_dtype, .out = e->o.out_dtype, .w = w, .a = a};
   c.gemm.backend = b->name;
+  c.gemm.config = e->o.config; /* NULL: the backend's own choice */
   c.gemm.info = &c.info;
   /* The activation quantize runs on the GEMM's backend when it can, else wherever auto picks. */
   c.quant.backend = b->usable[BENCH_QUANTIZE] && b->memory[BENCH_QUANTIZE] == pt->memory ? b->name : "auto";

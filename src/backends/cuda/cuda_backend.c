@@ -224,7 +224,21 @@ static int cuda_default_warps(int64_t n, int64_t k) {
   return w;
 }
 
-static const struct cuda_config *cuda_default_config(int64_t n, int64_t k) {
+static const struct cuda_config *cuda_config_named(const char *name) {
+  for (int i = 0; i < CUDA_CONFIGS; i++)
+    if (!strcmp(cuda_config_table[i].name, name)) return &cuda_config_table[i];
+  return &cuda_config_table[0];
+}
+
+/* Default small-M configuration, from the H200 timings of every config on the MODELS.md shapes
+ * (bench/results/h200/cuda-small-m.md): up to 32 tokens, 32-row CTAs win wherever they still give
+ * every SM a CTA (an activation fragment serves two weight tiles), with 4 warps when there are two
+ * CTAs per SM and 8 when there is one; below one CTA per SM, and above 32 tokens, 16-row CTAs. Each
+ * warp keeps at least two 128-K slabs (r32.w4: K >= 1024, r32.w8: K >= 2048). */
+static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64_t k, int sms) {
+  const int64_t slabs = k / CUDA_K_SLAB, ctas32 = (n + 31) / 32;
+  if (m <= 32 && ctas32 >= 2 * (int64_t)sms && slabs >= 8) return cuda_config_named("small-m.r32.w4");
+  if (m <= 32 && ctas32 >= sms && slabs >= 16) return cuda_config_named("small-m.r32.w8");
   const int warps = cuda_default_warps(n, k);
   for (int i = 0; i < CUDA_CONFIGS; i++)
     if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps) return &cuda_config_table[i];
@@ -254,7 +268,7 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
-    const struct cuda_config *first = cuda_default_config(ga.n, ga.k);
+    const struct cuda_config *first = cuda_default_config(ga.m, ga.n, ga.k, st ? st->sms : 1);
     if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
       if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m) names[count++] = cuda_config_table[i].name;
@@ -309,7 +323,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       cfg_name = config;
       e = fp4_cuda_gemm_large_m(&a, config, p->stream, pdl);
     } else {
-      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.n, a.k);
+      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.m, a.n, a.k, st->sms);
       for (int i = 0; config && i < CUDA_CONFIGS; i++)
         if (!strcmp(config, cuda_config_table[i].name)) cfg = &cuda_config_table[i];
       if (!cfg) {
