@@ -99,15 +99,22 @@ static void test_moe_qwen(fp4_context *ctx) {
 /* Prefill-sized calls: T >= 1024 gives the tensor-core kernel its widest token chunks (64 rows per
  * pass, several passes and row splits per expert, a hot expert with half of the pairs). */
 static void test_moe_prefill(fp4_context *ctx) {
+  static const struct {
+    int64_t T, I, H, E, k;
+    int w4a4, format, shared, routing;
+    fp4_dtype dtype;
+  } kCases[] = {
+      {1024, 128, 256, 64, 8, 0, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16},
+      {1024, 128, 256, 64, 8, 1, FP4_FORMAT_MXFP4, 1, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16},
+      {1100, 256, 128, 32, 4, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_F16},
+      {1024, 128, 256, 64, 8, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_F32},
+  };
   uint64_t seed = 4000;
-  fp4h_case c = fp4h_moe_case(1024, 128, 256, 64, 8, 0, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
-  run_case(ctx, &c, seed++);
-  c = fp4h_moe_case(1024, 128, 256, 64, 8, 1, FP4_FORMAT_MXFP4, 1, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
-  run_case(ctx, &c, seed++);
-  c = fp4h_moe_case(1100, 256, 128, 32, 4, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_F16);
-  run_case(ctx, &c, seed++);
-  c = fp4h_moe_case(1024, 128, 256, 64, 8, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_F32);
-  run_case(ctx, &c, seed++);
+  for (size_t i = 0; i < sizeof kCases / sizeof *kCases; i++) {
+    fp4h_case c = fp4h_moe_case(kCases[i].T, kCases[i].I, kCases[i].H, kCases[i].E, kCases[i].k, kCases[i].w4a4,
+                                (fp4_format)kCases[i].format, kCases[i].shared, kCases[i].routing, kCases[i].dtype);
+    run_case(ctx, &c, seed++);
+  }
 }
 
 #define EXPECT(cond, ...)                                                                                              \

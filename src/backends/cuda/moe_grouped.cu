@@ -96,6 +96,16 @@ __device__ int64_t find_expert(const grouped_params &p, int64_t slot) {
   return found;
 }
 
+/* The expert of this CTA's slot (blockIdx.y), or -1 (the CTA has nothing to do): from the active
+ * list when the routing kernel built one, else by scanning offsets. Uniform across the CTA. */
+__device__ int64_t slot_expert(const grouped_params &p) {
+  if (!p.a.active) return find_expert(p, blockIdx.y);
+  const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
+  if ((int64_t)blockIdx.y >= count) return -1;
+  const int64_t e = p.a.active[blockIdx.y];
+  return e < 0 || e >= p.a.experts ? -1 : e;
+}
+
 template <int FMT, int ACT>
 __device__ __forceinline__ float load_act(const grouped_params &p, int64_t row, int64_t k) {
   if (ACT == FP4_CUDA_ACT_FP4) {
@@ -226,16 +236,8 @@ template <int FMT, int ACT>
 __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) {
   __shared__ float sm[kMaxRows * kPitch];
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  int64_t e;
-  if (p.a.active) {
-    const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
-    if ((int64_t)blockIdx.y >= count) return;
-    e = p.a.active[blockIdx.y];
-    if (e < 0 || e >= p.a.experts) return;
-  } else {
-    e = find_expert(p, blockIdx.y);
-    if (e < 0) return; /* uniform across the CTA: found is shared */
-  }
+  const int64_t e = slot_expert(p);
+  if (e < 0) return; /* uniform across the CTA */
   int64_t lo, hi;
   expert_rows(p, e, &lo, &hi);
   double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f);
@@ -275,17 +277,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  int64_t e;
-  if (p.a.active) {
-    const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
-    if ((int64_t)blockIdx.y >= count) return;
-    e = p.a.active[blockIdx.y];
-    if (e < 0 || e >= p.a.experts) return;
-  } else {
-    e = find_expert(p, blockIdx.y); /* has __syncthreads: the table is written before any use */
-    if (e < 0) return;
-  }
-  __syncthreads();
+  const int64_t e = slot_expert(p);
+  if (e < 0) return; /* uniform across the CTA */
+  __syncthreads();     /* the table is written */
   int64_t lo, hi;
   expert_rows(p, e, &lo, &hi);
   /* NVFP4 weights decode as e2m1 * scale * 2^-8: the 2^8 goes into the FP32 -> output scale. */
