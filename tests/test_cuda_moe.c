@@ -1,11 +1,14 @@
 /*
- * GPU tests of the cuda backend's grouped GEMM and MoE layer (skipped with exit 77 and the reason
+ * GPU tests of the cuda backend's grouped GEMM and MoE layer (both grouped kernels: tensor cores
+ * where K % 128 == 0, e.g. K 512 and H 256, the CUDA-core kernel otherwise, e.g. K 1088 and I 96; the
+ * tensor-core kernel's token chunks of 8, 16 and 64 rows follow the mean rows per expert) (skipped with exit 77 and the reason
  * when it cannot run here), against the reference backend through the harness (fresh random data,
  * NaN-prefilled outputs, device memory): grouped GEMM W4A4/W4A16 x NVFP4/MXFP4 for T in
  * {1, 8, 64, 300}; the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert on/off x uniform, skewed
  * (a hot expert with 50% of the tokens) and duplicate routing for T in {1, 8, 64, 300}; Qwen3.5-
  * shaped layers (top-10; E and T scaled down so the double-precision reference stays fast, plus one
- * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); and the device contract for
+ * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
+ * (T 1024 and 1100, skewed and uniform, all activation dtypes); and the device contract for
  * invalid expert ids (a NaN output row, nothing read or written out of bounds).
  */
 #include <math.h>
@@ -91,6 +94,27 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
+}
+
+/* Prefill-sized calls: T >= 1024 gives the tensor-core kernel its widest token chunks (64 rows per
+ * pass, several passes and row splits per expert, a hot expert with half of the pairs). */
+static void test_moe_prefill(fp4_context *ctx) {
+  static const struct {
+    int64_t T, I, H, E, k;
+    int w4a4, format, shared, routing;
+    fp4_dtype dtype;
+  } kCases[] = {
+      {1024, 128, 256, 64, 8, 0, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16},
+      {1024, 128, 256, 64, 8, 1, FP4_FORMAT_MXFP4, 1, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16},
+      {1100, 256, 128, 32, 4, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_SKEWED, FP4_DTYPE_F16},
+      {1024, 128, 256, 64, 8, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_F32},
+  };
+  uint64_t seed = 4000;
+  for (size_t i = 0; i < sizeof kCases / sizeof *kCases; i++) {
+    fp4h_case c = fp4h_moe_case(kCases[i].T, kCases[i].I, kCases[i].H, kCases[i].E, kCases[i].k, kCases[i].w4a4,
+                                (fp4_format)kCases[i].format, kCases[i].shared, kCases[i].routing, kCases[i].dtype);
+    run_case(ctx, &c, seed++);
+  }
 }
 
 #define EXPECT(cond, ...)                                                                                              \
@@ -191,6 +215,8 @@ int main(void) {
   printf("+ MoE layer: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_qwen(ctx);
   printf("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
+  test_moe_prefill(ctx);
+  printf("+ prefill-sized MoE: %d cases, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);
   printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);

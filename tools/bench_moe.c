@@ -9,9 +9,16 @@
  * once with fp4_time_peer CUBLAS_BF16 and counted for every expert that has it).
  *
  * Weights: one random expert (codes and valid E4M3/UE8M0 scales) replicated to all E slots on the
- * device, so a 3-6 GB layer is set up in seconds; timing depends on bytes and routing, not values.
+ * device (one host copy, then device-to-device), once per model for all its points; timing depends
+ * on bytes and routing, not values.
+ *
+ * Bounded run time: every point reports its progress on stderr (flushed) as it goes; a point's
+ * runs shrink so its timed loop takes about --budget seconds (one untimed call first measures it;
+ * at least 5 runs, the count is reported), and cuBLAS timings are shared by every point and mode
+ * of a model (they depend only on the row count and shape), with at most 20 runs each.
  */
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +44,7 @@ typedef struct moe_point {
   const char *mode;
   const char *status;
   char reason[200];
+  int runs;
   double layer_us, touched_bytes, gbps, floor_ratio, flops, tflops;
   double cublas_us, cublas_tflops, speedup;
   int cublas_ok;
@@ -44,14 +52,16 @@ typedef struct moe_point {
 
 static void bench_moe_usage(FILE *f) {
   fprintf(f, "usage: fp4kit bench --moe [--mode w4a16|w4a4] [--format nvfp4|mxfp4] [--m 1,8,...] [--runs N]\n"
-             "                          [--no-peers] [--device N] [--json FILE|-] [--csv FILE|-]\n"
+             "                          [--budget SECONDS] [--no-peers] [--device N] [--json FILE|-] [--csv FILE|-]\n"
              "\n"
              "Times fp4_moe_forward (the cuda backend) on Qwen3.5-397B's experts (512, top-10, w13 2048x4096,\n"
              "w2 4096x1024) and DeepSeek-R1's (256, top-8, w13 4096x7168, w2 7168x2048) at B in\n"
              "{1, 8, 64, 256, 1024, 4096} tokens (--m), uniform random routing, bf16 hidden states.\n"
              "Per point: layer time (median), touched expert bytes of the actual routing, effective bandwidth,\n"
              "the time over the same-run copy floor (touched bytes / copy bandwidth) and the same-run loop\n"
-             "over active experts calling cuBLAS BF16 (its time and our speedup over it).\n");
+             "over active experts calling cuBLAS BF16 (its time and our speedup over it).\n"
+             "--runs (default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its timed loop\n"
+             "lasts about --budget seconds (default 2); the runs used are reported. Progress goes to stderr.\n");
 }
 
 typedef struct layer_call {
@@ -85,9 +95,12 @@ static fp4_status make_experts(fp4_context *ctx, fp4h_rng *g, fp4_grouped_qmatri
     for (size_t i = 0; i < sb; i++) scales[i] = (uint8_t)(fmt == FP4_FORMAT_NVFP4 ? 0x20 + fp4h_next(g) % 0x18 : 119 + fp4h_next(g) % 8);
     st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, cb * (size_t)E, &w->data);
     if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, sb * (size_t)E, &w->scales);
-    for (int64_t e = 0; e < E && !st; e++) {
-      st = fp4_copy(ctx, (uint8_t *)w->data + (size_t)e * cb, FP4_MEMORY_DEVICE, codes, FP4_MEMORY_HOST, cb);
-      if (!st) st = fp4_copy(ctx, (uint8_t *)w->scales + (size_t)e * sb, FP4_MEMORY_DEVICE, scales, FP4_MEMORY_HOST, sb);
+    if (!st) st = fp4_copy(ctx, w->data, FP4_MEMORY_DEVICE, codes, FP4_MEMORY_HOST, cb);
+    if (!st) st = fp4_copy(ctx, w->scales, FP4_MEMORY_DEVICE, scales, FP4_MEMORY_HOST, sb);
+    /* The other slots from slot 0 on the device: a host copy of 3-6 GB would dominate the run. */
+    for (int64_t e = 1; e < E && !st; e++) {
+      st = fp4_copy(ctx, (uint8_t *)w->data + (size_t)e * cb, FP4_MEMORY_DEVICE, w->data, FP4_MEMORY_DEVICE, cb);
+      if (!st) st = fp4_copy(ctx, (uint8_t *)w->scales + (size_t)e * sb, FP4_MEMORY_DEVICE, w->scales, FP4_MEMORY_DEVICE, sb);
     }
   }
   free(codes);
@@ -107,50 +120,97 @@ static double expert_bytes(const fp4_grouped_qmatrix *w) {
   return (double)(w->rows * w->cols / 2) + (double)sb;
 }
 
+/* Progress on stderr, flushed at once: a slow point shows where it is while it runs. */
+typedef struct progress {
+  double t0;
+  int index, total;
+} progress;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void say(const progress *pr, const moe_point *pt, const char *what) {
+  fprintf(stderr, "[moe %d/%d %7.1f s] %s %s B=%lld: %s\n", pr->index, pr->total, now_s() - pr->t0, pt->model, pt->mode,
+          (long long)pt->batch, what);
+  fflush(stderr);
+}
+
+/* cuBLAS BF16 timings of one model by row count (gate_up + down, median us; 0: not yet timed):
+ * they depend only on the row count, so every point and mode of the model shares them. */
+typedef struct cublas_cache {
+  double *us;
+  int64_t size;
+} cublas_cache;
+
+enum { CUBLAS_MAX_RUNS = 20 };
+
 /* The cuBLAS BF16 expert loop: sum over active experts of gate_up and down at their row counts. */
 static fp4_status cublas_loop(fp4_context *ctx, const int64_t *counts, int64_t E, const moe_model *m, int runs,
-                              double *us) {
+                              cublas_cache *cache, double *us) {
   *us = 0.0;
   int64_t most = 0;
   for (int64_t e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most;
+  if (most >= cache->size) {
+    double *grown = realloc(cache->us, (size_t)(most + 1) * sizeof *grown);
+    if (!grown) return FP4_ERR_OUT_OF_MEMORY;
+    for (int64_t r = cache->size; r <= most; r++) grown[r] = 0.0;
+    cache->us = grown;
+    cache->size = most + 1;
+  }
   int64_t *hist = calloc((size_t)most + 1, sizeof *hist);
   if (!hist) return FP4_ERR_OUT_OF_MEMORY;
   for (int64_t e = 0; e < E; e++) hist[counts[e]]++;
   fp4_status st = FP4_OK;
+  const int r_runs = runs < CUBLAS_MAX_RUNS ? runs : CUBLAS_MAX_RUNS;
   for (int64_t r = 1; r <= most && !st; r++) {
     if (!hist[r]) continue;
-    fp4_timing t1, t2;
-    st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, 2 * m->inter, m->hidden, runs, &t1, NULL);
-    if (!st) st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, m->hidden, m->inter, runs, &t2, NULL);
-    if (!st) *us += (double)hist[r] * (t1.median_us + t2.median_us);
+    if (cache->us[r] <= 0.0) {
+      fp4_timing t1, t2;
+      st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, 2 * m->inter, m->hidden, r_runs, &t1, NULL);
+      if (!st) st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, r, m->hidden, m->inter, r_runs, &t2, NULL);
+      if (!st) cache->us[r] = t1.median_us + t2.median_us;
+    }
+    if (!st) *us += (double)hist[r] * cache->us[r];
   }
   free(hist);
   return st;
 }
 
-static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_mode mode, fp4_format fmt, int runs,
-                      int peers, double copy_bps, moe_point *pt) {
+typedef struct bench_setup {
+  int runs, peers;
+  double budget_s, copy_bps;
+  fp4_format fmt;
+  const fp4_grouped_qmatrix *w1, *w2; /* the model's experts on the device */
+  cublas_cache *cache;
+  progress *pr;
+} bench_setup;
+
+static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_mode mode, const bench_setup *bs,
+                      moe_point *pt) {
   memset(pt, 0, sizeof *pt);
   pt->model = m->name;
   pt->batch = B;
   pt->mode = mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16";
   pt->status = "error";
+  say(bs->pr, pt, "setting up");
   fp4h_rng g = {(uint64_t)B * 7919u + (uint64_t)m->experts};
   const int64_t E = m->experts, k = m->top_k, H = m->hidden, I = m->inter;
-  fp4_grouped_qmatrix w1 = {0}, w2 = {0};
   int32_t *ids = malloc((size_t)(B * k) * sizeof *ids);
   float *tw = malloc((size_t)(B * k) * sizeof *tw);
   uint16_t *hid = malloc((size_t)(B * H) * sizeof *hid);
   int64_t *counts = calloc((size_t)E, sizeof *counts);
   void *d_ids = NULL, *d_tw = NULL, *d_hid = NULL, *d_out = NULL, *ws = NULL;
   fp4_status st = FP4_ERR_OUT_OF_MEMORY;
+  char msg[160];
   if (!ids || !tw || !hid || !counts) goto done;
   fp4h_routing_fill(&g, ids, tw, B, k, E, FP4H_ROUTE_UNIFORM);
   for (int64_t i = 0; i < B * H; i++) hid[i] = (uint16_t)(0x3C00u + (fp4h_next(&g) & 0x7Fu)) ^ (uint16_t)((i & 1) << 15);
   for (int64_t i = 0; i < B * k; i++) counts[ids[i]]++;
   for (int64_t e = 0; e < E; e++) pt->active += counts[e] > 0;
-  if ((st = make_experts(ctx, &g, &w1, E, 2 * I, H, fmt)) || (st = make_experts(ctx, &g, &w2, E, H, I, fmt))) goto done;
-  pt->touched_bytes = (double)pt->active * (expert_bytes(&w1) + expert_bytes(&w2));
+  pt->touched_bytes = (double)pt->active * (expert_bytes(bs->w1) + expert_bytes(bs->w2));
   pt->flops = 2.0 * (double)(B * k) * (double)(2 * I * H + H * I);
   if ((st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * k) * sizeof *ids, &d_ids)) ||
       (st = fp4_copy(ctx, d_ids, FP4_MEMORY_DEVICE, ids, FP4_MEMORY_HOST, (size_t)(B * k) * sizeof *ids)) ||
@@ -160,7 +220,7 @@ static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_m
       (st = fp4_copy(ctx, d_hid, FP4_MEMORY_DEVICE, hid, FP4_MEMORY_HOST, (size_t)(B * H) * 2)) ||
       (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * H) * 2, &d_out)))
     goto done;
-  fp4_moe_layer layer = {mode, {w1, w2, 448.0f * 6.0f / 4.0f, 448.0f * 6.0f / 8.0f}, NULL};
+  fp4_moe_layer layer = {mode, {*bs->w1, *bs->w2, 448.0f * 6.0f / 4.0f, 448.0f * 6.0f / 8.0f}, NULL};
   fp4_moe_routing rt = {d_ids, B, k, {d_tw, B, k, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
   fp4_matrix xm = {d_hid, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE}, om = {d_out, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   const fp4_options opts = {.backend = "cuda", .enable_pdl = 1};
@@ -169,14 +229,25 @@ static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_m
     goto done;
   layer_call call = {ctx, &layer, &xm, &om, &rt, ws, bytes, &opts};
   fp4_timing t;
-  if ((st = fp4_time(ctx, NULL, call_layer, &call, 10, runs, &t))) goto done;
+  /* One call first (it also warms up): its time sets the runs that fit the budget. */
+  if ((st = fp4_time(ctx, NULL, call_layer, &call, 1, 1, &t))) goto done;
+  pt->runs = bs->runs;
+  if (t.median_us * 1e-6 * bs->runs > bs->budget_s) {
+    const double fit = bs->budget_s / (t.median_us * 1e-6);
+    pt->runs = fit < 5.0 ? 5 : (int)fit;
+  }
+  snprintf(msg, sizeof msg, "one layer call %.1f us, timing %d runs", t.median_us, pt->runs);
+  say(bs->pr, pt, msg);
+  if ((st = fp4_time(ctx, NULL, call_layer, &call, pt->runs < 10 ? 2 : 10, pt->runs, &t))) goto done;
   pt->layer_us = t.median_us;
   pt->gbps = pt->touched_bytes / (t.median_us * 1e-6) / 1e9;
   pt->tflops = pt->flops / (t.median_us * 1e-6) / 1e12;
-  if (copy_bps > 0) pt->floor_ratio = t.median_us / (pt->touched_bytes / copy_bps * 1e6);
-  if (peers) {
+  if (bs->copy_bps > 0) pt->floor_ratio = t.median_us / (pt->touched_bytes / bs->copy_bps * 1e6);
+  if (bs->peers) {
+    snprintf(msg, sizeof msg, "layer %.1f us; cuBLAS BF16 expert loop", t.median_us);
+    say(bs->pr, pt, msg);
     double us = 0;
-    fp4_status ps = cublas_loop(ctx, counts, E, m, runs, &us);
+    fp4_status ps = cublas_loop(ctx, counts, E, m, bs->runs, bs->cache, &us);
     if (ps == FP4_OK && us > 0) {
       pt->cublas_ok = 1;
       pt->cublas_us = us;
@@ -192,11 +263,10 @@ done:
     snprintf(pt->reason, sizeof pt->reason, "%s", fp4_last_error());
     pt->status = st == FP4_ERR_UNSUPPORTED ? "unsupported" : "error";
   }
+  say(bs->pr, pt, pt->status);
   void *bufs[] = {d_ids, d_tw, d_hid, d_out, ws};
   for (int i = 0; i < 5; i++)
     if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
-  free_experts(ctx, &w1);
-  free_experts(ctx, &w2);
   free(ids);
   free(tw);
   free(hid);
@@ -213,8 +283,8 @@ static void write_json(FILE *f, const fp4_device_info *dev, double copy_bps, con
   for (int i = 0; i < n; i++) {
     const moe_point *x = &p[i];
     fprintf(f, "  {\"bench\": \"moe\", \"device\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %lld, "
-               "\"active_experts\": %lld, \"status\": \"%s\", \"reason\": \"%s\", ",
-            dev->name, x->model, x->mode, (long long)x->batch, (long long)x->active, x->status, x->reason);
+               "\"active_experts\": %lld, \"runs\": %d, \"status\": \"%s\", \"reason\": \"%s\", ",
+            dev->name, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status, x->reason);
     const int ok = !strcmp(x->status, "ok");
     num(f, "layer_us", x->layer_us, ok, ", ");
     num(f, "touched_bytes", x->touched_bytes, 1, ", ");
@@ -233,14 +303,14 @@ static void write_json(FILE *f, const fp4_device_info *dev, double copy_bps, con
 
 static void write_csv(FILE *f, double copy_bps, const moe_point *p, int n) {
   fprintf(f, "model,mode,batch,active_experts,status,layer_us,touched_bytes,effective_gbps,copy_gbps,"
-             "time_over_copy_floor,tflops,cublas_bf16_loop_us,cublas_bf16_loop_tflops,speedup_vs_cublas_bf16_loop\n");
+             "time_over_copy_floor,tflops,cublas_bf16_loop_us,cublas_bf16_loop_tflops,speedup_vs_cublas_bf16_loop,runs\n");
   for (int i = 0; i < n; i++) {
     const moe_point *x = &p[i];
     fprintf(f, "%s,%s,%lld,%lld,%s,%.3f,%.0f,%.1f,%.1f,%.3f,%.2f,", x->model, x->mode, (long long)x->batch,
             (long long)x->active, x->status, x->layer_us, x->touched_bytes, x->gbps, copy_bps / 1e9, x->floor_ratio,
             x->tflops);
-    if (x->cublas_ok) fprintf(f, "%.3f,%.2f,%.2f\n", x->cublas_us, x->cublas_tflops, x->speedup);
-    else fprintf(f, ",,\n");
+    if (x->cublas_ok) fprintf(f, "%.3f,%.2f,%.2f,%d\n", x->cublas_us, x->cublas_tflops, x->speedup, x->runs);
+    else fprintf(f, ",,,%d\n", x->runs);
   }
 }
 
@@ -249,6 +319,7 @@ static FILE *open_out(const char *path) { return !strcmp(path, "-") ? stdout : f
 int bench_moe_main(int argc, char **argv) {
   const char *json = NULL, *csv = NULL, *ms = NULL;
   int runs = 50, peers = 1, device = 0;
+  double budget_s = 2.0;
   fp4_moe_mode modes[2] = {FP4_MOE_W4A16, FP4_MOE_W4A4};
   int nmodes = 2;
   fp4_format fmt = FP4_FORMAT_NVFP4;
@@ -274,13 +345,14 @@ int bench_moe_main(int argc, char **argv) {
     else if (!strcmp(a, "--m")) ms = v;
     else if (!strcmp(a, "--runs") && atoi(v) >= 10) runs = atoi(v);
     else if (!strcmp(a, "--device") && atoi(v) >= 0) device = atoi(v);
+    else if (!strcmp(a, "--budget") && atof(v) > 0) budget_s = atof(v);
     else if (!strcmp(a, "--mode") && (!strcmp(v, "w4a16") || !strcmp(v, "w4a4"))) {
       modes[0] = !strcmp(v, "w4a4") ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
       nmodes = 1;
     } else if (!strcmp(a, "--format") && (!strcmp(v, "nvfp4") || !strcmp(v, "mxfp4")))
       fmt = !strcmp(v, "mxfp4") ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
     else {
-      fprintf(stderr, "fp4kit bench --moe: bad option or value '%s %s' (--runs >= 10, --device >= 0)\n\n", a, v);
+      fprintf(stderr, "fp4kit bench --moe: bad option or value '%s %s' (--runs >= 10, --budget > 0, --device >= 0)\n\n", a, v);
       bench_moe_usage(stderr);
       return 2;
     }
@@ -329,17 +401,45 @@ int bench_moe_main(int argc, char **argv) {
   int np = 0;
   FILE *tab = (json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-")) ? stderr : stdout;
   fprintf(tab, "device %s, copy %.0f GB/s (read+write)\n", dev.name, copy_bps / 1e9);
-  fprintf(tab, "%-13s %-5s %5s %6s %10s %10s %8s %6s %8s %10s %7s  %s\n", "model", "mode", "B", "active", "layer_us",
-          "touched_MB", "GB/s", "/floor", "TFLOP/s", "cublas_us", "speedup", "status");
-  for (size_t mi = 0; mi < sizeof kModels / sizeof *kModels && pts; mi++)
+  fprintf(tab, "%-13s %-5s %5s %6s %10s %10s %8s %6s %8s %10s %7s %5s  %s\n", "model", "mode", "B", "active", "layer_us",
+          "touched_MB", "GB/s", "/floor", "TFLOP/s", "cublas_us", "speedup", "runs", "status");
+  fflush(tab);
+  const int nmodels = (int)(sizeof kModels / sizeof *kModels);
+  progress pr = {now_s(), 0, nmodels * nmodes * nb};
+  for (int mi = 0; mi < nmodels && pts; mi++) {
+    const moe_model *m = &kModels[mi];
+    fp4_grouped_qmatrix w1 = {0}, w2 = {0};
+    cublas_cache cache = {NULL, 0};
+    fp4h_rng g = {0x5EEDull + (uint64_t)m->experts};
+    fprintf(stderr, "[moe %7.1f s] %s: placing %lld experts on the device\n", now_s() - pr.t0, m->name,
+            (long long)m->experts);
+    fflush(stderr);
+    fp4_status ws = make_experts(ctx, &g, &w1, m->experts, 2 * m->inter, m->hidden, fmt);
+    if (!ws) ws = make_experts(ctx, &g, &w2, m->experts, m->hidden, m->inter, fmt);
+    const bench_setup bs = {runs, peers, budget_s, copy_bps, fmt, &w1, &w2, &cache, &pr};
     for (int md = 0; md < nmodes; md++)
       for (int b = 0; b < nb; b++) {
         moe_point *p = &pts[np++];
-        run_point(ctx, &kModels[mi], batches[b], modes[md], fmt, runs, peers, copy_bps, p);
-        fprintf(tab, "%-13s %-5s %5lld %6lld %10.1f %10.1f %8.0f %6.2f %8.2f %10.1f %7.2f  %s %s\n", p->model, p->mode,
-                (long long)p->batch, (long long)p->active, p->layer_us, p->touched_bytes / 1e6, p->gbps, p->floor_ratio,
-                p->tflops, p->cublas_us, p->speedup, p->status, p->reason);
+        pr.index = np;
+        if (ws) { /* the experts could not be placed: every point of the model says why */
+          memset(p, 0, sizeof *p);
+          p->model = m->name;
+          p->batch = batches[b];
+          p->mode = modes[md] == FP4_MOE_W4A4 ? "w4a4" : "w4a16";
+          p->status = "error";
+          snprintf(p->reason, sizeof p->reason, "placing the experts: %s", fp4_last_error());
+        } else {
+          run_point(ctx, m, batches[b], modes[md], &bs, p);
+        }
+        fprintf(tab, "%-13s %-5s %5lld %6lld %10.1f %10.1f %8.0f %6.2f %8.2f %10.1f %7.2f %5d  %s %s\n", p->model,
+                p->mode, (long long)p->batch, (long long)p->active, p->layer_us, p->touched_bytes / 1e6, p->gbps,
+                p->floor_ratio, p->tflops, p->cublas_us, p->speedup, p->runs, p->status, p->reason);
+        fflush(tab);
       }
+    free_experts(ctx, &w1);
+    free_experts(ctx, &w2);
+    free(cache.us);
+  }
   int rc = pts ? 0 : 1;
   if (json && pts) {
     FILE *f = open_out(json);

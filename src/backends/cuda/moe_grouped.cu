@@ -1,5 +1,20 @@
 /*
- * Grouped FP4 GEMM over experts for the decode regime (a few rows per expert), one launch:
+ * Grouped FP4 GEMM over experts, one launch, two kernels:
+ *
+ * 1. Tensor cores (K % 128 == 0, the MoE shapes that matter): grid = (16-row weight tile of N,
+ *    expert slot, row split). Built like the dense small-M kernel (small_m_common.cuh): the CTA's
+ *    warps split K into 128-element slabs, stream the expert's 16 weight rows with 16-byte
+ *    L1-bypassing loads (several slabs in flight), decode FP4 -> bf16/f16 exactly and run
+ *    mma.sync m16n8k16 with the weights as the 16-row A operand and the expert's rows as up to NT
+ *    8-column B tiles, gathered row by row through a_rows (the routing permutation), so permuted
+ *    activations are never materialized. Warps reduce through shared memory in a fixed order
+ *    (deterministic). An expert's rows are walked in chunks of 8 * NT; with one chunk (decode)
+ *    every active expert's weights are read from memory exactly once. NT (1, 2, 8) follows the
+ *    mean rows per expert, which the host knows (T * k / min(E, T * k)).
+ *
+ * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
+ *
+ * The CUDA-core kernel in detail, for the decode regime (a few rows per expert):
  * blockIdx.x = a 32-row tile of N, blockIdx.y = an expert slot (the j-th expert that has rows),
  * blockIdx.z = a split of that expert's row chunks. A CTA streams its slab of the expert's weights
  * once per chunk of up to 8 rows, so in decode (1-5 rows) every active expert's weights are read
@@ -20,6 +35,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/small_m_common.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
@@ -78,6 +94,16 @@ __device__ int64_t find_expert(const grouped_params &p, int64_t slot) {
     }
   __syncthreads();
   return found;
+}
+
+/* The expert of this CTA's slot (blockIdx.y), or -1 (the CTA has nothing to do): from the active
+ * list when the routing kernel built one, else by scanning offsets. Uniform across the CTA. */
+__device__ int64_t slot_expert(const grouped_params &p) {
+  if (!p.a.active) return find_expert(p, blockIdx.y);
+  const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
+  if ((int64_t)blockIdx.y >= count) return -1;
+  const int64_t e = p.a.active[blockIdx.y];
+  return e < 0 || e >= p.a.experts ? -1 : e;
 }
 
 template <int FMT, int ACT>
@@ -210,16 +236,8 @@ template <int FMT, int ACT>
 __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) {
   __shared__ float sm[kMaxRows * kPitch];
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  int64_t e;
-  if (p.a.active) {
-    const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
-    if ((int64_t)blockIdx.y >= count) return;
-    e = p.a.active[blockIdx.y];
-    if (e < 0 || e >= p.a.experts) return;
-  } else {
-    e = find_expert(p, blockIdx.y);
-    if (e < 0) return; /* uniform across the CTA: found is shared */
-  }
+  const int64_t e = slot_expert(p);
+  if (e < 0) return; /* uniform across the CTA */
   int64_t lo, hi;
   expert_rows(p, e, &lo, &hi);
   double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f);
@@ -234,6 +252,149 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) 
   }
   fp4_pdl_launch_dependents();
 }
+
+/* ---- Tensor-core kernel ------------------------------------------------------------------------ */
+
+constexpr int kMmaMaxWarps = 8;
+
+/* Stores v (this thread's accumulator c of token tile nt, FP32 over the warps) for permuted row
+ * r0 + 8 nt + 2t + (c & 1) and weight row n0 + g (+8). */
+__device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, int64_t hi, int64_t n0, int nt, int c,
+                                          int l, double scale, float v) {
+  const int g = l >> 2, t = l & 3;
+  const int64_t n = n0 + g + (c >= 2 ? 8 : 0), r = r0 + (int64_t)nt * 8 + 2 * t + (c & 1);
+  if (n < p.a.n && r < hi) store(p, r, n, scale, v);
+}
+
+template <int FMT, int ACT, int NT, int U>
+__global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_params p) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kSlab = act_walk<ACT>::kSlab;
+  extern __shared__ float red[];
+  __shared__ uint32_t table[NV ? 256 : 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
+  fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
+  const int64_t e = slot_expert(p);
+  if (e < 0) return; /* uniform across the CTA */
+  __syncthreads();     /* the table is written */
+  int64_t lo, hi;
+  expert_rows(p, e, &lo, &hi);
+  /* NVFP4 weights decode as e2m1 * scale * 2^-8: the 2^8 goes into the FP32 -> output scale. */
+  const double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f) * (double)p.a.a_mult *
+                       (NV ? 256.0 : 1.0);
+  const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16;
+  const int nslabs = (int)(K >> 7);
+  const uint8_t *w = p.a.w + e * p.w_expert_bytes, *ws = p.a.w_scales + e * p.a.w_scale_stride;
+  /* Rows past N read row N-1 (valid memory) and are never stored. */
+  const int64_t ra = min(n0 + g, p.a.n - 1), rb = min(n0 + g + 8, p.a.n - 1);
+  const uint8_t *wa_ptr = w + ra * (K >> 1) + 16 * t, *wb_ptr = w + rb * (K >> 1) + 16 * t;
+  const scale_walk swa = make_walk<NV>(ws, p.a.w_layout, p.wC, ra, t);
+  const scale_walk swb = make_walk<NV>(ws, p.a.w_layout, p.wC, rb, t);
+  const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? K / 2 : p.a.lda * act_walk<ACT>::kElem;
+  constexpr int kChunkRows = 8 * NT;
+
+  for (int64_t r0 = lo + (int64_t)blockIdx.z * kChunkRows; r0 < hi; r0 += (int64_t)gridDim.z * kChunkRows) {
+    const char *rowp[NT];
+    scale_walk asw[NT];
+    bool valid[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      const int64_t pr = r0 + nt * 8 + g;
+      valid[nt] = pr < hi;
+      const int64_t arow = valid[nt] ? (p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr) : 0;
+      rowp[nt] = static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4);
+      asw[nt].base = NULL;
+      asw[nt].stride = 0;
+      if (ACT == FP4_CUDA_ACT_FP4 && valid[nt]) asw[nt] = make_walk<NV>(p.a.a_scales, p.a.a_layout, p.aC, arow, t);
+    }
+    float acc[1][NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[0][nt][0] = acc[0][nt][1] = acc[0][nt][2] = acc[0][nt][3] = 0.0f;
+    for (int s0 = warp; s0 < nslabs; s0 += warps * U) {
+      uint4 wa[U], wb[U];
+      uint32_t sca[U], scb[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int s = s0 + u * warps;
+        if (s < nslabs) {
+          wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
+          wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
+          sca[u] = load_scales<NV>(swa, s);
+          scb[u] = load_scales<NV>(swb, s);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int s = s0 + u * warps;
+        if (s < nslabs) {
+          const char *rs[NT];
+#pragma unroll
+          for (int nt = 0; nt < NT; nt++) rs[nt] = rowp[nt] + (int64_t)s * kSlab;
+          slab_mma_rows<FMT, ACT, NT, 1>(rs, asw, valid, s, table, &wa[u], &wb[u], &sca[u], &scb[u], acc);
+        }
+      }
+    }
+    /* Fixed-order reduction over the warps; red is reused by the next chunk after the barrier. */
+    constexpr int kPerWarp = NT * 128;
+    if (warps == 1) {
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) mma_store(p, r0, hi, n0, nt, c, lane, scale, acc[0][nt][c]);
+      continue;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) red[warp * kPerWarp + (nt * 4 + c) * 32 + lane] = acc[0][nt][c];
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
+      float v = 0.0f;
+      for (int w8 = 0; w8 < warps; w8++) v = __fadd_rn(v, red[w8 * kPerWarp + idx]);
+      mma_store(p, r0, hi, n0, idx >> 7, (idx >> 5) & 3, idx & 31, scale, v);
+    }
+    __syncthreads();
+  }
+  fp4_pdl_launch_dependents();
+}
+
+/* Token tiles per chunk from the mean rows per expert slot (the host knows no more). */
+int mma_tiles_for(int64_t rows, int64_t slots) {
+  const int64_t mean = (rows + slots - 1) / slots;
+  return mean <= 8 ? 1 : mean <= 16 ? 2 : 8; /* 4 tiles spilled registers on sm_90a: 8 does not */
+}
+
+template <int FMT, int ACT, int NT, int U>
+cudaError_t launch_mma_one(const grouped_params &p, dim3 grid, int warps, cudaStream_t s, int pdl) {
+  const size_t smem = warps > 1 ? (size_t)warps * NT * 128 * sizeof(float) : 0; /* <= 32 KiB */
+  return fp4_cuda_launch(grouped_mma_kernel<FMT, ACT, NT, U>, grid, dim3(32 * warps), smem, s, pdl, p);
+}
+
+/* Slabs in flight per warp as in the dense kernel: 4 at one token tile, fewer as registers grow. */
+template <int FMT, int ACT>
+cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt, cudaStream_t s, int pdl) {
+  switch (nt) {
+  case 1: return launch_mma_one<FMT, ACT, 1, 4>(p, grid, warps, s, pdl);
+  case 2: return launch_mma_one<FMT, ACT, 2, 2>(p, grid, warps, s, pdl);
+  default: return launch_mma_one<FMT, ACT, 8, 1>(p, grid, warps, s, pdl);
+  }
+}
+
+template <int FMT>
+cudaError_t launch_mma_fmt(const grouped_params &p, dim3 grid, int warps, int nt, cudaStream_t s, int pdl) {
+  switch (p.a.act) {
+  case FP4_CUDA_ACT_BF16: return launch_mma_act<FMT, FP4_CUDA_ACT_BF16>(p, grid, warps, nt, s, pdl);
+  case FP4_CUDA_ACT_F16: return launch_mma_act<FMT, FP4_CUDA_ACT_F16>(p, grid, warps, nt, s, pdl);
+  case FP4_CUDA_ACT_F32: return launch_mma_act<FMT, FP4_CUDA_ACT_F32>(p, grid, warps, nt, s, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_mma_act<FMT, FP4_CUDA_ACT_FP4>(p, grid, warps, nt, s, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+/* ---- CUDA-core kernel launch -------------------------------------------------------------------- */
 
 template <int FMT>
 cudaError_t launch_fmt(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
@@ -258,10 +419,28 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.w_expert_bytes = a->n * (a->k / 2);
   p.wC = a->k / bs;
   p.aC = a->k / bs;
-  const int64_t tiles = (a->n + kTileN - 1) / kTileN;
-  if (tiles > 0x7FFFFFFF || a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
-  const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);
   cudaStream_t s = (cudaStream_t)stream;
+  if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
+  /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
+  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
+  const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
+  if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
+    const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
+    if (tiles16 > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
+    const int warps = (int)(nslabs < kMmaMaxWarps ? nslabs : kMmaMaxWarps);
+    const int nt = mma_tiles_for(a->rows, a->slots);
+    /* A split past its expert's chunks exits at once, but such CTAs still cost a launch slot: cap
+     * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
+    const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
+    const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
+    const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
+    return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, warps, nt, s, pdl)
+                                               : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, warps, nt, s, pdl));
+  }
+  if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
+  const int64_t tiles = (a->n + kTileN - 1) / kTileN;
+  if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);
   return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
                                              : launch_fmt<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
 }

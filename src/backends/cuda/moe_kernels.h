@@ -40,7 +40,11 @@ typedef struct fp4_cuda_grouped_args {
   int out_dtype;               /* fp4_dtype: F32, BF16 or F16                                */
   int64_t slots;               /* grid.y: an upper bound of the experts with rows            */
   int splits;                  /* grid.z: CTAs sharing one expert's row chunks               */
+  int kernel;                  /* FP4_CUDA_GROUPED_*: AUTO (0) picks tensor cores if K % 128 == 0 */
 } fp4_cuda_grouped_args;
+
+/* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
+enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA = 2 };
 
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 

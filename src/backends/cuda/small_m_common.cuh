@@ -1,0 +1,326 @@
+/*
+ * Device helpers of the small-M tensor-core GEMMs, shared by the dense decode kernel
+ * (gemm_small_m.cu) and the grouped MoE decode kernel (moe_grouped.cu): streaming weight loads,
+ * the exact e2m1 -> bf16/f16 decode, weight and activation scale handling, the activation
+ * fragments (bf16, f16, f32 as three bf16 parts, FP4) and the per-slab mma.sync m16n8k16 step with
+ * the weights as the 16-row A operand ("swap AB"). The numeric reasoning is in gemm_small_m.cu's
+ * header comment. Everything sits in an unnamed namespace: each kernel file gets its own copy.
+ */
+#ifndef FP4_BACKENDS_CUDA_SMALL_M_COMMON_CUH
+#define FP4_BACKENDS_CUDA_SMALL_M_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "format/codec.h"
+#include "fp4kit.h"
+
+namespace {
+
+/* Weights are read exactly once: keep them out of L1, which holds the re-read activations. */
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+__device__ __forceinline__ uint4 ld_act(const void *ptr) { return __ldg(static_cast<const uint4 *>(ptr)); }
+
+/* Eight e2m1 codes (element i in nibble i) -> four pairs p[i] = (elem i, elem i+4) as bf16x2 or
+ * f16x2 bits, exact, without scale. Byte permutes look the magnitudes up in register tables; the
+ * sign bits of elements i and i+4 sit 16 bits apart, so one shift puts both in place. */
+template <bool F16>
+__device__ __forceinline__ void decode8(uint32_t w, uint32_t p[4]) {
+  const uint32_t mag = w & 0x77777777u;
+  if (F16) { /* f16 values of e2m1 have a zero low byte */
+    const uint32_t h0 = __byte_perm(0x3E3C3800u, 0x46444240u, mag);
+    const uint32_t h1 = __byte_perm(0x3E3C3800u, 0x46444240u, mag >> 16);
+    const uint32_t b01 = __byte_perm(h0, h1, 0x5140), b23 = __byte_perm(h0, h1, 0x7362);
+    p[0] = __byte_perm(b01, 0u, 0x1404);
+    p[1] = __byte_perm(b01, 0u, 0x3424);
+    p[2] = __byte_perm(b23, 0u, 0x1404);
+    p[3] = __byte_perm(b23, 0u, 0x3424);
+  } else {
+    const uint32_t h0 = __byte_perm(0x3F3F3F00u, 0x40404040u, mag);
+    const uint32_t h1 = __byte_perm(0x3F3F3F00u, 0x40404040u, mag >> 16);
+    const uint32_t l0 = __byte_perm(0xC0800000u, 0xC0804000u, mag);
+    const uint32_t l1 = __byte_perm(0xC0800000u, 0xC0804000u, mag >> 16);
+    const uint32_t a01 = __byte_perm(l0, l1, 0x5140), a23 = __byte_perm(l0, l1, 0x7362);
+    const uint32_t b01 = __byte_perm(h0, h1, 0x5140), b23 = __byte_perm(h0, h1, 0x7362);
+    p[0] = __byte_perm(a01, b01, 0x5140);
+    p[1] = __byte_perm(a01, b01, 0x7362);
+    p[2] = __byte_perm(a23, b23, 0x5140);
+    p[3] = __byte_perm(a23, b23, 0x7362);
+  }
+  p[0] |= (w << 12) & 0x80008000u;
+  p[1] |= (w << 8) & 0x80008000u;
+  p[2] |= (w << 4) & 0x80008000u;
+  p[3] |= w & 0x80008000u;
+}
+
+template <bool F16>
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if (F16) {
+    __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
+    __half2 z = __hmul2(x, y);
+    r = *reinterpret_cast<uint32_t *>(&z);
+  } else {
+    __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
+    __nv_bfloat162 z = __hmul2(x, y);
+    r = *reinterpret_cast<uint32_t *>(&z);
+  }
+  return r;
+}
+
+/* An E4M3 scale byte as a 16-bit pair (exact in bf16 and f16): W4A4 activation scales. */
+template <bool F16>
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t byte) {
+  const float s = fp4_e4m3_decode_inline((uint8_t)byte);
+  const uint32_t h = F16 ? fp4_f16_from_f32_inline(s) : fp4_bf16_from_f32_inline(s);
+  return h | (h << 16);
+}
+
+/* 2^d as a 16-bit pair, for d up to 127 (bf16) or 15 (f16); 0 below the smallest subnormal. */
+template <bool F16>
+__device__ __forceinline__ uint32_t pow2_pair(int d) {
+  uint32_t h;
+  if (F16) h = d >= -14 ? (uint32_t)(15 + d) << 10 : d >= -24 ? 1u << (d + 24) : 0u;
+  else h = d >= -126 ? (uint32_t)(127 + d) << 7 : d >= -133 ? 1u << (d + 133) : 0u;
+  return h | (h << 16);
+}
+
+/* A UE8M0 activation scale 2^(e-127) as a bf16 pair (W4A4 stages FP4 activations as bf16). */
+__device__ __forceinline__ uint32_t ue8m0_bf16_pair(uint32_t e) {
+  const uint32_t h = e == 0xFF ? 0x7FC0u : e == 0 ? 0x0040u : e << 7;
+  return h | (h << 16);
+}
+
+/* Weight codes, cheaply: sign to bit 15, the three magnitude bits to the two low exponent bits and
+ * the top mantissa bit. That makes the 16-bit value e2m1 * 2^-126 (bf16) or e2m1 * 2^-14 (f16),
+ * subnormal for the 0.5 code and exact; the block-scale multiply then removes the power of two.
+ * Pairs p[i] = (element i, element i+4) as in decode8. */
+template <bool F16>
+__device__ __forceinline__ void decode8_raw(uint32_t w, uint32_t p[4]) {
+  if (F16) {
+    p[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+    p[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
+    p[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
+    p[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+  } else {
+    p[0] = ((w << 6) & 0x01C001C0u) | ((w << 12) & 0x80008000u);
+    p[1] = ((w << 2) & 0x01C001C0u) | ((w << 8) & 0x80008000u);
+    p[2] = ((w >> 2) & 0x01C001C0u) | ((w << 4) & 0x80008000u);
+    p[3] = ((w >> 6) & 0x01C001C0u) | (w & 0x80008000u);
+  }
+}
+
+/* The multiplier of decode8_raw pairs for an NVFP4 weight block: scale * 2^118 (bf16) or
+ * scale * 2^6 (f16), so weights become e2m1 * scale * 2^-8 (exact, normal or f16-subnormal with
+ * room to spare); the kernel multiplies the FP32 result by 2^8. The E4M3 bits placed in a float
+ * give scale * 2^-120 (a float subnormal for E4M3 subnormals, which FMUL handles exactly). */
+template <bool F16>
+__device__ __forceinline__ uint32_t nv_weight_scale_pair(uint32_t byte) {
+  const float f = __uint_as_float(((byte & 0x7Fu) << 20) | ((byte & 0x80u) << 24));
+  uint32_t h;
+  if (F16) h = __half_as_ushort(__float2half_rn(__fmul_rn(f, 0x1p126f)));
+  else h = __float_as_uint(__fmul_rn(__fmul_rn(f, 0x1p120f), 0x1p118f)) >> 16;
+  if ((byte & 0x7Fu) == 0x7Fu) h = F16 ? 0x7E00u : 0x7FC0u; /* E4M3 NaN stays NaN */
+  return h | (h << 16);
+}
+
+template <bool F16>
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if (F16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Where a thread's scale bytes of slab s are: two E4M3 (NVFP4, blocks 8s+2t and 8s+2t+1, adjacent
+ * in every layout) or one UE8M0 (MXFP4, block 4s+t). In every layout the offset is
+ * base + s * stride, so the kernel walks pointers instead of recomputing the swizzle. */
+struct scale_walk {
+  const uint8_t *base;
+  int64_t stride;
+};
+
+template <bool NV>
+__device__ __forceinline__ scale_walk make_walk(const uint8_t *scales, int layout, int64_t C, int64_t r, int t) {
+  const int64_t c0 = NV ? 2 * t : t, step = NV ? 8 : 4;
+  const int64_t o0 = fp4_layout_offset(layout, C, r, c0);
+  scale_walk w = {scales + o0, fp4_layout_offset(layout, C, r, c0 + step) - o0};
+  return w;
+}
+
+template <bool NV>
+__device__ __forceinline__ uint32_t load_scales(const scale_walk &w, int s) {
+  const uint8_t *p = w.base + (int64_t)s * w.stride;
+  if (NV) return __ldg(reinterpret_cast<const uint16_t *>(p));
+  return __ldg(p);
+}
+
+/* Activation addressing of one thread: token g of tile 0, its 32 K elements of slab 0. */
+template <int ACT>
+struct act_walk {
+  static constexpr int kElem = ACT == FP4_CUDA_ACT_F32 ? 4 : 2; /* bytes per element, dense      */
+  static constexpr int kSlab = ACT == FP4_CUDA_ACT_FP4 ? 64 : 128 * kElem; /* bytes per slab   */
+  static constexpr int kGroup = ACT == FP4_CUDA_ACT_FP4 ? 4 : 8 * kElem;   /* bytes per 8-group */
+  const char *base;
+  int64_t tile; /* bytes between token tiles (8 rows) */
+};
+
+/* The B fragments of token m = 8 nt + g for 8-group q of slab s (row_slab: that token's slab s at
+ * this thread's 32 K elements): pairs (x_i, x_i+4), i = 0..3, in
+ * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. */
+template <int FMT, int ACT>
+__device__ __forceinline__ void activation_group(const char *row_slab, bool valid, int q, uint32_t asc,
+                                                 uint32_t x[3][4]) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  const char *src = row_slab + q * act_walk<ACT>::kGroup;
+  if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
+    const uint4 w = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
+    x[0][0] = __byte_perm(w.x, w.z, 0x5410);
+    x[0][1] = __byte_perm(w.x, w.z, 0x7632);
+    x[0][2] = __byte_perm(w.y, w.w, 0x5410);
+    x[0][3] = __byte_perm(w.y, w.w, 0x7632);
+  } else if (ACT == FP4_CUDA_ACT_F32) {
+    const uint4 lo4 = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 hi4 = valid ? ld_act(src + 16) : make_uint4(0u, 0u, 0u, 0u);
+    const float v[8] = {__uint_as_float(lo4.x), __uint_as_float(lo4.y), __uint_as_float(lo4.z),
+                        __uint_as_float(lo4.w), __uint_as_float(hi4.x), __uint_as_float(hi4.y),
+                        __uint_as_float(hi4.z), __uint_as_float(hi4.w)};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      /* x = hi + mid + lo exactly: each residual is an exact float subtraction. */
+      const float a0 = v[i], a1 = v[i + 4];
+      const __nv_bfloat162 hi = __floats2bfloat162_rn(a0, a1);
+      const float r0 = __fsub_rn(a0, __low2float(hi)), r1 = __fsub_rn(a1, __high2float(hi));
+      const __nv_bfloat162 mid = __floats2bfloat162_rn(r0, r1);
+      const __nv_bfloat162 lo =
+          __floats2bfloat162_rn(__fsub_rn(r0, __low2float(mid)), __fsub_rn(r1, __high2float(mid)));
+      x[0][i] = *reinterpret_cast<const uint32_t *>(&hi);
+      x[1][i] = *reinterpret_cast<const uint32_t *>(&mid);
+      x[2][i] = *reinterpret_cast<const uint32_t *>(&lo);
+    }
+  } else { /* FP4 activations (W4A4), dequantized exactly to bf16 */
+    decode8<false>(valid ? __ldg(reinterpret_cast<const uint32_t *>(src)) : 0u, x[0]);
+    const uint32_t s2 = NV ? e4m3_pair<false>((asc >> (8 * (q >> 1))) & 0xFF) : ue8m0_bf16_pair(asc & 0xFF);
+#pragma unroll
+    for (int i = 0; i < 4; i++) x[0][i] = hmul2<false>(x[0][i], s2);
+  }
+}
+
+/* One 128-K slab of one warp (row_slab[nt]: token tile nt's row of this thread at slab s, so the
+ * rows may come from anywhere, e.g. gathered by a permutation): R tiles of 16 rows x 128 K of weights times every token tile. Loops
+ * run over the four 8-groups q of the thread's 32 K elements so only one group's fragments are live;
+ * each activation fragment is loaded (and, for W4A4, decoded) once and used by all R weight tiles. */
+template <int FMT, int ACT, int NT, int R>
+__device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const scale_walk *asw, const bool *valid,
+                                              int s, const uint32_t *table, const uint4 *wa, const uint4 *wb,
+                                              const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
+  constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 ? 3 : 1;
+  float post_a[R], post_b[R];
+  uint32_t fa[R][2], fb[R][2];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    post_a[r] = post_b[r] = 1.0f;
+    if (NV) {
+      fa[r][0] = table[sca[r] & 0xFF];
+      fa[r][1] = table[sca[r] >> 8];
+      fb[r][0] = table[scb[r] & 0xFF];
+      fb[r][1] = table[scb[r] >> 8];
+    } else {
+      const int ea = (int)sca[r], eb = (int)scb[r];
+      int ma = max(ea, __shfl_xor_sync(0xFFFFFFFFu, ea, 1)), mb = max(eb, __shfl_xor_sync(0xFFFFFFFFu, eb, 1));
+      ma = max(ma, __shfl_xor_sync(0xFFFFFFFFu, ma, 2));
+      mb = max(mb, __shfl_xor_sync(0xFFFFFFFFu, mb, 2));
+      /* raw pairs are e2m1 * 2^-126 (bf16) / 2^-14 (f16): the factor also undoes that */
+      fa[r][0] = fa[r][1] = pow2_pair<F16>(ea - ma + (F16 ? 14 : 126));
+      fb[r][0] = fb[r][1] = pow2_pair<F16>(eb - mb + (F16 ? 14 : 126));
+      post_a[r] = fp4_ue8m0_decode_inline((uint8_t)ma);
+      post_b[r] = fp4_ue8m0_decode_inline((uint8_t)mb);
+    }
+  }
+  uint32_t asc[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+    asc[nt] = ACT == FP4_CUDA_ACT_FP4 && valid[nt] ? load_scales<NV>(asw[nt], s) : 0u;
+  float d[R][NT][4];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) d[r][nt][0] = d[r][nt][1] = d[r][nt][2] = d[r][nt][3] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    uint32_t pa[R][4], pb[R][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint32_t wa_q = q == 0 ? wa[r].x : q == 1 ? wa[r].y : q == 2 ? wa[r].z : wa[r].w;
+      const uint32_t wb_q = q == 0 ? wb[r].x : q == 1 ? wb[r].y : q == 2 ? wb[r].z : wb[r].w;
+      decode8_raw<F16>(wa_q, pa[r]);
+      decode8_raw<F16>(wb_q, pb[r]);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        pa[r][i] = hmul2<F16>(pa[r][i], fa[r][q >> 1]);
+        pb[r][i] = hmul2<F16>(pb[r][i], fb[r][q >> 1]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+      uint32_t x[3][4];
+      activation_group<FMT, ACT>(row_slab[nt], valid[nt], q, asc[nt], x);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        /* NVFP4 with 16-bit activations accumulates straight into acc; the three-part f32 path (and
+         * MXFP4) sums each slab in d first and adds it to acc once, which keeps the FP32 rounding
+         * of long-K sums inside the 1e-5 contract (3 MMAs per step otherwise grow acc's error). */
+        float *dst = NV && PARTS == 1 ? acc[r][nt] : d[r][nt];
+#pragma unroll
+        for (int i0 = 0; i0 < 4; i0 += 2) {
+          const uint32_t a[4] = {pa[r][i0], pb[r][i0], pa[r][i0 + 1], pb[r][i0 + 1]};
+#pragma unroll
+          for (int v = PARTS - 1; v >= 0; v--) mma16816<F16>(dst, a, x[v][i0], x[v][i0 + 1]);
+        }
+      }
+    }
+  }
+  if (!NV || PARTS > 1) { /* post_a/post_b stay 1 for NVFP4: the multiply is exact */
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        acc[r][nt][0] = __fadd_rn(acc[r][nt][0], __fmul_rn(d[r][nt][0], post_a[r]));
+        acc[r][nt][1] = __fadd_rn(acc[r][nt][1], __fmul_rn(d[r][nt][1], post_a[r]));
+        acc[r][nt][2] = __fadd_rn(acc[r][nt][2], __fmul_rn(d[r][nt][2], post_b[r]));
+        acc[r][nt][3] = __fadd_rn(acc[r][nt][3], __fmul_rn(d[r][nt][3], post_b[r]));
+      }
+  }
+}
+
+/* slab_mma_rows for token tiles that lie tile bytes apart from slab (dense row-major activations). */
+template <int FMT, int ACT, int NT, int R>
+__device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const scale_walk *asw, const bool *valid,
+                                         int s, const uint32_t *table, const uint4 *wa, const uint4 *wb,
+                                         const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
+  const char *rows[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) rows[nt] = slab + nt * tile;
+  slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s, table, wa, wb, sca, scb, acc);
+}
+
+} // namespace
+
+#endif
