@@ -12,7 +12,7 @@
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
 # (default), and, only when named, ptxas (registers and spills per kernel; slow) and ncu (one
 # profiled launch of the small-M, large-M and wgmma kernels, when Nsight Compute is installed).
-# FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
+# FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
 set -u
@@ -47,7 +47,7 @@ if want build; then
   step build cmake --build $BUILD -j "$(nproc)"
   [ -x $F ] || { printf '%s\n' "${summary[@]}"; tail -30 "$LOG/build.log"; exit 1; }
 fi
-want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout ${FP4KIT_CTEST_TIMEOUT:-600}"
+want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout ${FP4KIT_CTEST_TIMEOUT:-600} ${FP4KIT_CTEST_ARGS:-}"
 want check && step fp4kit-check $F check
 if want probe; then
   step probe $F probe
