@@ -68,9 +68,10 @@ fi
 if want tune; then
   # The issue-5 demonstration: tune the model's shapes, then bench --backend auto follows the cache
   # (its rows say which backend:config ran and whether that is the cached winner: hit/miss/none).
-  step tune $F tune --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 --runs 20
-  step bench-auto $F bench --backend auto --model qwen3.5-397b-a17b --m 1,16,128,1024,4096 \
-    --json "$LOG/bench-auto.json" --csv "$LOG/bench-auto.csv"
+  # FP4KIT_TUNE_SHAPES: tune and bench these (e.g. "--shapes 20480x4096,4096x8192 --m 1,16") instead.
+  TUNE_SHAPES=${FP4KIT_TUNE_SHAPES:---model qwen3.5-397b-a17b --m 1,16,128,1024,4096}
+  step tune $F tune $TUNE_SHAPES --runs 20
+  step bench-auto $F bench --backend auto $TUNE_SHAPES --json "$LOG/bench-auto.json" --csv "$LOG/bench-auto.csv"
 fi
 if want ncu && command -v ncu >/dev/null; then
   # Where the small-M and large-M kernels lose time: one profiled launch each (speed of light,

@@ -9,8 +9,11 @@
 
 #include <string.h>
 
-/* Beyond this M, a BF16 GEMM on dequantized weights amortises the dequantization (SM80-SM90). */
-enum { DEQUANT_WINS_M = 2048, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
+/* From this M on, a BF16 GEMM on dequantized weights beats the own large-M kernels on SM80-SM90:
+ * measured on the H200 (bench/results/h200/2026-11-30-session2/), where the mma.sync large-M family
+ * reaches about 28% of cuBLAS BF16 and cublas-dequant won every tuned shape at M = 128 and 1024
+ * except the 248320-row lm_head at M = 128. The tuning cache overrides this per shape. */
+enum { DEQUANT_WINS_M = 65, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
 
 int fp4_heuristic_host_backend(const char *backend) {
   return backend && (!strcmp(backend, "cpu") || !strcmp(backend, "ref"));
