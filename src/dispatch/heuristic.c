@@ -9,11 +9,12 @@
 
 #include <string.h>
 
-/* From this M on, a BF16 GEMM on dequantized weights beats the own large-M kernels on SM80-SM90:
- * measured on the H200 (bench/results/h200/2026-11-30-session2/), where the mma.sync large-M family
- * reaches about 28% of cuBLAS BF16 and cublas-dequant won every tuned shape at M = 128 and 1024
- * except the 248320-row lm_head at M = 128. The tuning cache overrides this per shape. */
-enum { DEQUANT_WINS_M = 65, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
+/* From this M on, a BF16 GEMM on dequantized weights beats the own large-M kernels on SM80-SM90.
+ * Measured on the H200 (bench/results/h200/2026-11-30-session2/): the mma.sync large-M family
+ * reaches about 28% of cuBLAS BF16; cublas-dequant won every tuned shape at M = 4096, and at M = 128
+ * it won 2048x4096 and 4096x8192 but lost 20480x4096 and 57344x8192, where its dequantization pass
+ * over the large weight costs more than the GEMM. The tuning cache overrides this per shape. */
+enum { DEQUANT_WINS_M = 256, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
 
 int fp4_heuristic_host_backend(const char *backend) {
   return backend && (!strcmp(backend, "cpu") || !strcmp(backend, "ref"));
