@@ -263,7 +263,7 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   const cuda_state *st = cuda_get_state(ctx, NULL, 0);
   if (st && fp4_cuda_large_m_check(&ga, st->device, NULL, why, sizeof why) == 1)
     nlarge = fp4_cuda_large_m_configs(&ga, st->device, large, 8);
-  if (st && nlarge > 0) /* wgmma candidates after the mma.sync ones: never the default (not measured yet) */
+  if (st && nlarge > 0) /* wgmma candidates after the mma.sync ones: never the default (slower on the H200: 160 vs 225 TFLOP/s) */
     nlarge += fp4_cuda_wgmma_configs(&ga, st->device, large + nlarge, 8 - nlarge);
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
