@@ -16,35 +16,13 @@ int main(void) {
 }
 #else
 
-static char dir[64];
+#include "cli_testing.h"
 
+/* `fp4kit bench ARGS`, output to DIR/OUT_NAME. */
 static int run(const char *args, const char *out_name) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "FP4KIT_NUM_THREADS=2 '%s' bench %s >'%s/%s' 2>'%s/%s.err'", FP4KIT_CLI, args, dir, out_name, dir,
-           out_name);
-  int s = system(cmd);
-  return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-}
-
-static char *slurp(const char *name) {
-  char path[256];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
-}
-
-static int count(const char *s, const char *needle) {
-  int n = 0;
-  for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
-  return n;
+  char a[1536];
+  snprintf(a, sizeof a, "bench %s", args);
+  return cli_run("", a, out_name);
 }
 
 /* ---- a strict little JSON parser: the records must be an array of flat objects ---- */
@@ -191,7 +169,7 @@ int main(void) {
 
   /* Help and usage errors. */
   CHECK(run("--help", "help") == 0, "--help exits 0");
-  char *help = slurp("help");
+  char *help = cli_slurp("help");
   CHECK(help && strstr(help, "usage: fp4kit bench"), "--help prints the usage");
   free(help);
   CHECK(run("--runs 10", "e1") == 2, "--runs below 50 is a usage error");
@@ -199,7 +177,7 @@ int main(void) {
   CHECK(run("--backend nosuch --shapes 128x128", "e3") == 2, "an unknown backend is a usage error");
   CHECK(run("--shapes 12y34", "e4") == 2, "a malformed shape is a usage error");
   CHECK(run("--model x --shapes 128x128", "e5") == 2, "--model and --shapes exclude each other");
-  char *err = slurp("e1.err");
+  char *err = cli_slurp("e1.err");
   CHECK(err && strstr(err, "--runs"), "the usage error names the option");
   free(err);
 
@@ -210,10 +188,10 @@ int main(void) {
            "--runs 50 --warmup 1 --json %s/out.json --csv %s/out.csv --html %s/out.html",
            dir, dir, dir);
   int rc = run(args, "table");
-  char *e = slurp("table.err");
+  char *e = cli_slurp("table.err");
   CHECK(rc == 0, "the tiny run exits 0 (got %d): %s", rc, e ? e : "");
   free(e);
-  char *table = slurp("table"), *json = slurp("out.json"), *csv = slurp("out.csv"), *html = slurp("out.html");
+  char *table = cli_slurp("table"), *json = cli_slurp("out.json"), *csv = cli_slurp("out.csv"), *html = cli_slurp("out.html");
   CHECK(table && strstr(table, "median_us") && strstr(table, "ref is limited"), "the table has a header and the ref cap");
   /* 3 shapes x 2 M x (w4a16, w4a4) = 12 GEMM points (4 past the ref cap) + quantize per K (3) x 2 M = 6. */
   const int expect_records = 18, expect_skipped = 4, expect_gemm_ok = 8;
@@ -227,7 +205,7 @@ int main(void) {
     CHECK(j.keys >= 50, "records carry the metadata (%d keys)", j.keys);
     const char *keys[] = {"\"backend\"", "\"tflops\"", "\"weight_gbps\"", "\"host_read_gbps\"", "\"host_fma_gflops\"",
                           "\"commit\"", "\"date\"", "\"command\"", "\"device\"", "\"quantize_us\"", "\"total_us\""};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) CHECK(count(json, keys[i]) == expect_records, "key %s in every record", keys[i]);
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) CHECK(cli_count(json, keys[i]) == expect_records, "key %s in every record", keys[i]);
     CHECK(strstr(json, "\"host_read_gbps\": null") == NULL, "the host read peer was measured");
   } else {
     CHECK(0, "out.json was not written");
@@ -244,12 +222,12 @@ int main(void) {
   if (html) {
     size_t n = strlen(html);
     CHECK(!strncmp(html, "<!DOCTYPE html>", 15) && n > 8 && !strcmp(html + n - 8, "</html>\n"), "HTML is one whole page");
-    CHECK(count(html, "<svg") == 1 && count(html, "</svg>") == 1, "one roofline chart (host)");
-    CHECK(count(html, "<title>#") == expect_gemm_ok, "every measured GEMM point is in the chart, labelled (%d)",
-          count(html, "<title>#"));
+    CHECK(cli_count(html, "<svg") == 1 && cli_count(html, "</svg>") == 1, "one roofline chart (host)");
+    CHECK(cli_count(html, "<title>#") == expect_gemm_ok, "every measured GEMM point is in the chart, labelled (%d)",
+          cli_count(html, "<title>#"));
     CHECK(!strstr(html, "<script") && !strstr(html, " src=") && !strstr(html, "<link"), "self-contained: nothing loaded");
     CHECK(strstr(html, "host read") != NULL, "the chart draws the same-run read-bandwidth roof");
-    CHECK(count(html, "<tr") == expect_records + 1, "the table has every point");
+    CHECK(cli_count(html, "<tr") == expect_records + 1, "the table has every point");
   } else {
     CHECK(0, "out.html was not written");
   }
@@ -260,7 +238,7 @@ int main(void) {
 
   /* JSON on stdout moves the table to stderr, and skips no record. */
   rc = run("--device -1 --backend ref --shapes 128x256 --m 2 --op w4a16 --runs 50 --warmup 0 --no-peers --json -", "stdout.json");
-  char *sj = slurp("stdout.json");
+  char *sj = cli_slurp("stdout.json");
   if (sj) {
     jp j;
     parse_records(&j, sj);
@@ -270,7 +248,7 @@ int main(void) {
     CHECK(0, "no stdout captured");
   }
   free(sj);
-  char *se = slurp("stdout.json.err");
+  char *se = cli_slurp("stdout.json.err");
   CHECK(se && strstr(se, "median_us"), "the table went to stderr");
   free(se);
 

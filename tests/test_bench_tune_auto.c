@@ -19,36 +19,13 @@ int main(void) {
 }
 #else
 
-static char dir[64];
+#include "cli_testing.h"
 
-/* Runs `fp4kit ARGS` with stdout to DIR/NAME and stderr to DIR/NAME.err; returns the exit status. */
+/* `fp4kit ARGS` with the test's tuning cache, output to DIR/NAME. */
 static int run(const char *args, const char *name) {
-  char cmd[2048];
-  snprintf(cmd, sizeof cmd, "FP4KIT_NUM_THREADS=2 FP4KIT_TUNING_CACHE='%s/tuning.json' '%s' %s >'%s/%s' 2>'%s/%s.err'", dir,
-           FP4KIT_CLI, args, dir, name, dir, name);
-  int s = system(cmd);
-  return WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-}
-
-static char *slurp(const char *name) {
-  char path[256];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = '\0';
-  fclose(f);
-  return s;
-}
-
-static int count(const char *s, const char *needle) {
-  int n = 0;
-  for (const char *p = s; s && (p = strstr(p, needle)); p += strlen(needle)) n++;
-  return n;
+  char env[160];
+  snprintf(env, sizeof env, "FP4KIT_TUNING_CACHE='%s/tuning.json'", dir);
+  return cli_run(env, args, name);
 }
 
 static void same_shapes_for_every_model(void) {
@@ -59,7 +36,7 @@ static void same_shapes_for_every_model(void) {
       int rt = run(args, "tune_shapes");
       snprintf(args, sizeof args, "bench --model %s --tp %d --list-shapes", fp4_shape_set_name(i), tp);
       int rb = run(args, "bench_shapes");
-      char *t = slurp("tune_shapes"), *b = slurp("bench_shapes");
+      char *t = cli_slurp("tune_shapes"), *b = cli_slurp("bench_shapes");
       CHECK(rt == 0 && rb == 0, "%s tp %d: --list-shapes exit %d (tune) %d (bench)", fp4_shape_set_name(i), tp, rt, rb);
       CHECK(t && b && *t && !strcmp(t, b), "%s tp %d: tune shapes differ from bench shapes:\n%s---\n%s",
             fp4_shape_set_name(i), tp, t ? t : "(none)", b ? b : "(none)");
@@ -69,8 +46,8 @@ static void same_shapes_for_every_model(void) {
   }
   /* The Qwen3.5 dense GEMMs include lm_head and attention, not only the two expert shapes. */
   run("tune --model qwen3.5-397b-a17b --list-shapes", "q");
-  char *q = slurp("q");
-  CHECK(count(q, "\n") == 8 && strstr(q, "248320 4096") && strstr(q, "17408 4096"), "qwen3.5 shapes:\n%s", q ? q : "");
+  char *q = cli_slurp("q");
+  CHECK(cli_count(q, "\n") == 8 && strstr(q, "248320 4096") && strstr(q, "17408 4096"), "qwen3.5 shapes:\n%s", q ? q : "");
   free(q);
 }
 
@@ -110,16 +87,16 @@ static void host_backends_are_host_only(void) {
 /* Tune on the host, then bench auto: tuned keys hit, an untuned M bucket says none. */
 static void host_tune_then_auto(void) {
   int rc = run("tune --device -1 --shapes 256x512,128x1024 --m 1,16 --op w4a16,w4a4 --runs 3", "tune");
-  char *out = slurp("tune"), *err = slurp("tune.err");
+  char *out = cli_slurp("tune"), *err = cli_slurp("tune.err");
   CHECK(rc == 0, "tune exit %d:\n%s\n%s", rc, out ? out : "", err ? err : "");
-  CHECK(out && strstr(out, "on the host (") && strstr(out, "w4a16,w4a4") && count(out, "\nw4a16 ") == 4 &&
-            count(out, "\nw4a4 ") == 4 && strstr(out, "wrote 8 entries"),
+  CHECK(out && strstr(out, "on the host (") && strstr(out, "w4a16,w4a4") && cli_count(out, "\nw4a16 ") == 4 &&
+            cli_count(out, "\nw4a4 ") == 4 && strstr(out, "wrote 8 entries"),
         "tune output:\n%s", out ? out : "");
-  CHECK(err && count(err, "fp4kit tune: [") == 8 && strstr(err, " cut)"), "one progress line per key:\n%s", err ? err : "");
+  CHECK(err && cli_count(err, "fp4kit tune: [") == 8 && strstr(err, " cut)"), "one progress line per key:\n%s", err ? err : "");
   free(out);
   free(err);
-  char *cache = slurp("tuning.json");
-  CHECK(cache && count(cache, "\"op\"") == 8 && strstr(cache, "\"a_dtype\"") && strstr(cache, "\"out_dtype\"") &&
+  char *cache = cli_slurp("tuning.json");
+  CHECK(cache && cli_count(cache, "\"op\"") == 8 && strstr(cache, "\"a_dtype\"") && strstr(cache, "\"out_dtype\"") &&
             strstr(cache, "\"format\""),
         "cache file:\n%s", cache ? cache : "");
   free(cache);
@@ -128,15 +105,15 @@ static void host_tune_then_auto(void) {
   snprintf(args, sizeof args, "bench --backend auto --device -1 --shapes 256x512,128x1024 --m 1,16,3 --no-peers --runs 50 "
                               "--warmup 1 --json %s/auto.json --csv %s/auto.csv", dir, dir);
   rc = run(args, "auto");
-  char *json = slurp("auto.json"), *csv = slurp("auto.csv"), *table = slurp("auto"), *perr = slurp("auto.err");
+  char *json = cli_slurp("auto.json"), *csv = cli_slurp("auto.csv"), *table = cli_slurp("auto"), *perr = cli_slurp("auto.err");
   CHECK(rc == 0, "bench exit %d:\n%s", rc, perr ? perr : "");
   /* 2 shapes x 3 M x 2 ops: M=1 and 16 were tuned (hit), M=3 (bucket 4) was not (none). */
-  CHECK(count(json, "\"cache\": \"hit\"") == 8 && count(json, "\"cache\": \"none\"") == 4 && !count(json, "\"miss\""),
+  CHECK(cli_count(json, "\"cache\": \"hit\"") == 8 && cli_count(json, "\"cache\": \"none\"") == 4 && !cli_count(json, "\"miss\""),
         "cache verdicts in JSON:\n%s", json ? json : "");
-  CHECK(count(json, "\"auto_ran\": \"cpu") == 12, "auto_ran names what ran");
-  CHECK(csv && strstr(csv, ",auto_ran,cache,cache_winner,") && count(csv, ",hit,") == 8, "CSV has the cache columns");
-  CHECK(table && strstr(table, " cache ") && count(table, " hit   ") == 8, "table has the cache column:\n%s", table ? table : "");
-  CHECK(perr && count(perr, "fp4kit bench: [") == 12 && strstr(perr, "auto on the host follows: tuning cache"),
+  CHECK(cli_count(json, "\"auto_ran\": \"cpu") == 12, "auto_ran names what ran");
+  CHECK(csv && strstr(csv, ",auto_ran,cache,cache_winner,") && cli_count(csv, ",hit,") == 8, "CSV has the cache columns");
+  CHECK(table && strstr(table, " cache ") && cli_count(table, " hit   ") == 8, "table has the cache column:\n%s", table ? table : "");
+  CHECK(perr && cli_count(perr, "fp4kit bench: [") == 12 && strstr(perr, "auto on the host follows: tuning cache"),
         "bench progress lines:\n%s", perr ? perr : "");
   CHECK(perr && !strstr(perr, "device peers"), "a host run has no device peers");
   free(json);
@@ -186,8 +163,8 @@ static void device_auto_never_host(void) {
   snprintf(args, sizeof args, "bench --backend auto --device 0 --shapes 256x512 --m 1 --no-peers --runs 50 --warmup 1 "
                               "--json %s/dev.json", dir);
   int rc = run(args, "dev");
-  char *json = slurp("dev.json"), *err = slurp("dev.err");
-  CHECK(rc == 0 && count(json, "\"memory\": \"device\"") == 2 && !count(json, "\"memory\": \"host\""),
+  char *json = cli_slurp("dev.json"), *err = cli_slurp("dev.err");
+  CHECK(rc == 0 && cli_count(json, "\"memory\": \"device\"") == 2 && !cli_count(json, "\"memory\": \"host\""),
         "bench auto on a device times device memory only (exit %d):\n%s\n%s", rc, json ? json : "", err ? err : "");
   CHECK(err && !strstr(err, "host peers"), "no host peers with a device selected:\n%s", err ? err : "");
   free(json);
