@@ -177,6 +177,13 @@ int main(void) {
   CHECK(run("--backend nosuch --shapes 128x128", "e3") == 2, "an unknown backend is a usage error");
   CHECK(run("--shapes 12y34", "e4") == 2, "a malformed shape is a usage error");
   CHECK(run("--model x --shapes 128x128", "e5") == 2, "--model and --shapes exclude each other");
+  CHECK(run("--config small-m.w8 --shapes 128x128", "e6") == 2, "--config without one --backend is a usage error");
+  CHECK(run("--backend auto --config small-m.w8 --shapes 128x128", "e7") == 2, "--config with auto is a usage error");
+  CHECK(run("--device -1 --backend ref --config nosuch --shapes 128x256 --m 1 --op w4a16 --runs 50 --warmup 1", "e8") == 1,
+        "a run whose --config the backend refuses finishes with status 1 (a point failed)");
+  char *e8 = cli_slurp("e8");
+  CHECK(cli_count(e8, "unknown config 'nosuch'") == 1, "the refused --config is named in its row");
+  free(e8);
   char *err = cli_slurp("e1.err");
   CHECK(err && strstr(err, "--runs"), "the usage error names the option");
   free(err);
