@@ -115,7 +115,7 @@ def tune(shapes, m=(1, 16, 128, 1024), format="nvfp4", op="w4a4", out_dtype="bfl
     records the winners in the tuning cache that backend='auto' reads (merged with the cache file
     already there when it belongs to this library version and device). cache_path: None for the
     library's default file. Returns a list of dicts (m, n, k, backend, config, median_us,
-    candidates, rejected). device: a CUDA ordinal, or None to tune the host backends."""
+    candidates, rejected, cut). device: a CUDA ordinal, or None to tune the host backends."""
     _need("fp4_tune", "tune")
     lib = _lib.LIB
     if format not in _FORMATS:
@@ -153,4 +153,5 @@ def tune(shapes, m=(1, 16, 128, 1024), format="nvfp4", op="w4a4", out_dtype="bfl
         finally:
             lib.fp4_tuning_cache_destroy(cache)
     return [{"m": r.key.m, "n": r.key.n, "k": r.key.k, "backend": r.backend.decode(), "config": r.config.decode(),
-             "median_us": r.median_us, "candidates": r.candidates, "rejected": r.rejected} for r in results]
+             "median_us": r.median_us, "candidates": r.candidates, "rejected": r.rejected, "cut": r.cut}
+            for r in results]

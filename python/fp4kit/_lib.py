@@ -189,6 +189,7 @@ class TuneResult(ctypes.Structure):
         ("median_us", ctypes.c_double),
         ("candidates", ctypes.c_int),
         ("rejected", ctypes.c_int),
+        ("cut", ctypes.c_int),
     ]
 
 
