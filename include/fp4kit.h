@@ -41,6 +41,11 @@ extern "C" {
  * and library mismatch. */
 FP4_API const char *fp4_version(void);
 
+/* sizeof of a public struct named without its typedef suffix ("fp4_options", "fp4_tune_result",
+ * ...), or 0 for a name it does not know: bindings that mirror the structs (the Python package)
+ * check their layout against the library they load instead of reading past an entry. */
+FP4_API size_t fp4_struct_size(const char *name);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Status and errors                                                                            */
 /* ------------------------------------------------------------------------------------------ */

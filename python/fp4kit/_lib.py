@@ -281,7 +281,33 @@ def _share_torch_runtime(path):
         _preload_cudart(dirs)
 
 
+# The C name of every struct mirrored above: load() compares their sizes with the library's.
+MIRRORED_STRUCTS = {"fp4_qmatrix": QMatrix, "fp4_matrix": Matrix, "fp4_run_info": RunInfo, "fp4_options": Options,
+                    "fp4_capability": Capability, "fp4_backend_probe": BackendProbe,
+                    "fp4_device_probe": DeviceProbe, "fp4_tune_key": TuneKey, "fp4_tune_result": TuneResult}
+
+
+def layout_mismatches(lib):
+    """(name, python size, library size) of every mirrored struct whose size differs from the
+    library's fp4_struct_size (empty when the library predates that function)."""
+    if not hasattr(lib, "fp4_struct_size"):
+        return []
+    fn = lib.fp4_struct_size
+    fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_char_p]
+    out = []
+    for name, cls in MIRRORED_STRUCTS.items():
+        size = fn(name.encode())
+        if size != ctypes.sizeof(cls):
+            out.append((name, ctypes.sizeof(cls), size))
+    return out
+
+
 def _bind(lib):
+    bad = layout_mismatches(lib)
+    if bad:
+        raise OSError("the library's structs differ from this package's mirror of include/fp4kit.h ("
+                      + ", ".join("%s: %d bytes here, %d in the library" % b for b in bad)
+                      + "): the package and libfp4kit come from different versions")
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype = restype

@@ -71,3 +71,20 @@ void fp4_reason(char *reason, size_t reason_size, const char *fmt, ...) {
 }
 
 const char *fp4_version(void) { return FP4KIT_VERSION_STRING; }
+
+size_t fp4_struct_size(const char *name) {
+#define FP4_STRUCT(t) {#t, sizeof(t)}
+  static const struct {
+    const char *name;
+    size_t size;
+  } sizes[] = {FP4_STRUCT(fp4_qmatrix),         FP4_STRUCT(fp4_matrix),        FP4_STRUCT(fp4_run_info),
+               FP4_STRUCT(fp4_options),         FP4_STRUCT(fp4_timing),        FP4_STRUCT(fp4_device_info),
+               FP4_STRUCT(fp4_gemm_shape),      FP4_STRUCT(fp4_grouped_qmatrix), FP4_STRUCT(fp4_moe_experts),
+               FP4_STRUCT(fp4_moe_layer),       FP4_STRUCT(fp4_moe_routing),   FP4_STRUCT(fp4_arch_info),
+               FP4_STRUCT(fp4_capability),      FP4_STRUCT(fp4_backend_probe), FP4_STRUCT(fp4_device_probe),
+               FP4_STRUCT(fp4_tune_key),        FP4_STRUCT(fp4_tune_result)};
+#undef FP4_STRUCT
+  for (size_t i = 0; name && i < sizeof sizes / sizeof *sizes; i++)
+    if (!strcmp(sizes[i].name, name)) return sizes[i].size;
+  return 0;
+}

@@ -619,3 +619,14 @@ def test_cuda_mm_w4a16_against_torch_float64():
     ref = a.double().cpu() @ fp4kit.e2m1_and_ufp8sf_scale_to_float(wq, ws).double().T / gw.double().cpu()
     err = (got.double().cpu() - ref).abs()
     assert (err <= 2.0 ** -8 * ref.abs() + 1e-3 * ref.abs().max()).all(), err.max().item()
+
+
+def test_struct_mirror_matches_the_library():
+    """Every struct the binding mirrors has the library's size (a field added to include/fp4kit.h
+    without the mirror would make ctypes read past each entry)."""
+    from fp4kit import _lib
+    lib = _lib.LIB
+    for name in _lib.MIRRORED_STRUCTS:
+        assert lib.fp4_struct_size(name.encode()) > 0, name
+    assert _lib.layout_mismatches(lib) == []
+    assert lib.fp4_struct_size(b"fp4_no_such_struct") == 0
