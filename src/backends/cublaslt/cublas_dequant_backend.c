@@ -198,7 +198,8 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
 
 const fp4_backend fp4_backend_cublas_dequant = {
     .name = name,
-    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (the naive path; large M)",
+    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (the naive path; large M; the "
+               "context keeps 2 bytes per weight of its largest GEMM as workspace)",
     .available = dq_available,
     .supports = dq_supports,
     .configs = dq_configs,
