@@ -310,16 +310,17 @@ cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int
 }
 
 /* The CTAs per SM a lean variant is compiled for: the configuration's target (6 or 8) where ptxas
- * fits the variant into 80 or 64 registers without spilling (checked with -warn-spills on every
- * target architecture), else the most that fits. The bf16/f16 W4A16 kernels, the decode case, meet
- * the target except 32 rows at 8; f32 activations (three MMAs per step) and FP4 activations
+ * fits the variant into 80 or 64 registers without spilling on every target architecture (ptxas
+ * -warn-spills, sm_80 to sm_120a), else the most that fits: 16 rows at one token tile with bf16/f16
+ * activations (the decode case) meet 8; 32 rows, or two token tiles, stop at 6 (MXFP4 32 rows at
+ * 5: its per-slab scale factoring); f32 activations (three MMAs per step) and FP4 activations
  * (decoded in the loop) need more registers. */
 constexpr int lean_blocks(int target, int FMT, int ACT, int NT, int R) {
-  return ACT == FP4_CUDA_ACT_F32 ? 4
-         : ACT == FP4_CUDA_ACT_FP4 ? (R == 2 && FMT == FP4_FORMAT_NVFP4 ? 5 : 6)
-         : R == 2 ? 6
-         : NT == 2 && FMT == FP4_FORMAT_MXFP4 ? 6
-                                              : target;
+  return ACT == FP4_CUDA_ACT_F32   ? 4
+         : ACT == FP4_CUDA_ACT_FP4 ? (R == 2 ? 5 : 6)
+         : R == 2                  ? (FMT == FP4_FORMAT_MXFP4 ? 5 : 6)
+         : NT == 2                 ? 6
+                                   : target;
 }
 
 template <int FMT, int ACT, int NT, int U, int R, int TARGET>
