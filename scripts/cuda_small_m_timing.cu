@@ -108,7 +108,10 @@ static const struct {
                {"small-m.r32.w8", 32},
                {"small-m.r32.w4", 32},
                {"small-m.r64.w8", 16},
-               {"small-m.r64.w4", 16}};
+               {"small-m.r64.w4", 16},
+               {"small-m.w4.b8", 16},
+               {"small-m.w4.b6", 16},
+               {"small-m.r32.w4.b6", 8}};
 
 int main(int argc, char **argv) {
   int quick = 0;

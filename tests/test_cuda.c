@@ -22,6 +22,7 @@ static int g_runs, g_failures;
 static const struct { const char *name; int64_t max_m; } g_configs[] = {
     {"small-m.w8", 64},     {"small-m.w4", 64},     {"small-m.w2", 64},     {"small-m.w1", 64},
     {"small-m.r32.w8", 32}, {"small-m.r32.w4", 32}, {"small-m.r64.w8", 16}, {"small-m.r64.w4", 16},
+    {"small-m.w4.b8", 16},  {"small-m.w4.b6", 16},  {"small-m.r32.w4.b6", 8},
 };
 enum { N_CONFIGS = (int)(sizeof g_configs / sizeof *g_configs) };
 static int g_config_runs[N_CONFIGS];
@@ -140,6 +141,8 @@ static void test_refusals(fp4_context *ctx) {
                {65, 80, NULL, "M <= 64", FP4_ERR_UNSUPPORTED},
                {17, 256, "small-m.r64.w8", "M <= 16", FP4_ERR_UNSUPPORTED},
                {33, 256, "small-m.r32.w4", "M <= 32", FP4_ERR_UNSUPPORTED},
+               {17, 256, "small-m.w4.b8", "M <= 16", FP4_ERR_UNSUPPORTED},
+               {9, 256, "small-m.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
                {4, 256, "small-m.nope", "small-m.r32.w8", FP4_ERR_NOT_FOUND}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t m = cases[i].m, n = 32, k = cases[i].k;

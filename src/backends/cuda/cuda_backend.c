@@ -204,14 +204,18 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
 
 /* Small-M configurations: weight rows per CTA and warps per CTA splitting K ("small-m.w8" = 16 rows,
  * 8 warps; "small-m.r32.w4" = 32 rows, 4 warps). More rows per CTA let each activation fragment
- * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. */
+ * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. The
+ * ".b6"/".b8" ones run the lean kernel compiled for 6 or 8 resident 4-warp CTAs per SM (register
+ * cap; gemm_small_m.cu says which variants fit) instead of the classic kernel's 4 or 2. */
 static const struct cuda_config {
   const char *name;
   int rows, warps, max_m;
+  int min_blocks; /* 0: classic kernel; 6 or 8: lean kernel */
 } cuda_config_table[] = {
-    {"small-m.w8", 16, 8, 64},     {"small-m.w4", 16, 4, 64},     {"small-m.w2", 16, 2, 64},
-    {"small-m.w1", 16, 1, 64},     {"small-m.r32.w8", 32, 8, 32}, {"small-m.r32.w4", 32, 4, 32},
-    {"small-m.r64.w8", 64, 8, 16}, {"small-m.r64.w4", 64, 4, 16},
+    {"small-m.w8", 16, 8, 64, 0},     {"small-m.w4", 16, 4, 64, 0},     {"small-m.w2", 16, 2, 64, 0},
+    {"small-m.w1", 16, 1, 64, 0},     {"small-m.r32.w8", 32, 8, 32, 0}, {"small-m.r32.w4", 32, 4, 32, 0},
+    {"small-m.r64.w8", 64, 8, 16, 0}, {"small-m.r64.w4", 64, 4, 16, 0}, {"small-m.w4.b8", 16, 4, 16, 8},
+    {"small-m.w4.b6", 16, 4, 16, 6},  {"small-m.r32.w4.b6", 32, 4, 8, 6},
 };
 enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
@@ -241,7 +245,8 @@ static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64
   if (m <= 32 && ctas32 >= sms && slabs >= 16) return cuda_config_named("small-m.r32.w8");
   const int warps = cuda_default_warps(n, k);
   for (int i = 0; i < CUDA_CONFIGS; i++)
-    if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps) return &cuda_config_table[i];
+    if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps && !cuda_config_table[i].min_blocks)
+      return &cuda_config_table[i];
   return &cuda_config_table[0];
 }
 
@@ -335,11 +340,12 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       }
       if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", cfg->name, why);
       if (a.m > cfg->max_m)
-        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); use a 16- or 32-row config",
+        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); use a 16- or 32-row classic config",
                         cfg->name, cfg->max_m, (long long)a.m);
       cfg_name = cfg->name;
       a.warps = cfg->warps;
       a.rows = cfg->rows;
+      a.min_blocks = cfg->min_blocks;
       e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
     }
   }

@@ -47,6 +47,7 @@ typedef struct fp4_cuda_gemm_args {
   float scale;               /* alpha times the per-tensor multipliers                        */
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
+  int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM */
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);

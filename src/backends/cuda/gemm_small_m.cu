@@ -59,6 +59,36 @@ __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, in
   else static_cast<uint16_t *>(p.out)[i] = fp4_f16_from_f32_inline(v);
 }
 
+/* The CTA's result: one warp stores its accumulators; several add their partial sums through
+ * shared memory in warp order (deterministic) and every thread stores some of the sums. */
+template <int R, int NT>
+__device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, const float (&acc)[R][NT][4],
+                                             int64_t row0, int warp, int warps, int lane) {
+  if (warps == 1) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) store_out(p, row0 + 16 * r, nt, c, lane, acc[r][nt][c]);
+    return;
+  }
+  constexpr int kPerWarp = R * NT * 128; /* floats of one warp's partial results */
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) red[warp * kPerWarp + ((r * NT + nt) * 4 + c) * 32 + lane] = acc[r][nt][c];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
+    float v = 0.0f;
+    for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * kPerWarp + idx]); /* fixed order */
+    const int r = idx / (NT * 128), rest = idx % (NT * 128);
+    store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+  }
+}
+
 /* R: 16-row weight tiles per CTA (every warp covers all of them on its slabs, so an activation
  * fragment serves R tiles). U: slabs whose weights one warp keeps in flight (16 B per lane, row and
  * tile each). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
@@ -139,29 +169,125 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
   }
   fp4_pdl_launch_dependents(); /* every input has been read */
 
-  if (warps == 1) {
+  reduce_store<R, NT>(p, red, acc, row0, warp, warps, lane);
+}
+
+/* The lean variant: a fixed 4-warp CTA with a register cap (MINB CTAs per SM: 6 -> at most 80
+ * registers, 8 -> 64), so 24 or 32 warps per SM hide the load latency instead of 16, and a
+ * slab's instruction stream without branches or 64-bit multiplies, so ptxas schedules it as one
+ * block:
+ *  - token rows past M read row M-1 (valid memory) instead of loading behind a branch: an MMA's
+ *    output column depends only on its own B column, and the columns of those rows are never
+ *    stored (store_out), so the result is the same bit for bit;
+ *  - weights, weight scales and activations are walked with pointers that advance by a constant
+ *    per group of slabs (the scale layouts' step between slabs does not depend on the row).
+ * The math per slab is the classic kernel's (slab_mma_rows), so results equal its results. */
+constexpr int kLeanWarps = 4;
+
+template <int FMT, int ACT, int NT, int R, int UU>
+__device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const uint8_t *const *wb_ptr,
+                                           const uint8_t *const *sa_ptr, const uint8_t *const *sb_ptr, int64_t sstep,
+                                           const char *const *act, const scale_walk *asw, int s, const uint32_t *table,
+                                           float acc[R][NT][4]) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kStep = kLeanWarps * 64; /* weight bytes between one warp's slabs */
+  uint4 wa[UU][R], wb[UU][R];
+  uint32_t sca[UU][R], scb[UU][R];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+  for (int u = 0; u < UU; u++)
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
+    for (int r = 0; r < R; r++) {
+      wa[u][r] = ld_stream(wa_ptr[r] + u * kStep);
+      wb[u][r] = ld_stream(wb_ptr[r] + u * kStep);
+      const scale_walk ws_a = {sa_ptr[r] + u * sstep, 0}, ws_b = {sb_ptr[r] + u * sstep, 0};
+      sca[u][r] = load_scales<NV>(ws_a, 0);
+      scb[u][r] = load_scales<NV>(ws_b, 0);
+    }
+  bool valid[NT];
 #pragma unroll
-        for (int c = 0; c < 4; c++) store_out(p, row0 + 16 * r, nt, c, lane, acc[r][nt][c]);
-    return;
+  for (int nt = 0; nt < NT; nt++) valid[nt] = true; /* rows past M are clamped, not skipped */
+#pragma unroll
+  for (int u = 0; u < UU; u++) {
+    const char *rows[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) rows[nt] = act[nt] + u * (kLeanWarps * act_walk<ACT>::kSlab);
+    slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s + u * kLeanWarps, table, wa[u], wb[u], sca[u], scb[u], acc);
   }
-  constexpr int kPerWarp = R * NT * 128; /* floats of one warp's partial results */
+}
+
+template <int FMT, int ACT, int NT, int U, int R, int MINB>
+__global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kernel(gemm_params p) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kSlab = act_walk<ACT>::kSlab;
+  extern __shared__ float red[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
+  const int nslabs = (int)(p.k >> 7);
+  const uint8_t *wa_ptr[R], *wb_ptr[R], *sa_ptr[R], *sb_ptr[R];
+  int64_t sstep = 0; /* scale bytes between one warp's slabs */
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    /* Rows past N read row N-1 (valid memory) and are never stored. */
+    const int64_t ra = min(row0 + 16 * r + g, p.n - 1), rb = min(row0 + 16 * r + g + 8, p.n - 1);
+    wa_ptr[r] = p.b + ra * (p.k >> 1) + 16 * t + warp * 64;
+    wb_ptr[r] = p.b + rb * (p.k >> 1) + 16 * t + warp * 64;
+    const scale_walk swa = make_walk<NV>(p.b_scales, p.b_layout, p.C, ra, t);
+    const scale_walk swb = make_walk<NV>(p.b_scales, p.b_layout, p.C, rb, t);
+    sa_ptr[r] = swa.base + warp * swa.stride;
+    sb_ptr[r] = swb.base + warp * swb.stride;
+    sstep = kLeanWarps * swa.stride;
+  }
+  const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
+  const char *act[NT];
+  scale_walk asw[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const int64_t tok = min((int64_t)(nt * 8 + g), p.m - 1);
+    act[nt] = static_cast<const char *>(p.a) + tok * row_bytes + t * (kSlab / 4) + warp * kSlab;
+    asw[nt].base = NULL;
+    asw[nt].stride = 0;
+    if (ACT == FP4_CUDA_ACT_FP4) asw[nt] = make_walk<NV>(p.a_scales, p.a_layout, p.C, tok, t);
+  }
+  float acc[R][NT][4];
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-      for (int c = 0; c < 4; c++) red[warp * kPerWarp + ((r * NT + nt) * 4 + c) * 32 + lane] = acc[r][nt][c];
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
-    float v = 0.0f;
-    for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * kPerWarp + idx]); /* fixed order */
-    const int r = idx / (NT * 128), rest = idx % (NT * 128);
-    store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+    for (int nt = 0; nt < NT; nt++) acc[r][nt][0] = acc[r][nt][1] = acc[r][nt][2] = acc[r][nt][3] = 0.0f;
+  __shared__ uint32_t table[NV ? 256 : 1];
+  if (NV) {
+    for (int i = threadIdx.x; i < 256; i += kLeanWarps * 32) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
+    __syncthreads();
   }
+
+  fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
+  int s = warp;
+  for (; s + (U - 1) * kLeanWarps < nslabs; s += U * kLeanWarps) {
+    lean_slabs<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa_ptr[r] += U * kLeanWarps * 64;
+      wb_ptr[r] += U * kLeanWarps * 64;
+      sa_ptr[r] += U * sstep;
+      sb_ptr[r] += U * sstep;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) act[nt] += U * kLeanWarps * kSlab;
+  }
+  for (; U > 1 && s < nslabs; s += kLeanWarps) { /* the last slabs, fewer than U per warp */
+    lean_slabs<FMT, ACT, NT, R, 1>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa_ptr[r] += kLeanWarps * 64;
+      wb_ptr[r] += kLeanWarps * 64;
+      sa_ptr[r] += sstep;
+      sb_ptr[r] += sstep;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) act[nt] += kLeanWarps * kSlab;
+  }
+  fp4_pdl_launch_dependents(); /* every input has been read */
+  reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);
 }
 
 int tiles_for(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
@@ -183,11 +309,45 @@ cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int
                          stream, pdl, p);
 }
 
+/* The CTAs per SM a lean variant is compiled for: the configuration's target (6 or 8) where ptxas
+ * fits the variant into 80 or 64 registers without spilling on every target architecture (ptxas
+ * -warn-spills, sm_80 to sm_120a), else the most that fits: 16 rows at one token tile with bf16/f16
+ * activations (the decode case) meet 8; 32 rows, or two token tiles, stop at 6 (MXFP4 32 rows at
+ * 5: its per-slab scale factoring); f32 activations (three MMAs per step) and FP4 activations
+ * (decoded in the loop) need more registers. */
+constexpr int lean_blocks(int target, int FMT, int ACT, int NT, int R) {
+  return ACT == FP4_CUDA_ACT_F32   ? 4
+         : ACT == FP4_CUDA_ACT_FP4 ? (R == 2 ? 5 : 6)
+         : R == 2                  ? (FMT == FP4_FORMAT_MXFP4 ? 5 : 6)
+         : NT == 2                 ? 6
+                                   : target;
+}
+
+template <int FMT, int ACT, int NT, int U, int R, int TARGET>
+cudaError_t launch_lean(const gemm_params &p, cudaStream_t stream, int pdl) {
+  constexpr int kBlocks = lean_blocks(TARGET, FMT, ACT, NT, R);
+  const int64_t ctas = (p.n + 16 * R - 1) / (16 * R);
+  return fp4_cuda_launch(gemm_small_m_lean_kernel<FMT, ACT, NT, U, R, kBlocks>, dim3((unsigned)ctas),
+                         dim3(32 * kLeanWarps), smem_for(kLeanWarps, p.m, 16 * R), stream, pdl, p);
+}
+
+/* Lean kernels: 16 rows take M <= 16 (two slabs in flight per warp at one token tile, one at two),
+ * 32 rows M <= 8 (one slab: two row tiles already give 64 B per lane; two token tiles would not fit
+ * the register cap). */
+template <int FMT, int ACT, int TARGET>
+cudaError_t launch_lean_rows(const gemm_params &p, int rows, cudaStream_t stream, int pdl) {
+  if (rows == 32) return launch_lean<FMT, ACT, 1, 1, 2, TARGET>(p, stream, pdl); /* M <= 8: the caller checks */
+  if (p.m <= 8) return launch_lean<FMT, ACT, 1, 2, 1, TARGET>(p, stream, pdl);
+  return launch_lean<FMT, ACT, 2, 1, 1, TARGET>(p, stream, pdl);
+}
+
 /* Slabs in flight: 4 x 32 B per lane in total at one token tile (16 rows: four slabs), fewer as the
  * token tiles' registers grow. 32 rows take M <= 32 and 64 rows M <= 16: row tiles x token tiles
  * <= 8 keeps the accumulators in registers. */
 template <int FMT, int ACT>
-cudaError_t launch_act(const gemm_params &p, int warps, int rows, cudaStream_t stream, int pdl) {
+cudaError_t launch_act(const gemm_params &p, int warps, int rows, int min_blocks, cudaStream_t stream, int pdl) {
+  if (min_blocks == 6) return launch_lean_rows<FMT, ACT, 6>(p, rows, stream, pdl);
+  if (min_blocks == 8) return launch_lean_rows<FMT, ACT, 8>(p, rows, stream, pdl);
   if (rows == 64) {
     if (p.m <= 8) return launch_one<FMT, ACT, 1, 1, 4>(p, warps, stream, pdl);
     return launch_one<FMT, ACT, 2, 1, 4>(p, warps, stream, pdl); /* M <= 16: the caller refuses more */
@@ -204,12 +364,12 @@ cudaError_t launch_act(const gemm_params &p, int warps, int rows, cudaStream_t s
 }
 
 template <int FMT>
-cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, cudaStream_t stream, int pdl) {
+cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int mb, cudaStream_t stream, int pdl) {
   switch (act) {
-  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, stream, pdl);
-  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, stream, pdl);
-  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, stream, pdl);
-  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, stream, pdl);
+  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, mb, stream, pdl);
+  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, mb, stream, pdl);
+  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, mb, stream, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, mb, stream, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -222,6 +382,10 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   if (a->m < 1 || a->m > 64 || a->k % 128 || a->warps < 1 || a->warps > kMaxWarps) return (int)cudaErrorInvalidValue;
   /* Row tiles x token tiles <= 8 keeps the accumulators in registers (ptxas spills beyond). */
   if (a->rows != 16 && !(a->rows == 32 && a->m <= 32) && !(a->rows == 64 && a->m <= 16)) return (int)cudaErrorInvalidValue;
+  /* Lean kernels: 4 warps, 16 rows (M <= 16) or 32 (M <= 8), 6 or 8 CTAs per SM (0: the classic kernels). */
+  if (a->min_blocks != 0 && (a->warps != kLeanWarps || a->rows > 32 || a->m > (a->rows == 32 ? 8 : 16) ||
+                             (a->min_blocks != 6 && a->min_blocks != 8)))
+    return (int)cudaErrorInvalidValue;
   gemm_params p;
   p.b = a->b;
   p.b_scales = a->b_scales;
@@ -240,7 +404,7 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
-  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, s, pdl)
-                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, s, pdl);
+  cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl)
+                                                : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl);
   return (int)e;
 }
