@@ -24,11 +24,13 @@
 static int g_runs, g_failures, g_skips;
 
 /* Entries 4-5 are the sm_90a wgmma tiles: skipped (with the reason) on any other device or binary;
- * 6-8 the register-decode tiles (gemm_large_m_rd.cu; rd.128x128 refuses W4A4, naming the rule). */
-static const char *const k_configs[] = {"large-m.128x128.s4",    "large-m.128x128.s3",    "large-m.128x256.s3",
-                                        "large-m.64x128.s4",     "large-m.wgmma.128x128", "large-m.wgmma.128x256",
-                                        "large-m.rd.128x128",    "large-m.rd.128x256",    "large-m.rd.256x128"};
-enum { NUM_CONFIGS = 9, FIRST_WGMMA = 4, FIRST_RD = 6 };
+ * 6-10 the register-decode configs (gemm_large_m_rd.cu): rd.128x128 refuses W4A4 and the rd.pro.*
+ * (W4A4 prologue) configs refuse W4A16, each naming the rule. */
+static const char *const k_configs[] = {
+    "large-m.128x128.s4", "large-m.128x128.s3", "large-m.128x256.s3",     "large-m.64x128.s4",
+    "large-m.wgmma.128x128", "large-m.wgmma.128x256", "large-m.rd.128x128", "large-m.rd.128x256",
+    "large-m.rd.256x128", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256"};
+enum { NUM_CONFIGS = 11, FIRST_WGMMA = 4, FIRST_RD = 6 };
 
 /* Variant v: 0 W4A16 bf16, 1 W4A16 f16, 2 W4A4; the format is separate. */
 static const char *variant_name(int v) { return v == 0 ? "w4a16-bf16" : v == 1 ? "w4a16-f16" : "w4a4"; }
@@ -220,13 +222,14 @@ static void run_forced(fp4_context *ctx, const lm_case *c, const char *config, u
     st = fp4_mm_w4a16(ctx, &da, &dbq, alpha, &dout, &o);
   }
   /* a tile this device cannot hold is a normal refusal; so are the wgmma tiles off SM90 / without
-   * sm_90a code, and MXFP4 W4A4 on the 128x256 wgmma tile (each refusal names its rule) */
+   * sm_90a code, MXFP4 W4A4 on the 128x256 wgmma tile, W4A4 on rd.128x128 and W4A16 on the rd.pro
+   * configs (each refusal names its rule) */
   const char *err = fp4_last_error();
   const int wgmma = !strncmp(config, "large-m.wgmma.", 14), rd = !strncmp(config, "large-m.rd.", 11);
   if (st == FP4_ERR_UNSUPPORTED &&
       (strstr(err, "shared memory") ||
        (wgmma && (strstr(err, "SM90 only") || strstr(err, "no sm_90a code") || strstr(err, "MXFP4 W4A4 runs on"))) ||
-       (rd && w4a4 && strstr(err, "W4A4 runs on")))) {
+       (rd && w4a4 && strstr(err, "W4A4 runs on")) || (rd && !w4a4 && strstr(err, "W4A4 prologue variant")))) {
     skipped = 1;
     snprintf(msg, sizeof msg, "%s", fp4_last_error());
     goto done;

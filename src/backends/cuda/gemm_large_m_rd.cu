@@ -47,8 +47,11 @@
  * included; the packed bf16/f16 multiply keeps subnormals) except 2^127 times codes >= 2, which
  * overflow to inf as in FP32; 0xFF stays NaN. MXFP4 with f16 activations is refused as in the family.
  *
- * W4A4: the FP4 activation tile is decoded in registers the same way (ldmatrix of raw codes, one
- * word per row and K group), always to bf16.
+ * W4A4 ("large-m.rd.pro.*"): a prologue kernel dequantizes the FP4 activations once per GEMM to
+ * bf16 (exactly, the decode of large_m_common.cuh) into a stream-ordered temporary, then the W4A16
+ * tile runs on them. Decoding the activation fragments in registers as well (ldmatrix of raw
+ * codes, the same decode) was written and spilled on sm_80 .. sm_90a next to the 128 accumulators,
+ * so the in-register tiles take 16-bit activations only.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -77,20 +80,19 @@ template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT
 struct rd_cfg {
   static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
-  static constexpr bool A_FP4 = ACT == FP4_CUDA_ACT_FP4;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MT = WM / 16, NT = WN / 8;
-  static constexpr int A_STAGE = A_FP4 ? BM * 32 : BM * 128;
+  static constexpr int A_STAGE = BM * 128;
   static constexpr int B_STAGE = BN * 32;
   static constexpr int STAGE = A_STAGE + B_STAGE;
-  static constexpr int BN_ROWS = BN;                    /* weight scale rows come first */
-  static constexpr int SC_ROWS = BN + (A_FP4 ? BM : 0); /* scale rows: weights, then activations */
-  static constexpr int SC_BUF = SC_ROWS * 16;            /* [rows][4] 32-bit pairs */
+  static constexpr int SC_ROWS = BN;          /* weight scale rows */
+  static constexpr int SC_BUF = SC_ROWS * 16; /* [rows][4] 32-bit pairs */
   static constexpr int SMEM = STAGES * STAGE + 2 * SC_BUF;
   static constexpr int SC_TASKS = (SC_ROWS * 2 + THREADS - 1) / THREADS; /* (row, K group) tasks */
   static_assert(WM == 64 && WN == 64, "warp tiles are 64 x 64");
   static_assert(NT % 4 == 0, "weight words are loaded four n8 tiles at a time");
+  static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "16-bit activations (W4A4: the prologue)");
 };
 
 /* ---- PTX helpers ------------------------------------------------------------------------------- */
@@ -98,13 +100,6 @@ struct rd_cfg {
 __device__ __forceinline__ void rd_ldmatrix_x4(uint32_t r[4], const void *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-__device__ __forceinline__ void rd_ldmatrix_x2(uint32_t r[2], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1])
                : "r"(smem_addr(p))
                : "memory");
 }
@@ -190,40 +185,32 @@ template <class G>
 __device__ __forceinline__ void rd_load_stage(const lm_params &p, uint8_t *st, int64_t m0, int64_t n0, int kt) {
   const int tid = threadIdx.x;
   const int64_t k0 = (int64_t)kt * kRdBK;
-  if (G::A_FP4) {
-    rd_copy_fp4<G::A_STAGE / 32, G::THREADS>(st, static_cast<const uint8_t *>(p.a), p.m, m0, k0, p.k, tid);
-  } else {
-    const uint16_t *a = static_cast<const uint16_t *>(p.a);
+  const uint16_t *a = static_cast<const uint16_t *>(p.a);
 #pragma unroll
-    for (int i = tid; i < (G::A_STAGE >> 4); i += G::THREADS) {
-      const int r = i >> 3, c = i & 7;
-      const bool ok = m0 + r < p.m && k0 + 8 * c < p.k;
-      cp_async16(st + rd_a16_off(r, c), ok ? a + (m0 + r) * p.lda + k0 + 8 * c : a, ok);
-    }
+  for (int i = tid; i < (G::A_STAGE >> 4); i += G::THREADS) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = m0 + r < p.m && k0 + 8 * c < p.k;
+    cp_async16(st + rd_a16_off(r, c), ok ? a + (m0 + r) * p.lda + k0 + 8 * c : a, ok);
   }
   rd_copy_fp4<G::B_STAGE / 32, G::THREADS>(st + G::A_STAGE, p.b, p.n, n0, k0, p.k, tid);
 }
 
-/* Scale bits of this thread's (row, K group) tasks for K tile kt: weight rows first, then (W4A4)
- * activation rows; 0 past the matrix or K (those codes are zero-filled too). */
+/* Scale bits of this thread's (weight row, K group) tasks for K tile kt; 0 past N or K (those
+ * codes are zero-filled too). */
 template <class G>
-__device__ __forceinline__ void rd_load_scales(const lm_params &p, int64_t m0, int64_t n0, int kt, int kts,
+__device__ __forceinline__ void rd_load_scales(const lm_params &p, int64_t n0, int kt, int kts,
                                                uint32_t sc[G::SC_TASKS]) {
 #pragma unroll
   for (int j = 0; j < G::SC_TASKS; j++) {
     const int i = threadIdx.x + j * G::THREADS, r = i >> 1, h = i & 1;
-    if (i >= G::SC_ROWS * 2 || kt >= kts) sc[j] = 0u;
-    else if (r < G::BN_ROWS)
-      sc[j] = load_chunk_scales<G::NV>(p.b_scales, p.b_layout, p.C, p.n, n0 + r, kt, h);
-    else
-      sc[j] = load_chunk_scales<G::NV>(p.a_scales, p.a_layout, p.C, p.m, m0 + (r - G::BN_ROWS), kt, h);
+    sc[j] = i < G::SC_ROWS * 2 && kt < kts ? load_chunk_scales<G::NV>(p.b_scales, p.b_layout, p.C, p.n, n0 + r, kt, h)
+                                           : 0u;
   }
 }
 
 /* Writes the 16-bit scale pairs of the tasks: row r, entry 2x + h holds the scale of physical k
  * 32h + 16x .. 32h + 16x + 15 (NVFP4 block 2h + x; MXFP4 block h), so a thread with t / 2 = x
- * finds both K groups' scales side by side. Weight scales in the weights' type, activation
- * scales (W4A4) in bf16. */
+ * finds both K groups' scales side by side; in the activations' 16-bit type. */
 template <class G>
 __device__ __forceinline__ void rd_store_scales(uint8_t *buf, const uint32_t sc[G::SC_TASKS]) {
 #pragma unroll
@@ -233,13 +220,8 @@ __device__ __forceinline__ void rd_store_scales(uint8_t *buf, const uint32_t sc[
       float f[2];
       chunk_factors<G::NV>(sc[j], f);
       uint32_t *row = reinterpret_cast<uint32_t *>(buf + r * 16);
-      if (G::F16 && r < G::BN_ROWS) {
-        row[h] = pack2<true>(f[0], f[0]);
-        row[2 + h] = pack2<true>(f[1], f[1]);
-      } else {
-        row[h] = pack2<false>(f[0], f[0]);
-        row[2 + h] = pack2<false>(f[1], f[1]);
-      }
+      row[h] = pack2<G::F16>(f[0], f[0]);
+      row[2 + h] = pack2<G::F16>(f[1], f[1]);
     }
   }
 }
@@ -272,7 +254,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
   }
   {
     uint32_t sc[G::SC_TASKS];
-    rd_load_scales<G>(p, m0, n0, 0, kts, sc);
+    rd_load_scales<G>(p, n0, 0, kts, sc);
     rd_store_scales<G>(scbuf, sc);
   }
 
@@ -290,7 +272,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
     if (nk < kts) rd_load_stage<G>(p, stages + (nk % STAGES) * G::STAGE, m0, n0, nk);
     cp_async_commit();
     uint32_t scn[G::SC_TASKS]; /* next tile's scale bytes: their latency hides behind the MMAs */
-    rd_load_scales<G>(p, m0, n0, kt + 1, kts, scn);
+    rd_load_scales<G>(p, n0, kt + 1, kts, scn);
 
     const uint8_t *st = stages + (kt % STAGES) * G::STAGE;
     const uint8_t *sa = st, *sb = st + G::A_STAGE;
@@ -302,30 +284,20 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
       uint32_t bw[G::NT];
 #pragma unroll
       for (int q = 0; q < G::NT / 4; q++) rd_ldmatrix_x4(&bw[4 * q], sb + (h ? boff1 : boff0) + q * 32 * 32);
-      /* the activation fragments of IH m16 tiles at a time (bf16/f16: all four, 32 registers; W4A4,
-       * whose decode needs registers of its own, and sm_100+: two), rows g and g + 8, k = 32h + 8t .. +7 as four
-       * 16-bit pairs; then one weight word at a time, decoded and used by all of them, so the decode
-       * of word j + 1 overlaps the MMAs of word j (W4A4 decodes each weight word twice) */
-      constexpr int IH = G::A_FP4 || kRdHalfA ? G::MT / 2 : G::MT;
+      /* the activation fragments of IH m16 tiles at a time (all four, 32 registers; two on sm_100+),
+       * rows g and g + 8, k = 32h + 8t .. +7 as four 16-bit pairs; then one weight word at a time,
+       * decoded and used by all of them, so the decode of word j + 1 overlaps the MMAs of word j */
+      constexpr int IH = kRdHalfA ? G::MT / 2 : G::MT;
 #pragma unroll
       for (int i0 = 0; i0 < G::MT; i0 += IH) {
         uint32_t ad[IH][2][4];
 #pragma unroll
         for (int ii = 0; ii < IH; ii++) {
           const int i = i0 + ii;
-          if constexpr (G::A_FP4) {
-            uint32_t aw[2];
-            const int r = wm + 16 * i + (lane & 7) + ((lane >> 3) & 1) * 8;
-            rd_ldmatrix_x2(aw, sa + rd_fp4_off(r, h));
-            const uint8_t *asc = sc + (G::BN_ROWS + wm + 16 * i + g) * 16 + (2 * x + h) * 4;
-            rd_decode_word<false>(aw[0], *reinterpret_cast<const uint32_t *>(asc), ad[ii][0]);
-            rd_decode_word<false>(aw[1], *reinterpret_cast<const uint32_t *>(asc + 8 * 16), ad[ii][1]);
-          } else {
-            const uint4 l = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i, 4 * h + t));
-            const uint4 u = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i + 8, 4 * h + t));
-            ad[ii][0][0] = l.x, ad[ii][0][1] = l.y, ad[ii][0][2] = l.z, ad[ii][0][3] = l.w;
-            ad[ii][1][0] = u.x, ad[ii][1][1] = u.y, ad[ii][1][2] = u.z, ad[ii][1][3] = u.w;
-          }
+          const uint4 l = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i, 4 * h + t));
+          const uint4 u = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i + 8, 4 * h + t));
+          ad[ii][0][0] = l.x, ad[ii][0][1] = l.y, ad[ii][0][2] = l.z, ad[ii][0][3] = l.w;
+          ad[ii][1][0] = u.x, ad[ii][1][1] = u.y, ad[ii][1][2] = u.z, ad[ii][1][3] = u.w;
         }
 #pragma unroll
         for (int j = 0; j < G::NT; j++) {
@@ -356,17 +328,45 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
     }
 }
 
+/* ---- W4A4 prologue: the FP4 activations dequantized to bf16 once per GEMM ---------------------- */
+
+/* out[r][k] = exact bf16 of A[r][k] for every row and K (a multiple of 32): one thread per
+ * 32-element chunk (16 bytes of codes in, 64 bytes out); the decode and scale rules of the family
+ * (decode_word / chunk_factors of large_m_common.cuh). */
+template <bool NV>
+__global__ void __launch_bounds__(256) rd_dequant_a_kernel(lm_params p, uint16_t *out) {
+  fp4_pdl_wait();
+  const uint8_t *a = static_cast<const uint8_t *>(p.a);
+  const int64_t chunks = p.k / 32, total = p.m * chunks;
+  for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
+    const int64_t r = i / chunks, c = i % chunks;
+    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(a + r * (p.k >> 1) + 16 * c));
+    float f[2];
+    chunk_factors<NV>(load_chunk_scales<NV>(p.a_scales, p.a_layout, p.C, p.m, r, (int)(c >> 1), (int)(c & 1)), f);
+    uint4 *o = reinterpret_cast<uint4 *>(out + r * p.k + 32 * c);
+    o[0] = decode_word<false>(w.x, f[0]);
+    o[1] = decode_word<false>(w.y, f[0]);
+    o[2] = decode_word<false>(w.z, f[1]);
+    o[3] = decode_word<false>(w.w, f[1]);
+  }
+  fp4_pdl_launch_dependents();
+}
+
 /* ---- configurations ------------------------------------------------------------------------------ */
 
+/* Tiles: 0 = 128 x 128 (2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows),
+ * 1 = 128 x 256 (2 x 4 warps, 3 stages), 2 = 256 x 128 (4 x 2 warps, 3 stages). A prologue config
+ * takes W4A4 only: the activations are dequantized to bf16 into a stream-ordered temporary
+ * (cudaMallocAsync, M x K x 2 bytes), then the tile runs as W4A16 on them. */
 struct rd_config {
   const char *name;
-  int bm, bn;
+  int tile;
+  bool prologue;
 };
 
 const rd_config kRdConfigs[] = {
-    {"large-m.rd.128x128", 128, 128}, /* 2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows */
-    {"large-m.rd.128x256", 128, 256}, /* 2 x 4 warps, 3 stages */
-    {"large-m.rd.256x128", 256, 128}, /* 4 x 2 warps, 3 stages */
+    {"large-m.rd.128x128", 0, false},     {"large-m.rd.128x256", 1, false},     {"large-m.rd.256x128", 2, false},
+    {"large-m.rd.pro.128x128", 0, true}, {"large-m.rd.pro.128x256", 1, true},
 };
 constexpr int kNumRdConfigs = (int)(sizeof kRdConfigs / sizeof *kRdConfigs);
 
@@ -382,31 +382,56 @@ cudaError_t rd_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
 }
 
 template <int FMT, int ACT>
-cudaError_t rd_launch_cfg(const lm_params &p, int cfg, cudaStream_t s, int pdl) {
-  switch (cfg) {
-  case 0: /* W4A4 is refused on this tile (fp4_cuda_rd_check): it would spill */
-    return rd_launch_tile<128, 128, 2, 2, 4, FMT, ACT>(p, s, pdl);
+cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl) {
+  switch (tile) {
+  case 0: return rd_launch_tile<128, 128, 2, 2, 4, FMT, ACT>(p, s, pdl);
   case 1: return rd_launch_tile<128, 256, 2, 4, 3, FMT, ACT>(p, s, pdl);
   case 2: return rd_launch_tile<256, 128, 4, 2, 3, FMT, ACT>(p, s, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
 
-/* Shared memory of a config for an activation kind (the FP4 format does not change it). */
-int rd_smem_of(int cfg, int act) {
-  const bool a4 = act == FP4_CUDA_ACT_FP4;
-  switch (cfg) {
-  case 0:
-    return a4 ? rd_cfg<128, 128, 2, 2, 4, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM
-              : rd_cfg<128, 128, 2, 2, 4, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 1:
-    return a4 ? rd_cfg<128, 256, 2, 4, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM
-              : rd_cfg<128, 256, 2, 4, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 2:
-    return a4 ? rd_cfg<256, 128, 4, 2, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM
-              : rd_cfg<256, 128, 4, 2, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+template <int FMT>
+cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
+  lm_params p = lm_params_of(a);
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return e;
+  const int64_t total = a->m * (a->k / 32);
+  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
+  e = fp4_cuda_launch(rd_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
+                      static_cast<uint16_t *>(ws));
+  if (e == cudaSuccess) {
+    p.a = ws;
+    p.lda = a->k;
+    e = rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return e != cudaSuccess ? e : f;
+}
+
+/* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
+int rd_smem_of(int cfg) {
+  switch (kRdConfigs[cfg].tile) {
+  case 0: return rd_cfg<128, 128, 2, 2, 4, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  case 1: return rd_cfg<128, 256, 2, 4, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  case 2: return rd_cfg<256, 128, 4, 2, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
   default: return 0;
   }
+}
+
+/* NULL when config cfg takes the activation kind act, else the rule (written to why). */
+const char *rd_act_rule(int cfg, int act, char *why, size_t why_size) {
+  const rd_config &c = kRdConfigs[cfg];
+  if (c.prologue && act != FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
+                            "W4A16 runs on %s", c.name, kRdConfigs[c.tile].name);
+  else if (!c.prologue && act == FP4_CUDA_ACT_FP4)
+    /* decoding both operands in registers next to the 128 accumulators spills on sm_80-sm_90a */
+    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
+             c.name, kRdConfigs[3].name, kRdConfigs[4].name);
+  else return NULL;
+  return why;
 }
 
 int rd_config_index(const char *name) {
@@ -426,25 +451,21 @@ extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const 
                                  size_t why_size) {
   const int c = config ? rd_config_index(config) : -1;
   if (config && c < 0) {
-    snprintf(why, why_size, "unknown register-decode large-M config '%s' (%s, %s, %s)", config, kRdConfigs[0].name,
-             kRdConfigs[1].name, kRdConfigs[2].name);
+    snprintf(why, why_size, "unknown register-decode large-M config '%s' (%s, %s, %s, %s, %s)", config,
+             kRdConfigs[0].name, kRdConfigs[1].name, kRdConfigs[2].name, kRdConfigs[3].name, kRdConfigs[4].name);
     return -1;
   }
   /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
   if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
-  /* 128 accumulators plus both operands' decode exceed the 255 registers of a 128-thread CTA */
-  if (c == 0 && a->act == FP4_CUDA_ACT_FP4) {
-    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s and %s", config, kRdConfigs[1].name,
-             kRdConfigs[2].name);
-    return 0;
-  }
+  if (config && rd_act_rule(c, a->act, why, why_size)) return 0;
   const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  char rule[320];
   for (int i = 0; i < kNumRdConfigs; i++) {
-    if ((config && i != c) || (i == 0 && a->act == FP4_CUDA_ACT_FP4)) continue;
-    if (rd_smem_of(i, a->act) <= optin) return 1;
+    if ((config && i != c) || rd_act_rule(i, a->act, rule, sizeof rule)) continue;
+    if (rd_smem_of(i) <= optin) return 1;
     if (config) {
       snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
-               rd_smem_of(i, a->act), device, optin);
+               rd_smem_of(i), device, optin);
       return 0;
     }
   }
@@ -459,38 +480,43 @@ extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, cons
   const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
   const int sms = rd_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
   /* within the family (not yet measured): the 8-warp tiles first when they still give every SM a
-   * CTA, the wider one along the longer side; else the 4-warp 128 x 128 tile */
+   * CTA, the wider one along the longer side, else the 4-warp 128 x 128 tile first; W4A4: the
+   * prologue configs, 128 x 256 first on the same condition */
   const int64_t tm = (a->m + 127) / 128, tn = (a->n + 127) / 128;
-  const int64_t ctas8 = tm * ((tn + 1) / 2);
-  int order[kNumRdConfigs];
-  if (ctas8 >= sms) {
-    const int wide_n = a->n >= a->m ? 1 : 2;
-    order[0] = wide_n, order[1] = 3 - wide_n, order[2] = 0;
+  const bool big = tm * ((tn + 1) / 2) >= sms;
+  const int wide = a->n >= a->m ? 1 : 2;
+  int order[kNumRdConfigs], n = 0;
+  if (a->act == FP4_CUDA_ACT_FP4) {
+    order[n++] = big ? 4 : 3, order[n++] = big ? 3 : 4;
+  } else if (big) {
+    order[n++] = wide, order[n++] = 3 - wide, order[n++] = 0;
   } else {
-    order[0] = 0, order[1] = 1, order[2] = 2;
+    order[n++] = 0, order[n++] = 1, order[n++] = 2;
   }
   int out = 0;
-  for (int i = 0; i < kNumRdConfigs && out < max; i++)
-    if (rd_smem_of(order[i], a->act) <= optin && !(order[i] == 0 && a->act == FP4_CUDA_ACT_FP4)) names[out++] = kRdConfigs[order[i]].name;
+  for (int i = 0; i < n && out < max; i++)
+    if (!rd_act_rule(order[i], a->act, why, sizeof why) && rd_smem_of(order[i]) <= optin)
+      names[out++] = kRdConfigs[order[i]].name;
   return out;
 }
 
 extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
   const int cfg = rd_config_index(config);
+  char why[320];
   if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
-      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16))
+      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || rd_act_rule(cfg, a->act, why, sizeof why))
     return (int)cudaErrorInvalidValue;
-  const lm_params p = lm_params_of(a);
   cudaStream_t s = (cudaStream_t)stream;
   const bool nv = a->format == FP4_FORMAT_NVFP4;
+  const int tile = kRdConfigs[cfg].tile;
+  if (kRdConfigs[cfg].prologue)
+    return (int)(nv ? rd_launch_prologue<FP4_FORMAT_NVFP4>(a, tile, s, pdl) : rd_launch_prologue<FP4_FORMAT_MXFP4>(a, tile, s, pdl));
+  const lm_params p = lm_params_of(a);
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl)
-                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl));
-  case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, cfg, s, pdl);
-  case FP4_CUDA_ACT_FP4:
-    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(p, cfg, s, pdl)
-                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_FP4>(p, cfg, s, pdl));
+    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl)
+                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl));
+  case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
 }
