@@ -240,13 +240,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
   const int g = lane >> 2, t = lane & 3, x = t >> 1;
   const int kts = (int)((p.k + kRdBK - 1) / kRdBK);
 
-  float acc[G::MT][G::NT][4];
-#pragma unroll
-  for (int i = 0; i < G::MT; i++)
-#pragma unroll
-    for (int j = 0; j < G::NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-
-  fp4_pdl_wait(); /* nothing is read before the producers of A and W have finished */
+  float acc[G::MT][G::NT][4] = {};
+  fp4_pdl_wait(); /* nothing is read before the producers of A, W and their scales have finished */
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < kts) rd_load_stage<G>(p, stages + s * G::STAGE, m0, n0, s);
@@ -317,15 +312,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
   }
   cp_async_wait<0>();
   fp4_pdl_launch_dependents(); /* every input has been read */
-
-#pragma unroll
-  for (int i = 0; i < G::MT; i++)
-#pragma unroll
-    for (int j = 0; j < G::NT; j++) {
-      const int64_t row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      store_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
-    }
+  lm_store_mma_acc<G::MT, G::NT>(p, acc, m0 + wm, n0 + wn, g, t);
 }
 
 /* ---- W4A4 prologue: the FP4 activations dequantized to bf16 once per GEMM ---------------------- */
@@ -373,12 +360,8 @@ constexpr int kNumRdConfigs = (int)(sizeof kRdConfigs / sizeof *kRdConfigs);
 template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT>
 cudaError_t rd_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
   using G = rd_cfg<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>;
-  auto kernel = gemm_large_m_rd_kernel<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
-  if (e != cudaSuccess) return e;
-  const int64_t ctas = ((p.m + BM - 1) / BM) * ((p.n + BN - 1) / BN);
-  if (ctas > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
-  return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(G::THREADS), (size_t)G::SMEM, stream, pdl, p);
+  return lm_launch_tiles(gemm_large_m_rd_kernel<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>, BM, BN, G::THREADS,
+                         G::SMEM, p, stream, pdl);
 }
 
 template <int FMT, int ACT>
