@@ -343,10 +343,15 @@ static void test_family_configs(fp4_context *ctx, int first, int count, const ch
   static const fp4_scale_layout lbs[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
   int rot = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    /* the register-decode refusals (W4A4 on the in-register tiles, W4A16 on the prologue configs)
+     * are checked on the small shapes only: each case costs its random data on the host first */
+    const int big = shapes[s][0] * shapes[s][1] * shapes[s][2] > (int64_t)1e9;
     for (int cfg = first; cfg < first + count; cfg++)
       for (int f = 0; f < 2; f++)
         for (int v = 0; v < 3; v++) {
           if (!variant_supported(v, (fp4_format)f)) continue;
+          const int rd = !strncmp(k_configs[cfg], "large-m.rd.", 11), pro = !strncmp(k_configs[cfg], "large-m.rd.pro.", 15);
+          if (big && rd && (pro ? v != 2 : v == 2)) continue;
           lm_case c = {shapes[s][0], shapes[s][1], shapes[s][2], (fp4_format)f, v,
                        rot % 3 == 0 ? FP4_DTYPE_F32 : outs[rot % 3], lbs[rot % 2], lbs[(rot / 2) % 2],
                        rot % 5 == 4 ? FP4H_DATA_EDGES : FP4H_DATA_NORMAL};
