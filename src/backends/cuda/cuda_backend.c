@@ -261,15 +261,17 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   }
   fp4_cuda_gemm_args ga;
   char why[320];
-  const char *large[8];
+  const char *large[16];
   int nlarge = 0, count = 0;
   cuda_gemm_args_of(p, &ga);
   const int small_ok = !cuda_small_m_rule(ga.m, ga.k, why, sizeof why);
   const cuda_state *st = cuda_get_state(ctx, NULL, 0);
   if (st && fp4_cuda_large_m_check(&ga, st->device, NULL, why, sizeof why) == 1)
     nlarge = fp4_cuda_large_m_configs(&ga, st->device, large, 8);
+  if (st && nlarge > 0) /* register-decode candidates next: not the default until measured */
+    nlarge += fp4_cuda_rd_configs(&ga, st->device, large + nlarge, 16 - nlarge);
   if (st && nlarge > 0) /* wgmma candidates after the mma.sync ones: never the default (slower on the H200: 160 vs 225 TFLOP/s) */
-    nlarge += fp4_cuda_wgmma_configs(&ga, st->device, large + nlarge, 8 - nlarge);
+    nlarge += fp4_cuda_wgmma_configs(&ga, st->device, large + nlarge, 16 - nlarge);
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
@@ -322,6 +324,11 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;
       e = fp4_cuda_gemm_wgmma(&a, config, p->stream, pdl);
+    } else if (config && !strncmp(config, "large-m.rd.", 11)) {
+      const int ok = fp4_cuda_rd_check(&a, st->device, config, why, sizeof why);
+      if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
+      cfg_name = config;
+      e = fp4_cuda_gemm_large_m_rd(&a, config, p->stream, pdl);
     } else if (config && !strncmp(config, "large-m.", 8)) {
       const int ok = fp4_cuda_large_m_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);

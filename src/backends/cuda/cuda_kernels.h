@@ -67,6 +67,13 @@ int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const char *config, vo
 int fp4_cuda_wgmma_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
 int fp4_cuda_wgmma_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
 int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+/* The register-decode large-M GEMMs (gemm_large_m_rd.cu): same arguments and operand rules as the
+ * large-M family, the FP4 weights decoded in registers instead of a shared 16-bit tile; extra tuner
+ * candidates ("large-m.rd.*"), not yet the default. check: 1 if the named config (NULL: any) can run
+ * on device, else 0 with the rule in why (-1: not an rd config name). configs: the runnable names. */
+int fp4_cuda_rd_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
+int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
 /* M above which the default configuration is a large-M tile rather than a small-M kernel: measured on
  * the H200, the large-M family overtakes the best small-M config from M = 65 on seven of the eight
  * dense MODELS.md shapes, from M = 48 on the eighth (bench/results/h200/2026-11-30-session2/). */

@@ -1,5 +1,6 @@
 /*
- * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu), lifted from the mma.sync family (gemm_large_m.cu,
+ * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu) and the register-decode GEMM
+ * (gemm_large_m_rd.cu: it adds the launch and mma.sync accumulator-store helpers at the end), lifted from the mma.sync family (gemm_large_m.cu,
  * which keeps its own copies: sharing them changed its register allocation and spilled on one target): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
  * exact FP4 -> bf16/f16 decode (SPEC 3; the reasoning is in gemm_large_m.cu's header comment and
  * docs/cuda-large-m.md) and the masked epilogue store. Everything sits in an unnamed namespace:
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
@@ -48,6 +50,18 @@ inline lm_params lm_params_of(const fp4_cuda_gemm_args *a) {
   p.out_dtype = a->out_dtype;
   p.scale = a->scale;
   return p;
+}
+
+/* Launches kernel on one CTA per bm x bn output tile with smem bytes of dynamic shared memory (the
+ * opt-in set first). */
+template <class Kernel>
+cudaError_t lm_launch_tiles(Kernel kernel, int bm, int bn, int threads, int smem, const lm_params &p,
+                            cudaStream_t stream, int pdl) {
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  const int64_t ctas = ((p.m + bm - 1) / bm) * ((p.n + bn - 1) / bn);
+  if (ctas > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(threads), (size_t)smem, stream, pdl, p);
 }
 
 /* Tile origin of CTA id: groups of 8 M tiles sweep N together, so that a group's activation panels
@@ -223,6 +237,20 @@ __device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int6
       if (two) o[1] = h1;
     }
   }
+}
+/* Stores a warp's MT x NT m16n8 FP32 accumulators (mma.sync layout: lane = 4 g + t holds rows g and
+ * g + 8, columns 2t and 2t + 1 of each) whose tile starts at (row0, col0). */
+template <int MT, int NT>
+__device__ __forceinline__ void lm_store_mma_acc(const lm_params &p, const float (&acc)[MT][NT][4], int64_t row0,
+                                                 int64_t col0, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < MT; i++)
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+      const int64_t row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
+      store_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
+      store_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
+    }
 }
 } // namespace
 

@@ -1,0 +1,505 @@
+/*
+ * Large-M (prefill) GEMMs with the weights decoded in registers ("large-m.rd.*" configs):
+ * out[M, N] = scale * A[M, K] * dq(W)[N, K]^T on SM80+ tensor cores (mma.sync m16n8k16, FP32
+ * accumulation). Same operands, rules and exactness as the mma.sync family of gemm_large_m.cu
+ * (docs/cuda-large-m.md); what changes is where the FP4 decode happens.
+ *
+ * The mma.sync family decodes each FP4 weight tile into a second, 16-bit shared-memory tile between
+ * two barriers, so the tensor cores idle during the decode and the decoded tile costs a shared
+ * write and read. Here each warp reads its weight fragments straight from the raw FP4 tile and
+ * decodes them in registers right before the MMAs that use them; the CTA meets once per K tile.
+ *
+ * K order inside the MMA. An m16n8k16 sum does not care in which order its 16 k indices are
+ * visited, as long as A and B agree. Thread (g = lane/4, t = lane%4) is given, for each 32-element
+ * K group of a 64-element K tile, the 8 consecutive physical k = 8t .. 8t+7 of its rows: for the
+ * weights that is one 32-bit word of packed codes (8 codes), for bf16/f16 activations one 16-byte
+ * shared load per row. The word decodes to four 16-bit pairs r0..r3 (codes 0-1, 2-3, 4-5, 6-7)
+ * and the two MMA k-steps of the group take (b0, b1) = (r0, r1) and (r2, r3); the activation
+ * registers line up the same way (16-byte load .x .y for the first k-step, .z .w for the second).
+ * So no thread needs another thread's codes and nothing is shuffled.
+ *
+ * Shared memory. A STAGES-deep cp.async pipeline as in the mma.sync family:
+ *   - bf16/f16 activations: [BM][64] 16-bit rows of 128 bytes; 16-byte chunk c of row r stored at
+ *     chunk c ^ ((r & 1) << 2). A warp's 16-byte loads go in quarter-warps of 8 lanes = rows r, r+1
+ *     (even r) x 4 chunks: the XOR puts the two rows in opposite halves of the 128 bytes, so every
+ *     quarter-warp touches 32 distinct banks; cp.async writes (8 chunks of one row) permute within
+ *     the row and stay conflict-free;
+ *   - FP4 rows (weights, and W4A4 activations): [rows][32 bytes]; 16-byte half h of row r stored
+ *     at half h ^ ((r >> 2) & 1). Each 8x8 ldmatrix of raw codes reads 8 consecutive rows' halves
+ *     h, whose 16-byte chunks then fall on 8 distinct bank groups (rows 0-3 on even chunks of
+ *     their 128-byte line, rows 4-7 on odd ones);
+ *   - block scales: a double buffer of [rows][4] 16-bit pairs (the scale repeated twice), written
+ *     by the thread that loaded the scale bytes from global memory one K tile ahead, published by
+ *     the one __syncthreads at the top of the next K tile.
+ * The one barrier per K tile: after it, tile kt is complete for everyone and every warp has left
+ * tile kt-1, so its stage buffer is refilled (tile kt + STAGES - 1) and the other scale buffer
+ * is rewritten (tile kt + 1).
+ *
+ * Warps: WARPS_M x WARPS_N warps each own a 64 x 64 output tile (4 x 8 m16n8 accumulators, 128
+ * FP32 registers): each decoded weight pair feeds 4 MMAs, each activation fragment 8.
+ *
+ * Exact decode in registers (SPEC 3). The three magnitude bits of a code index a byte lookup
+ * (prmt) of the 16-bit patterns of {0, 0.5, 1, 1.5, 2, 3, 4, 6}: the high bytes, and for bf16 the
+ * low bytes (f16 patterns of these values have a zero low byte); the sign bit is moved into the
+ * high byte; then one packed 16-bit multiply by the block scale. The value is exactly e2m1, and the
+ * product e2m1 * scale has at most 6 significant bits: exact in bf16 and f16 for every E4M3 scale
+ * (2^-9 .. 448, NaN stays NaN), and in bf16 for every UE8M0 scale 2^(e-127) (subnormal products
+ * included; the packed bf16/f16 multiply keeps subnormals) except 2^127 times codes >= 2, which
+ * overflow to inf as in FP32; 0xFF stays NaN. MXFP4 with f16 activations is refused as in the family.
+ *
+ * W4A4 ("large-m.rd.pro.*"): a prologue kernel dequantizes the FP4 activations once per GEMM to
+ * bf16 (exactly, the decode of large_m_common.cuh) into a stream-ordered temporary, then the W4A16
+ * tile runs on them. Decoding the activation fragments in registers as well (ldmatrix of raw
+ * codes, the same decode) was written and spilled on sm_80 .. sm_90a next to the 128 accumulators,
+ * so the in-register tiles take 16-bit activations only.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/large_m_common.cuh"
+#include "backends/cuda/launch.cuh"
+
+namespace {
+
+constexpr int kRdBK = 64; /* K elements per tile */
+
+/* The sm_100a/sm_120a compilers hoist more of the next fragments' loads and spill with all four
+ * activation fragments live next to the 128 accumulators: there they are held two m16 tiles at a
+ * time (each weight word is then decoded twice). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+constexpr bool kRdHalfA = true;
+#else
+constexpr bool kRdHalfA = false;
+#endif
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT>
+struct rd_cfg {
+  static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
+  static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MT = WM / 16, NT = WN / 8;
+  static constexpr int A_STAGE = BM * 128;
+  static constexpr int B_STAGE = BN * 32;
+  static constexpr int STAGE = A_STAGE + B_STAGE;
+  static constexpr int SC_ROWS = BN;          /* weight scale rows */
+  static constexpr int SC_BUF = SC_ROWS * 16; /* [rows][4] 32-bit pairs */
+  static constexpr int SMEM = STAGES * STAGE + 2 * SC_BUF;
+  static constexpr int SC_TASKS = (SC_ROWS * 2 + THREADS - 1) / THREADS; /* (row, K group) tasks */
+  static_assert(WM == 64 && WN == 64, "warp tiles are 64 x 64");
+  static_assert(NT % 4 == 0, "weight words are loaded four n8 tiles at a time");
+  static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "16-bit activations (W4A4: the prologue)");
+};
+
+/* ---- PTX helpers ------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ void rd_ldmatrix_x4(uint32_t r[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+/* volatile: the MMAs keep their order relative to the shared loads (ldmatrix), which keeps the
+ * scheduler from hoisting a whole group's loads and decode above them and running out of registers;
+ * the decode arithmetic still moves freely between them. */
+template <bool F16>
+__device__ __forceinline__ void rd_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+  if (F16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ---- exact decode of one word (8 codes) to four 16-bit pairs, times the block scale ------------- */
+
+/* Byte lookups of the 16-bit patterns of e2m1 magnitude m = 0..7 ({0, 0.5, 1, 1.5, 2, 3, 4, 6}):
+ * bf16 0x0000 3F00 3F80 3FC0 4000 4040 4080 40C0; f16 0x0000 3800 3C00 3E00 4000 4200 4400 4600. */
+constexpr uint32_t kBf16Lo0 = 0xC0800000u, kBf16Lo1 = 0xC0804000u;
+constexpr uint32_t kBf16Hi0 = 0x3F3F3F00u, kBf16Hi1 = 0x40404040u;
+constexpr uint32_t kF16Hi0 = 0x3E3C3800u, kF16Hi1 = 0x46444240u;
+
+template <bool F16>
+__device__ __forceinline__ uint32_t rd_mul2(uint32_t x, uint32_t s) {
+  if (F16) {
+    __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), *reinterpret_cast<const __half2 *>(&s));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&x), *reinterpret_cast<const __nv_bfloat162 *>(&s));
+  return *reinterpret_cast<uint32_t *>(&r);
+}
+
+/* r[p] = (code 2p, code 2p+1) of w as a 16-bit pair (low half first), times the pair s. */
+template <bool F16>
+__device__ __forceinline__ void rd_decode_word(uint32_t w, uint32_t s, uint32_t r[4]) {
+  const uint32_t m = w & 0x77777777u; /* magnitudes: selector nibbles without the sign-replicate bit */
+  const uint32_t mh = m >> 16;
+  /* the sign of code i (bit 4i + 3 of w) to the top bit of byte i: even codes from w << 4, odd from w */
+  const uint32_t w4 = w << 4;
+  const uint32_t s0 = __byte_perm(w4, w, 0x5140) & 0x80808080u; /* codes 0..3 */
+  const uint32_t s1 = __byte_perm(w4, w, 0x7362) & 0x80808080u; /* codes 4..7 */
+  if (F16) {
+    const uint32_t h0 = __byte_perm(kF16Hi0, kF16Hi1, m) | s0, h1 = __byte_perm(kF16Hi0, kF16Hi1, mh) | s1;
+    r[0] = rd_mul2<true>(__byte_perm(h0, 0u, 0x1404), s);
+    r[1] = rd_mul2<true>(__byte_perm(h0, 0u, 0x3424), s);
+    r[2] = rd_mul2<true>(__byte_perm(h1, 0u, 0x1404), s);
+    r[3] = rd_mul2<true>(__byte_perm(h1, 0u, 0x3424), s);
+  } else {
+    const uint32_t h0 = __byte_perm(kBf16Hi0, kBf16Hi1, m) | s0, h1 = __byte_perm(kBf16Hi0, kBf16Hi1, mh) | s1;
+    const uint32_t l0 = __byte_perm(kBf16Lo0, kBf16Lo1, m), l1 = __byte_perm(kBf16Lo0, kBf16Lo1, mh);
+    r[0] = rd_mul2<false>(__byte_perm(l0, h0, 0x5140), s);
+    r[1] = rd_mul2<false>(__byte_perm(l0, h0, 0x7362), s);
+    r[2] = rd_mul2<false>(__byte_perm(l1, h1, 0x5140), s);
+    r[3] = rd_mul2<false>(__byte_perm(l1, h1, 0x7362), s);
+  }
+}
+
+/* ---- tile copies ---------------------------------------------------------------------------------- */
+
+/* Byte offset of 16-byte half h of row r in a raw FP4 tile. */
+__device__ __forceinline__ int rd_fp4_off(int r, int h) { return r * 32 + ((h ^ ((r >> 2) & 1)) << 4); }
+/* Byte offset of 16-byte chunk c of row r in a 16-bit activation tile. */
+__device__ __forceinline__ int rd_a16_off(int r, int c) { return r * 128 + ((c ^ ((r & 1) << 2)) << 4); }
+
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void rd_copy_fp4(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t r0, int64_t k0,
+                                            int64_t k, int tid) {
+#pragma unroll
+  for (int i = tid; i < ROWS * 2; i += THREADS) {
+    const int r = i >> 1, h = i & 1;
+    const bool ok = r0 + r < rows && k0 + 32 * h < k;
+    cp_async16(dst + rd_fp4_off(r, h), ok ? src + (r0 + r) * (k >> 1) + (k0 >> 1) + 16 * h : src, ok);
+  }
+}
+
+template <class G>
+__device__ __forceinline__ void rd_load_stage(const lm_params &p, uint8_t *st, int64_t m0, int64_t n0, int kt) {
+  const int tid = threadIdx.x;
+  const int64_t k0 = (int64_t)kt * kRdBK;
+  const uint16_t *a = static_cast<const uint16_t *>(p.a);
+#pragma unroll
+  for (int i = tid; i < (G::A_STAGE >> 4); i += G::THREADS) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = m0 + r < p.m && k0 + 8 * c < p.k;
+    cp_async16(st + rd_a16_off(r, c), ok ? a + (m0 + r) * p.lda + k0 + 8 * c : a, ok);
+  }
+  rd_copy_fp4<G::B_STAGE / 32, G::THREADS>(st + G::A_STAGE, p.b, p.n, n0, k0, p.k, tid);
+}
+
+/* Scale bits of this thread's (weight row, K group) tasks for K tile kt; 0 past N or K (those
+ * codes are zero-filled too). */
+template <class G>
+__device__ __forceinline__ void rd_load_scales(const lm_params &p, int64_t n0, int kt, int kts,
+                                               uint32_t sc[G::SC_TASKS]) {
+#pragma unroll
+  for (int j = 0; j < G::SC_TASKS; j++) {
+    const int i = threadIdx.x + j * G::THREADS, r = i >> 1, h = i & 1;
+    sc[j] = i < G::SC_ROWS * 2 && kt < kts ? load_chunk_scales<G::NV>(p.b_scales, p.b_layout, p.C, p.n, n0 + r, kt, h)
+                                           : 0u;
+  }
+}
+
+/* Writes the 16-bit scale pairs of the tasks: row r, entry 2x + h holds the scale of physical k
+ * 32h + 16x .. 32h + 16x + 15 (NVFP4 block 2h + x; MXFP4 block h), so a thread with t / 2 = x
+ * finds both K groups' scales side by side; in the activations' 16-bit type. */
+template <class G>
+__device__ __forceinline__ void rd_store_scales(uint8_t *buf, const uint32_t sc[G::SC_TASKS]) {
+#pragma unroll
+  for (int j = 0; j < G::SC_TASKS; j++) {
+    const int i = threadIdx.x + j * G::THREADS, r = i >> 1, h = i & 1;
+    if (i < G::SC_ROWS * 2) {
+      float f[2];
+      chunk_factors<G::NV>(sc[j], f);
+      uint32_t *row = reinterpret_cast<uint32_t *>(buf + r * 16);
+      row[h] = pack2<G::F16>(f[0], f[0]);
+      row[2 + h] = pack2<G::F16>(f[1], f[1]);
+    }
+  }
+}
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_kernel(lm_params p) {
+  using G = rd_cfg<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t *stages = smem;
+  uint8_t *scbuf = smem + STAGES * G::STAGE;
+
+  int64_t m0, n0;
+  lm_tile_origin(p, BM, BN, blockIdx.x, &m0, &n0);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = (warp / WARPS_N) * G::WM, wn = (warp % WARPS_N) * G::WN;
+  const int g = lane >> 2, t = lane & 3, x = t >> 1;
+  const int kts = (int)((p.k + kRdBK - 1) / kRdBK);
+
+  float acc[G::MT][G::NT][4] = {};
+  fp4_pdl_wait(); /* nothing is read before the producers of A, W and their scales have finished */
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < kts) rd_load_stage<G>(p, stages + s * G::STAGE, m0, n0, s);
+    cp_async_commit();
+  }
+  {
+    uint32_t sc[G::SC_TASKS];
+    rd_load_scales<G>(p, n0, 0, kts, sc);
+    rd_store_scales<G>(scbuf, sc);
+  }
+
+  /* Per-lane byte offsets that do not change with the K tile. Weight ldmatrix: lane l gives the
+   * address of row l % 8 of matrix l / 8 = n8 tile 4q + l / 8 of the warp. */
+  const int brow = wn + (lane >> 3) * 8 + (lane & 7);
+  const int boff0 = rd_fp4_off(brow, 0), boff1 = rd_fp4_off(brow, 1); /* + 32 * 32 bytes per q */
+  /* Activation rows g and g + 8 of m16 tile i: wm + 16 i + g (+ 8); both have the parity of g. */
+  const int arow = wm + g;
+
+  for (int kt = 0; kt < kts; kt++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads(); /* tile kt and its scales are visible; every warp has left tile kt - 1 */
+    const int nk = kt + STAGES - 1;
+    if (nk < kts) rd_load_stage<G>(p, stages + (nk % STAGES) * G::STAGE, m0, n0, nk);
+    cp_async_commit();
+    uint32_t scn[G::SC_TASKS]; /* next tile's scale bytes: their latency hides behind the MMAs */
+    rd_load_scales<G>(p, n0, kt + 1, kts, scn);
+
+    const uint8_t *st = stages + (kt % STAGES) * G::STAGE;
+    const uint8_t *sa = st, *sb = st + G::A_STAGE;
+    const uint8_t *sc = scbuf + (kt & 1) * G::SC_BUF;
+    /* not unrolled: hoisting the next group's loads and decode above this group's MMAs spills */
+#pragma unroll 1
+    for (int h = 0; h < 2; h++) {
+      /* the warp's weight words of K group h: word j = n8 tile j, k = 32h + 8t .. 32h + 8t + 7 of row g */
+      uint32_t bw[G::NT];
+#pragma unroll
+      for (int q = 0; q < G::NT / 4; q++) rd_ldmatrix_x4(&bw[4 * q], sb + (h ? boff1 : boff0) + q * 32 * 32);
+      /* the activation fragments of IH m16 tiles at a time (all four, 32 registers; two on sm_100+),
+       * rows g and g + 8, k = 32h + 8t .. +7 as four 16-bit pairs; then one weight word at a time,
+       * decoded and used by all of them, so the decode of word j + 1 overlaps the MMAs of word j */
+      constexpr int IH = kRdHalfA ? G::MT / 2 : G::MT;
+#pragma unroll
+      for (int i0 = 0; i0 < G::MT; i0 += IH) {
+        uint32_t ad[IH][2][4];
+#pragma unroll
+        for (int ii = 0; ii < IH; ii++) {
+          const int i = i0 + ii;
+          const uint4 l = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i, 4 * h + t));
+          const uint4 u = *reinterpret_cast<const uint4 *>(sa + rd_a16_off(arow + 16 * i + 8, 4 * h + t));
+          ad[ii][0][0] = l.x, ad[ii][0][1] = l.y, ad[ii][0][2] = l.z, ad[ii][0][3] = l.w;
+          ad[ii][1][0] = u.x, ad[ii][1][1] = u.y, ad[ii][1][2] = u.z, ad[ii][1][3] = u.w;
+        }
+#pragma unroll
+        for (int j = 0; j < G::NT; j++) {
+          uint32_t bd[4];
+          rd_decode_word<G::F16>(
+              bw[j], *reinterpret_cast<const uint32_t *>(sc + (wn + 8 * j + g) * 16 + (2 * x + h) * 4), bd);
+#pragma unroll
+          for (int ii = 0; ii < IH; ii++) {
+            rd_mma<G::F16>(acc[i0 + ii][j], ad[ii][0][0], ad[ii][1][0], ad[ii][0][1], ad[ii][1][1], bd[0], bd[1]);
+            rd_mma<G::F16>(acc[i0 + ii][j], ad[ii][0][2], ad[ii][1][2], ad[ii][0][3], ad[ii][1][3], bd[2], bd[3]);
+          }
+        }
+      }
+    }
+    /* the other scale buffer was last read in tile kt - 1, which every warp has left */
+    rd_store_scales<G>(scbuf + ((kt + 1) & 1) * G::SC_BUF, scn);
+  }
+  cp_async_wait<0>();
+  fp4_pdl_launch_dependents(); /* every input has been read */
+  lm_store_mma_acc<G::MT, G::NT>(p, acc, m0 + wm, n0 + wn, g, t);
+}
+
+/* ---- W4A4 prologue: the FP4 activations dequantized to bf16 once per GEMM ---------------------- */
+
+/* out[r][k] = exact bf16 of A[r][k] for every row and K (a multiple of 32): one thread per
+ * 32-element chunk (16 bytes of codes in, 64 bytes out); the decode and scale rules of the family
+ * (decode_word / chunk_factors of large_m_common.cuh). */
+template <bool NV>
+__global__ void __launch_bounds__(256) rd_dequant_a_kernel(lm_params p, uint16_t *out) {
+  fp4_pdl_wait();
+  const uint8_t *a = static_cast<const uint8_t *>(p.a);
+  const int64_t chunks = p.k / 32, total = p.m * chunks;
+  for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
+    const int64_t r = i / chunks, c = i % chunks;
+    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(a + r * (p.k >> 1) + 16 * c));
+    float f[2];
+    chunk_factors<NV>(load_chunk_scales<NV>(p.a_scales, p.a_layout, p.C, p.m, r, (int)(c >> 1), (int)(c & 1)), f);
+    uint4 *o = reinterpret_cast<uint4 *>(out + r * p.k + 32 * c);
+    o[0] = decode_word<false>(w.x, f[0]);
+    o[1] = decode_word<false>(w.y, f[0]);
+    o[2] = decode_word<false>(w.z, f[1]);
+    o[3] = decode_word<false>(w.w, f[1]);
+  }
+  fp4_pdl_launch_dependents();
+}
+
+/* ---- configurations ------------------------------------------------------------------------------ */
+
+/* Tiles: 0 = 128 x 128 (2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows),
+ * 1 = 128 x 256 (2 x 4 warps, 3 stages), 2 = 256 x 128 (4 x 2 warps, 3 stages). A prologue config
+ * takes W4A4 only: the activations are dequantized to bf16 into a stream-ordered temporary
+ * (cudaMallocAsync, M x K x 2 bytes), then the tile runs as W4A16 on them. */
+struct rd_config {
+  const char *name;
+  int tile;
+  bool prologue;
+};
+
+const rd_config kRdConfigs[] = {
+    {"large-m.rd.128x128", 0, false},     {"large-m.rd.128x256", 1, false},     {"large-m.rd.256x128", 2, false},
+    {"large-m.rd.pro.128x128", 0, true}, {"large-m.rd.pro.128x256", 1, true},
+};
+constexpr int kNumRdConfigs = (int)(sizeof kRdConfigs / sizeof *kRdConfigs);
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT>
+cudaError_t rd_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
+  using G = rd_cfg<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>;
+  return lm_launch_tiles(gemm_large_m_rd_kernel<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>, BM, BN, G::THREADS,
+                         G::SMEM, p, stream, pdl);
+}
+
+template <int FMT, int ACT>
+cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl) {
+  switch (tile) {
+  case 0: return rd_launch_tile<128, 128, 2, 2, 4, FMT, ACT>(p, s, pdl);
+  case 1: return rd_launch_tile<128, 256, 2, 4, 3, FMT, ACT>(p, s, pdl);
+  case 2: return rd_launch_tile<256, 128, 4, 2, 3, FMT, ACT>(p, s, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+template <int FMT>
+cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
+  lm_params p = lm_params_of(a);
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return e;
+  const int64_t total = a->m * (a->k / 32);
+  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
+  e = fp4_cuda_launch(rd_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
+                      static_cast<uint16_t *>(ws));
+  if (e == cudaSuccess) {
+    p.a = ws;
+    p.lda = a->k;
+    e = rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return e != cudaSuccess ? e : f;
+}
+
+/* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
+int rd_smem_of(int cfg) {
+  switch (kRdConfigs[cfg].tile) {
+  case 0: return rd_cfg<128, 128, 2, 2, 4, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  case 1: return rd_cfg<128, 256, 2, 4, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  case 2: return rd_cfg<256, 128, 4, 2, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  default: return 0;
+  }
+}
+
+/* NULL when config cfg takes the activation kind act, else the rule (written to why). */
+const char *rd_act_rule(int cfg, int act, char *why, size_t why_size) {
+  const rd_config &c = kRdConfigs[cfg];
+  if (c.prologue && act != FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
+                            "W4A16 runs on %s", c.name, kRdConfigs[c.tile].name);
+  else if (!c.prologue && act == FP4_CUDA_ACT_FP4)
+    /* decoding both operands in registers next to the 128 accumulators spills on sm_80-sm_90a */
+    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
+             c.name, kRdConfigs[3].name, kRdConfigs[4].name);
+  else return NULL;
+  return why;
+}
+
+int rd_config_index(const char *name) {
+  for (int i = 0; i < kNumRdConfigs; i++)
+    if (!strcmp(name, kRdConfigs[i].name)) return i;
+  return -1;
+}
+
+int rd_device_attr(int device, cudaDeviceAttr attr, int fallback) {
+  int v = 0;
+  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
+}
+
+} // namespace
+
+extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
+                                 size_t why_size) {
+  const int c = config ? rd_config_index(config) : -1;
+  if (config && c < 0) {
+    snprintf(why, why_size, "unknown register-decode large-M config '%s' (%s, %s, %s, %s, %s)", config,
+             kRdConfigs[0].name, kRdConfigs[1].name, kRdConfigs[2].name, kRdConfigs[3].name, kRdConfigs[4].name);
+    return -1;
+  }
+  /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
+  if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
+  if (config && rd_act_rule(c, a->act, why, why_size)) return 0;
+  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  char rule[320];
+  for (int i = 0; i < kNumRdConfigs; i++) {
+    if ((config && i != c) || rd_act_rule(i, a->act, rule, sizeof rule)) continue;
+    if (rd_smem_of(i) <= optin) return 1;
+    if (config) {
+      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
+               rd_smem_of(i), device, optin);
+      return 0;
+    }
+  }
+  snprintf(why, why_size, "no register-decode large-M tile fits the %d bytes of shared memory per block of device %d",
+           optin, device);
+  return 0;
+}
+
+extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
+  char why[320];
+  if (max < 1 || fp4_cuda_rd_check(a, device, NULL, why, sizeof why) != 1) return 0;
+  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int sms = rd_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
+  /* within the family (not yet measured): the 8-warp tiles first when they still give every SM a
+   * CTA, the wider one along the longer side, else the 4-warp 128 x 128 tile first; W4A4: the
+   * prologue configs, 128 x 256 first on the same condition */
+  const int64_t tm = (a->m + 127) / 128, tn = (a->n + 127) / 128;
+  const bool big = tm * ((tn + 1) / 2) >= sms;
+  const int wide = a->n >= a->m ? 1 : 2;
+  int order[kNumRdConfigs], n = 0;
+  if (a->act == FP4_CUDA_ACT_FP4) {
+    order[n++] = big ? 4 : 3, order[n++] = big ? 3 : 4;
+  } else if (big) {
+    order[n++] = wide, order[n++] = 3 - wide, order[n++] = 0;
+  } else {
+    order[n++] = 0, order[n++] = 1, order[n++] = 2;
+  }
+  int out = 0;
+  for (int i = 0; i < n && out < max; i++)
+    if (!rd_act_rule(order[i], a->act, why, sizeof why) && rd_smem_of(order[i]) <= optin)
+      names[out++] = kRdConfigs[order[i]].name;
+  return out;
+}
+
+extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
+  const int cfg = rd_config_index(config);
+  char why[320];
+  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || rd_act_rule(cfg, a->act, why, sizeof why))
+    return (int)cudaErrorInvalidValue;
+  cudaStream_t s = (cudaStream_t)stream;
+  const bool nv = a->format == FP4_FORMAT_NVFP4;
+  const int tile = kRdConfigs[cfg].tile;
+  if (kRdConfigs[cfg].prologue)
+    return (int)(nv ? rd_launch_prologue<FP4_FORMAT_NVFP4>(a, tile, s, pdl) : rd_launch_prologue<FP4_FORMAT_MXFP4>(a, tile, s, pdl));
+  const lm_params p = lm_params_of(a);
+  switch (a->act) {
+  case FP4_CUDA_ACT_BF16:
+    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl)
+                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl));
+  case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
