@@ -65,7 +65,7 @@ __device__ __forceinline__ int64_t tile_start(const glm_params &p, int64_t e) {
   return clamp64(__ldg(p.offsets + e), 0, p.rows) / BM + e;
 }
 
-/* Warp 0: the expert whose M tiles contain index j, or -1. */
+/* Warp 0: the last expert e with start(e) <= j (the CTA then checks that j is one of its tiles). */
 template <int BM>
 __device__ int64_t find_tile_expert(const glm_params &p, int64_t j, int lane) {
   int64_t a = 0, b = p.experts; /* invariant: start(a) <= j (start(0) = 0), the answer in [a, b) */
@@ -168,7 +168,8 @@ __device__ __forceinline__ void store_tile(const glm_params &p, float *tile, con
       const uint16_t h0 = to16(p.out_dtype, v0), h1 = to16(p.out_dtype, v1), h2 = to16(p.out_dtype, v2),
                      h3 = to16(p.out_dtype, v3);
       if (nv >= 4 && !(reinterpret_cast<uintptr_t>(d) & 7)) {
-        *reinterpret_cast<uint2 *>(d) = make_uint2((uint32_t)h0 | ((uint32_t)h1 << 16), (uint32_t)h2 | ((uint32_t)h3 << 16));
+        *reinterpret_cast<uint2 *>(d) =
+            make_uint2((uint32_t)h0 | ((uint32_t)h1 << 16), (uint32_t)h2 | ((uint32_t)h3 << 16));
       } else {
         d[0] = h0;
         if (nv > 1) d[1] = h1;
@@ -235,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUD
     cp_async_commit();
   }
   uint32_t bsc[G::B_TASKS], asc[G::A_TASKS];
-  load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout, p.C, p.n, n0, 0, kts, bsc);
+  load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout,
+                                                p.C, p.n, n0, 0, kts, bsc);
   if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, 0, kts, asc);
 
   for (int kt = 0; kt < kts; kt++) {
@@ -248,7 +250,8 @@ __global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUD
     {
       uint32_t bn[G::B_TASKS], an[G::A_TASKS];
       /* the next tile's scales now: their latency hides behind this tile's decode and MMAs */
-      load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout, p.C, p.n, n0, kt + 1, kts, bn);
+      load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride,
+                                                    p.w_layout, p.C, p.n, n0, kt + 1, kts, bn);
       if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, kt + 1, kts, an);
       decode_tile<G::NV, G::F16, kBN, G::B_TASKS, kThreads>(st + G::A_STAGE, b16, bsc, threadIdx.x);
       if (G::A_FP4) decode_tile<G::NV, false, BM, G::A_TASKS, kThreads>(st, a16, asc, threadIdx.x);

@@ -149,10 +149,16 @@ static int grouped_large(const fp4_cuda_grouped_args *a) {
   return large_m_wanted(a->rows, a->slots) && fp4_cuda_grouped_large_supported(a);
 }
 
+/* Runs g on the large-M tiles when wanted and possible, else on the streaming kernels. */
+static int grouped_run(const fp4_cuda_grouped_args *g, int large, void *stream, int pdl) {
+  return large && fp4_cuda_grouped_large_supported(g) ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
+                                                      : fp4_cuda_grouped_gemm(g, stream, pdl);
+}
+
 static int grouped_launch(const fp4_problem *p, int pdl) {
   fp4_cuda_grouped_args a;
   grouped_args_of(p, &a);
-  return grouped_large(&a) ? fp4_cuda_grouped_gemm_large(&a, p->stream, pdl) : fp4_cuda_grouped_gemm(&a, p->stream, pdl);
+  return grouped_run(&a, large_m_wanted(a.rows, a.slots), p->stream, pdl);
 }
 
 /* The routed experts of a layer run the large-M tiles (the shared expert decides for itself: its
@@ -167,12 +173,6 @@ const char *fp4_cuda_moe_config(const fp4_problem *p) {
   fp4_cuda_grouped_args a;
   grouped_args_of(p, &a);
   return grouped_large(&a) ? "grouped.large-m" : "grouped";
-}
-
-/* Runs g on the large-M tiles when wanted and possible, else on the streaming kernels. */
-static int grouped_run(const fp4_cuda_grouped_args *g, int large, void *stream, int pdl) {
-  return large && fp4_cuda_grouped_large_supported(g) ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
-                                                      : fp4_cuda_grouped_gemm(g, stream, pdl);
 }
 
 /* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets. */
