@@ -121,7 +121,7 @@ static void test_moe_prefill(fp4_context *ctx) {
 }
 
 /* The grouped large-M path (moe_grouped_large.cu), taken from MOE_LARGE_M_MIN_ROWS (64) mean rows
- * per expert slot: T >= 1024 with few experts. 128-row tiles (mean >= 96) and 64-row tiles,
+ * per expert slot: T >= 1024 with few experts. 128-row tiles (mean 86) and 64-row tiles (128, 275, 256),
  * partial N tiles and K tails (H 224, I 96: K % 64 == 32), random and skewed routing (k = 1: the
  * hot expert has 50% of the rows), every activation dtype: bf16 (gate_up and down on the large
  * tiles), f16 (NVFP4: both large; MXFP4: gate_up on the streaming kernel), f32 (gate_up
@@ -145,7 +145,8 @@ static void test_moe_large(fp4_context *ctx) {
         }
 }
 
-/* The public grouped GEMM on the large-M tiles: T rows over 16 experts (mean 64 and 128). */
+/* The public grouped GEMM on the large-M tiles: T rows over 16 experts (mean 64: 128-row tiles;
+ * 128: 64-row tiles). */
 static void test_grouped_large(fp4_context *ctx) {
   uint64_t seed = 6000;
   for (int f = 0; f < 2; f++)

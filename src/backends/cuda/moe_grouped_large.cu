@@ -324,13 +324,21 @@ int tile_smem(int bm, int act) {
                                    : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>())
                       : (bm == 128 ? smem_of<128, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>()
                                    : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>());
-  return dyn + bm * 4 + 3 * 8;
+  return dyn + bm * 4 + 256; /* the row table, the tile header and margin */
 }
 
-/* The M tile: 128 rows when the mean rows per expert slot fills most of one, else 64. */
+/* The M tile from the mean rows per expert slot m (the host knows no more). Tiles are padded per
+ * expert, so the choice is the one that pads a typical expert, m + sqrt(m) rows (routing counts
+ * spread about like a Poisson count), least: 128 rows unless they pad over 1/8 more than 64-row
+ * tiles (Qwen3.5 at B = 4096, m = 80: one 128-row tile per expert, its weights decoded once;
+ * DeepSeek-R1 at B = 4096, m = 128: 64-row tiles, as about half the experts get 129-140 rows).
+ * A first heuristic, to be checked against the H200 timing. */
 int tile_m_for(int64_t rows, int64_t slots, int act) {
   const int64_t mean = (rows + slots - 1) / slots;
-  if (mean >= FP4_CUDA_GROUPED_LARGE_BM128_FROM && tile_smem(128, act) <= device_smem_optin()) return 128;
+  int64_t root = 0;
+  while ((root + 1) * (root + 1) <= mean) root++;
+  const int64_t typical = mean + root, pad128 = (typical + 127) / 128 * 128, pad64 = (typical + 63) / 64 * 64;
+  if (pad128 * 8 <= pad64 * 9 && tile_smem(128, act) <= device_smem_optin()) return 128;
   return 64;
 }
 

@@ -57,9 +57,6 @@ int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *args, void *stream,
 /* 1 when fp4_cuda_grouped_gemm_large can run args on the current device (activation type, 16-byte
  * aligned activation rows and weights, shared memory, grid size), else 0. */
 int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *args);
-/* Mean rows per expert slot from which the grouped large-M kernel uses 128-row tiles (64 below):
- * a 128-row tile of an expert with 64-95 rows would be mostly padding. */
-enum { FP4_CUDA_GROUPED_LARGE_BM128_FROM = 96 };
 
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
