@@ -41,26 +41,37 @@ static const int64_t kTokens[] = {1, 8, 64, 300};
 static const fp4_dtype kDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_F32};
 static const fp4_scale_layout kLayouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
 
+/* A grouped GEMM case; rot rotates the scale layouts. */
+static fp4h_case grouped_case(const char *name, int f, int w4a4, int rot, int64_t m, int64_t n, int64_t k, int64_t e,
+                              fp4_dtype a_dtype, fp4_dtype out_dtype, fp4h_data data) {
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
+  c.format = (fp4_format)f;
+  c.layout_a = kLayouts[rot % 2];
+  c.layout_b = kLayouts[(rot + 1) % 2];
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.a_dtype = a_dtype;
+  c.out_dtype = out_dtype;
+  c.data = data;
+  c.experts = e;
+  return c;
+}
+
 static void test_grouped(fp4_context *ctx) {
   uint64_t seed = 100;
   for (int f = 0; f < 2; f++)
     for (int w4a4 = 0; w4a4 < 2; w4a4++)
       for (size_t t = 0; t < sizeof kTokens / sizeof *kTokens; t++) {
         const int rot = (int)(f * 8 + w4a4 * 4 + t);
-        fp4h_case c;
-        memset(&c, 0, sizeof c);
-        c.name = w4a4 ? "grouped_w4a4" : "grouped_w4a16";
-        c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
-        c.format = (fp4_format)f;
-        c.layout_a = kLayouts[rot % 2];
-        c.layout_b = kLayouts[(rot + 1) % 2];
-        c.m = kTokens[t];
-        c.n = t % 2 ? 200 : 256; /* a partial N tile */
-        c.k = t % 2 ? 1088 : 512; /* more than one 1024-element K chunk, and a partial one */
-        c.a_dtype = kDtypes[rot % 3];
-        c.out_dtype = kDtypes[(rot + 2) % 3] == FP4_DTYPE_F16 ? FP4_DTYPE_F32 : kDtypes[(rot + 2) % 3];
-        c.data = rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL;
-        c.experts = t == 3 ? 64 : 16;
+        const fp4_dtype out = kDtypes[(rot + 2) % 3] == FP4_DTYPE_F16 ? FP4_DTYPE_F32 : kDtypes[(rot + 2) % 3];
+        /* a partial N tile; more than one 1024-element K chunk, and a partial one */
+        fp4h_case c = grouped_case(w4a4 ? "grouped_w4a4" : "grouped_w4a16", f, w4a4, rot, kTokens[t], t % 2 ? 200 : 256,
+                                   t % 2 ? 1088 : 512, t == 3 ? 64 : 16, kDtypes[rot % 3], out,
+                                   rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL);
         run_case(ctx, &c, seed++);
       }
 }
@@ -153,20 +164,9 @@ static void test_grouped_large(fp4_context *ctx) {
     for (int w4a4 = 0; w4a4 < 2; w4a4++)
       for (int t = 0; t < 2; t++) {
         const int rot = f * 4 + w4a4 * 2 + t;
-        fp4h_case c;
-        memset(&c, 0, sizeof c);
-        c.name = w4a4 ? "grouped_w4a4_large" : "grouped_w4a16_large";
-        c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
-        c.format = (fp4_format)f;
-        c.layout_a = kLayouts[rot % 2];
-        c.layout_b = kLayouts[(rot + 1) % 2];
-        c.m = t ? 2048 : 1024;
-        c.n = t ? 200 : 256;
-        c.k = t ? 544 : 512;
-        c.a_dtype = f == FP4_FORMAT_NVFP4 && rot % 3 == 0 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
-        c.out_dtype = kDtypes[rot % 3];
-        c.data = FP4H_DATA_NORMAL;
-        c.experts = 16;
+        const fp4_dtype a_dtype = f == FP4_FORMAT_NVFP4 && rot % 3 == 0 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
+        fp4h_case c = grouped_case(w4a4 ? "grouped_w4a4_large" : "grouped_w4a16_large", f, w4a4, rot, t ? 2048 : 1024,
+                                   t ? 200 : 256, t ? 544 : 512, 16, a_dtype, kDtypes[rot % 3], FP4H_DATA_NORMAL);
         run_case(ctx, &c, seed++);
       }
 }
