@@ -8,8 +8,11 @@
  * (a hot expert with 50% of the tokens) and duplicate routing for T in {1, 8, 64, 300}; Qwen3.5-
  * shaped layers (top-10; E and T scaled down so the double-precision reference stays fast, plus one
  * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
- * (T 1024 and 1100, skewed and uniform, all activation dtypes); and the device contract for
- * invalid expert ids (a NaN output row, nothing read or written out of bounds).
+ * (T 1024 and 1100, skewed and uniform, all activation dtypes); the grouped large-M tiles
+ * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 64 rows per expert, W4A16 and W4A4,
+ * NVFP4 and MXFP4, random and skewed routing, T >= 1024) and which path runs (the run info's
+ * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
+ * written out of bounds).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,26 +41,37 @@ static const int64_t kTokens[] = {1, 8, 64, 300};
 static const fp4_dtype kDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_F32};
 static const fp4_scale_layout kLayouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
 
+/* A grouped GEMM case; rot rotates the scale layouts. */
+static fp4h_case grouped_case(const char *name, int f, int w4a4, int rot, int64_t m, int64_t n, int64_t k, int64_t e,
+                              fp4_dtype a_dtype, fp4_dtype out_dtype, fp4h_data data) {
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  c.name = name;
+  c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
+  c.format = (fp4_format)f;
+  c.layout_a = kLayouts[rot % 2];
+  c.layout_b = kLayouts[(rot + 1) % 2];
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.a_dtype = a_dtype;
+  c.out_dtype = out_dtype;
+  c.data = data;
+  c.experts = e;
+  return c;
+}
+
 static void test_grouped(fp4_context *ctx) {
   uint64_t seed = 100;
   for (int f = 0; f < 2; f++)
     for (int w4a4 = 0; w4a4 < 2; w4a4++)
       for (size_t t = 0; t < sizeof kTokens / sizeof *kTokens; t++) {
         const int rot = (int)(f * 8 + w4a4 * 4 + t);
-        fp4h_case c;
-        memset(&c, 0, sizeof c);
-        c.name = w4a4 ? "grouped_w4a4" : "grouped_w4a16";
-        c.op = w4a4 ? FP4H_GROUPED_MM : FP4H_GROUPED_MM_W4A16;
-        c.format = (fp4_format)f;
-        c.layout_a = kLayouts[rot % 2];
-        c.layout_b = kLayouts[(rot + 1) % 2];
-        c.m = kTokens[t];
-        c.n = t % 2 ? 200 : 256; /* a partial N tile */
-        c.k = t % 2 ? 1088 : 512; /* more than one 1024-element K chunk, and a partial one */
-        c.a_dtype = kDtypes[rot % 3];
-        c.out_dtype = kDtypes[(rot + 2) % 3] == FP4_DTYPE_F16 ? FP4_DTYPE_F32 : kDtypes[(rot + 2) % 3];
-        c.data = rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL;
-        c.experts = t == 3 ? 64 : 16;
+        const fp4_dtype out = kDtypes[(rot + 2) % 3] == FP4_DTYPE_F16 ? FP4_DTYPE_F32 : kDtypes[(rot + 2) % 3];
+        /* a partial N tile; more than one 1024-element K chunk, and a partial one */
+        fp4h_case c = grouped_case(w4a4 ? "grouped_w4a4" : "grouped_w4a16", f, w4a4, rot, kTokens[t], t % 2 ? 200 : 256,
+                                   t % 2 ? 1088 : 512, t == 3 ? 64 : 16, kDtypes[rot % 3], out,
+                                   rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL);
         run_case(ctx, &c, seed++);
       }
 }
@@ -117,12 +131,52 @@ static void test_moe_prefill(fp4_context *ctx) {
   }
 }
 
+/* The grouped large-M path (moe_grouped_large.cu), taken from MOE_LARGE_M_MIN_ROWS (64) mean rows
+ * per expert slot: T >= 1024 with few experts. 128-row tiles (mean 86) and 64-row tiles (128, 275, 256),
+ * partial N tiles and K tails (H 224, I 96: K % 64 == 32), random and skewed routing (k = 1: the
+ * hot expert has 50% of the rows), every activation dtype: bf16 (gate_up and down on the large
+ * tiles), f16 (NVFP4: both large; MXFP4: gate_up on the streaming kernel), f32 (gate_up
+ * streaming, down large on the bf16 SiLU*up), with the shared expert (T rows, its own rule). */
+static void test_moe_large(fp4_context *ctx) {
+  static const struct {
+    int64_t T, I, H, E, k;
+  } kShapes[] = {{1024, 128, 256, 32, 4}, {1024, 128, 256, 24, 2}, {1100, 96, 224, 16, 4}, {2048, 64, 128, 8, 1}};
+  static const fp4_dtype kLargeDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_BF16, FP4_DTYPE_F32};
+  uint64_t seed = 5000;
+  for (int f = 0; f < 2; f++)
+    for (int w4a4 = 0; w4a4 < 2; w4a4++)
+      for (int routing = 0; routing < 2; routing++)
+        for (int s = 0; s < 2; s++) {
+          const int rot = f * 4 + w4a4 * 2 + routing + s;
+          const int shape = routing ? (s ? 3 : (rot % 2 ? 2 : 0)) : (s ? 1 : (rot % 2 ? 0 : 2));
+          const fp4_dtype dtype = kLargeDtypes[(rot + f) % 4];
+          fp4h_case c = fp4h_moe_case(kShapes[shape].T, kShapes[shape].I, kShapes[shape].H, kShapes[shape].E,
+                                      kShapes[shape].k, w4a4, (fp4_format)f, rot % 3 == 0, routing, dtype);
+          run_case(ctx, &c, seed++);
+        }
+}
+
+/* The public grouped GEMM on the large-M tiles: T rows over 16 experts (mean 64: 128-row tiles;
+ * 128: 64-row tiles). */
+static void test_grouped_large(fp4_context *ctx) {
+  uint64_t seed = 6000;
+  for (int f = 0; f < 2; f++)
+    for (int w4a4 = 0; w4a4 < 2; w4a4++)
+      for (int t = 0; t < 2; t++) {
+        const int rot = f * 4 + w4a4 * 2 + t;
+        const fp4_dtype a_dtype = f == FP4_FORMAT_NVFP4 && rot % 3 == 0 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
+        fp4h_case c = grouped_case(w4a4 ? "grouped_w4a4_large" : "grouped_w4a16_large", f, w4a4, rot, t ? 2048 : 1024,
+                                   t ? 200 : 256, t ? 544 : 512, 16, a_dtype, kDtypes[rot % 3], FP4H_DATA_NORMAL);
+        run_case(ctx, &c, seed++);
+      }
+}
+
 #define EXPECT(cond, ...)                                                                                              \
   do {                                                                                                                 \
     g_runs++;                                                                                                          \
     if (!(cond)) {                                                                                                     \
       g_failures++;                                                                                                    \
-      printf("FAIL invalid ids: ");                                                                                    \
+      printf("FAIL: ");                                                                                               \
       printf(__VA_ARGS__);                                                                                             \
       printf("\n");                                                                                                    \
     }                                                                                                                  \
@@ -138,45 +192,74 @@ static void *to_device(fp4_context *ctx, const void *host, size_t bytes) {
   return d;
 }
 
-/* docs/moe.md: device ids are not checked on the host; a token naming an expert outside [0, E)
- * gets a NaN output row and every other token its normal (finite) result. */
-static void test_invalid_ids(fp4_context *ctx) {
-  enum { T = 4, K = 2, E = 8, H = 64, I = 32 };
+/* Runs one W4A16 layer (random NVFP4 experts, f32 hidden states and output, routing ids as given,
+ * weights 0.5) on the device; out receives [T, H], info what ran. */
+static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64_t E, int64_t H, int64_t I,
+                                   const int32_t *ids, float *out, fp4_run_info *info) {
   fp4h_rng g = {99};
   fp4_grouped_qmatrix w1, w2;
-  if (fp4h_grouped_make(&g, &w1, E, 2 * I, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4) ||
-      fp4h_grouped_make(&g, &w2, E, H, I, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4)) {
-    EXPECT(0, "making experts: %s", fp4_last_error());
-    return;
+  fp4_status st = fp4h_grouped_make(&g, &w1, E, 2 * I, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4);
+  if (st) return st;
+  if ((st = fp4h_grouped_make(&g, &w2, E, H, I, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4))) {
+    fp4h_grouped_free(&w1);
+    return st;
   }
-  int32_t ids[T * K] = {0, 1, 2, E, -5, 3, 4, 5}; /* token 1: E, token 2: -5 */
-  float tw[T * K], hid[T * H], out[T * H];
-  for (int i = 0; i < T * K; i++) tw[i] = 0.5f;
-  fp4h_fill(&g, hid, T * H, FP4H_DATA_NORMAL, 16);
-  for (int i = 0; i < T * H; i++) out[i] = 0.0f;
+  float *tw = malloc((size_t)(T * K) * sizeof *tw), *hid = malloc((size_t)(T * H) * sizeof *hid);
+  if (!tw || !hid) st = FP4_ERR_OUT_OF_MEMORY;
+  for (int64_t i = 0; !st && i < T * K; i++) tw[i] = 0.5f;
+  if (!st) fp4h_fill(&g, hid, T * H, FP4H_DATA_NORMAL, 16);
   size_t wb1 = (size_t)(E * 2 * I * H / 2), wb2 = (size_t)(E * H * I / 2), sb1 = 0, sb2 = 0;
   fp4_scales_size(w1.format, w1.layout, w1.rows, w1.cols, &sb1);
   fp4_scales_size(w2.format, w2.layout, w2.rows, w2.cols, &sb2);
   fp4_grouped_qmatrix d1 = w1, d2 = w2;
-  d1.data = to_device(ctx, w1.data, wb1);
-  d1.scales = to_device(ctx, w1.scales, sb1 * E);
-  d1.multipliers = w1.multipliers ? to_device(ctx, w1.multipliers, E * sizeof(float)) : NULL;
-  d2.data = to_device(ctx, w2.data, wb2);
-  d2.scales = to_device(ctx, w2.scales, sb2 * E);
-  d2.multipliers = w2.multipliers ? to_device(ctx, w2.multipliers, E * sizeof(float)) : NULL;
-  d1.memory = d2.memory = FP4_MEMORY_DEVICE;
-  void *d_ids = to_device(ctx, ids, sizeof ids), *d_tw = to_device(ctx, tw, sizeof tw);
-  void *d_hid = to_device(ctx, hid, sizeof hid), *d_out = to_device(ctx, out, sizeof out);
+  d1.data = d1.scales = d2.data = d2.scales = NULL;
+  d1.multipliers = d2.multipliers = NULL;
+  void *d_ids = NULL, *d_tw = NULL, *d_hid = NULL, *d_out = NULL, *ws = NULL;
+  const size_t ob = (size_t)(T * H) * sizeof(float);
+  if (!st) {
+    d1.data = to_device(ctx, w1.data, wb1);
+    d1.scales = to_device(ctx, w1.scales, sb1 * (size_t)E);
+    d1.multipliers = to_device(ctx, w1.multipliers, (size_t)E * sizeof(float));
+    d2.data = to_device(ctx, w2.data, wb2);
+    d2.scales = to_device(ctx, w2.scales, sb2 * (size_t)E);
+    d2.multipliers = to_device(ctx, w2.multipliers, (size_t)E * sizeof(float));
+    d1.memory = d2.memory = FP4_MEMORY_DEVICE;
+    d_ids = to_device(ctx, ids, (size_t)(T * K) * sizeof *ids);
+    d_tw = to_device(ctx, tw, (size_t)(T * K) * sizeof *tw);
+    d_hid = to_device(ctx, hid, (size_t)(T * H) * sizeof *hid);
+    d_out = to_device(ctx, out, ob);
+    if (!d1.data || !d1.scales || !d1.multipliers || !d2.data || !d2.scales || !d2.multipliers || !d_ids || !d_tw ||
+        !d_hid || !d_out)
+      st = FP4_ERR_OUT_OF_MEMORY;
+  }
   fp4_moe_layer layer = {FP4_MOE_W4A16, {d1, d2, 1.0f, 1.0f}, NULL};
   fp4_moe_routing rt = {d_ids, T, K, {d_tw, T, K, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
   fp4_matrix xm = {d_hid, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, om = {d_out, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
-  const fp4_options opts = {.backend = "cuda"};
+  const fp4_options opts = {.backend = "cuda", .info = info};
   size_t bytes = 0;
-  void *ws = NULL;
-  fp4_status st = fp4_moe_workspace_size(&layer, T, K, &opts, &bytes);
+  if (!st) st = fp4_moe_workspace_size(&layer, T, K, &opts, &bytes);
   if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws);
   if (!st) st = fp4_moe_forward(ctx, &layer, &xm, &rt, ws, bytes, &om, &opts);
-  if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, sizeof out);
+  if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, ob);
+  void *bufs[] = {d1.data, d1.scales, (void *)d1.multipliers, d2.data, d2.scales, (void *)d2.multipliers,
+                  d_ids, d_tw, d_hid, d_out, ws};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+  free(tw);
+  free(hid);
+  fp4h_grouped_free(&w1);
+  fp4h_grouped_free(&w2);
+  return st;
+}
+
+/* docs/moe.md: device ids are not checked on the host; a token naming an expert outside [0, E)
+ * gets a NaN output row and every other token its normal (finite) result. */
+static void test_invalid_ids(fp4_context *ctx) {
+  enum { T = 4, K = 2, E = 8, H = 64, I = 32 };
+  int32_t ids[T * K] = {0, 1, 2, E, -5, 3, 4, 5}; /* token 1: E, token 2: -5 */
+  float out[T * H];
+  for (int i = 0; i < T * H; i++) out[i] = 0.0f;
+  fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, NULL);
   EXPECT(st == FP4_OK, "fp4_moe_forward: %s", fp4_last_error());
   if (!st)
     for (int t = 0; t < T; t++) {
@@ -189,12 +272,42 @@ static void test_invalid_ids(fp4_context *ctx) {
       EXPECT(bad ? nan == H : finite == H, "token %d (%s id): %d NaN, %d finite of %d", t, bad ? "invalid" : "valid",
              nan, finite, H);
     }
-  void *bufs[] = {d1.data, d1.scales, (void *)d1.multipliers, d2.data, d2.scales, (void *)d2.multipliers,
-                  d_ids, d_tw, d_hid, d_out, ws};
-  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-    if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
-  fp4h_grouped_free(&w1);
-  fp4h_grouped_free(&w2);
+}
+
+/* The path is chosen from the mean rows per expert slot (moe_host.c, MOE_LARGE_M_MIN_ROWS = 64)
+ * and named in the run info: T = 1024, top-4 over 32 experts (128 rows each) runs the large-M
+ * tiles; T = 64 (8 rows each) the streaming kernels. Every output is finite (NaN-prefilled). */
+static void test_path_selection(fp4_context *ctx) {
+  static const struct {
+    int64_t T;
+    const char *config;
+  } kCases[] = {{1024, "moe.large-m"}, {64, "moe"}};
+  enum { K = 4, E = 32, H = 128, I = 64 };
+  for (size_t c = 0; c < sizeof kCases / sizeof *kCases; c++) {
+    const int64_t T = kCases[c].T;
+    int32_t *ids = malloc((size_t)(T * K) * sizeof *ids);
+    float *tw = malloc((size_t)(T * K) * sizeof *tw), *out = malloc((size_t)(T * H) * sizeof *out);
+    fp4_status st = ids && tw && out ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
+    fp4_run_info info;
+    memset(&info, 0, sizeof info);
+    if (!st) {
+      fp4h_rng g = {7};
+      fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
+      for (int64_t i = 0; i < T * H; i++) out[i] = NAN;
+      st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info);
+    }
+    EXPECT(st == FP4_OK, "T = %lld: fp4_moe_forward: %s", (long long)T, fp4_last_error());
+    if (!st) {
+      EXPECT(!strcmp(info.config, kCases[c].config), "T = %lld: ran config '%s', expected '%s'", (long long)T,
+             info.config, kCases[c].config);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < T * H; i++) bad += !isfinite(out[i]);
+      EXPECT(bad == 0, "T = %lld: %lld outputs not finite", (long long)T, (long long)bad);
+    }
+    free(ids);
+    free(tw);
+    free(out);
+  }
 }
 
 int main(void) {
@@ -217,6 +330,12 @@ int main(void) {
   printf("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_prefill(ctx);
   printf("+ prefill-sized MoE: %d cases, %d failures\n", g_runs, g_failures);
+  test_moe_large(ctx);
+  printf("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
+  test_grouped_large(ctx);
+  printf("+ grouped GEMM on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
+  test_path_selection(ctx);
+  printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);
   printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);

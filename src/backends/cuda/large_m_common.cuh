@@ -252,6 +252,86 @@ __device__ __forceinline__ void lm_store_mma_acc(const lm_params &p, const float
       store_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
     }
 }
+
+/* ---- pieces of the mma.sync tile loop (the grouped large-M kernel, moe_grouped_large.cu; the dense
+ * kernels of gemm_large_m.cu keep their own copies, see the top of this file) ---------------------- */
+
+/* Two 128x128 CTAs per SM need about 2 x 96 KiB of shared memory: SM80, SM90 and SM100 have it,
+ * SM86/SM89/SM120 (about 100 KiB per SM) do not, so there the register budget is not halved. */
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+constexpr bool kLmTwoCtasPerSm = false;
+#else
+constexpr bool kLmTwoCtasPerSm = true;
+#endif
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+template <bool F16>
+__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if (F16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Shape of an mma.sync tile of BM x BN outputs, 8 warps as 2 (M) x 4 (N), K tiles of 64 elements.
+ * ACT: FP4_CUDA_ACT_BF16, FP4_CUDA_ACT_F16 or FP4_CUDA_ACT_FP4 (W4A4, decoded to bf16). */
+template <int BM, int BN, int STAGES, int FMT, int ACT, int THREADS>
+struct lm_tile_cfg {
+  static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
+  static constexpr bool A_FP4 = ACT == FP4_CUDA_ACT_FP4;
+  static constexpr int WM = BM / 2, WN = BN / 4; /* warp tile */
+  static constexpr int MT = WM / 16, NT = WN / 8;
+  static constexpr int A_STAGE = A_FP4 ? BM * 32 : BM * 128; /* bytes of one stage's A tile */
+  static constexpr int B_STAGE = BN * 32;
+  static constexpr int STAGE = A_STAGE + B_STAGE;
+  static constexpr int B16 = BN * 128, A16 = BM * 128; /* one 16-bit tile */
+  static constexpr int SMEM = STAGES * STAGE + B16 + (A_FP4 ? A16 : 0);
+  static constexpr int A_TASKS = (BM * 2 + THREADS - 1) / THREADS; /* 32-element decode tasks */
+  static constexpr int B_TASKS = (BN * 2 + THREADS - 1) / THREADS;
+  static_assert(THREADS == 256, "8 warps as 2 x 4");
+  static_assert(MT >= 1 && NT % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+};
+
+/* The MMAs of one 64-element K tile for warp (wm, wn) from the swizzled 16-bit tiles at (A) and bt
+ * (B), accumulating into acc. One A fragment is live at a time (register budget). */
+template <class G>
+__device__ __forceinline__ void lm_mma_ktile(const uint8_t *at, const uint8_t *bt, int wm, int wn, int lane,
+                                             float (&acc)[G::MT][G::NT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) {
+    uint32_t bf[G::NT][2];
+#pragma unroll
+    for (int j = 0; j < G::NT; j += 2) {
+      const int r = wn + j * 8 + (lane & 7) + (lane >> 4) * 8;
+      uint32_t t[4];
+      ldmatrix_x4(t, bt + swz(r, 2 * kk + ((lane >> 3) & 1)));
+      bf[j][0] = t[0];
+      bf[j][1] = t[1];
+      bf[j + 1][0] = t[2];
+      bf[j + 1][1] = t[3];
+    }
+#pragma unroll
+    for (int i = 0; i < G::MT; i++) {
+      uint32_t af[4];
+      const int r = wm + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      ldmatrix_x4(af, at + swz(r, 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < G::NT; j++) mma16816<G::F16>(acc[i][j], af, bf[j][0], bf[j][1]);
+    }
+  }
+}
 } // namespace
 
 #endif

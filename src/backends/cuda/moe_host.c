@@ -4,6 +4,14 @@
  * it) and the launch sequence of a layer: route -> [quantize] -> gate_up -> SiLU*up -> [quantize]
  * -> down, again for the shared expert, then the combine. Nothing here reads device data, so a
  * layer call never synchronizes with the host.
+ *
+ * Two grouped GEMM paths, chosen per call from the mean rows per expert slot (T*k / min(E, T*k):
+ * the host knows no more): the streaming kernels of moe_grouped.cu (decode: each active expert's
+ * weights read once) and, from MOE_LARGE_M_MIN_ROWS rows, the large-M tiles of
+ * moe_grouped_large.cu (prefill: compute-bound, operands reused from shared memory). The large-M
+ * tiles take no f32 activations, so on that path the W4A16 layer writes its SiLU*up intermediate
+ * in bf16 (docs/moe.md: within the W4A16 tolerance); gate_up runs there when the hidden states
+ * are bf16 (or f16 with NVFP4) or quantized (W4A4), else on the streaming kernel.
  */
 #include "backends/cuda/moe_host.h"
 
@@ -21,6 +29,15 @@
 #include "backends/cuda/moe_kernels.h"
 
 enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS_PER_CHUNK = 8 };
+
+/* Mean rows per expert slot from which the grouped GEMMs run the large-M tiles. A first estimate
+ * (where a 64-row tile is mostly filled): to be set from the H200 timing of both paths
+ * (`fp4kit bench --moe`, B = 256 .. 4096 for the Qwen3.5 and DeepSeek-R1 shapes). */
+enum { MOE_LARGE_M_MIN_ROWS = 64 };
+
+static int large_m_wanted(int64_t rows, int64_t slots) {
+  return slots > 0 && (rows + slots - 1) / slots >= MOE_LARGE_M_MIN_ROWS;
+}
 
 static fp4_status refuse(char *reason, size_t reason_size, const char *fmt, long long v) {
   fp4_reason(reason, reason_size, fmt, v);
@@ -68,8 +85,6 @@ fp4_status fp4_cuda_moe_supports(const fp4_problem *p, char *reason, size_t reas
   return check_slots(p->gb->experts, fp4_problem_m(p), reason, reason_size);
 }
 
-const char *fp4_cuda_moe_config(const fp4_problem *p) { return p->op == FP4_OP_MOE ? "moe" : "grouped"; }
-
 static int act_kind(fp4_dtype dtype) {
   return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
 }
@@ -99,7 +114,8 @@ static void set_weights(fp4_cuda_grouped_args *a, const fp4_grouped_qmatrix *w) 
   a->k = w->cols;
 }
 
-static int grouped_launch(const fp4_problem *p, int pdl) {
+/* The kernel arguments of a grouped GEMM call. */
+static void grouped_args_of(const fp4_problem *p, fp4_cuda_grouped_args *out) {
   fp4_cuda_grouped_args a;
   memset(&a, 0, sizeof a);
   set_weights(&a, p->gb);
@@ -125,7 +141,38 @@ static int grouped_launch(const fp4_problem *p, int pdl) {
   a.out_dtype = (int)p->out->dtype;
   a.slots = min64(a.experts, T);
   a.splits = splits_for(T, a.slots);
-  return fp4_cuda_grouped_gemm(&a, p->stream, pdl);
+  *out = a;
+}
+
+/* The large-M tiles for this grouped GEMM (many rows per expert, activations they take). */
+static int grouped_large(const fp4_cuda_grouped_args *a) {
+  return large_m_wanted(a->rows, a->slots) && fp4_cuda_grouped_large_supported(a);
+}
+
+/* Runs g on the large-M tiles when wanted and possible, else on the streaming kernels. */
+static int grouped_run(const fp4_cuda_grouped_args *g, int large, void *stream, int pdl) {
+  return large && fp4_cuda_grouped_large_supported(g) ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
+                                                      : fp4_cuda_grouped_gemm(g, stream, pdl);
+}
+
+static int grouped_launch(const fp4_problem *p, int pdl) {
+  fp4_cuda_grouped_args a;
+  grouped_args_of(p, &a);
+  return grouped_run(&a, large_m_wanted(a.rows, a.slots), p->stream, pdl);
+}
+
+/* The routed experts of a layer run the large-M tiles (the shared expert decides for itself: its
+ * rows are all T tokens). */
+static int moe_large(const fp4_problem *p) {
+  const int64_t rows = p->a->rows * p->routing->top_k;
+  return large_m_wanted(rows, min64(p->moe->routed.gate_up.experts, rows));
+}
+
+const char *fp4_cuda_moe_config(const fp4_problem *p) {
+  if (p->op == FP4_OP_MOE) return moe_large(p) ? "moe.large-m" : "moe";
+  fp4_cuda_grouped_args a;
+  grouped_args_of(p, &a);
+  return grouped_large(&a) ? "grouped.large-m" : "grouped";
 }
 
 /* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets. */
@@ -203,6 +250,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.slots = min64(g.experts, rows);
   g.splits = splits_for(rows, g.slots);
+  const int large = large_m_wanted(rows, g.slots);
   if (w4a4) {
     if ((e = quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, p->a->ld ? p->a->ld : H, &set->gate_up,
                             set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
@@ -213,12 +261,17 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     g.lda = p->a->ld ? p->a->ld : H;
     g.a_mult = 1.0f;
   }
-  float *gate_up = at(m, m->ws.gate_up_out), *act = at(m, m->ws.act);
+  float *gate_up = at(m, m->ws.gate_up_out);
+  void *act = at(m, m->ws.act); /* f32, or bf16 (act16) in the same section */
   g.out = gate_up;
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
-  if ((e = fp4_cuda_grouped_gemm(&g, p->stream, m->pdl))) return e;
-  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, rows, I, p->stream, m->pdl))) return e;
+  if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
+  /* W4A16 on the large-M tiles: SiLU*up in bf16 (they take no f32); W4A4 quantizes the f32 act. */
+  const int act16 = large && !w4a4;
+  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act16 ? (int)FP4_DTYPE_BF16 : (int)FP4_DTYPE_F32, rows, I, p->stream,
+                                 m->pdl)))
+    return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);
@@ -229,7 +282,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
                             m->ws.act_q_scales)))
       return e;
   } else {
-    g.act = FP4_CUDA_ACT_F32;
+    g.act = act16 ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
     g.a = act;
     g.lda = I;
     g.a_scales = NULL;
@@ -237,7 +290,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.out = down_out;
   g.ldo = H;
-  return fp4_cuda_grouped_gemm(&g, p->stream, m->pdl);
+  return grouped_run(&g, large, p->stream, m->pdl);
 }
 
 static int moe_launch_layer(const fp4_problem *p, int pdl) {

@@ -7,7 +7,8 @@
 
 /* FP4_OK, or FP4_ERR_UNSUPPORTED with the rule the kernels need that p breaks. */
 fp4_status fp4_cuda_moe_supports(const fp4_problem *p, char *reason, size_t reason_size);
-/* The one configuration of each op ("grouped" or "moe"). */
+/* The configuration a call runs: "grouped" / "moe" (streaming kernels) or "grouped.large-m" /
+ * "moe.large-m" (the routed GEMMs on the large-M tiles, from MOE_LARGE_M_MIN_ROWS rows per expert). */
 const char *fp4_cuda_moe_config(const fp4_problem *p);
 /* Launches p on p->stream (pdl: with programmatic dependent launch); returns the cudaError_t. */
 int fp4_cuda_moe_launch(const fp4_problem *p, int pdl);

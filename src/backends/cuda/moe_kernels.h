@@ -48,6 +48,16 @@ enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA
 
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
+/* The grouped large-M (prefill) GEMM of moe_grouped_large.cu: BM x 128 tensor-core tiles with a
+ * cp.async pipeline, one CTA per (expert M tile, N tile), grid bounded by floor(rows / BM) + E M
+ * tiles (offsets stay on the device). Same arguments and result as fp4_cuda_grouped_gemm (slots:
+ * the host-known bound of active experts, used for the tile choice; splits and kernel ignored).
+ * Takes bf16 activations, f16 with NVFP4, or FP4 (W4A4); not f32. */
+int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *args, void *stream, int pdl);
+/* 1 when fp4_cuda_grouped_gemm_large can run args on the current device (activation type, 16-byte
+ * aligned activation rows and weights, shared memory, grid size), else 0. */
+int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *args);
+
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
  * shared_offsets = {0, T}. counts is int32 [E] scratch. */
@@ -61,8 +71,11 @@ typedef struct fp4_cuda_route_args {
 
 int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
 
-/* act[r, i] = f32(g[r, i] / (1 + exp(-g[r, i])) * g[r, I + i]) in double, g = gate_up [rows, 2I]. */
-int fp4_cuda_moe_silu_mul(const float *gate_up, float *act, int64_t rows, int64_t inter, void *stream, int pdl);
+/* act[r, i] = f32(g[r, i] / (1 + exp(-g[r, i])) * g[r, I + i]) in double, g = gate_up [rows, 2I];
+ * act_dtype FP4_DTYPE_F32, or FP4_DTYPE_BF16 (rounded once more, to bf16: the input of the grouped
+ * large-M down GEMM, which takes no f32 activations). */
+int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_dtype, int64_t rows, int64_t inter, void *stream,
+                          int pdl);
 
 /* out[t, h] = dtype(f32(sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h])) in
  * double, slots in order; a token with an inverse of -1 (invalid id) gets a NaN row. */

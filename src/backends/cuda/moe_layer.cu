@@ -90,13 +90,16 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
   fp4_pdl_launch_dependents();
 }
 
-__global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, float *act, int64_t rows, int64_t inter) {
+template <bool BF16>
+__global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act, int64_t rows, int64_t inter) {
   fp4_pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx < rows * inter) {
     const int64_t r = idx / inter, i = idx % inter;
     const double gate = g[r * 2 * inter + i], up = g[r * 2 * inter + inter + i];
-    act[idx] = (float)(gate / (1.0 + exp(-gate)) * up);
+    const float v = (float)(gate / (1.0 + exp(-gate)) * up);
+    if (BF16) static_cast<uint16_t *>(act)[idx] = fp4_bf16_from_f32_inline(v);
+    else static_cast<float *>(act)[idx] = v;
   }
   fp4_pdl_launch_dependents();
 }
@@ -135,12 +138,14 @@ extern "C" int fp4_cuda_moe_route(const fp4_cuda_route_args *a, void *stream, in
   return (int)fp4_cuda_launch(route_kernel, dim3(1), dim3(kRouteThreads), 0, (cudaStream_t)stream, pdl, *a);
 }
 
-extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, float *act, int64_t rows, int64_t inter, void *stream,
-                                     int pdl) {
+extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_dtype, int64_t rows, int64_t inter,
+                                     void *stream, int pdl) {
   const int64_t n = rows * inter;
-  if (n < 1 || (n + 255) / 256 > 0x7FFFFFFF) return (int)cudaErrorInvalidValue;
-  return (int)fp4_cuda_launch(silu_mul_kernel, dim3(blocks_for(n, 256)), dim3(256), 0, (cudaStream_t)stream, pdl,
-                              gate_up, act, rows, inter);
+  if (n < 1 || (n + 255) / 256 > 0x7FFFFFFF || (act_dtype != FP4_DTYPE_F32 && act_dtype != FP4_DTYPE_BF16))
+    return (int)cudaErrorInvalidValue;
+  return (int)fp4_cuda_launch(act_dtype == FP4_DTYPE_BF16 ? silu_mul_kernel<true> : silu_mul_kernel<false>,
+                              dim3(blocks_for(n, 256)), dim3(256), 0, (cudaStream_t)stream, pdl, gate_up, act, rows,
+                              inter);
 }
 
 extern "C" int fp4_cuda_moe_combine(const fp4_cuda_combine_args *a, void *stream, int pdl) {

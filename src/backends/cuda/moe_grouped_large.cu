@@ -1,0 +1,396 @@
+/*
+ * Grouped large-M (prefill) GEMM over experts: for every expert e and each of its rows p,
+ * out[p, n] = scale_e * A[row(p)] . dq(W_e)[n]^T with the tiled tensor-core GEMM of the dense
+ * large-M kernels (gemm_large_m.cu, docs/cuda-large-m.md): a STAGES-deep cp.async pipeline of 64-
+ * element K tiles into shared memory, the FP4 weight tile (and the FP4 activation tile for W4A4)
+ * dequantized exactly once per CTA into a swizzled 16-bit tile, ldmatrix + mma.sync m16n8k16 with
+ * FP32 accumulation, 8 warps as 2 x 4 over a BM x 128 output tile. Shared pieces come from
+ * large_m_common.cuh.
+ *
+ * Grouping. A CTA is (M tile index j, N tile). The M tiles of expert e are numbered from
+ *   start(e) = floor(lo_e / BM) + e          (lo_e = offsets[e], clamped to [0, rows])
+ * which is non-decreasing with start(e + 1) >= start(e) + ceil(rows_e / BM) (the floor of the next
+ * offset gains at least ceil(rows_e / BM) - 1, the + e term the missing 1), so tiles of different
+ * experts never collide and every index is below floor(rows / BM) + E: the host sizes the grid
+ * with that bound without reading offsets (no host synchronization; the layer stays graph-
+ * capturable). Warp 0 finds its expert with a 32-ary search over start() (two rounds for E <= 1024);
+ * indices that fall in no expert's tiles (empty experts, the tail of the bound) exit at once.
+ * Consecutive CTAs are the N tiles of one M tile: an expert's A rows are gathered once into L2 and
+ * its weight panel is streamed by neighbouring CTAs.
+ *
+ * A rows are gathered through a_rows (the routing permutation, row(p) = a_rows[p] / a_div), so the
+ * permuted activations are never materialized: the CTA keeps the source row of each of its BM
+ * rows in shared memory (-1 past the expert's rows: zero-filled by the copy, never stored).
+ *
+ * Numerics: FP4 values are exact in bf16 (and NVFP4 in f16), products exact in FP32, sums in FP32
+ * (tensor-core order); the per-expert scale alpha * w_mult[e] * a_mult is formed in double and
+ * applied once in double before the single rounding to the output type, as the grouped kernels of
+ * moe_grouped.cu do. Offsets are clamped: no content of them makes the kernel read or write out of
+ * bounds.
+ */
+#include <cuda_runtime.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/large_m_common.cuh"
+#include "backends/cuda/launch.cuh"
+#include "backends/cuda/moe_kernels.h"
+#include "format/codec.h"
+#include "fp4kit.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBK = 64;
+constexpr int kBN = 128;
+
+struct glm_params {
+  const void *a;           /* dense [*, lda] 16-bit, or FP4 codes [*, K/2] */
+  const uint8_t *a_scales; /* W4A4, a_layout */
+  const int32_t *a_rows;   /* NULL: identity */
+  const uint8_t *w;        /* [E, N, K/2] */
+  const uint8_t *w_scales; /* E buffers of w_scale_stride bytes */
+  const float *w_mult;     /* [E] or NULL */
+  const int64_t *offsets;  /* [E+1] */
+  void *out;
+  int64_t lda, ldo, w_expert_bytes, w_scale_stride, experts, rows, n, k, C, a_C, tn;
+  int a_layout, w_layout, out_dtype;
+  int32_t a_div;
+  float alpha, a_mult;
+};
+
+__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+template <int BM>
+__device__ __forceinline__ int64_t tile_start(const glm_params &p, int64_t e) {
+  return clamp64(__ldg(p.offsets + e), 0, p.rows) / BM + e;
+}
+
+/* Warp 0: the last expert e with start(e) <= j (the CTA then checks that j is one of its tiles). */
+template <int BM>
+__device__ int64_t find_tile_expert(const glm_params &p, int64_t j, int lane) {
+  int64_t a = 0, b = p.experts; /* invariant: start(a) <= j (start(0) = 0), the answer in [a, b) */
+  while (b - a > 1) {
+    const int64_t step = (b - a + 31) / 32, c = a + lane * step;
+    const bool ok = c < b && tile_start<BM>(p, c) <= j;
+    const unsigned m = __ballot_sync(0xFFFFFFFFu, ok); /* lane 0 always: c = a */
+    const int last = 31 - __clz(m);
+    a += last * step;
+    b = min(b, a + step);
+  }
+  return a;
+}
+
+template <class G, int BM>
+__device__ __forceinline__ void load_stage(const glm_params &p, const int32_t *src_rows, int e, uint8_t *st, int n0,
+                                           int kt) {
+  const uint8_t *w = p.w + (int64_t)e * p.w_expert_bytes; /* from e where used: one register across the loop */
+  const int tid = threadIdx.x;
+  const int64_t k0 = (int64_t)kt * kBK;
+  uint8_t *sa = st;
+  if (G::A_FP4) {
+    const uint8_t *a = static_cast<const uint8_t *>(p.a);
+    for (int i = tid; i < BM * 2; i += kThreads) {
+      const int r = i >> 1, h = i & 1;
+      const int32_t sr = src_rows[r];
+      const bool ok = sr >= 0 && k0 + 32 * h < p.k;
+      cp_async16(sa + i * 16, ok ? a + (int64_t)sr * (p.k >> 1) + (k0 >> 1) + 16 * h : a, ok);
+    }
+  } else {
+    const uint16_t *a = static_cast<const uint16_t *>(p.a);
+    for (int i = tid; i < BM * 8; i += kThreads) {
+      const int r = i >> 3, c = i & 7;
+      const int32_t sr = src_rows[r];
+      const bool ok = sr >= 0 && k0 + 8 * c < p.k;
+      cp_async16(sa + swz(r, c), ok ? a + (int64_t)sr * p.lda + k0 + 8 * c : a, ok);
+    }
+  }
+  copy_fp4_rows<kBN, kThreads>(st + G::A_STAGE, w, p.n, n0, k0, p.k, tid);
+}
+
+/* Scale bits of the gathered FP4 activation rows (W4A4), as load_scales does for contiguous rows. */
+template <bool NV, int ROWS, int TASKS>
+__device__ __forceinline__ void load_a_scales(const glm_params &p, const int32_t *src_rows, int kt, int kts,
+                                              uint32_t sc[TASKS]) {
+#pragma unroll
+  for (int j = 0; j < TASKS; j++) {
+    const int i = threadIdx.x + j * kThreads;
+    const int32_t sr = i < ROWS * 2 ? src_rows[i >> 1] : -1;
+    sc[j] = sr >= 0 && kt < kts ? load_chunk_scales<NV>(p.a_scales, p.a_layout, p.a_C, (int64_t)sr + 1, sr, kt, i & 1)
+                                : 0u;
+  }
+}
+
+__device__ __forceinline__ uint16_t to16(int out_dtype, float v) {
+  return out_dtype == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(v) : fp4_f16_from_f32_inline(v);
+}
+
+/* Word offset of column c (a multiple of 2) of row r in the FP32 staging tile [BM][128]: columns
+ * XOR-swizzled by 8 words per row (mod 8), so the fragment writes take two wavefronts per warp and
+ * 4-column groups stay contiguous for the row-wise reads. */
+__device__ __forceinline__ int stage_off(int r, int c) { return r * kBN + (c ^ ((r & 7) << 3)); }
+
+/* The epilogue: accumulators -> shared memory -> rows m0 .. hi-1 of out, scaled by s in double and
+ * rounded once; a warp writes 128 consecutive columns of one row (coalesced). */
+template <class G, int BM>
+__device__ __forceinline__ void store_tile(const glm_params &p, float *tile, const float (&acc)[G::MT][G::NT][4],
+                                           int wm, int wn, int lane, int64_t m0, int64_t hi, int64_t n0, double s) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < G::MT; i++)
+#pragma unroll
+    for (int jn = 0; jn < G::NT; jn++) {
+      const int r = wm + i * 16 + g, c = wn + jn * 8 + 2 * t;
+      *reinterpret_cast<float2 *>(tile + stage_off(r, c)) = make_float2(acc[i][jn][0], acc[i][jn][1]);
+      *reinterpret_cast<float2 *>(tile + stage_off(r + 8, c)) = make_float2(acc[i][jn][2], acc[i][jn][3]);
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < BM * (kBN / 4); idx += kThreads) {
+    const int r = idx / (kBN / 4), c = (idx % (kBN / 4)) * 4;
+    const int64_t row = m0 + r, col = n0 + c;
+    if (row >= hi || col >= p.n) continue;
+    const float4 a = *reinterpret_cast<const float4 *>(tile + stage_off(r, c));
+    const float v0 = (float)(s * (double)a.x), v1 = (float)(s * (double)a.y), v2 = (float)(s * (double)a.z),
+                v3 = (float)(s * (double)a.w);
+    const int64_t o = row * p.ldo + col;
+    const int64_t nv = p.n - col; /* columns left, >= 1 */
+    if (p.out_dtype == FP4_DTYPE_F32) {
+      float *d = static_cast<float *>(p.out) + o;
+      if (nv >= 4 && !(reinterpret_cast<uintptr_t>(d) & 15)) {
+        *reinterpret_cast<float4 *>(d) = make_float4(v0, v1, v2, v3);
+      } else {
+        d[0] = v0;
+        if (nv > 1) d[1] = v1;
+        if (nv > 2) d[2] = v2;
+        if (nv > 3) d[3] = v3;
+      }
+    } else {
+      uint16_t *d = static_cast<uint16_t *>(p.out) + o;
+      const uint16_t h0 = to16(p.out_dtype, v0), h1 = to16(p.out_dtype, v1), h2 = to16(p.out_dtype, v2),
+                     h3 = to16(p.out_dtype, v3);
+      if (nv >= 4 && !(reinterpret_cast<uintptr_t>(d) & 7)) {
+        *reinterpret_cast<uint2 *>(d) =
+            make_uint2((uint32_t)h0 | ((uint32_t)h1 << 16), (uint32_t)h2 | ((uint32_t)h3 << 16));
+      } else {
+        d[0] = h0;
+        if (nv > 1) d[1] = h1;
+        if (nv > 2) d[2] = h2;
+        if (nv > 3) d[3] = h3;
+      }
+    }
+  }
+}
+
+template <int BM, int STAGES, int FMT, int ACT>
+__global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUDA_ACT_FP4 && BM >= 128)) ? 1 : 2)
+    grouped_large_m_kernel(glm_params p) {
+  using G = lm_tile_cfg<BM, kBN, STAGES, FMT, ACT, kThreads>;
+  static_assert(BM * kBN * 4 <= G::SMEM, "the FP32 output tile reuses the pipeline's shared memory");
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int32_t src_rows[BM];
+  /* expert, first row, end row, and the output scale: kept here, not in registers, across the K loop
+   * (the 2-CTA register budget of the 128-row tile has no slack) */
+  __shared__ long long tile_info[3];
+  __shared__ double tile_scale;
+  uint8_t *stages = smem;
+  uint8_t *b16 = smem + STAGES * G::STAGE;
+  uint8_t *a16 = b16 + G::B16; /* W4A4 only */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t j = (int64_t)blockIdx.x / p.tn;
+  const int n0 = (int)((int64_t)blockIdx.x % p.tn) * kBN; /* N < 2^31 */
+
+  fp4_pdl_wait(); /* offsets, the permutation and the activations come from earlier kernels */
+  if (warp == 0) {
+    const int64_t e = find_tile_expert<BM>(p, j, lane);
+    if (lane == 0) {
+      const int64_t lo = clamp64(__ldg(p.offsets + e), 0, p.rows), hi = clamp64(__ldg(p.offsets + e + 1), lo, p.rows);
+      const int64_t m0 = lo + (j - (lo / BM + e)) * BM;
+      tile_info[0] = e;
+      tile_info[1] = m0;
+      tile_info[2] = m0 < hi ? hi : -1; /* -1: the index is in no expert's tiles */
+      tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+    }
+  }
+  __syncthreads();
+  const int64_t e = tile_info[0], m0 = tile_info[1];
+  if (tile_info[2] < 0) return; /* uniform across the CTA */
+  for (int r = threadIdx.x; r < BM; r += kThreads) {
+    const int64_t hi = tile_info[2];
+    const int64_t pr = m0 + r;
+    src_rows[r] = pr < hi ? (p.a_rows ? __ldg(p.a_rows + pr) / p.a_div : (int32_t)pr) : -1;
+  }
+  __syncthreads();
+
+  const int ei = (int)e; /* E < 2^31 */
+  const int wm = (warp >> 2) * G::WM, wn = (warp & 3) * G::WN;
+  const int kts = (int)((p.k + kBK - 1) / kBK);
+
+  float acc[G::MT][G::NT][4];
+#pragma unroll
+  for (int i = 0; i < G::MT; i++)
+#pragma unroll
+    for (int jn = 0; jn < G::NT; jn++) acc[i][jn][0] = acc[i][jn][1] = acc[i][jn][2] = acc[i][jn][3] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < kts) load_stage<G, BM>(p, src_rows, ei, stages + s * G::STAGE, n0, s);
+    cp_async_commit();
+  }
+  uint32_t bsc[G::B_TASKS], asc[G::A_TASKS];
+  load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout,
+                                                p.C, p.n, n0, 0, kts, bsc);
+  if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, 0, kts, asc);
+
+  for (int kt = 0; kt < kts; kt++) {
+    cp_async_wait<STAGES - 2>();
+    /* Tile kt landed for everyone, and every warp is done with tile kt-1: its stage buffer may be
+     * refilled and the decoded tiles overwritten. */
+    __syncthreads();
+    const uint8_t *st = stages + (kt % STAGES) * G::STAGE;
+    const uint8_t *at = G::A_FP4 ? a16 : st;
+    {
+      uint32_t bn[G::B_TASKS], an[G::A_TASKS];
+      /* the next tile's scales now: their latency hides behind this tile's decode and MMAs */
+      load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride,
+                                                    p.w_layout, p.C, p.n, n0, kt + 1, kts, bn);
+      if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, kt + 1, kts, an);
+      decode_tile<G::NV, G::F16, kBN, G::B_TASKS, kThreads>(st + G::A_STAGE, b16, bsc, threadIdx.x);
+      if (G::A_FP4) decode_tile<G::NV, false, BM, G::A_TASKS, kThreads>(st, a16, asc, threadIdx.x);
+#pragma unroll
+      for (int i = 0; i < G::B_TASKS; i++) bsc[i] = bn[i];
+#pragma unroll
+      for (int i = 0; i < G::A_TASKS; i++) asc[i] = an[i];
+    }
+    const int nk = kt + STAGES - 1;
+    if (nk < kts) load_stage<G, BM>(p, src_rows, ei, stages + (nk % STAGES) * G::STAGE, n0, nk);
+    cp_async_commit();
+    __syncthreads(); /* the decoded tiles are complete */
+    lm_mma_ktile<G>(at, b16, wm, wn, lane, acc);
+  }
+  cp_async_wait<0>();
+  fp4_pdl_launch_dependents(); /* every input has been read */
+  __syncthreads();             /* every warp is done with the stage buffers: they become the FP32 tile */
+  const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
+  store_tile<G, BM>(p, reinterpret_cast<float *>(smem), acc, wm, wn, lane, info[1], info[2],
+                    ((int64_t)blockIdx.x % p.tn) * kBN, *static_cast<const volatile double *>(&tile_scale));
+}
+
+/* 4 stages: 96 KiB of shared memory at BM = 128 with 16-bit activations, as the dense 128x128.s4 tile. */
+constexpr int kStages = 4;
+
+template <int BM, int FMT, int ACT>
+int smem_of() {
+  return lm_tile_cfg<BM, kBN, kStages, FMT, ACT, kThreads>::SMEM;
+}
+
+template <int BM, int FMT, int ACT>
+cudaError_t launch_bm(const glm_params &p, int64_t ctas, cudaStream_t s, int pdl) {
+  auto kernel = grouped_large_m_kernel<BM, kStages, FMT, ACT>;
+  const int smem = smem_of<BM, FMT, ACT>();
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(kThreads), (size_t)smem, s, pdl, p);
+}
+
+template <int FMT, int ACT>
+cudaError_t launch_act(const glm_params &p, int bm, int64_t ctas, cudaStream_t s, int pdl) {
+  return bm == 128 ? launch_bm<128, FMT, ACT>(p, ctas, s, pdl) : launch_bm<64, FMT, ACT>(p, ctas, s, pdl);
+}
+
+template <int FMT>
+cudaError_t launch_fmt(const glm_params &p, int act, int bm, int64_t ctas, cudaStream_t s, int pdl) {
+  switch (act) {
+  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, bm, ctas, s, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, bm, ctas, s, pdl);
+  case FP4_CUDA_ACT_F16:
+    if (FMT == FP4_FORMAT_NVFP4) return launch_act<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, bm, ctas, s, pdl);
+    return cudaErrorInvalidValue;
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+int device_smem_optin() {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    v = 48 * 1024;
+  return v;
+}
+
+/* Shared memory of the BM tile for these activations (the FP4 format does not change it), with
+ * the static row table and tile header. */
+int tile_smem(int bm, int act) {
+  const int dyn = act == FP4_CUDA_ACT_FP4
+                      ? (bm == 128 ? smem_of<128, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>()
+                                   : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>())
+                      : (bm == 128 ? smem_of<128, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>()
+                                   : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>());
+  return dyn + bm * 4 + 256; /* the row table, the tile header and margin */
+}
+
+/* The M tile from the mean rows per expert slot m (the host knows no more). Tiles are padded per
+ * expert, so the choice is the one that pads a typical expert, m + sqrt(m) rows (routing counts
+ * spread about like a Poisson count), least: 128 rows unless they pad over 1/8 more than 64-row
+ * tiles (Qwen3.5 at B = 4096, m = 80: one 128-row tile per expert, its weights decoded once;
+ * DeepSeek-R1 at B = 4096, m = 128: 64-row tiles, as about half the experts get 129-140 rows).
+ * A first heuristic, to be checked against the H200 timing. */
+int tile_m_for(int64_t rows, int64_t slots, int act) {
+  const int64_t mean = (rows + slots - 1) / slots;
+  int64_t root = 0;
+  while ((root + 1) * (root + 1) <= mean) root++;
+  const int64_t typical = mean + root, pad128 = (typical + 127) / 128 * 128, pad64 = (typical + 63) / 64 * 64;
+  if (pad128 * 8 <= pad64 * 9 && tile_smem(128, act) <= device_smem_optin()) return 128;
+  return 64;
+}
+
+int64_t cta_count(const fp4_cuda_grouped_args *a, int bm) {
+  return (a->rows / bm + a->experts) * ((a->n + kBN - 1) / kBN);
+}
+
+} // namespace
+
+extern "C" int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *a) {
+  if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->rows < 1 || a->a_div < 1) return 0;
+  if (a->act == FP4_CUDA_ACT_F32) return 0; /* no 16-bit copy of f32 activations: the caller converts */
+  if (a->act == FP4_CUDA_ACT_F16 && a->format != FP4_FORMAT_NVFP4) return 0; /* MXFP4 values do not fit f16 */
+  if (a->act != FP4_CUDA_ACT_FP4 && ((uintptr_t)a->a % 16 || (a->lda * 2) % 16)) return 0; /* 16-byte row copies */
+  if ((uintptr_t)a->w % 16) return 0;
+  if (tile_smem(64, a->act) > device_smem_optin()) return 0;
+  return cta_count(a, 64) <= 0x7FFFFFFF && a->rows <= 0x7FFFFFFF;
+}
+
+extern "C" int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
+  if (!fp4_cuda_grouped_large_supported(a)) return (int)cudaErrorInvalidValue;
+  const int bs = a->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK;
+  glm_params p;
+  p.a = a->a;
+  p.a_scales = a->a_scales;
+  p.a_rows = a->a_rows;
+  p.w = a->w;
+  p.w_scales = a->w_scales;
+  p.w_mult = a->w_mult;
+  p.offsets = a->offsets;
+  p.out = a->out;
+  p.lda = a->lda;
+  p.ldo = a->ldo;
+  p.w_expert_bytes = a->n * (a->k / 2);
+  p.w_scale_stride = a->w_scale_stride;
+  p.experts = a->experts;
+  p.rows = a->rows;
+  p.n = a->n;
+  p.k = a->k;
+  p.C = a->k / bs;
+  p.a_C = a->k / bs;
+  p.tn = (a->n + kBN - 1) / kBN;
+  p.a_layout = a->a_layout;
+  p.w_layout = a->w_layout;
+  p.out_dtype = a->out_dtype;
+  p.a_div = a->a_div;
+  p.alpha = a->alpha;
+  p.a_mult = a->a_mult;
+  const int bm = tile_m_for(a->rows, a->slots > 0 ? a->slots : 1, a->act);
+  const int64_t ctas = cta_count(a, bm);
+  if (ctas > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
+  cudaStream_t s = (cudaStream_t)stream;
+  return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, bm, ctas, s, pdl)
+                                             : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, bm, ctas, s, pdl));
+}
