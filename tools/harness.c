@@ -139,6 +139,16 @@ static float in_dtype(float v, fp4_dtype t) {
   return v;
 }
 
+/* A sum within 1e-3 of the output dtype's overflow threshold may land on either side of it: the
+ * kernel sums in FP32 in another order than the double reference (relative differences up to about
+ * K * 2^-24). Inf against the largest finite value, same sign, is then no error. */
+static int at_overflow_edge(float ref, float got, fp4_dtype t) {
+  const double edge = t == FP4_DTYPE_F16 ? 65520.0 : t == FP4_DTYPE_BF16 ? 3.3961775292e38 : INFINITY;
+  const double r = fabs((double)ref);
+  return isfinite(edge) && signbit(ref) == signbit(got) && r >= edge * (1.0 - 1e-3) && r <= edge * (1.0 + 1e-3) &&
+         (isinf(got) || fabs((double)got) >= edge * (1.0 - 1e-3));
+}
+
 void fp4h_compare(const float *got, const float *ref, int64_t n, fp4_dtype out_dtype, fp4h_result *r) {
   double num = 0.0, den = 0.0;
   int64_t nonzero = 0, overflow_wrong = 0;
@@ -150,7 +160,7 @@ void fp4h_compare(const float *got, const float *ref, int64_t n, fp4_dtype out_d
     }
     const float want = in_dtype(ref[i], out_dtype);
     if (isinf(want) || isinf(got[i])) { /* overflow of the output dtype must match the reference's */
-      overflow_wrong += got[i] != want;
+      overflow_wrong += got[i] != want && !at_overflow_edge(ref[i], got[i], out_dtype);
       continue;
     }
     nonzero += got[i] != 0.0f;
