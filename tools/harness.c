@@ -102,7 +102,8 @@ double fp4h_tolerance(fp4_dtype out_dtype) {
 /* Host buffers of one case, plus their copies in the backend's memory. */
 typedef struct buffers {
   void *host[6];
-  void *dev[6];
+  void *dev[6];   /* where the backend sees the operand: base + offset */
+  void *base[6];  /* what fp4_alloc returned */
   size_t bytes[6];
 } buffers;
 enum { B_A_DENSE, B_A_DATA, B_A_SCALES, B_B_DATA, B_B_SCALES, B_OUT };
@@ -260,8 +261,12 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
       buf.dev[i] = buf.host[i];
       continue;
     }
-    if ((st = fp4_alloc(ctx, memory, buf.bytes[i], &buf.dev[i])) ||
-        (st = fp4_copy(ctx, buf.dev[i], memory, buf.host[i], FP4_MEMORY_HOST, buf.bytes[i]))) {
+    /* offset_codes places the FP4 codes past an aligned address (kernels that load them in wide
+     * words must check the pointer, not assume the allocator's alignment). */
+    const size_t off = (i == B_A_DATA || i == B_B_DATA) ? (size_t)c->offset_codes : 0;
+    st = fp4_alloc(ctx, memory, buf.bytes[i] + off, &buf.base[i]);
+    if (!st) buf.dev[i] = (char *)buf.base[i] + off;
+    if (st || (st = fp4_copy(ctx, buf.dev[i], memory, buf.host[i], FP4_MEMORY_HOST, buf.bytes[i]))) {
       fail(r, st, "staging operands");
       free(ref_q);
       goto done;
@@ -307,7 +312,7 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
 
 done:
   for (int i = 0; i < 6; i++) {
-    if (memory != FP4_MEMORY_HOST) fp4_free(ctx, memory, buf.dev[i]);
+    if (memory != FP4_MEMORY_HOST) fp4_free(ctx, memory, buf.base[i]);
     free(buf.host[i]);
   }
   free(a);

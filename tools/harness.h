@@ -43,6 +43,7 @@ typedef struct fp4h_case {
   int shared;                  /* 1: with a shared expert (intermediate size n)         */
   int routing;                 /* fp4h_routing                                          */
   const char *config;          /* backend configuration to run; NULL: the backend's choice */
+  int offset_codes;            /* device runs: FP4 codes placed this many bytes past an aligned address */
 } fp4h_case;
 
 typedef struct fp4h_result {

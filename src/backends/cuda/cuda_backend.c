@@ -240,7 +240,12 @@ static const struct cuda_config *cuda_config_named(const char *name) {
  * CTAs per SM and 8 when there is one; below one CTA per SM, and above 32 tokens, 16-row CTAs. Each
  * warp keeps at least two 128-K slabs (r32.w4: K >= 1024, r32.w8: K >= 2048). */
 static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64_t k, int sms) {
-  const int64_t slabs = k / CUDA_K_SLAB, ctas32 = (n + 31) / 32;
+  const int64_t slabs = k / CUDA_K_SLAB, ctas32 = (n + 31) / 32, ctas16 = (n + 15) / 16;
+  /* Up to 4 tokens the lean kernel (6 resident CTAs per SM) wins once there are at least 4 CTAs per
+   * SM to fill those slots (bench/results/h200/2026-11-30-session3: 57344x8192 87.4 vs 95.0 us,
+   * 20480x4096 20.8 vs 25.8 us, 10240x8192 with 16-row CTAs 21.6 vs 25.8 us); with fewer it idles SMs. */
+  if (m <= 4 && ctas32 >= 4 * (int64_t)sms && slabs >= 8) return cuda_config_named("small-m.r32.w4.b6");
+  if (m <= 4 && ctas16 >= 4 * (int64_t)sms && slabs >= 8) return cuda_config_named("small-m.w4.b6");
   if (m <= 32 && ctas32 >= 2 * (int64_t)sms && slabs >= 8) return cuda_config_named("small-m.r32.w4");
   if (m <= 32 && ctas32 >= sms && slabs >= 16) return cuda_config_named("small-m.r32.w8");
   const int warps = cuda_default_warps(n, k);

@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -32,11 +33,19 @@ enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS
 
 /* Mean rows per expert slot from which the grouped GEMMs run the large-M tiles. A first estimate
  * (where a 64-row tile is mostly filled): to be set from the H200 timing of both paths
- * (`fp4kit bench --moe`, B = 256 .. 4096 for the Qwen3.5 and DeepSeek-R1 shapes). */
+ * (`fp4kit bench --moe`, B = 256 .. 4096 for the Qwen3.5 and DeepSeek-R1 shapes). The environment
+ * variable FP4KIT_MOE_LARGE_M_MIN_ROWS (a positive integer) overrides it, for measuring the crossover
+ * on another device (docs/moe.md). */
 enum { MOE_LARGE_M_MIN_ROWS = 64 };
 
+static int64_t large_m_min_rows(void) {
+  const char *e = getenv("FP4KIT_MOE_LARGE_M_MIN_ROWS");
+  const long long v = e ? atoll(e) : 0;
+  return v > 0 ? (int64_t)v : MOE_LARGE_M_MIN_ROWS;
+}
+
 static int large_m_wanted(int64_t rows, int64_t slots) {
-  return slots > 0 && (rows + slots - 1) / slots >= MOE_LARGE_M_MIN_ROWS;
+  return slots > 0 && (rows + slots - 1) / slots >= large_m_min_rows();
 }
 
 static fp4_status refuse(char *reason, size_t reason_size, const char *fmt, long long v) {
