@@ -1,15 +1,17 @@
+#define _POSIX_C_SOURCE 200809L
 /*
  * GPU tests of the cuda backend's grouped GEMM and MoE layer (both grouped kernels: tensor cores
  * where K % 128 == 0, e.g. K 512 and H 256, the CUDA-core kernel otherwise, e.g. K 1088 and I 96; the
  * tensor-core kernel's token chunks of 8, 16 and 64 rows follow the mean rows per expert) (skipped with exit 77 and the reason
  * when it cannot run here), against the reference backend through the harness (fresh random data,
- * NaN-prefilled outputs, device memory): grouped GEMM W4A4/W4A16 x NVFP4/MXFP4 for T in
+ * NaN-prefilled outputs, device memory; the streaming-kernel tests force that path through
+ * FP4KIT_MOE_LARGE_M_MIN_ROWS): grouped GEMM W4A4/W4A16 x NVFP4/MXFP4 for T in
  * {1, 8, 64, 300}; the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert on/off x uniform, skewed
  * (a hot expert with 50% of the tokens) and duplicate routing for T in {1, 8, 64, 300}; Qwen3.5-
  * shaped layers (top-10; E and T scaled down so the double-precision reference stays fast, plus one
  * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
  * (T 1024 and 1100, skewed and uniform, all activation dtypes); the grouped large-M tiles
- * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 64 rows per expert, W4A16 and W4A4,
+ * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 16 rows per expert, W4A16 and W4A4,
  * NVFP4 and MXFP4, random and skewed routing, T >= 1024) and which path runs (the run info's
  * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
  * written out of bounds).
@@ -131,7 +133,7 @@ static void test_moe_prefill(fp4_context *ctx) {
   }
 }
 
-/* The grouped large-M path (moe_grouped_large.cu), taken from MOE_LARGE_M_MIN_ROWS (64) mean rows
+/* The grouped large-M path (moe_grouped_large.cu), taken from MOE_LARGE_M_MIN_ROWS (16) mean rows
  * per expert slot: T >= 1024 with few experts. 128-row tiles (mean 86) and 64-row tiles (128, 275, 256),
  * partial N tiles and K tails (H 224, I 96: K % 64 == 32), random and skewed routing (k = 1: the
  * hot expert has 50% of the rows), every activation dtype: bf16 (gate_up and down on the large
@@ -274,7 +276,7 @@ static void test_invalid_ids(fp4_context *ctx) {
     }
 }
 
-/* The path is chosen from the mean rows per expert slot (moe_host.c, MOE_LARGE_M_MIN_ROWS = 64)
+/* The path is chosen from the mean rows per expert slot (moe_host.c, MOE_LARGE_M_MIN_ROWS = 16)
  * and named in the run info: T = 1024, top-4 over 32 experts (128 rows each) runs the large-M
  * tiles; T = 64 (8 rows each) the streaming kernels. Every output is finite (NaN-prefilled). */
 static void test_path_selection(fp4_context *ctx) {
@@ -322,6 +324,9 @@ int main(void) {
     fp4_context_destroy(ctx);
     return 77;
   }
+  /* The streaming kernels first, on every batch size, including those whose mean rows per expert
+   * would take the large-M tiles by default (MOE_LARGE_M_MIN_ROWS): the fallback must stay covered. */
+  setenv("FP4KIT_MOE_LARGE_M_MIN_ROWS", "1000000000", 1);
   test_grouped(ctx);
   printf("grouped GEMM: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_small(ctx);
@@ -330,6 +335,7 @@ int main(void) {
   printf("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_prefill(ctx);
   printf("+ prefill-sized MoE: %d cases, %d failures\n", g_runs, g_failures);
+  unsetenv("FP4KIT_MOE_LARGE_M_MIN_ROWS"); /* from here on the library's own rule */
   test_moe_large(ctx);
   printf("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_grouped_large(ctx);

@@ -31,12 +31,13 @@
 
 enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS_PER_CHUNK = 8 };
 
-/* Mean rows per expert slot from which the grouped GEMMs run the large-M tiles. A first estimate
- * (where a 64-row tile is mostly filled): to be set from the H200 timing of both paths
- * (`fp4kit bench --moe`, B = 256 .. 4096 for the Qwen3.5 and DeepSeek-R1 shapes). The environment
- * variable FP4KIT_MOE_LARGE_M_MIN_ROWS (a positive integer) overrides it, for measuring the crossover
- * on another device (docs/moe.md). */
-enum { MOE_LARGE_M_MIN_ROWS = 64 };
+/* Mean rows per expert slot from which the grouped GEMMs run the large-M tiles. Measured on the H200
+ * (`fp4kit bench --moe` with both paths, bench/results/h200/2026-11-30-session3): at 5-8 rows per
+ * expert (B = 256) streaming wins (Qwen3.5 3.7 vs 5.9 ms, DeepSeek-R1 6.6 vs 10.2 ms), at 20-32 rows
+ * (B = 1024) the tiles win by 2.7-2.8x (6.2 vs 17.2 ms, 10.5 vs 28.3 ms). The environment variable
+ * FP4KIT_MOE_LARGE_M_MIN_ROWS (a positive integer) overrides it, for measuring the crossover on
+ * another device (docs/moe.md). */
+enum { MOE_LARGE_M_MIN_ROWS = 16 };
 
 static int64_t large_m_min_rows(void) {
   const char *e = getenv("FP4KIT_MOE_LARGE_M_MIN_ROWS");
