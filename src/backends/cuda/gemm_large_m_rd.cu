@@ -311,16 +311,12 @@ int rd_smem_of(int cfg) {
 
 /* NULL when config cfg takes the activation kind act, else the rule (written to why). */
 const char *rd_act_rule(int cfg, int act, char *why, size_t why_size) {
-  const rd_config &c = kRdConfigs[cfg];
-  if (c.prologue && act != FP4_CUDA_ACT_FP4)
-    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
-                            "W4A16 runs on %s", c.name, kRdConfigs[c.tile].name);
-  else if (!c.prologue && act == FP4_CUDA_ACT_FP4)
-    /* decoding both operands in registers next to the 128 accumulators spills on sm_80-sm_90a */
-    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
-             c.name, kRdConfigs[3].name, kRdConfigs[4].name);
-  else return NULL;
-  return why;
+  /* W4A4 on the in-register tiles: decoding both operands in registers next to the 128 accumulators
+   * spilled on sm_80-sm_90a */
+  const int pro = 3; /* the prologue configs: kRdConfigs[pro], kRdConfigs[pro + 1] */
+  const auto &c = kRdConfigs[cfg];
+  return lm_prologue_act_rule(c.name, c.prologue, kRdConfigs[c.tile].name, kRdConfigs[pro].name, kRdConfigs[pro + 1].name, act, why,
+                              why_size);
 }
 
 int rd_config_index(const char *name) {
@@ -329,10 +325,6 @@ int rd_config_index(const char *name) {
   return -1;
 }
 
-int rd_device_attr(int device, cudaDeviceAttr attr, int fallback) {
-  int v = 0;
-  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
-}
 
 } // namespace
 
@@ -347,7 +339,7 @@ extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const 
   /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
   if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
   if (config && rd_act_rule(c, a->act, why, why_size)) return 0;
-  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
   char rule[320];
   for (int i = 0; i < kNumRdConfigs; i++) {
     if ((config && i != c) || rd_act_rule(i, a->act, rule, sizeof rule)) continue;
@@ -366,8 +358,8 @@ extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const 
 extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
   char why[320];
   if (max < 1 || fp4_cuda_rd_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  const int sms = rd_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
   /* within the family (not yet measured): the 8-warp tiles first when they still give every SM a
    * CTA, the wider one along the longer side, else the 4-warp 128 x 128 tile first; W4A4: the
    * prologue configs, 128 x 256 first on the same condition */

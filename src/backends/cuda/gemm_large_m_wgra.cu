@@ -146,29 +146,24 @@ __device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &
 #if FP4_SM90A_BODY
 /* ---- wgmma with A from registers --------------------------------------------------------------- */
 
-/* D[64 x BT] += A[64 x 16] (registers, a0..a3) * B[BT x 16]^T (K-major in shared memory). */
+/* D[64 x BT] += A[64 x 16] (registers, a0..a3) * B[BT x 16]^T (K-major in shared memory);
+ * scale-d 1 (accumulate), scale-a/b 1, B not transposed (K-major). */
+#define FP4_WGRA_MMA(N, T, REGS, OUTS, A0, A1, A2, A3, DB, ONE)                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ONE ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." T \
+               "." T " {" REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", p, 1, 1, 0;\n}\n"          \
+               : OUTS(d)                                                                                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u))
 template <int BT, bool F16>
 __device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], uint64_t db) {
   if constexpr (BT == 128) {
-    if (F16)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" FP4_WG_REGS_64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                   : FP4_WG_OUTS_64(d)
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" FP4_WG_REGS_64 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                   : FP4_WG_OUTS_64(d)
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u));
+    if (F16) FP4_WGRA_MMA("128", "f16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
+    else FP4_WGRA_MMA("128", "bf16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
   } else {
-    if (F16)
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\nwgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" FP4_WG_REGS_128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-                   : FP4_WG_OUTS_128(d)
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u));
-    else
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\nwgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" FP4_WG_REGS_128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-                   : FP4_WG_OUTS_128(d)
-                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u));
+    if (F16) FP4_WGRA_MMA("256", "f16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
+    else FP4_WGRA_MMA("256", "bf16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
   }
 }
+#undef FP4_WGRA_MMA
 
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -403,15 +398,10 @@ int wgra_smem_of(int cfg) {
 
 /* NULL when config cfg takes the activation kind act, else the rule (written to why). */
 const char *wgra_act_rule(int cfg, int act, char *why, size_t why_size) {
-  const wgra_config &c = kWgraConfigs[cfg];
-  if (c.prologue && act != FP4_CUDA_ACT_FP4)
-    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
-                            "W4A16 runs on %s", c.name, kWgraConfigs[c.tile].name);
-  else if (!c.prologue && act == FP4_CUDA_ACT_FP4)
-    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
-             c.name, kWgraConfigs[2].name, kWgraConfigs[3].name);
-  else return NULL;
-  return why;
+  const int pro = 2; /* the prologue configs: kWgraConfigs[pro], kWgraConfigs[pro + 1] */
+  const auto &c = kWgraConfigs[cfg];
+  return lm_prologue_act_rule(c.name, c.prologue, kWgraConfigs[c.tile].name, kWgraConfigs[pro].name, kWgraConfigs[pro + 1].name, act, why,
+                              why_size);
 }
 
 int wgra_config_index(const char *name) {
@@ -420,10 +410,6 @@ int wgra_config_index(const char *name) {
   return -1;
 }
 
-int wgra_device_attr(int device, cudaDeviceAttr attr, int fallback) {
-  int v = 0;
-  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
-}
 
 int wgra_image_ok(int device, char *why, size_t why_size) {
   static lm_sm90a_probe_cache cache;
@@ -445,7 +431,7 @@ extern "C" int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *a, int device, cons
   if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
   if (config && wgra_act_rule(c, a->act, why, why_size)) return 0;
   if (!wgra_image_ok(device, why, why_size)) return 0;
-  const int optin = wgra_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
   char rule[320];
   for (int i = 0; i < kNumWgraConfigs; i++) {
     if ((config && i != c) || wgra_act_rule(i, a->act, rule, sizeof rule)) continue;
@@ -464,8 +450,8 @@ extern "C" int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *a, int device, cons
 extern "C" int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
   char why[320];
   if (max < 1 || fp4_cuda_wgra_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  const int optin = wgra_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  const int sms = wgra_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
   /* within the family (not yet measured): the 256-token tile first when it still gives every SM a CTA */
   const int64_t ctas256 = ((a->m + 255) / 256) * ((a->n + kWgraRows - 1) / kWgraRows);
   const int wide = ctas256 >= sms ? 1 : 0;

@@ -583,6 +583,26 @@ inline int lm_sm90a_image_ok(const void *kernel, const char *family, int device,
   }
   return ok;
 }
+/* ---- host: configs that split W4A16 tiles from W4A4 prologue variants, device attributes -------- */
+
+/* NULL when a config (name; prologue: a W4A4 prologue variant; w4a16: the W4A16 config of its tile;
+ * pro0/pro1: the prologue configs) takes the activation kind act, else the rule (written to why). */
+inline const char *lm_prologue_act_rule(const char *name, bool prologue, const char *w4a16, const char *pro0,
+                                        const char *pro1, int act, char *why, size_t why_size) {
+  if (prologue && act != FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
+                            "W4A16 runs on %s", name, w4a16);
+  else if (!prologue && act == FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
+             name, pro0, pro1);
+  else return NULL;
+  return why;
+}
+
+inline int lm_device_attr(int device, cudaDeviceAttr attr, int fallback) {
+  int v = 0;
+  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
+}
 } // namespace
 
 #endif
