@@ -9,7 +9,8 @@
  *     decode of the activations) and the register-decode prologue configs (each printed, fastest
  *     kept), W4A16 MXFP4 with the best W4A16 large-M config;
  *   - per point, the best register-decode ("large-m.rd.*") config against the best decoded-tile
- *     mma.sync config;
+ *     mma.sync config, and the best register-A wgmma ("large-m.wgra.*", SM90) config against the
+ *     best mma.sync config of either kind;
  *   - cuBLAS BF16 on the same shape (the same-run peer; cuBLASLt FP8 is left to `fp4kit bench`).
  * Median of `runs` single-call timings after warm-up (fp4_time, CUDA events); weights rotate through
  * copies totalling more than 200 MB so no small-M timing is served from L2.
@@ -49,12 +50,14 @@ static const int64_t kMs[] = {16, 32, 48, 64, 65, 128, 256, 512, 1024, 2048, 409
 static const char *const kSmall[] = {"small-m.w8", "small-m.w4", "small-m.w2", "small-m.r32.w8", "small-m.r32.w4"};
 static const char *const kLarge[] = {"large-m.128x128.s4",    "large-m.128x128.s3",    "large-m.128x256.s3",
                                      "large-m.64x128.s4",     "large-m.wgmma.128x128", "large-m.wgmma.128x256",
-                                     "large-m.rd.128x128",    "large-m.rd.128x256",    "large-m.rd.256x128"};
+                                     "large-m.rd.128x128",    "large-m.rd.128x256",    "large-m.rd.256x128",
+                                     "large-m.wgra.128x128",  "large-m.wgra.128x256"};
 /* W4A4 is timed on the best W4A16 config (when it takes W4A4), on the decoded-tile mma.sync tile
  * that decodes the FP4 activations in its main loop, and on the prologue configs (activations
  * dequantized to bf16 once per GEMM, then the W4A16 register-decode tile), keeping the fastest and
  * printing each: the issue's "main loop or prologue, which is faster". */
-static const char *const kW4A4Extra[] = {"large-m.128x128.s3", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256"};
+static const char *const kW4A4Extra[] = {"large-m.128x128.s3",       "large-m.rd.pro.128x128",  "large-m.rd.pro.128x256",
+                                         "large-m.wgra.pro.128x128", "large-m.wgra.pro.128x256"};
 
 enum mode { W4A16_NV, W4A4_NV, W4A16_MX, CUBLAS_BF16 };
 
@@ -178,7 +181,7 @@ int main(int argc, char **argv) {
   if (csv)
     fprintf(csv, "shape,n,k,m,small_best_us,small_best_config,large_best_us,large_best_config,default_us,"
                  "default_config,w4a4_us,w4a16_mxfp4_us,cublas_bf16_us,large_tflops,cublas_tflops,large_pct_cublas,"
-                 "w4a4_pct_cublas,winner,w4a4_config,smem_tile_best_us,rd_best_us,rd_best_config\n");
+                 "w4a4_pct_cublas,winner,w4a4_config,smem_tile_best_us,rd_best_us,rd_best_config,wgra_best_us,wgra_best_config\n");
   printf("%-30s %5s %5s %5s | %9s %-11s | %9s %-19s | %9s %-19s | %9s %9s | %9s | %7s %7s %6s %6s\n", "shape", "N", "K",
          "M", "small_us", "small_cfg", "large_us", "large_cfg", "dflt_us", "dflt_cfg", "w4a4_us", "mx_us", "cublas_us",
          "lg_TF", "cb_TF", "%cub", "a4%cub");
@@ -240,13 +243,16 @@ int main(int argc, char **argv) {
         if (t > 0 && (small < 0 || t < small)) small = t, small_cfg = c;
       }
       double smem_best = -1, rd_best = -1; /* the decoded-tile mma.sync configs vs the register-decode ones */
-      std::string rd_cfg = "-";
+      std::string rd_cfg = "-", wgra_cfg = "-";
+      double wgra_best = -1; /* the register-A wgmma configs */
       for (const char *c : kLarge) {
         const double t = time_one(b, W4A16_NV, c, runs, &why, NULL);
         if (t > 0 && (large < 0 || t < large)) large = t, large_cfg = c;
-        const bool is_rd = !strncmp(c, "large-m.rd.", 11);
+        const bool is_rd = !strncmp(c, "large-m.rd.", 11), is_wgra = !strncmp(c, "large-m.wgra.", 13);
         if (t > 0 && is_rd && (rd_best < 0 || t < rd_best)) rd_best = t, rd_cfg = c;
-        if (t > 0 && !is_rd && strncmp(c, "large-m.wgmma.", 14) && (smem_best < 0 || t < smem_best)) smem_best = t;
+        if (t > 0 && is_wgra && (wgra_best < 0 || t < wgra_best)) wgra_best = t, wgra_cfg = c;
+        if (t > 0 && !is_rd && !is_wgra && strncmp(c, "large-m.wgmma.", 14) && (smem_best < 0 || t < smem_best))
+          smem_best = t;
         if (t < 0 && m == 128) printf("  (%s refused at M = 128: %s)\n", c, why.c_str()); /* say why, once per shape */
       }
       const double dflt = time_one(b, W4A16_NV, NULL, runs, &why, &dflt_cfg);
@@ -281,12 +287,18 @@ int main(int argc, char **argv) {
              dflt, dflt_cfg.c_str(), a4, mx, cub, lg_tf, cb_tf, pct, a4pct);
       printf("%-30s   register-decode best %.1f us (%s) vs decoded-tile mma.sync best %.1f us; W4A4 us: %s\n", "",
              rd_best, rd_cfg.c_str(), smem_best, a4_all.c_str());
+      {
+        const double mma_best = rd_best > 0 && (smem_best < 0 || rd_best < smem_best) ? rd_best : smem_best;
+        printf("%-30s   register-A wgmma best %.1f us (%s, %.1f TFLOP/s) vs mma.sync best %.1f us (%.1f TFLOP/s)\n", "",
+               wgra_best, wgra_cfg.c_str(), wgra_best > 0 ? flops / wgra_best * 1e-6 : 0.0, mma_best,
+               mma_best > 0 ? flops / mma_best * 1e-6 : 0.0);
+      }
       fflush(stdout);
       if (csv)
-        fprintf(csv, "%s,%lld,%lld,%lld,%.3f,%s,%.3f,%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.2f,%s,%s,%.3f,%.3f,%s\n",
+        fprintf(csv, "%s,%lld,%lld,%lld,%.3f,%s,%.3f,%s,%.3f,%s,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.2f,%s,%s,%.3f,%.3f,%s,%.3f,%s\n",
                 sh.name, (long long)b.n, (long long)b.k, (long long)m, small, small_cfg.c_str(), large,
                 large_cfg.c_str(), dflt, dflt_cfg.c_str(), a4, mx, cub, lg_tf, cb_tf, pct, a4pct, winner,
-                a4_cfg.c_str(), smem_best, rd_best, rd_cfg.c_str());
+                a4_cfg.c_str(), smem_best, rd_best, rd_cfg.c_str(), wgra_best, wgra_cfg.c_str());
     }
     summary.push_back(std::string(sh.name) + ": large-M overtakes small-M from M = " +
                       (crossover > 0 ? std::to_string(crossover) : std::string("(never in the measured range)")));

@@ -8,8 +8,9 @@
  *      is checked for unwritten (NaN) elements and a subset of rows (tile edges, the tails and random
  *      rows; all columns) is compared with the double reference, so that M = 8192 stays quick on the
  *      host; f32 output must be within 1e-5 relative Frobenius error;
- *   3. the wgmma tiles and the register-decode tiles on every variant at M = 65, 128, 1000, 4096,
- *      8192 and with odd M / N / K-tile tails (M = 333, 4097; N = 200, 1003; K = 96, 160);
+ *   3. the wgmma tiles, the register-decode tiles and the register-A wgmma tiles on every variant at
+ *      M = 65, 128, 1000, 4096, 8192, one 64 x 128 x 64 tile, and with odd M / N / K-tile tails
+ *      (M = 333, 4097; N = 200, 1003; K = 96, 160);
  *   4. refusals that name their rule (f32 activations, MXFP4 with f16 activations, K % 32) and
  *      unknown config names of each family.
  */
@@ -25,12 +26,14 @@ static int g_runs, g_failures, g_skips;
 
 /* Entries 4-5 are the sm_90a wgmma tiles: skipped (with the reason) on any other device or binary;
  * 6-10 the register-decode configs (gemm_large_m_rd.cu): rd.128x128 refuses W4A4 and the rd.pro.*
- * (W4A4 prologue) configs refuse W4A16, each naming the rule. */
+ * (W4A4 prologue) configs refuse W4A16, each naming the rule; 11-14 the register-A wgmma tiles
+ * (gemm_large_m_wgra.cu, sm_90a only, the same W4A16 / W4A4-prologue split as the rd configs). */
 static const char *const k_configs[] = {
     "large-m.128x128.s4", "large-m.128x128.s3", "large-m.128x256.s3",     "large-m.64x128.s4",
     "large-m.wgmma.128x128", "large-m.wgmma.128x256", "large-m.rd.128x128", "large-m.rd.128x256",
-    "large-m.rd.256x128", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256"};
-enum { NUM_CONFIGS = 11, FIRST_WGMMA = 4, FIRST_RD = 6 };
+    "large-m.rd.256x128", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256",
+    "large-m.wgra.128x128", "large-m.wgra.128x256", "large-m.wgra.pro.128x128", "large-m.wgra.pro.128x256"};
+enum { NUM_CONFIGS = 15, FIRST_WGMMA = 4, FIRST_RD = 6, FIRST_WGRA = 11 };
 
 /* Variant v: 0 W4A16 bf16, 1 W4A16 f16, 2 W4A4; the format is separate. */
 static const char *variant_name(int v) { return v == 0 ? "w4a16-bf16" : v == 1 ? "w4a16-f16" : "w4a4"; }
@@ -222,13 +225,15 @@ static void run_forced(fp4_context *ctx, const lm_case *c, const char *config, u
     st = fp4_mm_w4a16(ctx, &da, &dbq, alpha, &dout, &o);
   }
   /* a tile this device cannot hold is a normal refusal; so are the wgmma tiles off SM90 / without
-   * sm_90a code, MXFP4 W4A4 on the 128x256 wgmma tile, W4A4 on rd.128x128 and W4A16 on the rd.pro
-   * configs (each refusal names its rule) */
+   * sm_90a code, MXFP4 W4A4 on the 128x256 wgmma tile, W4A4 on the rd and wgra W4A16 tiles and
+   * W4A16 on their pro configs (each refusal names its rule) */
   const char *err = fp4_last_error();
-  const int wgmma = !strncmp(config, "large-m.wgmma.", 14), rd = !strncmp(config, "large-m.rd.", 11);
+  const int wgmma = !strncmp(config, "large-m.wgmma.", 14), wgra = !strncmp(config, "large-m.wgra.", 13);
+  const int rd = !strncmp(config, "large-m.rd.", 11) || wgra; /* the same W4A16 / W4A4-prologue split */
   if (st == FP4_ERR_UNSUPPORTED &&
       (strstr(err, "shared memory") ||
        (wgmma && (strstr(err, "SM90 only") || strstr(err, "no sm_90a code") || strstr(err, "MXFP4 W4A4 runs on"))) ||
+       (wgra && (strstr(err, "SM90 only") || strstr(err, "no sm_90a code"))) ||
        (rd && w4a4 && strstr(err, "W4A4 runs on")) || (rd && !w4a4 && strstr(err, "W4A4 prologue variant")))) {
     skipped = 1;
     snprintf(msg, sizeof msg, "%s", fp4_last_error());
@@ -337,7 +342,7 @@ static void test_forced_configs(fp4_context *ctx) {
 static void test_family_configs(fp4_context *ctx, int first, int count, const char *family, uint64_t seed) {
   static const int64_t shapes[][3] = {
       {65, 7168, 256},   {128, 4096, 128}, {1000, 1280, 8192}, {4096, 2560, 4096},
-      {8192, 4096, 1024}, {333, 200, 96},  {4097, 1003, 160},
+      {8192, 4096, 1024}, {333, 200, 96},  {4097, 1003, 160}, {64, 128, 64},
   };
   static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
   static const fp4_scale_layout lbs[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
@@ -350,7 +355,8 @@ static void test_family_configs(fp4_context *ctx, int first, int count, const ch
       for (int f = 0; f < 2; f++)
         for (int v = 0; v < 3; v++) {
           if (!variant_supported(v, (fp4_format)f)) continue;
-          const int rd = !strncmp(k_configs[cfg], "large-m.rd.", 11), pro = !strncmp(k_configs[cfg], "large-m.rd.pro.", 15);
+          const int rd = !strncmp(k_configs[cfg], "large-m.rd.", 11) || !strncmp(k_configs[cfg], "large-m.wgra.", 13);
+          const int pro = !strncmp(k_configs[cfg], "large-m.rd.pro.", 15) || !strncmp(k_configs[cfg], "large-m.wgra.pro.", 17);
           if (big && rd && (pro ? v != 2 : v == 2)) continue;
           lm_case c = {shapes[s][0], shapes[s][1], shapes[s][2], (fp4_format)f, v,
                        rot % 3 == 0 ? FP4_DTYPE_F32 : outs[rot % 3], lbs[rot % 2], lbs[(rot / 2) % 2],
@@ -414,6 +420,12 @@ static void test_refusals(fp4_context *ctx) {
       g_failures++;
       printf("FAIL unknown wgmma config: status %s, message '%s'\n", fp4_status_str(st), fp4_last_error());
     }
+    fp4_options badwgra = {.backend = "cuda", .config = "large-m.wgra.1x1"};
+    st = i == 0 ? fp4_mm_w4a16(ctx, &ya, &yb, 1.0f, &xo, &badwgra) : FP4_ERR_NOT_FOUND;
+    if (st != FP4_ERR_NOT_FOUND) {
+      g_failures++;
+      printf("FAIL unknown register-A wgmma config: status %s, message '%s'\n", fp4_status_str(st), fp4_last_error());
+    }
     fp4_options badrd = {.backend = "cuda", .config = "large-m.rd.1x1"};
     st = i == 0 ? fp4_mm_w4a16(ctx, &ya, &yb, 1.0f, &xo, &badrd) : FP4_ERR_NOT_FOUND;
     if (st != FP4_ERR_NOT_FOUND) {
@@ -446,7 +458,8 @@ int main(void) {
   printf("+ refusals: %d checks, %d failures\n", g_runs, g_failures);
   test_forced_configs(ctx);
   test_family_configs(ctx, FIRST_WGMMA, 2, "wgmma", 99000);
-  test_family_configs(ctx, FIRST_RD, NUM_CONFIGS - FIRST_RD, "register-decode", 111000);
+  test_family_configs(ctx, FIRST_RD, FIRST_WGRA - FIRST_RD, "register-decode", 111000);
+  test_family_configs(ctx, FIRST_WGRA, NUM_CONFIGS - FIRST_WGRA, "register-A wgmma", 123000);
   printf("test_cuda_large_m: %d checks, %d failures, %d skipped (tile too big for this device)\n", g_runs, g_failures,
          g_skips);
   fp4_context_destroy(ctx);

@@ -277,6 +277,8 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     nlarge += fp4_cuda_rd_configs(&ga, st->device, large + nlarge, 16 - nlarge);
   if (st && nlarge > 0) /* wgmma candidates after the mma.sync ones: never the default (slower on the H200: 160 vs 225 TFLOP/s) */
     nlarge += fp4_cuda_wgmma_configs(&ga, st->device, large + nlarge, 16 - nlarge);
+  if (st && nlarge > 0) /* register-A wgmma candidates (SM90, sm_90a code): not the default until measured */
+    nlarge += fp4_cuda_wgra_configs(&ga, st->device, large + nlarge, 16 - nlarge);
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
@@ -324,7 +326,12 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
         return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
       config = large[0];
     }
-    if (config && !strncmp(config, "large-m.wgmma.", 14)) {
+    if (config && !strncmp(config, "large-m.wgra.", 13)) {
+      const int ok = fp4_cuda_wgra_check(&a, st->device, config, why, sizeof why);
+      if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
+      cfg_name = config;
+      e = fp4_cuda_gemm_wgra(&a, config, p->stream, pdl);
+    } else if (config && !strncmp(config, "large-m.wgmma.", 14)) {
       const int ok = fp4_cuda_wgmma_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;

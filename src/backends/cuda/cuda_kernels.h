@@ -74,6 +74,16 @@ int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const char *config, void
 int fp4_cuda_rd_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
 int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
 int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+/* The sm_90a register-A wgmma large-M GEMMs (gemm_large_m_wgra.cu): out^T = dq(W) * A^T with the FP4
+ * weights decoded into wgmma's register operand; same arguments and operand rules as the large-M
+ * family; tuner candidates ("large-m.wgra.*", W4A4 through a bf16 prologue: "large-m.wgra.pro.*"),
+ * not the default. check / configs / run as the wgmma family above. decode_selftest: the consumer
+ * decode of a test tile for every code x scale byte (format, FP4_CUDA_ACT_BF16/F16) into host_out
+ * (4096 x 16 words, see gemm_large_m_wgra.cu). */
+int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
+int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out);
 /* M above which the default configuration is a large-M tile rather than a small-M kernel: measured on
  * the H200, the large-M family overtakes the best small-M config from M = 65 on seven of the eight
  * dense MODELS.md shapes, from M = 48 on the eighth (bench/results/h200/2026-11-30-session2/). */

@@ -120,66 +120,10 @@ __device__ __forceinline__ void rd_mma(float d[4], uint32_t a0, uint32_t a1, uin
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* ---- exact decode of one word (8 codes) to four 16-bit pairs, times the block scale ------------- */
-
-/* Byte lookups of the 16-bit patterns of e2m1 magnitude m = 0..7 ({0, 0.5, 1, 1.5, 2, 3, 4, 6}):
- * bf16 0x0000 3F00 3F80 3FC0 4000 4040 4080 40C0; f16 0x0000 3800 3C00 3E00 4000 4200 4400 4600. */
-constexpr uint32_t kBf16Lo0 = 0xC0800000u, kBf16Lo1 = 0xC0804000u;
-constexpr uint32_t kBf16Hi0 = 0x3F3F3F00u, kBf16Hi1 = 0x40404040u;
-constexpr uint32_t kF16Hi0 = 0x3E3C3800u, kF16Hi1 = 0x46444240u;
-
-template <bool F16>
-__device__ __forceinline__ uint32_t rd_mul2(uint32_t x, uint32_t s) {
-  if (F16) {
-    __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), *reinterpret_cast<const __half2 *>(&s));
-    return *reinterpret_cast<uint32_t *>(&r);
-  }
-  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&x), *reinterpret_cast<const __nv_bfloat162 *>(&s));
-  return *reinterpret_cast<uint32_t *>(&r);
-}
-
-/* r[p] = (code 2p, code 2p+1) of w as a 16-bit pair (low half first), times the pair s. */
-template <bool F16>
-__device__ __forceinline__ void rd_decode_word(uint32_t w, uint32_t s, uint32_t r[4]) {
-  const uint32_t m = w & 0x77777777u; /* magnitudes: selector nibbles without the sign-replicate bit */
-  const uint32_t mh = m >> 16;
-  /* the sign of code i (bit 4i + 3 of w) to the top bit of byte i: even codes from w << 4, odd from w */
-  const uint32_t w4 = w << 4;
-  const uint32_t s0 = __byte_perm(w4, w, 0x5140) & 0x80808080u; /* codes 0..3 */
-  const uint32_t s1 = __byte_perm(w4, w, 0x7362) & 0x80808080u; /* codes 4..7 */
-  if (F16) {
-    const uint32_t h0 = __byte_perm(kF16Hi0, kF16Hi1, m) | s0, h1 = __byte_perm(kF16Hi0, kF16Hi1, mh) | s1;
-    r[0] = rd_mul2<true>(__byte_perm(h0, 0u, 0x1404), s);
-    r[1] = rd_mul2<true>(__byte_perm(h0, 0u, 0x3424), s);
-    r[2] = rd_mul2<true>(__byte_perm(h1, 0u, 0x1404), s);
-    r[3] = rd_mul2<true>(__byte_perm(h1, 0u, 0x3424), s);
-  } else {
-    const uint32_t h0 = __byte_perm(kBf16Hi0, kBf16Hi1, m) | s0, h1 = __byte_perm(kBf16Hi0, kBf16Hi1, mh) | s1;
-    const uint32_t l0 = __byte_perm(kBf16Lo0, kBf16Lo1, m), l1 = __byte_perm(kBf16Lo0, kBf16Lo1, mh);
-    r[0] = rd_mul2<false>(__byte_perm(l0, h0, 0x5140), s);
-    r[1] = rd_mul2<false>(__byte_perm(l0, h0, 0x7362), s);
-    r[2] = rd_mul2<false>(__byte_perm(l1, h1, 0x5140), s);
-    r[3] = rd_mul2<false>(__byte_perm(l1, h1, 0x7362), s);
-  }
-}
-
 /* ---- tile copies ---------------------------------------------------------------------------------- */
 
-/* Byte offset of 16-byte half h of row r in a raw FP4 tile. */
-__device__ __forceinline__ int rd_fp4_off(int r, int h) { return r * 32 + ((h ^ ((r >> 2) & 1)) << 4); }
 /* Byte offset of 16-byte chunk c of row r in a 16-bit activation tile. */
 __device__ __forceinline__ int rd_a16_off(int r, int c) { return r * 128 + ((c ^ ((r & 1) << 2)) << 4); }
-
-template <int ROWS, int THREADS>
-__device__ __forceinline__ void rd_copy_fp4(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t r0, int64_t k0,
-                                            int64_t k, int tid) {
-#pragma unroll
-  for (int i = tid; i < ROWS * 2; i += THREADS) {
-    const int r = i >> 1, h = i & 1;
-    const bool ok = r0 + r < rows && k0 + 32 * h < k;
-    cp_async16(dst + rd_fp4_off(r, h), ok ? src + (r0 + r) * (k >> 1) + (k0 >> 1) + 16 * h : src, ok);
-  }
-}
 
 template <class G>
 __device__ __forceinline__ void rd_load_stage(const lm_params &p, uint8_t *st, int64_t m0, int64_t n0, int kt) {
@@ -315,30 +259,6 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
   lm_store_mma_acc<G::MT, G::NT>(p, acc, m0 + wm, n0 + wn, g, t);
 }
 
-/* ---- W4A4 prologue: the FP4 activations dequantized to bf16 once per GEMM ---------------------- */
-
-/* out[r][k] = exact bf16 of A[r][k] for every row and K (a multiple of 32): one thread per
- * 32-element chunk (16 bytes of codes in, 64 bytes out); the decode and scale rules of the family
- * (decode_word / chunk_factors of large_m_common.cuh). */
-template <bool NV>
-__global__ void __launch_bounds__(256) rd_dequant_a_kernel(lm_params p, uint16_t *out) {
-  fp4_pdl_wait();
-  const uint8_t *a = static_cast<const uint8_t *>(p.a);
-  const int64_t chunks = p.k / 32, total = p.m * chunks;
-  for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
-    const int64_t r = i / chunks, c = i % chunks;
-    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(a + r * (p.k >> 1) + 16 * c));
-    float f[2];
-    chunk_factors<NV>(load_chunk_scales<NV>(p.a_scales, p.a_layout, p.C, p.m, r, (int)(c >> 1), (int)(c & 1)), f);
-    uint4 *o = reinterpret_cast<uint4 *>(out + r * p.k + 32 * c);
-    o[0] = decode_word<false>(w.x, f[0]);
-    o[1] = decode_word<false>(w.y, f[0]);
-    o[2] = decode_word<false>(w.z, f[1]);
-    o[3] = decode_word<false>(w.w, f[1]);
-  }
-  fp4_pdl_launch_dependents();
-}
-
 /* ---- configurations ------------------------------------------------------------------------------ */
 
 /* Tiles: 0 = 128 x 128 (2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows),
@@ -376,21 +296,7 @@ cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl)
 
 template <int FMT>
 cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
-  lm_params p = lm_params_of(a);
-  void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
-  if (e != cudaSuccess) return e;
-  const int64_t total = a->m * (a->k / 32);
-  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
-  e = fp4_cuda_launch(rd_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
-                      static_cast<uint16_t *>(ws));
-  if (e == cudaSuccess) {
-    p.a = ws;
-    p.lda = a->k;
-    e = rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl);
-  }
-  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
-  return e != cudaSuccess ? e : f;
+  return lm_run_with_dequant_a<FMT>(a, s, pdl, [&](const lm_params &p) { return rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
 }
 
 /* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
@@ -405,16 +311,12 @@ int rd_smem_of(int cfg) {
 
 /* NULL when config cfg takes the activation kind act, else the rule (written to why). */
 const char *rd_act_rule(int cfg, int act, char *why, size_t why_size) {
-  const rd_config &c = kRdConfigs[cfg];
-  if (c.prologue && act != FP4_CUDA_ACT_FP4)
-    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
-                            "W4A16 runs on %s", c.name, kRdConfigs[c.tile].name);
-  else if (!c.prologue && act == FP4_CUDA_ACT_FP4)
-    /* decoding both operands in registers next to the 128 accumulators spills on sm_80-sm_90a */
-    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
-             c.name, kRdConfigs[3].name, kRdConfigs[4].name);
-  else return NULL;
-  return why;
+  /* W4A4 on the in-register tiles: decoding both operands in registers next to the 128 accumulators
+   * spilled on sm_80-sm_90a */
+  const int pro = 3; /* the prologue configs: kRdConfigs[pro], kRdConfigs[pro + 1] */
+  const auto &c = kRdConfigs[cfg];
+  return lm_prologue_act_rule(c.name, c.prologue, kRdConfigs[c.tile].name, kRdConfigs[pro].name, kRdConfigs[pro + 1].name, act, why,
+                              why_size);
 }
 
 int rd_config_index(const char *name) {
@@ -423,10 +325,6 @@ int rd_config_index(const char *name) {
   return -1;
 }
 
-int rd_device_attr(int device, cudaDeviceAttr attr, int fallback) {
-  int v = 0;
-  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
-}
 
 } // namespace
 
@@ -441,7 +339,7 @@ extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const 
   /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
   if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
   if (config && rd_act_rule(c, a->act, why, why_size)) return 0;
-  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
   char rule[320];
   for (int i = 0; i < kNumRdConfigs; i++) {
     if ((config && i != c) || rd_act_rule(i, a->act, rule, sizeof rule)) continue;
@@ -460,8 +358,8 @@ extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const 
 extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
   char why[320];
   if (max < 1 || fp4_cuda_rd_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  const int optin = rd_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  const int sms = rd_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
   /* within the family (not yet measured): the 8-warp tiles first when they still give every SM a
    * CTA, the wider one along the longer side, else the 4-warp 128 x 128 tile first; W4A4: the
    * prologue configs, 128 x 256 first on the same condition */

@@ -1,6 +1,7 @@
 /*
- * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu) and the register-decode GEMM
- * (gemm_large_m_rd.cu: it adds the launch and mma.sync accumulator-store helpers at the end), lifted from the mma.sync family (gemm_large_m.cu,
+ * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu), the register-decode GEMM
+ * (gemm_large_m_rd.cu: it adds the launch and mma.sync accumulator-store helpers at the end) and the
+ * register-A wgmma GEMM (gemm_large_m_wgra.cu: the sm_90a pieces and the in-register decode), lifted from the mma.sync family (gemm_large_m.cu,
  * which keeps its own copies: sharing them changed its register allocation and spilled on one target): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
  * exact FP4 -> bf16/f16 decode (SPEC 3; the reasoning is in gemm_large_m.cu's header comment and
  * docs/cuda-large-m.md) and the masked epilogue store. Everything sits in an unnamed namespace:
@@ -12,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
@@ -331,6 +333,275 @@ __device__ __forceinline__ void lm_mma_ktile(const uint8_t *at, const uint8_t *b
       for (int j = 0; j < G::NT; j++) mma16816<G::F16>(acc[i][j], af, bf[j][0], bf[j][1]);
     }
   }
+}
+
+/* ---- sm_90a pieces: mbarriers, the async-proxy fence, wgmma (gemm_large_m_sm90.cu and
+ * gemm_large_m_wgra.cu). Kernel bodies that use them exist only where FP4_SM90A_BODY is 1; other
+ * targets compile a trap. ---------------------------------------------------------------------------- */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FP4_SM90A_BODY 1
+#else
+#define FP4_SM90A_BODY 0
+#endif
+
+#if FP4_SM90A_BODY
+__device__ __forceinline__ void mbar_init(uint64_t *b, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+/* Waits until the phase with the given parity has completed (acquire). */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(smem_addr(b)), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* Named barrier 1 among the 128 threads of the producer warpgroup. */
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+/* K-major operand in the 128-byte swizzle layout (swz() above; the layout and descriptor fields are
+ * explained at the top of gemm_large_m_sm90.cu). */
+__device__ __forceinline__ uint64_t sw128_desc(const void *tile) {
+  const uint64_t a = smem_addr(tile);
+  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving accumulator accesses across the asynchronous MMAs. */
+__device__ __forceinline__ void fence_acc(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+#define FP4_WG_REGS_64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define FP4_WG_OUTS_64(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define FP4_WG_REGS_128 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79," \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95," \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111," \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define FP4_WG_OUTS_128(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+  "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+  "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+  "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+  "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+  "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+#endif
+
+/* ---- the FP4 tiles of the register-decode kernels ---------------------------------------------- */
+
+/* Byte offset of 16-byte half h of row r in a raw FP4 tile. */
+__device__ __forceinline__ int rd_fp4_off(int r, int h) { return r * 32 + ((h ^ ((r >> 2) & 1)) << 4); }
+template <int ROWS, int THREADS>
+__device__ __forceinline__ void rd_copy_fp4(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t r0, int64_t k0,
+                                            int64_t k, int tid) {
+#pragma unroll
+  for (int i = tid; i < ROWS * 2; i += THREADS) {
+    const int r = i >> 1, h = i & 1;
+    const bool ok = r0 + r < rows && k0 + 32 * h < k;
+    cp_async16(dst + rd_fp4_off(r, h), ok ? src + (r0 + r) * (k >> 1) + (k0 >> 1) + 16 * h : src, ok);
+  }
+}
+
+
+/* ---- exact in-register decode of one word (8 codes) to four 16-bit pairs, times the block scale --
+ * (the register-decode tiles of gemm_large_m_rd.cu and the register-A wgmma tiles of
+ * gemm_large_m_wgra.cu; why it is exact: the header comment of gemm_large_m_rd.cu) */
+
+/* Byte lookups of the 16-bit patterns of e2m1 magnitude m = 0..7 ({0, 0.5, 1, 1.5, 2, 3, 4, 6}):
+ * bf16 0x0000 3F00 3F80 3FC0 4000 4040 4080 40C0; f16 0x0000 3800 3C00 3E00 4000 4200 4400 4600. */
+constexpr uint32_t kBf16Lo0 = 0xC0800000u, kBf16Lo1 = 0xC0804000u;
+constexpr uint32_t kBf16Hi0 = 0x3F3F3F00u, kBf16Hi1 = 0x40404040u;
+constexpr uint32_t kF16Hi0 = 0x3E3C3800u, kF16Hi1 = 0x46444240u;
+
+template <bool F16>
+__device__ __forceinline__ uint32_t rd_mul2(uint32_t x, uint32_t s) {
+  if (F16) {
+    __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), *reinterpret_cast<const __half2 *>(&s));
+    return *reinterpret_cast<uint32_t *>(&r);
+  }
+  __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&x), *reinterpret_cast<const __nv_bfloat162 *>(&s));
+  return *reinterpret_cast<uint32_t *>(&r);
+}
+
+/* r[p] = (code 2p, code 2p+1) of w as a 16-bit pair (low half first), times the pair s (r[0], r[1])
+ * or t (r[2], r[3]): the register-A wgmma tile (gemm_large_m_wgra.cu) gathers codes of two NVFP4
+ * blocks into one word. */
+template <bool F16>
+__device__ __forceinline__ void rd_decode_word2(uint32_t w, uint32_t s, uint32_t t, uint32_t r[4]) {
+  const uint32_t m = w & 0x77777777u; /* magnitudes: selector nibbles without the sign-replicate bit */
+  const uint32_t mh = m >> 16;
+  /* the sign of code i (bit 4i + 3 of w) to the top bit of byte i: even codes from w << 4, odd from w */
+  const uint32_t w4 = w << 4;
+  const uint32_t s0 = __byte_perm(w4, w, 0x5140) & 0x80808080u; /* codes 0..3 */
+  const uint32_t s1 = __byte_perm(w4, w, 0x7362) & 0x80808080u; /* codes 4..7 */
+  if (F16) {
+    const uint32_t h0 = __byte_perm(kF16Hi0, kF16Hi1, m) | s0, h1 = __byte_perm(kF16Hi0, kF16Hi1, mh) | s1;
+    r[0] = rd_mul2<true>(__byte_perm(h0, 0u, 0x1404), s);
+    r[1] = rd_mul2<true>(__byte_perm(h0, 0u, 0x3424), s);
+    r[2] = rd_mul2<true>(__byte_perm(h1, 0u, 0x1404), t);
+    r[3] = rd_mul2<true>(__byte_perm(h1, 0u, 0x3424), t);
+  } else {
+    const uint32_t h0 = __byte_perm(kBf16Hi0, kBf16Hi1, m) | s0, h1 = __byte_perm(kBf16Hi0, kBf16Hi1, mh) | s1;
+    const uint32_t l0 = __byte_perm(kBf16Lo0, kBf16Lo1, m), l1 = __byte_perm(kBf16Lo0, kBf16Lo1, mh);
+    r[0] = rd_mul2<false>(__byte_perm(l0, h0, 0x5140), s);
+    r[1] = rd_mul2<false>(__byte_perm(l0, h0, 0x7362), s);
+    r[2] = rd_mul2<false>(__byte_perm(l1, h1, 0x5140), t);
+    r[3] = rd_mul2<false>(__byte_perm(l1, h1, 0x7362), t);
+  }
+}
+
+template <bool F16>
+__device__ __forceinline__ void rd_decode_word(uint32_t w, uint32_t s, uint32_t r[4]) {
+  rd_decode_word2<F16>(w, s, s, r);
+}
+
+/* out[r][k] = exact bf16 of A[r][k] for every row and K (a multiple of 32): one thread per
+ * 32-element chunk (16 bytes of codes in, 64 bytes out); the decode and scale rules of the family
+ * (decode_word / chunk_factors of large_m_common.cuh). */
+template <bool NV>
+__global__ void __launch_bounds__(256) lm_dequant_a_kernel(lm_params p, uint16_t *out) {
+  fp4_pdl_wait();
+  const uint8_t *a = static_cast<const uint8_t *>(p.a);
+  const int64_t chunks = p.k / 32, total = p.m * chunks;
+  for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
+    const int64_t r = i / chunks, c = i % chunks;
+    const uint4 w = __ldg(reinterpret_cast<const uint4 *>(a + r * (p.k >> 1) + 16 * c));
+    float f[2];
+    chunk_factors<NV>(load_chunk_scales<NV>(p.a_scales, p.a_layout, p.C, p.m, r, (int)(c >> 1), (int)(c & 1)), f);
+    uint4 *o = reinterpret_cast<uint4 *>(out + r * p.k + 32 * c);
+    o[0] = decode_word<false>(w.x, f[0]);
+    o[1] = decode_word<false>(w.y, f[0]);
+    o[2] = decode_word<false>(w.z, f[1]);
+    o[3] = decode_word<false>(w.w, f[1]);
+  }
+  fp4_pdl_launch_dependents();
+}
+
+/* W4A4 through a prologue: the FP4 activations of a are dequantized to bf16 into a stream-ordered
+ * temporary (cudaMallocAsync, M x K x 2 bytes), then launch(p) runs a W4A16 bf16 tile on them (p: the
+ * parameters with A replaced by the temporary); the temporary is freed after it in stream order. */
+template <int FMT, class Launch>
+cudaError_t lm_run_with_dequant_a(const fp4_cuda_gemm_args *a, cudaStream_t s, int pdl, Launch launch) {
+  lm_params p = lm_params_of(a);
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return e;
+  const int64_t total = a->m * (a->k / 32);
+  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
+  e = fp4_cuda_launch(lm_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
+                      static_cast<uint16_t *>(ws));
+  if (e == cudaSuccess) {
+    p.a = ws;
+    p.lda = a->k;
+    e = launch(p);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return e != cudaSuccess ? e : f;
+}
+/* ---- host: does a device run this binary's sm_90a code? ----------------------------------------- */
+
+struct lm_sm90a_probe_cache {
+  int state[64]; /* 0 unknown, 1 yes, 2 no (benign race: every writer stores the same value) */
+  char reason[64][200];
+};
+
+/* 1 when device runs this binary's sm_90a code of kernel, else 0 with the reason (family names the
+ * configs in it); cached per device. The sm_90a kernel bodies keep their mbarriers in static shared
+ * memory, present only in that body: cudaFuncGetAttributes reports a non-zero static shared size
+ * exactly when the device would run the sm_90a code, not a compute_90 PTX JIT or a missing image. */
+inline int lm_sm90a_image_ok(const void *kernel, const char *family, int device, lm_sm90a_probe_cache *c, char *why,
+                             size_t why_size) {
+  const bool cache = device >= 0 && device < 64;
+  if (cache && c->state[device]) {
+    if (c->state[device] == 2) snprintf(why, why_size, "%s", c->reason[device]);
+    return c->state[device] == 1;
+  }
+  char msg[200];
+  int major = 0, minor = 0, ok = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0) {
+    snprintf(msg, sizeof msg, "the %s configs run on SM90 only (sm_90a code); device %d is SM%d%d", family, device, major,
+             minor);
+  } else {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    if (prev != device) cudaSetDevice(device);
+    cudaFuncAttributes attr;
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+    if (prev >= 0 && prev != device) cudaSetDevice(prev);
+    cudaGetLastError();
+    if (e != cudaSuccess)
+      snprintf(msg, sizeof msg, "the %s kernels have no code for device %d: %s", family, device, cudaGetErrorString(e));
+    else if (attr.sharedSizeBytes == 0)
+      snprintf(msg, sizeof msg,
+               "this fp4kit binary carries no sm_90a code (wgmma needs the arch-specific target): rebuild with "
+               "CMAKE_CUDA_ARCHITECTURES including 90a-real");
+    else ok = 1;
+  }
+  if (!ok) snprintf(why, why_size, "%s", msg);
+  if (cache) {
+    if (!ok) snprintf(c->reason[device], sizeof c->reason[device], "%s", msg);
+    c->state[device] = ok ? 1 : 2;
+  }
+  return ok;
+}
+/* ---- host: configs that split W4A16 tiles from W4A4 prologue variants, device attributes -------- */
+
+/* NULL when a config (name; prologue: a W4A4 prologue variant; w4a16: the W4A16 config of its tile;
+ * pro0/pro1: the prologue configs) takes the activation kind act, else the rule (written to why). */
+inline const char *lm_prologue_act_rule(const char *name, bool prologue, const char *w4a16, const char *pro0,
+                                        const char *pro1, int act, char *why, size_t why_size) {
+  if (prologue && act != FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
+                            "W4A16 runs on %s", name, w4a16);
+  else if (!prologue && act == FP4_CUDA_ACT_FP4)
+    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
+             name, pro0, pro1);
+  else return NULL;
+  return why;
+}
+
+inline int lm_device_attr(int device, cudaDeviceAttr attr, int fallback) {
+  int v = 0;
+  return cudaDeviceGetAttribute(&v, attr, device) == cudaSuccess ? v : fallback;
 }
 } // namespace
 

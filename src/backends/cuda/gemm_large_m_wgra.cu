@@ -1,0 +1,507 @@
+/*
+ * Large-M (prefill) GEMMs on Hopper's warpgroup MMA with the FP4 weights as the REGISTER operand
+ * ("large-m.wgra.*" configs, sm_90a only): out[M, N] = scale * A[M, K] * dq(W)[N, K]^T computed as
+ * out^T = dq(W) * A^T, so that the weights are wgmma's A operand, which may come from registers,
+ * and the bf16/f16 activations its B operand in shared memory. Each consumer thread decodes its own
+ * A fragments from the raw FP4 codes in registers: no decoded tile in shared memory, no barrier
+ * between a decode and the MMAs (what limits gemm_large_m_sm90.cu). Same operands, rules and
+ * exactness as the mma.sync family of gemm_large_m.cu (docs/cuda-large-m.md); extra tuner
+ * candidates, not the default.
+ *
+ * CTA: 128 weight rows x BT tokens (BT = 128 or 256), K tiles of 64, three warpgroups:
+ *   - warpgroup 0, the producer (setmaxnreg down to kProducerRegs): per K tile, cp.async copies of
+ *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
+ *     raw FP4 weight tile (128 rows x 32 bytes) and the weight block scales, already converted to
+ *     16-bit pairs (below), into a STAGES-deep ring; `full[s]` (128 arrivals) says a slot is
+ *     ready, `empty[s]` (256 arrivals, every consumer thread) that it was consumed;
+ *   - warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegs): weight rows 0-63 and
+ *     64-127 of the tile, m64nBTk16 wgmma with A from registers, FP32 accumulators
+ *     (BT / 2 registers per thread).
+ *
+ * Shared memory of a slot (every activation tile on a 1024-byte boundary):
+ *   [BT x 128 B activations][128 x 32 B FP4 weights][128 x 16 B scale pairs]
+ *   - activations: 16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) * 16) (swz()), the layout
+ *     of wgmma's 128-byte swizzle mode; descriptor sw128_desc (mode 1, stride byte offset 1024
+ *     between 8-row groups); the k-th 16-element slice of the tile starts 32 k bytes in, so the
+ *     descriptor advances by 2 (16-byte units) per k16 step and the hardware applies the XOR to the
+ *     final address, as swz() did for the writes (the layout gemm_large_m_sm90.cu verified);
+ *   - FP4 weights: row r's 16-byte half h at r * 32 + ((h ^ ((r >> 2) & 1)) * 16) (rd_fp4_off):
+ *     a warp's 16-byte loads of its 8 rows g = 0..7 (same h) then fall on 8 distinct 16-byte bank
+ *     groups (rows 0-3 and 4-7 in opposite halves of a 128-byte line);
+ *   - scales: row r, k16 step s (0..3) of the tile: the 16-bit pair (scale, scale) at r * 16 + 4 s,
+ *     in the activations' type. NVFP4 (block 16): step s is block 4 kt + s; MXFP4 (block 32):
+ *     block 2 kt + s / 2. The producer converts E4M3/UE8M0 -> float -> bf16/f16 (chunk_factors,
+ *     pack2): exact, every E4M3 value is a bf16 and an f16 (2^-9 .. 448), every UE8M0 value a bf16
+ *     (2^-127 as a subnormal, 0xFF as NaN); MXFP4 with f16 activations is refused as in the family.
+ *
+ * The A fragment (PTX ISA, wgmma .m64nNk16 with A in registers, 16-bit types: per warp the
+ * mma.m16n8k16 A layout): warp w of a consumer warpgroup owns rows 16 w .. 16 w + 15 of its 64;
+ * lane = 4 g + q holds, for a k16 step,
+ *     a0 = (row g,     k 2q, 2q+1)   a1 = (row g + 8, k 2q, 2q+1)
+ *     a2 = (row g,     k 2q+8, 2q+9) a3 = (row g + 8, k 2q+8, 2q+9)
+ * as 16-bit pairs, lower k in the low half. Packed FP4 stores element 2i in the low nibble of byte i
+ * (codec.h, fp4_e2m1_pack2), so (k 2q, 2q+1) of step s is byte 8 s + q of the row and (k 2q+8,
+ * 2q+9) byte 8 s + 4 + q: byte q of the row's 32-bit words 2 s and 2 s + 1. A thread loads its two
+ * rows' 32 bytes per K tile (four 16-byte loads) and gathers byte q of words 0..3 into one word X0 =
+ * [step 0 a0|a1-row, step 0 a2|a3-row, step 1 ..., step 1 ...] (three byte permutes) and of words
+ * 4..7 into X1 (steps 2, 3). rd_decode_word2 turns byte i of such a word into 16-bit pair i,
+ * pairs 0-1 times the scale of the first step, 2-3 times the second: exact (the lookup decode of
+ * gemm_large_m_rd.cu: e2m1 bit patterns by byte permutes, sign in bit 15, one packed multiply by the
+ * block scale; e2m1 * scale has at most 6 significant bits and lies in the range of the type, so the
+ * product is exact; bf16/f16 packed multiplies keep subnormals; 2^127 * codes >= 2 overflow to inf
+ * as in FP32; NaN scales stay NaN). tests/test_cuda_wgra.c checks it on the GPU over all 16 codes x
+ * all 256 scale bytes.
+ *
+ * Pipelining. The fragments of K tile kt + 1 are decoded while the four wgmma of tile kt run:
+ * two fragment buffers (16 registers each), one commit group per K tile. Per tile:
+ *   wgmma.fence (the buffer and the accumulators were written since the last fence); four wgmma;
+ *   commit; wgmma.wait_group 1 (tile kt - 1's group done: its fragment buffer may be overwritten and
+ *   its slot released on `empty`); wait `full` of tile kt + 1; load and decode it into the other
+ *   buffer.
+ * Ordering of the producer's writes: its cp.async writes and its scale stores are generic-proxy
+ * writes; the scales are read by the consumers' generic loads, the activation tile by wgmma through
+ * the async proxy: cp.async.wait_group + fence.proxy.async.shared::cta in every producer thread,
+ * then its arrival on `full` (release); the consumers' wait acquires.
+ *
+ * Epilogue: accumulator register 4 j + 2 h + e holds (weight row 16 w + g + 8 h, token 8 j + 2 q + e)
+ * (the wgmma D layout); one shuffle with the lane of the neighbouring row g ^ 1 turns two tokens of
+ * one row into one token of two neighbouring rows, which store_pair writes as a pair into out[token]
+ * (alpha * multiplier applied there, bf16/f16/f32, masked at M and N).
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/large_m_common.cuh"
+#include "backends/cuda/launch.cuh"
+
+namespace {
+
+constexpr int kWgraWg = 128;              /* threads per warpgroup */
+constexpr int kWgraThreads = 3 * kWgraWg; /* producer + two consumers */
+constexpr int kWgraRows = 128;            /* weight rows per CTA */
+constexpr int kWgraBK = 64;               /* K elements per tile */
+/* 128 x 40 + 256 x 232 = 64512 registers = 384 x 168, what __launch_bounds__(384, 1) gives at launch */
+constexpr int kProducerRegs = 88;
+constexpr int kConsumerRegs = 208;
+
+template <int BT, int STAGES, int FMT, int ACT>
+struct wgra_cfg {
+  static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
+  static constexpr int ACT_BYTES = BT * 128;
+  static constexpr int W_BYTES = kWgraRows * 32;
+  static constexpr int SC_BYTES = kWgraRows * 16;
+  static constexpr int SLOT = ACT_BYTES + W_BYTES + SC_BYTES;
+  static constexpr int SMEM = 1024 /* alignment slack */ + STAGES * SLOT;
+  static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
+  static_assert(BT == 128 || BT == 256, "wgmma n128 or n256");
+  static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
+  static_assert(STAGES >= 3, "a slot is refilled one tile after its release");
+  static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "16-bit activations (W4A4: the prologue)");
+};
+
+/* ---- decode pieces (every target: the GPU self-test runs them too) ------------------------------ */
+
+/* The 16-bit scale pairs of the 4 k16 steps of a K tile from the scale bits of its two 32-element
+ * chunks (load_chunk_scales: NVFP4 two E4M3 bytes each, MXFP4 one UE8M0 byte). */
+template <bool NV, bool F16>
+__device__ __forceinline__ uint4 wgra_scale_pairs(uint32_t c0, uint32_t c1) {
+  float f0[2], f1[2];
+  chunk_factors<NV>(c0, f0);
+  chunk_factors<NV>(c1, f1);
+  return make_uint4(pack2<F16>(f0[0], f0[0]), pack2<F16>(f0[1], f0[1]), pack2<F16>(f1[0], f1[0]),
+                    pack2<F16>(f1[1], f1[1]));
+}
+
+/* Those of weight row r in K tile kt (0 past N or K, whose codes are zero-filled too). */
+template <bool NV, bool F16>
+__device__ __forceinline__ uint4 wgra_row_scales(const lm_params &p, int64_t r, int kt) {
+  return wgra_scale_pairs<NV, F16>(load_chunk_scales<NV>(p.b_scales, p.b_layout, p.C, p.n, r, kt, 0),
+                                   load_chunk_scales<NV>(p.b_scales, p.b_layout, p.C, p.n, r, kt, 1));
+}
+
+/* Byte q of each of the four words: [w0.q, w1.q, w2.q, w3.q]; sel = q | (q + 4) << 4. */
+__device__ __forceinline__ uint32_t wgra_gather(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t sel) {
+  return __byte_perm(__byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel), 0x5410);
+}
+
+/* A fragments of one K tile for the thread's two rows: lo/hi = row g / g + 8 as (half 0, half 1)
+ * 16-byte loads, slo/shi their scale pairs; a[s][0..3] = a0..a3 of k16 step s. */
+template <bool F16>
+__device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &lo1, const uint4 &hi0, const uint4 &hi1,
+                                                 const uint4 &slo, const uint4 &shi, uint32_t sel, uint32_t (&a)[4][4]) {
+  uint32_t r[4];
+  rd_decode_word2<F16>(wgra_gather(lo0.x, lo0.y, lo0.z, lo0.w, sel), slo.x, slo.y, r); /* row g, steps 0-1 */
+  a[0][0] = r[0], a[0][2] = r[1], a[1][0] = r[2], a[1][2] = r[3];
+  rd_decode_word2<F16>(wgra_gather(hi0.x, hi0.y, hi0.z, hi0.w, sel), shi.x, shi.y, r); /* row g + 8 */
+  a[0][1] = r[0], a[0][3] = r[1], a[1][1] = r[2], a[1][3] = r[3];
+  rd_decode_word2<F16>(wgra_gather(lo1.x, lo1.y, lo1.z, lo1.w, sel), slo.z, slo.w, r); /* row g, steps 2-3 */
+  a[2][0] = r[0], a[2][2] = r[1], a[3][0] = r[2], a[3][2] = r[3];
+  rd_decode_word2<F16>(wgra_gather(hi1.x, hi1.y, hi1.z, hi1.w, sel), shi.z, shi.w, r);
+  a[2][1] = r[0], a[2][3] = r[1], a[3][1] = r[2], a[3][3] = r[3];
+}
+
+#if FP4_SM90A_BODY
+/* ---- wgmma with A from registers --------------------------------------------------------------- */
+
+/* D[64 x BT] += A[64 x 16] (registers, a0..a3) * B[BT x 16]^T (K-major in shared memory);
+ * scale-d 1 (accumulate), scale-a/b 1, B not transposed (K-major). */
+#define FP4_WGRA_MMA(N, T, REGS, OUTS, A0, A1, A2, A3, DB, ONE)                                            \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ONE ", 0;\nwgmma.mma_async.sync.aligned.m64n" N "k16.f32." T \
+               "." T " {" REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", p, 1, 1, 0;\n}\n"          \
+               : OUTS(d)                                                                                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u))
+template <int BT, bool F16>
+__device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (BT == 128) {
+    if (F16) FP4_WGRA_MMA("128", "f16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
+    else FP4_WGRA_MMA("128", "bf16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
+  } else {
+    if (F16) FP4_WGRA_MMA("256", "f16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
+    else FP4_WGRA_MMA("256", "bf16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
+  }
+}
+#undef FP4_WGRA_MMA
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+/* Issues the copies of K tile kt into slot sl (producer thread pt of 128). */
+template <class G, int BT>
+__device__ __forceinline__ void wgra_load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt) {
+  const int64_t k0 = (int64_t)kt * kWgraBK;
+  copy_16bit_rows<BT, kWgraWg>(sl, static_cast<const uint16_t *>(p.a), p.lda, p.m, m0, k0, p.k, pt);
+  rd_copy_fp4<kWgraRows, kWgraWg>(sl + G::ACT_BYTES, p.b, p.n, n0, k0, p.k, pt);
+}
+
+/* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
+ * them into a. */
+template <class G>
+__device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt, int wr, uint32_t sel,
+                                           uint32_t (&a)[4][4]) {
+  constexpr int S = G::D + 1;
+  mbar_wait(&full[kt % S], (kt / S) & 1);
+  const uint8_t *sl = ring + (kt % S) * G::SLOT;
+  const uint8_t *wt = sl + G::ACT_BYTES, *sc = wt + G::W_BYTES;
+  const uint4 lo0 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 0));
+  const uint4 lo1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 1));
+  const uint4 hi0 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr + 8, 0));
+  const uint4 hi1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr + 8, 1));
+  const uint4 slo = *reinterpret_cast<const uint4 *>(sc + wr * 16);
+  const uint4 shi = *reinterpret_cast<const uint4 *>(sc + (wr + 8) * 16);
+  wgra_decode_tile<G::F16>(lo0, lo1, hi0, hi1, slo, shi, sel, a);
+}
+
+/* Consumer, one K tile: the MMAs of tile kt from cur, then (tile kt - 1's MMAs done) its slot
+ * released and tile kt + 1 decoded into nxt while these MMAs run. */
+template <class G, int BT>
+__device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_t *empty, int kt, int kts, int wr,
+                                          uint32_t sel, float *acc, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
+  constexpr int S = G::D + 1;
+  const uint64_t db = sw128_desc(ring + (kt % S) * G::SLOT);
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 4; s++) wgmma_rs_k16<BT, G::F16>(acc, cur[s], db + 2 * s);
+  wgmma_commit();
+  wgmma_wait<1>();
+  if (kt > 0) mbar_arrive(&empty[(kt - 1) % S]);
+  if (kt + 1 < kts) wgra_fetch<G>(ring, full, kt + 1, wr, sel, nxt);
+}
+#endif
+
+template <int BT, int STAGES, int FMT, int ACT>
+__global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p) {
+#if FP4_SM90A_BODY
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+
+  int64_t m0, n0; /* tokens m0 .., weight rows n0 .. */
+  lm_tile_origin(p, BT, kWgraRows, blockIdx.x, &m0, &n0);
+  const int kts = (int)((p.k + kWgraBK - 1) / kWgraBK);
+  const int wg = threadIdx.x / kWgraWg;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(&full[s], kWgraWg);
+      mbar_init(&empty[s], 2 * kWgraWg);
+    }
+  }
+  __syncthreads(); /* barriers initialized before anyone arrives or waits */
+  fp4_pdl_wait();  /* nothing is read before the producers of A, W and the scales have finished */
+
+  if (wg == 0) {
+    /* ---- producer: thread pt also converts the scales of weight row pt ---- */
+    setmaxnreg_dec<kProducerRegs>();
+    const int pt = threadIdx.x;
+#pragma unroll 1
+    for (int j = 0; j < G::D; j++) {
+      if (j < kts) wgra_load<G, BT>(p, ring + j * G::SLOT, m0, n0, j, pt);
+      cp_async_commit();
+    }
+    uint4 sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, 0);
+#pragma unroll 1
+    for (int j = 0; j < kts; j++) {
+      uint8_t *sl = ring + (j % STAGES) * G::SLOT;
+      /* slot j % STAGES is free: its copies were issued after its previous tile's release */
+      *reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16) = sc;
+      if (j + 1 < kts) sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, j + 1);
+      cp_async_wait<G::D - 1>(); /* this thread's copies of tile j have landed */
+      fence_proxy_async();       /* ... and are visible to wgmma's async-proxy reads */
+      mbar_arrive(&full[j % STAGES]);
+      const int jn = j + G::D;
+      if (jn < kts) {
+        /* slot jn % STAGES last held tile jn - STAGES: wait until both consumers released it */
+        if (jn >= STAGES) mbar_wait(&empty[jn % STAGES], ((jn - STAGES) / STAGES) & 1);
+        wgra_load<G, BT>(p, ring + (jn % STAGES) * G::SLOT, m0, n0, jn, pt);
+      }
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    fp4_pdl_launch_dependents();
+  } else {
+    /* ---- consumers: warpgroup cw computes weight rows 64 cw .. 64 cw + 63 of the tile ---- */
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1, lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
+    const int wr = cw * 64 + w * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
+    const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
+    float acc[BT / 2];
+#pragma unroll
+    for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
+    uint32_t fa[4][4], fb[4][4];
+    wgra_fetch<G>(ring, full, 0, wr, sel, fa);
+#pragma unroll 1
+    for (int kt = 0; kt < kts; kt += 2) {
+      wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb);
+      if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
+    fp4_pdl_launch_dependents();
+
+    /* register 4j + 2h + e: weight row wr + 8h, token 8j + 2q + e. Lanes g and g ^ 1 swap one
+     * value so that an even-g lane holds token 8j + 2q of rows (wr, wr + 1) and an odd-g lane token
+     * 8j + 2q + 1 of rows (wr - 1, wr): consecutive outputs of one token row. */
+    const bool odd = g & 1;
+#pragma unroll
+    for (int j = 0; j < BT / 8; j++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
+        const int64_t n = n0 + wr + 8 * h, m = m0 + 8 * j + 2 * q;
+        if (odd) store_pair(p, m + 1, n - 1, got, v1);
+        else store_pair(p, m, n, v0, got);
+      }
+  }
+#elif defined(__CUDA_ARCH__)
+  /* referenced here too, or the compiler reports them unused in the passes for other targets */
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  (void)p;
+  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)kProducerRegs, (void)kConsumerRegs;
+  __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
+#else
+  (void)p;
+#endif
+}
+
+/* ---- decode self-test kernel: every E2M1 code x every scale byte through the consumer path ------ */
+
+/* Code of element k of the self-test rows of thread (c = t % 16): row g (lo) and row g + 8 (hi),
+ * chosen so that every code meets every position and the two rows differ. */
+__host__ __device__ inline uint32_t wgra_selftest_code(int c, int hi, int k) {
+  return (uint32_t)(hi ? c + 3 * k + 7 : c + k) & 15u;
+}
+
+/* Thread t (of 4096: scale byte b = t / 16, code offset c = t % 16, lane q = t % 4) packs the 64 codes
+ * of its two rows (wgra_selftest_code) as the raw tile holds them, takes scale bits b for every block
+ * and decodes the K tile exactly as a consumer lane with that q does: out[t * 16 + 4 s + i] = a[s][i]. */
+template <bool NV, bool F16>
+__global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out) {
+  const int t = blockIdx.x * 256 + threadIdx.x;
+  if (t >= 4096) return;
+  const uint32_t b = (uint32_t)t >> 4, q = (uint32_t)t & 3;
+  const int c = t & 15;
+  uint32_t w[2][8];
+#pragma unroll
+  for (int hi = 0; hi < 2; hi++)
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      uint32_t v = 0;
+#pragma unroll
+      for (int e = 0; e < 8; e++) v |= wgra_selftest_code(c, hi, 8 * i + e) << (4 * e); /* element 2j low nibble */
+      w[hi][i] = v;
+    }
+  const uint32_t bits = NV ? b * 0x0101u : b;
+  const uint4 sc = wgra_scale_pairs<NV, F16>(bits, bits);
+  uint32_t a[4][4];
+  wgra_decode_tile<F16>(make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]), make_uint4(w[0][4], w[0][5], w[0][6], w[0][7]),
+                        make_uint4(w[1][0], w[1][1], w[1][2], w[1][3]), make_uint4(w[1][4], w[1][5], w[1][6], w[1][7]), sc,
+                        sc, q | ((q + 4) << 4), a);
+#pragma unroll
+  for (int s = 0; s < 4; s++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) out[t * 16 + 4 * s + i] = a[s][i];
+}
+
+/* ---- configurations ------------------------------------------------------------------------------ */
+
+/* Tiles: 0 = 128 weight rows x 128 tokens (8 stages), 1 = 128 x 256 (5 stages: 5 x 38 KiB). A
+ * prologue config takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM
+ * (lm_run_with_dequant_a, as the large-m.rd.pro.* configs), then the tile runs as W4A16. */
+struct wgra_config {
+  const char *name;
+  int tile;
+  bool prologue;
+};
+const wgra_config kWgraConfigs[] = {
+    {"large-m.wgra.128x128", 0, false},
+    {"large-m.wgra.128x256", 1, false},
+    {"large-m.wgra.pro.128x128", 0, true},
+    {"large-m.wgra.pro.128x256", 1, true},
+};
+constexpr int kNumWgraConfigs = (int)(sizeof kWgraConfigs / sizeof *kWgraConfigs);
+
+template <int BT, int STAGES, int FMT, int ACT>
+cudaError_t wgra_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  /* CTAs over (token tiles of BT) x (weight tiles of 128): lm_launch_tiles' bm x bn */
+  return lm_launch_tiles(gemm_wgra_kernel<BT, STAGES, FMT, ACT>, BT, kWgraRows, kWgraThreads, G::SMEM, p, stream, pdl);
+}
+
+template <int FMT, int ACT>
+cudaError_t wgra_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl) {
+  switch (tile) {
+  case 0: return wgra_launch_tile<128, 8, FMT, ACT>(p, s, pdl);
+  case 1: return wgra_launch_tile<256, 5, FMT, ACT>(p, s, pdl);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
+int wgra_smem_of(int cfg) {
+  switch (kWgraConfigs[cfg].tile) {
+  case 0: return wgra_cfg<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  case 1: return wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
+  default: return 0;
+  }
+}
+
+/* NULL when config cfg takes the activation kind act, else the rule (written to why). */
+const char *wgra_act_rule(int cfg, int act, char *why, size_t why_size) {
+  const int pro = 2; /* the prologue configs: kWgraConfigs[pro], kWgraConfigs[pro + 1] */
+  const auto &c = kWgraConfigs[cfg];
+  return lm_prologue_act_rule(c.name, c.prologue, kWgraConfigs[c.tile].name, kWgraConfigs[pro].name, kWgraConfigs[pro + 1].name, act, why,
+                              why_size);
+}
+
+int wgra_config_index(const char *name) {
+  for (int i = 0; i < kNumWgraConfigs; i++)
+    if (!strcmp(name, kWgraConfigs[i].name)) return i;
+  return -1;
+}
+
+
+int wgra_image_ok(int device, char *why, size_t why_size) {
+  static lm_sm90a_probe_cache cache;
+  return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>),
+                           "wgra", device, &cache, why, why_size);
+}
+
+} // namespace
+
+extern "C" int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
+                                   size_t why_size) {
+  const int c = config ? wgra_config_index(config) : -1;
+  if (config && c < 0) {
+    snprintf(why, why_size, "unknown register-A wgmma config '%s' (%s, %s, %s, %s)", config, kWgraConfigs[0].name,
+             kWgraConfigs[1].name, kWgraConfigs[2].name, kWgraConfigs[3].name);
+    return -1;
+  }
+  /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
+  if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
+  if (config && wgra_act_rule(c, a->act, why, why_size)) return 0;
+  if (!wgra_image_ok(device, why, why_size)) return 0;
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  char rule[320];
+  for (int i = 0; i < kNumWgraConfigs; i++) {
+    if ((config && i != c) || wgra_act_rule(i, a->act, rule, sizeof rule)) continue;
+    if (wgra_smem_of(i) <= optin) return 1;
+    if (config) {
+      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
+               wgra_smem_of(i), device, optin);
+      return 0;
+    }
+  }
+  snprintf(why, why_size, "no register-A wgmma tile fits the %d bytes of shared memory per block of device %d", optin,
+           device);
+  return 0;
+}
+
+extern "C" int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
+  char why[320];
+  if (max < 1 || fp4_cuda_wgra_check(a, device, NULL, why, sizeof why) != 1) return 0;
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
+  /* within the family (not yet measured): the 256-token tile first when it still gives every SM a CTA */
+  const int64_t ctas256 = ((a->m + 255) / 256) * ((a->n + kWgraRows - 1) / kWgraRows);
+  const int wide = ctas256 >= sms ? 1 : 0;
+  const int base = a->act == FP4_CUDA_ACT_FP4 ? 2 : 0;
+  const int order[2] = {base + wide, base + 1 - wide};
+  int out = 0;
+  for (int i = 0; i < 2 && out < max; i++)
+    if (wgra_smem_of(order[i]) <= optin) names[out++] = kWgraConfigs[order[i]].name;
+  return out;
+}
+
+extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
+  const int cfg = wgra_config_index(config);
+  char why[320];
+  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || wgra_act_rule(cfg, a->act, why, sizeof why))
+    return (int)cudaErrorInvalidValue;
+  cudaStream_t s = (cudaStream_t)stream;
+  const bool nv = a->format == FP4_FORMAT_NVFP4;
+  const int tile = kWgraConfigs[cfg].tile;
+  if (kWgraConfigs[cfg].prologue) {
+    if (nv)
+      return (int)lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(
+          a, s, pdl, [&](const lm_params &p) { return wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
+    return (int)lm_run_with_dequant_a<FP4_FORMAT_MXFP4>(
+        a, s, pdl, [&](const lm_params &p) { return wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
+  }
+  const lm_params p = lm_params_of(a);
+  switch (a->act) {
+  case FP4_CUDA_ACT_BF16:
+    return (int)(nv ? wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl)
+                    : wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl));
+  case FP4_CUDA_ACT_F16: return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
+  default: return (int)cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {
+  if (act != FP4_CUDA_ACT_BF16 && act != FP4_CUDA_ACT_F16) return (int)cudaErrorInvalidValue;
+  uint32_t *d = NULL;
+  const size_t bytes = 4096 * 16 * sizeof(uint32_t);
+  cudaError_t e = cudaMalloc(&d, bytes);
+  if (e != cudaSuccess) return (int)e;
+  const bool nv = format == FP4_FORMAT_NVFP4, f16 = act == FP4_CUDA_ACT_F16;
+  if (nv && f16) wgra_decode_selftest_kernel<true, true><<<16, 256>>>(d);
+  else if (nv) wgra_decode_selftest_kernel<true, false><<<16, 256>>>(d);
+  else if (f16) wgra_decode_selftest_kernel<false, true><<<16, 256>>>(d);
+  else wgra_decode_selftest_kernel<false, false><<<16, 256>>>(d);
+  e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpy(host_out, d, bytes, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  return (int)e;
+}
