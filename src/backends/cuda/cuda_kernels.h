@@ -48,9 +48,15 @@ typedef struct fp4_cuda_gemm_args {
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
   int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM */
+  int dequant_a;             /* small-M W4A4: 1 = FP4 activations dequantized to bf16 once per GEMM,
+                                then the W4A16 bf16 kernel of the same rows/warps/min_blocks     */
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
+/* W4A4 prologue shared by the small-M and the register-decode large-M families (gemm_large_m_rd.cu):
+ * out[M, K] = the exact bf16 values of the FP4 activations a (a->a, a_scales, a_layout, format, m, k;
+ * K % 32 == 0), stream-ordered on stream; the kernel waits for its producers (PDL) before reading. */
+int fp4_cuda_dequant_a_bf16(const fp4_cuda_gemm_args *a, uint16_t *out, void *stream, int pdl);
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 

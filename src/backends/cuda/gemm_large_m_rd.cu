@@ -323,6 +323,9 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
 template <bool NV>
 __global__ void __launch_bounds__(256) rd_dequant_a_kernel(lm_params p, uint16_t *out) {
   fp4_pdl_wait();
+  /* The GEMM that follows waits (griddepcontrol.wait) for this whole grid to finish and flush, so
+   * letting it launch now is safe: its CTAs become resident and set up while the decode runs. */
+  fp4_pdl_launch_dependents();
   const uint8_t *a = static_cast<const uint8_t *>(p.a);
   const int64_t chunks = p.k / 32, total = p.m * chunks;
   for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
@@ -336,7 +339,6 @@ __global__ void __launch_bounds__(256) rd_dequant_a_kernel(lm_params p, uint16_t
     o[2] = decode_word<false>(w.z, f[1]);
     o[3] = decode_word<false>(w.w, f[1]);
   }
-  fp4_pdl_launch_dependents();
 }
 
 /* ---- configurations ------------------------------------------------------------------------------ */
@@ -380,10 +382,7 @@ cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream
   void *ws = NULL;
   cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
   if (e != cudaSuccess) return e;
-  const int64_t total = a->m * (a->k / 32);
-  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
-  e = fp4_cuda_launch(rd_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
-                      static_cast<uint16_t *>(ws));
+  e = (cudaError_t)fp4_cuda_dequant_a_bf16(a, static_cast<uint16_t *>(ws), s, pdl);
   if (e == cudaSuccess) {
     p.a = ws;
     p.lda = a->k;
@@ -502,4 +501,14 @@ extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char 
   case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
+}
+
+extern "C" int fp4_cuda_dequant_a_bf16(const fp4_cuda_gemm_args *a, uint16_t *out, void *stream, int pdl) {
+  if (a->act != FP4_CUDA_ACT_FP4 || a->m < 1 || a->k % 32) return (int)cudaErrorInvalidValue;
+  const lm_params p = lm_params_of(a);
+  const int64_t total = a->m * (a->k / 32);
+  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
+  const bool nv = a->format == FP4_FORMAT_NVFP4;
+  return (int)fp4_cuda_launch(nv ? rd_dequant_a_kernel<true> : rd_dequant_a_kernel<false>, dim3((unsigned)blocks),
+                              dim3(256), 0, (cudaStream_t)stream, pdl, p, out);
 }

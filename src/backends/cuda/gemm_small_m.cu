@@ -374,6 +374,32 @@ cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int m
   }
 }
 
+/* W4A4 through a prologue ("small-m.pro.*"): the FP4 activations are dequantized once per GEMM to
+ * bf16 (M x K x 2 bytes, at most 1 MB at M = 64, K = 8192: it stays in L2) in a stream-ordered
+ * temporary, then the W4A16 bf16 kernel of the same rows, warps and register cap runs on them
+ * unchanged. The in-loop path decodes every activation element once per CTA (and 8 token rows per
+ * tile even at M = 1); the prologue decodes it once per GEMM, leaving the streaming loop the
+ * W4A16 instruction mix. Exact: e2m1 x E4M3 has at most 6 significant bits, e2m1 x 2^(e-127) at
+ * most 2, and bf16 has FP32's exponent range (subnormals included), so the staged values are the
+ * ones the in-loop decode forms in bf16 registers (overflow to inf and NaN scales included) and the
+ * results equal the in-loop configuration's bit for bit (tests/test_cuda.c checks both). */
+cudaError_t launch_dequant_a(const fp4_cuda_gemm_args *a, gemm_params p, cudaStream_t s, int pdl) {
+  if (a->act != FP4_CUDA_ACT_FP4) return cudaErrorInvalidValue;
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return e;
+  e = (cudaError_t)fp4_cuda_dequant_a_bf16(a, static_cast<uint16_t *>(ws), s, pdl);
+  if (e == cudaSuccess) {
+    p.a = ws;
+    p.lda = a->k; /* elements of the bf16 rows */
+    e = a->format == FP4_FORMAT_NVFP4
+            ? launch_act<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, a->warps, a->rows, a->min_blocks, s, pdl)
+            : launch_act<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, a->warps, a->rows, a->min_blocks, s, pdl);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return e != cudaSuccess ? e : f;
+}
+
 } // namespace
 
 extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows) { return (int64_t)smem_for(warps, m, rows); }
@@ -404,6 +430,7 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
+  if (a->dequant_a) return (int)launch_dequant_a(a, p, s, pdl);
   cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl)
                                                 : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl);
   return (int)e;
