@@ -53,10 +53,13 @@ typedef struct fp4_cuda_gemm_args {
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
-/* W4A4 prologue shared by the small-M and the register-decode large-M families (gemm_large_m_rd.cu):
- * out[M, K] = the exact bf16 values of the FP4 activations a (a->a, a_scales, a_layout, format, m, k;
- * K % 32 == 0), stream-ordered on stream; the kernel waits for its producers (PDL) before reading. */
-int fp4_cuda_dequant_a_bf16(const fp4_cuda_gemm_args *a, uint16_t *out, void *stream, int pdl);
+/* W4A4 through a bf16 prologue, shared by the small-M and the register-decode large-M families
+ * (gemm_large_m_rd.cu): dequantizes the FP4 activations of a (exactly, K % 32 == 0) into a
+ * stream-ordered temporary (M x K x 2 bytes), calls gemm(w4a16, user) where w4a16 is a with those
+ * bf16 rows as activations (act BF16, lda K, dequant_a 0), then frees the temporary in stream order.
+ * The prologue kernel waits for its producers (PDL). Returns the first cudaError_t. */
+int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a, int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user),
+                             void *user, void *stream, int pdl);
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 

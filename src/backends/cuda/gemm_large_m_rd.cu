@@ -376,20 +376,22 @@ cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl)
   }
 }
 
+struct rd_prologue_call {
+  int tile;
+  cudaStream_t stream;
+  int pdl;
+};
+
+template <int FMT>
+int rd_launch_bf16(const fp4_cuda_gemm_args *w4a16, void *user) {
+  const rd_prologue_call *c = static_cast<const rd_prologue_call *>(user);
+  return (int)rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(lm_params_of(w4a16), c->tile, c->stream, c->pdl);
+}
+
 template <int FMT>
 cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
-  lm_params p = lm_params_of(a);
-  void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
-  if (e != cudaSuccess) return e;
-  e = (cudaError_t)fp4_cuda_dequant_a_bf16(a, static_cast<uint16_t *>(ws), s, pdl);
-  if (e == cudaSuccess) {
-    p.a = ws;
-    p.lda = a->k;
-    e = rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl);
-  }
-  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
-  return e != cudaSuccess ? e : f;
+  rd_prologue_call c = {tile, s, pdl};
+  return (cudaError_t)fp4_cuda_gemm_via_bf16_a(a, rd_launch_bf16<FMT>, &c, s, pdl);
 }
 
 /* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
@@ -503,12 +505,28 @@ extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char 
   }
 }
 
-extern "C" int fp4_cuda_dequant_a_bf16(const fp4_cuda_gemm_args *a, uint16_t *out, void *stream, int pdl) {
+extern "C" int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a,
+                                        int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user), void *user,
+                                        void *stream, int pdl) {
   if (a->act != FP4_CUDA_ACT_FP4 || a->m < 1 || a->k % 32) return (int)cudaErrorInvalidValue;
-  const lm_params p = lm_params_of(a);
+  cudaStream_t s = (cudaStream_t)stream;
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return (int)e;
   const int64_t total = a->m * (a->k / 32);
   const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
   const bool nv = a->format == FP4_FORMAT_NVFP4;
-  return (int)fp4_cuda_launch(nv ? rd_dequant_a_kernel<true> : rd_dequant_a_kernel<false>, dim3((unsigned)blocks),
-                              dim3(256), 0, (cudaStream_t)stream, pdl, p, out);
+  e = fp4_cuda_launch(nv ? rd_dequant_a_kernel<true> : rd_dequant_a_kernel<false>, dim3((unsigned)blocks), dim3(256), 0,
+                      s, pdl, lm_params_of(a), static_cast<uint16_t *>(ws));
+  if (e == cudaSuccess) {
+    fp4_cuda_gemm_args w4a16 = *a;
+    w4a16.act = FP4_CUDA_ACT_BF16;
+    w4a16.a = ws;
+    w4a16.lda = a->k;
+    w4a16.a_scales = NULL;
+    w4a16.dequant_a = 0;
+    e = (cudaError_t)gemm(&w4a16, user);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return (int)(e != cudaSuccess ? e : f);
 }

@@ -383,21 +383,14 @@ cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int m
  * most 2, and bf16 has FP32's exponent range (subnormals included), so the staged values are the
  * ones the in-loop decode forms in bf16 registers (overflow to inf and NaN scales included) and the
  * results equal the in-loop configuration's bit for bit (tests/test_cuda.c checks both). */
-cudaError_t launch_dequant_a(const fp4_cuda_gemm_args *a, gemm_params p, cudaStream_t s, int pdl) {
-  if (a->act != FP4_CUDA_ACT_FP4) return cudaErrorInvalidValue;
-  void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
-  if (e != cudaSuccess) return e;
-  e = (cudaError_t)fp4_cuda_dequant_a_bf16(a, static_cast<uint16_t *>(ws), s, pdl);
-  if (e == cudaSuccess) {
-    p.a = ws;
-    p.lda = a->k; /* elements of the bf16 rows */
-    e = a->format == FP4_FORMAT_NVFP4
-            ? launch_act<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, a->warps, a->rows, a->min_blocks, s, pdl)
-            : launch_act<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, a->warps, a->rows, a->min_blocks, s, pdl);
-  }
-  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
-  return e != cudaSuccess ? e : f;
+struct dequant_a_call {
+  cudaStream_t stream;
+  int pdl;
+};
+
+int launch_w4a16_of(const fp4_cuda_gemm_args *w4a16, void *user) {
+  const dequant_a_call *c = static_cast<const dequant_a_call *>(user);
+  return fp4_cuda_gemm_small_m(w4a16, c->stream, c->pdl); /* dequant_a is 0 there: the plain bf16 path */
 }
 
 } // namespace
@@ -430,7 +423,11 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
-  if (a->dequant_a) return (int)launch_dequant_a(a, p, s, pdl);
+  if (a->dequant_a) {
+    if (a->act != FP4_CUDA_ACT_FP4) return (int)cudaErrorInvalidValue;
+    dequant_a_call c = {s, pdl};
+    return fp4_cuda_gemm_via_bf16_a(a, launch_w4a16_of, &c, s, pdl);
+  }
   cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl)
                                                 : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl);
   return (int)e;
