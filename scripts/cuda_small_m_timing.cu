@@ -10,7 +10,9 @@
  * rows include the "small-m.pro.*" configs (activations dequantized to bf16 once per GEMM, then the
  * W4A16 kernel); for W4A4 a second line compares the best in-loop and the best prologue config with
  * the best W4A16 time of the same shape and M.
- * Usage: cuda_small_m_timing [csv-file] [--quick]   (--quick: the shapes of >= 32 MB of FP4 weights, M in {1, 4, 16})
+ * Usage: cuda_small_m_timing [csv-file] [--quick] [--shape NxK]...
+ *   --quick: the shapes of >= 32 MB of FP4 weights, M in {1, 4, 16}
+ *   --shape: time only these shapes (K a multiple of 128), e.g. --shape 57344x8192
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp4kit.h"
@@ -130,9 +133,18 @@ static const struct {
 
 int main(int argc, char **argv) {
   int quick = 0;
+  std::vector<std::pair<int64_t, int64_t>> only; /* --shape */
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      long long n = 0, k = 0;
+      if (sscanf(argv[++i], "%lldx%lld", &n, &k) != 2 || n < 1 || k < 128 || k % 128) {
+        fprintf(stderr, "--shape %s: use NxK with N >= 1 and K a multiple of 128\n", argv[i]);
+        return 2;
+      }
+      only.push_back({(int64_t)n, (int64_t)k});
+    }
     else csv_path = argv[i];
   }
   FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
@@ -174,13 +186,17 @@ int main(int argc, char **argv) {
                                       {31040, 4096}, {4096, 4096}, {2048, 4096}, {4096, 1024}, {4096, 128}};
   static const int64_t ms_all[] = {1, 4, 16, 32, 64}, ms_quick[] = {1, 4, 16};
   const int64_t *ms = quick ? ms_quick : ms_all;
-  const int n_ms = quick ? 3 : 5, n_shapes = quick ? 6 : (int)(sizeof shapes / sizeof *shapes);
+  const int n_ms = quick ? 3 : 5;
+  std::vector<std::pair<int64_t, int64_t>> todo = only;
+  for (int i = 0; only.empty() && i < (quick ? 6 : (int)(sizeof shapes / sizeof *shapes)); i++)
+    todo.push_back({shapes[i][0], shapes[i][1]});
+  const int n_shapes = (int)todo.size();
   static const char *modes[] = {"w4a16-bf16", "w4a4", "w4a4+quant", "cublas-bf16"};
   printf("%-12s %-6s %-21s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "config", "M", "N", "K", "median_us",
          "GB/s", "%copy", "cublas_us", "x_cublas");
   std::vector<std::string> best_lines;
   for (int si = 0; si < n_shapes; si++) {
-    const int64_t *sh = shapes[si];
+    const int64_t sh[2] = {todo[si].first, todo[si].second};
     bench b = {};
     b.ctx = ctx;
     b.stream = stream;

@@ -20,6 +20,10 @@
  * three MMAs, keeping FP32 accuracy. All sums are FP32; alpha and the multipliers scale the FP32
  * result once.
  *
+ * W4A4 runs two ways: the "small-m.*" configs decode the FP4 activations inside the streaming
+ * loop; the "small-m.pro.*" configs dequantize them to bf16 once per GEMM and run the W4A16 kernel
+ * (launch_w4a16_of below).
+ *
  * K permutation: within each 8-element group the kernel pairs element i with element i + 4 in one
  * 32-bit register (that is what the nibble decode produces cheaply); the activation fragments
  * use the same pairing, so the dot product is unchanged.
