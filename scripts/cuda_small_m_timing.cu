@@ -6,8 +6,13 @@
  * through copies totalling more than 200 MB so no timing is served from L2.
  * Effective bandwidth counts the FP4 weight and scale bytes (0.5625 B per weight).
  * Every GEMM configuration of the backend that takes the M is timed side by side ("default" is the
- * backend's own choice); after each shape a line per (kernel, format, M) names the fastest.
- * Usage: cuda_small_m_timing [csv-file] [--quick]   (--quick: the shapes of >= 32 MB of FP4 weights, M in {1, 4, 16})
+ * backend's own choice); after each shape a line per (kernel, format, M) names the fastest. The W4A4
+ * rows include the "small-m.pro.*" configs (activations dequantized to bf16 once per GEMM, then the
+ * W4A16 kernel); for W4A4 a second line compares the best in-loop and the best prologue config with
+ * the best W4A16 time of the same shape and M.
+ * Usage: cuda_small_m_timing [csv-file] [--quick] [--shape NxK]...
+ *   --quick: the shapes of >= 32 MB of FP4 weights, M in {1, 4, 16}
+ *   --shape: time only these shapes (K a multiple of 128), e.g. --shape 57344x8192
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -16,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fp4kit.h"
@@ -97,10 +103,12 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n) {
     p[i] = __float2bfloat16(((int)((i * 2654435761u) >> 20) % 200 - 100) * 0.01f);
 }
 
-/* The backend's GEMM configurations (cuda_backend.c) and the largest M each takes. */
+/* The backend's GEMM configurations (cuda_backend.c), the largest M each takes and whether it is a
+ * W4A4-only prologue config. */
 static const struct {
   const char *name;
   int64_t max_m;
+  int pro;
 } configs[] = {{NULL, 64},
                {"small-m.w8", 64},
                {"small-m.w4", 64},
@@ -111,13 +119,32 @@ static const struct {
                {"small-m.r64.w4", 16},
                {"small-m.w4.b8", 16},
                {"small-m.w4.b6", 16},
-               {"small-m.r32.w4.b6", 8}};
+               {"small-m.r32.w4.b6", 8},
+               {"small-m.pro.w8", 64, 1},
+               {"small-m.pro.w4", 64, 1},
+               {"small-m.pro.w2", 64, 1},
+               {"small-m.pro.r32.w8", 32, 1},
+               {"small-m.pro.r32.w4", 32, 1},
+               {"small-m.pro.r64.w8", 16, 1},
+               {"small-m.pro.r64.w4", 16, 1},
+               {"small-m.pro.w4.b8", 16, 1},
+               {"small-m.pro.w4.b6", 16, 1},
+               {"small-m.pro.r32.w4.b6", 8, 1}};
 
 int main(int argc, char **argv) {
   int quick = 0;
+  std::vector<std::pair<int64_t, int64_t>> only; /* --shape */
   const char *csv_path = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      long long n = 0, k = 0;
+      if (sscanf(argv[++i], "%lldx%lld", &n, &k) != 2 || n < 1 || k < 128 || k % 128) {
+        fprintf(stderr, "--shape %s: use NxK with N >= 1 and K a multiple of 128\n", argv[i]);
+        return 2;
+      }
+      only.push_back({(int64_t)n, (int64_t)k});
+    }
     else csv_path = argv[i];
   }
   FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
@@ -159,13 +186,17 @@ int main(int argc, char **argv) {
                                       {31040, 4096}, {4096, 4096}, {2048, 4096}, {4096, 1024}, {4096, 128}};
   static const int64_t ms_all[] = {1, 4, 16, 32, 64}, ms_quick[] = {1, 4, 16};
   const int64_t *ms = quick ? ms_quick : ms_all;
-  const int n_ms = quick ? 3 : 5, n_shapes = quick ? 6 : (int)(sizeof shapes / sizeof *shapes);
+  const int n_ms = quick ? 3 : 5;
+  std::vector<std::pair<int64_t, int64_t>> todo = only;
+  for (int i = 0; only.empty() && i < (quick ? 6 : (int)(sizeof shapes / sizeof *shapes)); i++)
+    todo.push_back({shapes[i][0], shapes[i][1]});
+  const int n_shapes = (int)todo.size();
   static const char *modes[] = {"w4a16-bf16", "w4a4", "w4a4+quant", "cublas-bf16"};
-  printf("%-12s %-6s %-14s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "config", "M", "N", "K", "median_us",
+  printf("%-12s %-6s %-21s %3s %6s %6s %10s %9s %7s %10s %8s\n", "kernel", "fmt", "config", "M", "N", "K", "median_us",
          "GB/s", "%copy", "cublas_us", "x_cublas");
   std::vector<std::string> best_lines;
   for (int si = 0; si < n_shapes; si++) {
-    const int64_t *sh = shapes[si];
+    const int64_t sh[2] = {todo[si].first, todo[si].second};
     bench b = {};
     b.ctx = ctx;
     b.stream = stream;
@@ -215,19 +246,20 @@ int main(int argc, char **argv) {
         b.mode = 3;
         b.config = NULL;
         FK(fp4_time(ctx, stream, call, &b, 5, 50, &tc));
+        double w4a16_best_us = 0;
         for (int mode = 0; mode < 3; mode++) {
           if (fmt == 1 && mode == 2) continue; /* MXFP4: W4A16 and W4A4 GEMM only */
           b.mode = mode;
-          double best_us = 1e30, default_us = 0;
-          const char *best_name = "default";
+          double best_us = 1e30, default_us = 0, loop_us = 1e30, pro_us = 1e30;
+          const char *best_name = "default", *loop_name = "default", *pro_name = "-";
           for (const auto &cf : configs) {
-            if (m > cf.max_m) continue;
+            if (m > cf.max_m || (cf.pro && mode == 0)) continue; /* the prologue configs take W4A4 only */
             b.config = cf.name;
             fp4_timing t = {};
             FK(fp4_time(ctx, stream, call, &b, 5, 50, &t));
             const double bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (t.median_us * 1e-6);
             const char *cname = cf.name ? cf.name : "default";
-            printf("%-12s %-6s %-14s %3lld %6lld %6lld %10.2f %9.0f %6.1f%% %10.2f %8.2f\n", modes[mode],
+            printf("%-12s %-6s %-21s %3lld %6lld %6lld %10.2f %9.0f %6.1f%% %10.2f %8.2f\n", modes[mode],
                    fmt ? "mxfp4" : "nvfp4", cname, (long long)m, (long long)b.n, (long long)b.k, t.median_us, bw / 1e9,
                    100.0 * bw / copy_bw, tc.median_us, tc.median_us / t.median_us);
             if (csv)
@@ -239,13 +271,30 @@ int main(int argc, char **argv) {
               best_us = t.median_us;
               best_name = cname;
             }
+            if (cf.pro && t.median_us < pro_us) {
+              pro_us = t.median_us;
+              pro_name = cname;
+            }
+            if (!cf.pro && t.median_us < loop_us) {
+              loop_us = t.median_us;
+              loop_name = cname;
+            }
           }
+          if (mode == 0) w4a16_best_us = best_us;
           const double best_bw = (fmt ? (double)wbytes + (double)(b.n * b.k / 32) : fp4_bytes) / (best_us * 1e-6);
-          char line[256];
+          char line[320];
           snprintf(line, sizeof line, "fastest %-12s %-6s M=%-3lld N=%-6lld K=%-6lld %-14s %9.2f us %6.0f GB/s %5.1f%% copy %5.2fx cuBLAS %5.2fx default",
                    modes[mode], fmt ? "mxfp4" : "nvfp4", (long long)m, (long long)b.n, (long long)b.k, best_name, best_us,
                    best_bw / 1e9, 100.0 * best_bw / copy_bw, tc.median_us / best_us, default_us / best_us);
           best_lines.push_back(line);
+          if (mode > 0) { /* W4A4: in-loop decode vs prologue, against the W4A16 floor */
+            snprintf(line, sizeof line,
+                     "  %-12s %-6s M=%-3lld N=%-6lld K=%-6lld in-loop %-18s %9.2f us | prologue %-21s %9.2f us | "
+                     "w4a16 best %9.2f us | prologue/w4a16 %5.2f",
+                     modes[mode], fmt ? "mxfp4" : "nvfp4", (long long)m, (long long)b.n, (long long)b.k, loop_name,
+                     loop_us, pro_name, pro_us, w4a16_best_us, pro_us / w4a16_best_us);
+            best_lines.push_back(line);
+          }
         }
       }
     }

@@ -18,11 +18,16 @@
 
 static int g_runs, g_failures;
 
-/* Every GEMM configuration of the cuda backend and the largest M it takes (cuda_backend.c). */
-static const struct { const char *name; int64_t max_m; } g_configs[] = {
-    {"small-m.w8", 64},     {"small-m.w4", 64},     {"small-m.w2", 64},     {"small-m.w1", 64},
-    {"small-m.r32.w8", 32}, {"small-m.r32.w4", 32}, {"small-m.r64.w8", 16}, {"small-m.r64.w4", 16},
-    {"small-m.w4.b8", 16},  {"small-m.w4.b6", 16},  {"small-m.r32.w4.b6", 8},
+/* Every GEMM configuration of the cuda backend, the largest M it takes and whether it takes W4A4
+ * only (the ".pro" prologue variants) (cuda_backend.c). */
+static const struct { const char *name; int64_t max_m; int w4a4_only; } g_configs[] = {
+    {"small-m.w8", 64, 0},     {"small-m.w4", 64, 0},     {"small-m.w2", 64, 0},     {"small-m.w1", 64, 0},
+    {"small-m.r32.w8", 32, 0}, {"small-m.r32.w4", 32, 0}, {"small-m.r64.w8", 16, 0}, {"small-m.r64.w4", 16, 0},
+    {"small-m.w4.b8", 16, 0},  {"small-m.w4.b6", 16, 0},  {"small-m.r32.w4.b6", 8, 0},
+    {"small-m.pro.w8", 64, 1},     {"small-m.pro.w4", 64, 1},     {"small-m.pro.w2", 64, 1},
+    {"small-m.pro.w1", 64, 1},     {"small-m.pro.r32.w8", 32, 1}, {"small-m.pro.r32.w4", 32, 1},
+    {"small-m.pro.r64.w8", 16, 1}, {"small-m.pro.r64.w4", 16, 1}, {"small-m.pro.w4.b8", 16, 1},
+    {"small-m.pro.w4.b6", 16, 1},  {"small-m.pro.r32.w4.b6", 8, 1},
 };
 enum { N_CONFIGS = (int)(sizeof g_configs / sizeof *g_configs) };
 static int g_config_runs[N_CONFIGS];
@@ -48,7 +53,7 @@ static void run_configs(fp4_context *ctx, fp4h_case c, uint64_t seed, int all) {
   run_case(ctx, &c, seed);
   int fits[N_CONFIGS], n = 0;
   for (int i = 0; i < N_CONFIGS; i++)
-    if (c.m <= g_configs[i].max_m) fits[n++] = i;
+    if (c.m <= g_configs[i].max_m && (c.op == FP4H_MM || !g_configs[i].w4a4_only)) fits[n++] = i;
   for (int j = 0; j < n; j++) {
     if (!all && j != rotation % n) continue;
     c.config = g_configs[fits[j]].name;
@@ -143,6 +148,8 @@ static void test_refusals(fp4_context *ctx) {
                {33, 256, "small-m.r32.w4", "M <= 32", FP4_ERR_UNSUPPORTED},
                {17, 256, "small-m.w4.b8", "M <= 16", FP4_ERR_UNSUPPORTED},
                {9, 256, "small-m.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
+               {9, 256, "small-m.pro.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
+               {4, 256, "small-m.pro.w4", "W4A4 prologue", FP4_ERR_UNSUPPORTED}, /* these are W4A16 calls */
                {4, 256, "small-m.nope", "small-m.r32.w8", FP4_ERR_NOT_FOUND}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t m = cases[i].m, n = 32, k = cases[i].k;
@@ -172,6 +179,96 @@ static void test_refusals(fp4_context *ctx) {
   }
 }
 
+/* Host FP4 operand of rows x k, quantized by the reference from fresh random data, copied to the
+ * device (q->data/scales device pointers; 0 on success). */
+static int device_operand(fp4_context *ctx, fp4h_rng *g, fp4_format f, fp4_scale_layout l, int64_t rows, int64_t k,
+                          fp4h_data data, fp4_qmatrix *q) {
+  size_t ss = 0;
+  fp4_scales_size(f, l, rows, k, &ss);
+  float *x = malloc(sizeof *x * (size_t)(rows * k));
+  uint8_t *hq = malloc((size_t)(rows * k) / 2), *hs = malloc(ss);
+  fp4_qmatrix hm = {hq, hs, rows, k, f, l, 1.0f, FP4_MEMORY_HOST};
+  *q = hm;
+  q->memory = FP4_MEMORY_DEVICE;
+  q->data = q->scales = NULL;
+  int bad = !x || !hq || !hs;
+  if (!bad) {
+    fp4h_fill(g, x, rows * k, data, f == FP4_FORMAT_NVFP4 ? 16 : 32);
+    fp4_matrix xm = {x, rows, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_options ro = {.backend = "ref"};
+    bad = fp4_quantize(NULL, &xm, 448.0f, &hm, &ro) || fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(rows * k) / 2, &q->data) ||
+          fp4_alloc(ctx, FP4_MEMORY_DEVICE, ss, &q->scales) ||
+          fp4_copy(ctx, q->data, FP4_MEMORY_DEVICE, hq, FP4_MEMORY_HOST, (size_t)(rows * k) / 2) ||
+          fp4_copy(ctx, q->scales, FP4_MEMORY_DEVICE, hs, FP4_MEMORY_HOST, ss);
+    q->multiplier = hm.multiplier;
+  }
+  free(x);
+  free(hq);
+  free(hs);
+  return bad;
+}
+
+/* The W4A4 prologue configs ("small-m.pro.X": activations dequantized to bf16 once, then the W4A16
+ * kernel) must equal their in-loop twin "small-m.X" bit for bit: the staged bf16 values are exactly
+ * the ones the in-loop decode forms (gemm_small_m.cu), and the MMA sequence is the same. */
+static void test_prologue_bit_identity(fp4_context *ctx) {
+  static const int64_t ms[] = {1, 6, 16, 27, 64};
+  const int64_t n = 200, k = 1152; /* N: not a multiple of 32 or 64; K: nine slabs */
+  fp4h_rng g = {4242};
+  for (int f = 0; f < 2; f++)
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+      const int64_t m = ms[mi];
+      const fp4_format fmt = (fp4_format)f;
+      const fp4h_data data = mi % 2 ? FP4H_DATA_EDGES : FP4H_DATA_NORMAL;
+      fp4_qmatrix a, b;
+      void *out = NULL;
+      float *got[2] = {malloc(sizeof(float) * (size_t)(m * n)), malloc(sizeof(float) * (size_t)(m * n))};
+      int bad = device_operand(ctx, &g, fmt, FP4_LAYOUT_128X4, m, k, data, &a);
+      bad = device_operand(ctx, &g, fmt, f ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_8X4, n, k, FP4H_DATA_NORMAL, &b) || bad;
+      bad = bad || !got[0] || !got[1] || fp4_alloc(ctx, FP4_MEMORY_DEVICE, sizeof(float) * (size_t)(m * n), &out);
+      for (int i = 0; !bad && i < N_CONFIGS; i++) {
+        if (g_configs[i].w4a4_only || m > g_configs[i].max_m) continue;
+        char twin[64];
+        snprintf(twin, sizeof twin, "small-m.pro.%s", g_configs[i].name + strlen("small-m."));
+        const char *names[2] = {g_configs[i].name, twin};
+        int ok = 1;
+        for (int v = 0; v < 2 && ok; v++) {
+          fp4h_fill_nan(got[v], FP4_DTYPE_F32, m * n);
+          fp4_matrix om = {out, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+          fp4_options o = {.backend = "cuda", .config = names[v]};
+          ok = !fp4_copy(ctx, out, FP4_MEMORY_DEVICE, got[v], FP4_MEMORY_HOST, sizeof(float) * (size_t)(m * n)) &&
+               !fp4_mm(ctx, &a, &b, 0.75f, &om, &o) && !fp4_synchronize(ctx) &&
+               !fp4_copy(ctx, got[v], FP4_MEMORY_HOST, out, FP4_MEMORY_DEVICE, sizeof(float) * (size_t)(m * n));
+        }
+        int64_t diff = 0, nan = 0;
+        for (int64_t j = 0; ok && j < m * n; j++) {
+          const float x = got[0][j], y = got[1][j];
+          nan += isnan(x);
+          diff += !(isnan(x) && isnan(y)) && memcmp(&x, &y, sizeof x) != 0;
+        }
+        g_runs++;
+        if (!ok || diff || nan) {
+          g_failures++;
+          printf("FAIL prologue bit identity %s M=%lld N=%lld K=%lld %s vs %s: %s%lld of %lld outputs differ, %lld NaN\n",
+                 fp4_format_name(fmt), (long long)m, (long long)n, (long long)k, names[0], names[1],
+                 ok ? "" : fp4_last_error(), (long long)diff, (long long)(m * n), (long long)nan);
+        }
+      }
+      if (bad) {
+        g_runs++;
+        g_failures++;
+        printf("FAIL prologue bit identity: setup failed: %s\n", fp4_last_error());
+      }
+      fp4_free(ctx, FP4_MEMORY_DEVICE, a.data);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, a.scales);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, b.data);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, b.scales);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, out);
+      free(got[0]);
+      free(got[1]);
+    }
+}
+
 #if FP4KIT_HAVE_CUDA
 /* One chain per stream: x -> quantize -> fp4_mm with W -> y, and y is the next x. */
 typedef struct chain {
@@ -180,16 +277,20 @@ typedef struct chain {
   cudaStream_t stream;
   void *x[2], *q, *qs, *w, *ws;
   float *x0_host;
+  const char *config; /* GEMM config; NULL: the default */
 } chain;
 
-enum { STRESS_PAIRS = 600, STRESS_K = 2048 };
+/* The third chain runs W4A4 through the bf16 prologue: three dependent kernels per pair. */
+enum { STRESS_PAIRS = 600, STRESS_K = 2048, STRESS_CHAINS = 3 };
 
 static void test_pdl_stress(fp4_context *ctx, int sm90) {
-  chain ch[2] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0}, {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0}};
-  uint16_t *res[2][2] = {{0}};
+  chain ch[STRESS_CHAINS] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, NULL},
+                             {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, NULL},
+                             {5, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.pro.w4.b6"}};
+  uint16_t *res[STRESS_CHAINS][2] = {{0}};
   int ok = 1;
   fp4h_rng g = {77};
-  for (int s = 0; s < 2 && ok; s++) {
+  for (int s = 0; s < STRESS_CHAINS && ok; s++) {
     chain *c = &ch[s];
     const int64_t m = c->m, k = c->k;
     size_t sq = 0, sw = 0;
@@ -226,10 +327,10 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
   int pdl_used = 1;
   for (int run = 0; run < 2 && ok; run++) { /* run 0: PDL on, run 1: PDL off */
     /* Interleave the two chains' launches so both streams are busy at once. */
-    for (int s = 0; s < 2 && ok; s++) ok = !fp4_copy(ctx, ch[s].x[0], FP4_MEMORY_DEVICE, ch[s].x0_host, FP4_MEMORY_HOST, (size_t)(ch[s].m * ch[s].k) * 2);
+    for (int s = 0; s < STRESS_CHAINS && ok; s++) ok = !fp4_copy(ctx, ch[s].x[0], FP4_MEMORY_DEVICE, ch[s].x0_host, FP4_MEMORY_HOST, (size_t)(ch[s].m * ch[s].k) * 2);
     fp4_run_info info;
     for (int i = 0; i < STRESS_PAIRS && ok; i++)
-      for (int s = 0; s < 2 && ok; s++) {
+      for (int s = 0; s < STRESS_CHAINS && ok; s++) {
         chain *c = &ch[s];
         fp4_options o = {.backend = "cuda", .enable_pdl = run == 0, .stream = c->stream, .info = &info};
         fp4_matrix x = {c->x[i % 2], c->m, c->k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
@@ -239,12 +340,13 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
                          c->format == FP4_FORMAT_NVFP4 ? 1.0f / 448.0f : 1.0f, FP4_MEMORY_DEVICE};
         ok = !fp4_quantize(ctx, &x, 448.0f * 6.0f / 8.0f, &q, &o);
         if (run == 0) pdl_used &= info.pdl;
+        o.config = c->config; /* the quantize call above takes its one config */
         ok = ok && !fp4_mm(ctx, &q, &w, (float)(1.0 / sqrt((double)c->k)), &y, &o);
         if (run == 0) pdl_used &= info.pdl;
       }
     if (!ok) printf("FAIL pdl stress: launch failed: %s\n", fp4_last_error());
     ok = ok && !fp4_synchronize(ctx);
-    for (int s = 0; s < 2 && ok; s++)
+    for (int s = 0; s < STRESS_CHAINS && ok; s++)
       ok = !fp4_copy(ctx, res[s][run], FP4_MEMORY_HOST, ch[s].x[STRESS_PAIRS % 2], FP4_MEMORY_DEVICE, (size_t)(ch[s].m * ch[s].k) * 2);
   }
   g_runs++;
@@ -252,7 +354,7 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
     g_failures++;
     printf("FAIL pdl stress: %s\n", fp4_last_error());
   } else {
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < STRESS_CHAINS; s++) {
       const int64_t n = ch[s].m * ch[s].k;
       int64_t diff = 0, nonfinite = 0, zero = 0;
       for (int64_t i = 0; i < n; i++) {
@@ -261,8 +363,8 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
         nonfinite += !isfinite(v);
         zero += v == 0.0f;
       }
-      printf("pdl stress stream %d (%s, M=%lld, %d pairs): %lld of %lld outputs differ PDL on vs off, %lld non-finite, %lld zero\n",
-             s, fp4_format_name(ch[s].format), (long long)ch[s].m, STRESS_PAIRS, (long long)diff, (long long)n,
+      printf("pdl stress stream %d (%s, M=%lld, %s, %d pairs): %lld of %lld outputs differ PDL on vs off, %lld non-finite, %lld zero\n",
+             s, fp4_format_name(ch[s].format), (long long)ch[s].m, ch[s].config ? ch[s].config : "default config", STRESS_PAIRS, (long long)diff, (long long)n,
              (long long)nonfinite, (long long)zero);
       if (diff || nonfinite || zero == n) g_failures++;
     }
@@ -271,7 +373,7 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
       printf("FAIL pdl stress: the device is SM90+ but fp4_run_info.pdl was 0\n");
     }
   }
-  for (int s = 0; s < 2; s++) {
+  for (int s = 0; s < STRESS_CHAINS; s++) {
     chain *c = &ch[s];
     if (c->stream) cudaStreamDestroy(c->stream);
     fp4_free(ctx, FP4_MEMORY_DEVICE, c->x[0]);
@@ -313,6 +415,8 @@ int main(void) {
     }
   }
   test_refusals(ctx);
+  test_prologue_bit_identity(ctx);
+  printf("+ refusals and W4A4 prologue bit identity: %d checks, %d failures\n", g_runs, g_failures);
 #if FP4KIT_HAVE_CUDA
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);

@@ -206,16 +206,26 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
  * 8 warps; "small-m.r32.w4" = 32 rows, 4 warps). More rows per CTA let each activation fragment
  * (and, for W4A4, each decoded one) serve several weight tiles, at the price of fewer CTAs. The
  * ".b6"/".b8" ones run the lean kernel compiled for 6 or 8 resident 4-warp CTAs per SM (register
- * cap; gemm_small_m.cu says which variants fit) instead of the classic kernel's 4 or 2. */
+ * cap; gemm_small_m.cu says which variants fit) instead of the classic kernel's 4 or 2.
+ * "small-m.pro.*" (W4A4 only) dequantize the FP4 activations to bf16 once per GEMM and run the
+ * W4A16 bf16 kernel of the config of the same suffix: tuner candidates, not the default until the
+ * H200 timings decide (scripts/cuda_small_m_timing.cu prints them side by side). */
 static const struct cuda_config {
   const char *name;
   int rows, warps, max_m;
   int min_blocks; /* 0: classic kernel; 6 or 8: lean kernel */
+  int dequant_a;  /* 1: W4A4 through the bf16 prologue */
 } cuda_config_table[] = {
     {"small-m.w8", 16, 8, 64, 0},     {"small-m.w4", 16, 4, 64, 0},     {"small-m.w2", 16, 2, 64, 0},
     {"small-m.w1", 16, 1, 64, 0},     {"small-m.r32.w8", 32, 8, 32, 0}, {"small-m.r32.w4", 32, 4, 32, 0},
     {"small-m.r64.w8", 64, 8, 16, 0}, {"small-m.r64.w4", 64, 4, 16, 0}, {"small-m.w4.b8", 16, 4, 16, 8},
     {"small-m.w4.b6", 16, 4, 16, 6},  {"small-m.r32.w4.b6", 32, 4, 8, 6},
+    {"small-m.pro.w8", 16, 8, 64, 0, 1},     {"small-m.pro.w4", 16, 4, 64, 0, 1},
+    {"small-m.pro.w2", 16, 2, 64, 0, 1},     {"small-m.pro.w1", 16, 1, 64, 0, 1},
+    {"small-m.pro.r32.w8", 32, 8, 32, 0, 1}, {"small-m.pro.r32.w4", 32, 4, 32, 0, 1},
+    {"small-m.pro.r64.w8", 64, 8, 16, 0, 1}, {"small-m.pro.r64.w4", 64, 4, 16, 0, 1},
+    {"small-m.pro.w4.b8", 16, 4, 16, 8, 1},  {"small-m.pro.w4.b6", 16, 4, 16, 6, 1},
+    {"small-m.pro.r32.w4.b6", 32, 4, 8, 6, 1},
 };
 enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
@@ -250,7 +260,8 @@ static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64
   if (m <= 32 && ctas32 >= sms && slabs >= 16) return cuda_config_named("small-m.r32.w8");
   const int warps = cuda_default_warps(n, k);
   for (int i = 0; i < CUDA_CONFIGS; i++)
-    if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps && !cuda_config_table[i].min_blocks)
+    if (cuda_config_table[i].rows == 16 && cuda_config_table[i].warps == warps && !cuda_config_table[i].min_blocks &&
+        !cuda_config_table[i].dequant_a)
       return &cuda_config_table[i];
   return &cuda_config_table[0];
 }
@@ -285,7 +296,9 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     const struct cuda_config *first = cuda_default_config(ga.m, ga.n, ga.k, st ? st->sms : 1);
     if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
-      if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m) names[count++] = cuda_config_table[i].name;
+      if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m &&
+          (!cuda_config_table[i].dequant_a || ga.act == FP4_CUDA_ACT_FP4))
+        names[count++] = cuda_config_table[i].name;
   }
   for (int i = 0; !large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   return count;
@@ -353,18 +366,27 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       if (!cfg) {
         char list[320] = "";
         for (int i = 0; i < CUDA_CONFIGS; i++)
-          snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", cuda_config_table[i].name);
-        return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown GEMM config '%s' (%sor a large-m.* name listed by the tuner)",
+          if (!cuda_config_table[i].dequant_a)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s, ", cuda_config_table[i].name);
+        return fp4_fail(FP4_ERR_NOT_FOUND,
+                        "cuda: unknown GEMM config '%s' (%sthe same with small-m.pro.* for W4A4, or a large-m.* name "
+                        "listed by the tuner)",
                         config, list);
       }
       if (!small_ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s: %s", cfg->name, why);
       if (a.m > cfg->max_m)
         return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s takes M <= %d (M = %lld); use a 16- or 32-row classic config",
                         cfg->name, cfg->max_m, (long long)a.m);
+      if (cfg->dequant_a && a.act != FP4_CUDA_ACT_FP4)
+        return fp4_fail(FP4_ERR_UNSUPPORTED,
+                        "cuda: config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
+                        "this W4A16 problem takes the config of the same name without '.pro'",
+                        cfg->name);
       cfg_name = cfg->name;
       a.warps = cfg->warps;
       a.rows = cfg->rows;
       a.min_blocks = cfg->min_blocks;
+      a.dequant_a = cfg->dequant_a;
       e = fp4_cuda_gemm_small_m(&a, p->stream, pdl);
     }
   }

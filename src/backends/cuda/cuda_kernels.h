@@ -48,9 +48,18 @@ typedef struct fp4_cuda_gemm_args {
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
   int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM */
+  int dequant_a;             /* small-M W4A4: 1 = FP4 activations dequantized to bf16 once per GEMM,
+                                then the W4A16 bf16 kernel of the same rows/warps/min_blocks     */
 } fp4_cuda_gemm_args;
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
+/* W4A4 through a bf16 prologue, shared by the small-M and the register-decode large-M families
+ * (gemm_large_m_rd.cu): dequantizes the FP4 activations of a (exactly, K % 32 == 0) into a
+ * stream-ordered temporary (M x K x 2 bytes), calls gemm(w4a16, user) where w4a16 is a with those
+ * bf16 rows as activations (act BF16, lda K, dequant_a 0), then frees the temporary in stream order.
+ * The prologue kernel waits for its producers (PDL). Returns the first cudaError_t. */
+int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a, int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user),
+                             void *user, void *stream, int pdl);
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 

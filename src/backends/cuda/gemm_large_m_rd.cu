@@ -296,7 +296,8 @@ cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl)
 
 template <int FMT>
 cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
-  return lm_run_with_dequant_a<FMT>(a, s, pdl, [&](const lm_params &p) { return rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
+  return lm_run_with_dequant_a<FMT>(
+      a, s, pdl, [&](const lm_params &p) { return rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
 }
 
 /* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
@@ -400,4 +401,22 @@ extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char 
   case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
+}
+
+extern "C" int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a,
+                                        int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user), void *user,
+                                        void *stream, int pdl) {
+  if (a->act != FP4_CUDA_ACT_FP4 || a->m < 1 || a->k % 32) return (int)cudaErrorInvalidValue;
+  const auto run = [&](const lm_params &p) {
+    fp4_cuda_gemm_args w4a16 = *a;
+    w4a16.act = FP4_CUDA_ACT_BF16;
+    w4a16.a = p.a;
+    w4a16.lda = p.lda;
+    w4a16.a_scales = NULL;
+    w4a16.dequant_a = 0;
+    return (cudaError_t)gemm(&w4a16, user);
+  };
+  cudaStream_t s = (cudaStream_t)stream;
+  return (int)(a->format == FP4_FORMAT_NVFP4 ? lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(a, s, pdl, run)
+                                             : lm_run_with_dequant_a<FP4_FORMAT_MXFP4>(a, s, pdl, run));
 }

@@ -20,6 +20,10 @@
  * three MMAs, keeping FP32 accuracy. All sums are FP32; alpha and the multipliers scale the FP32
  * result once.
  *
+ * W4A4 runs two ways: the "small-m.*" configs decode the FP4 activations inside the streaming
+ * loop; the "small-m.pro.*" configs dequantize them to bf16 once per GEMM and run the W4A16 kernel
+ * (launch_w4a16_of below).
+ *
  * K permutation: within each 8-element group the kernel pairs element i with element i + 4 in one
  * 32-bit register (that is what the nibble decode produces cheaply); the activation fragments
  * use the same pairing, so the dot product is unchanged.
@@ -374,6 +378,25 @@ cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int m
   }
 }
 
+/* W4A4 through a prologue ("small-m.pro.*"): the FP4 activations are dequantized once per GEMM to
+ * bf16 (M x K x 2 bytes, at most 1 MB at M = 64, K = 8192: it stays in L2) in a stream-ordered
+ * temporary, then the W4A16 bf16 kernel of the same rows, warps and register cap runs on them
+ * unchanged. The in-loop path decodes every activation element once per CTA (and 8 token rows per
+ * tile even at M = 1); the prologue decodes it once per GEMM, leaving the streaming loop the
+ * W4A16 instruction mix. Exact: e2m1 x E4M3 has at most 6 significant bits, e2m1 x 2^(e-127) at
+ * most 2, and bf16 has FP32's exponent range (subnormals included), so the staged values are the
+ * ones the in-loop decode forms in bf16 registers (overflow to inf and NaN scales included) and the
+ * results equal the in-loop configuration's bit for bit (tests/test_cuda.c checks both). */
+struct dequant_a_call {
+  cudaStream_t stream;
+  int pdl;
+};
+
+int launch_w4a16_of(const fp4_cuda_gemm_args *w4a16, void *user) {
+  const dequant_a_call *c = static_cast<const dequant_a_call *>(user);
+  return fp4_cuda_gemm_small_m(w4a16, c->stream, c->pdl); /* dequant_a is 0 there: the plain bf16 path */
+}
+
 } // namespace
 
 extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows) { return (int64_t)smem_for(warps, m, rows); }
@@ -404,6 +427,11 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   /* NVFP4 weights are decoded as e2m1 * scale * 2^-8 (see nv_weight_scale_pair). */
   p.scale = a->format == FP4_FORMAT_NVFP4 ? a->scale * 256.0f : a->scale;
   cudaStream_t s = (cudaStream_t)stream;
+  if (a->dequant_a) {
+    if (a->act != FP4_CUDA_ACT_FP4) return (int)cudaErrorInvalidValue;
+    dequant_a_call c = {s, pdl};
+    return fp4_cuda_gemm_via_bf16_a(a, launch_w4a16_of, &c, s, pdl);
+  }
   cudaError_t e = a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl)
                                                 : launch_fmt<FP4_FORMAT_MXFP4>(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl);
   return (int)e;

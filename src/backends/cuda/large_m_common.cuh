@@ -498,6 +498,9 @@ __device__ __forceinline__ void rd_decode_word(uint32_t w, uint32_t s, uint32_t 
 template <bool NV>
 __global__ void __launch_bounds__(256) lm_dequant_a_kernel(lm_params p, uint16_t *out) {
   fp4_pdl_wait();
+  /* The GEMM that follows waits (griddepcontrol.wait) for this whole grid to finish and flush, so
+   * letting it launch now is safe: its CTAs become resident and set up while the decode runs. */
+  fp4_pdl_launch_dependents();
   const uint8_t *a = static_cast<const uint8_t *>(p.a);
   const int64_t chunks = p.k / 32, total = p.m * chunks;
   for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < total; i += (int64_t)gridDim.x * 256) {
@@ -511,7 +514,6 @@ __global__ void __launch_bounds__(256) lm_dequant_a_kernel(lm_params p, uint16_t
     o[2] = decode_word<false>(w.z, f[1]);
     o[3] = decode_word<false>(w.w, f[1]);
   }
-  fp4_pdl_launch_dependents();
 }
 
 /* W4A4 through a prologue: the FP4 activations of a are dequantized to bf16 into a stream-ordered
