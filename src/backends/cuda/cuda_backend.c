@@ -249,7 +249,7 @@ static const struct cuda_config *cuda_config_named(const char *name) {
  * every SM a CTA (an activation fragment serves two weight tiles), with 4 warps when there are two
  * CTAs per SM and 8 when there is one; below one CTA per SM, and above 32 tokens, 16-row CTAs. Each
  * warp keeps at least two 128-K slabs (r32.w4: K >= 1024, r32.w8: K >= 2048). */
-static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64_t k, int sms) {
+static const struct cuda_config *cuda_default_w4a16_config(int64_t m, int64_t n, int64_t k, int sms) {
   const int64_t slabs = k / CUDA_K_SLAB, ctas32 = (n + 31) / 32, ctas16 = (n + 15) / 16;
   /* Up to 4 tokens the lean kernel (6 resident CTAs per SM) wins once there are at least 4 CTAs per
    * SM to fill those slots (bench/results/h200/2026-11-30-session3: 57344x8192 87.4 vs 95.0 us,
@@ -264,6 +264,22 @@ static const struct cuda_config *cuda_default_config(int64_t m, int64_t n, int64
         !cuda_config_table[i].dequant_a)
       return &cuda_config_table[i];
   return &cuda_config_table[0];
+}
+
+/* W4A4 runs the W4A16 choice through the bf16 prologue (small-m.pro.*: the FP4 activations
+ * dequantized once per GEMM, then the W4A16 inner loop) once the weight is large enough to hide the
+ * extra decode launch: measured on the H200 (bench/results/h200/2026-11-30-session3,
+ * small-m-prologue.*) the prologue is 1.02-1.06x the W4A16 time and 1.3-2x faster than the in-loop
+ * activation decode from 8192 x 4096 weights up (57344x8192 M=1: 89.3 vs 116.1 us; M=16: 129 vs 191
+ * us), while on the small shapes (4096 x 128 .. 4096 x 4096) the launch can cost more than it saves. */
+static const struct cuda_config *cuda_default_config(int act, int64_t m, int64_t n, int64_t k, int sms) {
+  const struct cuda_config *c = cuda_default_w4a16_config(m, n, k, sms);
+  if (act != FP4_CUDA_ACT_FP4 || n * k < ((int64_t)1 << 25)) return c;
+  char twin[48];
+  snprintf(twin, sizeof twin, "small-m.pro.%s", c->name + strlen("small-m."));
+  for (int i = 0; i < CUDA_CONFIGS; i++)
+    if (!strcmp(cuda_config_table[i].name, twin)) return &cuda_config_table[i];
+  return c;
 }
 
 static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
@@ -293,7 +309,7 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
-    const struct cuda_config *first = cuda_default_config(ga.m, ga.n, ga.k, st ? st->sms : 1);
+    const struct cuda_config *first = cuda_default_config(ga.act, ga.m, ga.n, ga.k, st ? st->sms : 1);
     if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
       if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m &&
@@ -360,7 +376,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
       cfg_name = config;
       e = fp4_cuda_gemm_large_m(&a, config, p->stream, pdl);
     } else {
-      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.m, a.n, a.k, st->sms);
+      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.act, a.m, a.n, a.k, st->sms);
       for (int i = 0; config && i < CUDA_CONFIGS; i++)
         if (!strcmp(config, cuda_config_table[i].name)) cfg = &cuda_config_table[i];
       if (!cfg) {
