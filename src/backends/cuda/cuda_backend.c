@@ -275,10 +275,10 @@ static const struct cuda_config *cuda_default_w4a16_config(int64_t m, int64_t n,
 static const struct cuda_config *cuda_default_config(int act, int64_t m, int64_t n, int64_t k, int sms) {
   const struct cuda_config *c = cuda_default_w4a16_config(m, n, k, sms);
   if (act != FP4_CUDA_ACT_FP4 || n * k < ((int64_t)1 << 25)) return c;
-  char twin[48];
-  snprintf(twin, sizeof twin, "small-m.pro.%s", c->name + strlen("small-m."));
+  static const char in_loop[] = "small-m.", pro[] = "small-m.pro."; /* twin: same suffix */
   for (int i = 0; i < CUDA_CONFIGS; i++)
-    if (!strcmp(cuda_config_table[i].name, twin)) return &cuda_config_table[i];
+    if (cuda_config_table[i].dequant_a && !strcmp(cuda_config_table[i].name + strlen(pro), c->name + strlen(in_loop)))
+      return &cuda_config_table[i];
   return c;
 }
 
