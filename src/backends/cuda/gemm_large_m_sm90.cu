@@ -148,9 +148,13 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
       }
       cp_async_commit();
     }
-    uint32_t bsc[G::B_TASKS], asc[G::A_TASKS];
+    /* Scales of tiles j (bsc, asc) and j + 1 (bsn, asn): loaded two tiles ahead, so no global-memory
+     * round trip sits between two consecutive tiles. */
+    uint32_t bsc[G::B_TASKS], asc[G::A_TASKS], bsn[G::B_TASKS], asn[G::A_TASKS];
     load_scales<G::NV, BN, G::B_TASKS, kWgThreads>(pt, p.b_scales, p.b_layout, p.C, p.n, n0, 0, kts, bsc);
     if (G::A_FP4) load_scales<G::NV, kTileM, G::A_TASKS, kWgThreads>(pt, p.a_scales, p.a_layout, p.C, p.m, m0, 0, kts, asc);
+    load_scales<G::NV, BN, G::B_TASKS, kWgThreads>(pt, p.b_scales, p.b_layout, p.C, p.n, n0, 1, kts, bsn);
+    if (G::A_FP4) load_scales<G::NV, kTileM, G::A_TASKS, kWgThreads>(pt, p.a_scales, p.a_layout, p.C, p.m, m0, 1, kts, asn);
     for (int j = 0; j < kts; j++) {
       cp_async_wait<G::D - 1>(); /* this thread's copies of tile j have landed */
       producer_sync();           /* everyone's have; everyone finished decoding tile j-1 */
@@ -158,16 +162,16 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
       const uint8_t *ls = load_ring + (j % STAGES) * G::LOAD;
       uint8_t *ds = dec_ring + (j & 1) * G::DEC;
       uint32_t bn[G::B_TASKS], an[G::A_TASKS];
-      /* next tile's scales now: their latency hides behind this tile's decode */
-      load_scales<G::NV, BN, G::B_TASKS, kWgThreads>(pt, p.b_scales, p.b_layout, p.C, p.n, n0, j + 1, kts, bn);
+      /* the scales of the tile after next now: their latency hides behind two tiles of decode */
+      load_scales<G::NV, BN, G::B_TASKS, kWgThreads>(pt, p.b_scales, p.b_layout, p.C, p.n, n0, j + 2, kts, bn);
       if (G::A_FP4)
-        load_scales<G::NV, kTileM, G::A_TASKS, kWgThreads>(pt, p.a_scales, p.a_layout, p.C, p.m, m0, j + 1, kts, an);
+        load_scales<G::NV, kTileM, G::A_TASKS, kWgThreads>(pt, p.a_scales, p.a_layout, p.C, p.m, m0, j + 2, kts, an);
       decode_tile<G::NV, G::F16, BN, G::B_TASKS, kWgThreads>(ls + G::A_LOAD, ds, bsc, pt);
       if (G::A_FP4) decode_tile<G::NV, false, kTileM, G::A_TASKS, kWgThreads>(ls, ds + G::B16, asc, pt);
 #pragma unroll
-      for (int t = 0; t < G::B_TASKS; t++) bsc[t] = bn[t];
+      for (int t = 0; t < G::B_TASKS; t++) bsc[t] = bsn[t], bsn[t] = bn[t];
 #pragma unroll
-      for (int t = 0; t < G::A_TASKS; t++) asc[t] = an[t];
+      for (int t = 0; t < G::A_TASKS; t++) asc[t] = asn[t], asn[t] = an[t];
       fence_proxy_async(); /* the cp.async'd A tile and the decoded tiles, for wgmma */
       mbar_arrive(&full[j % STAGES]);
       const int jn = j + G::D;

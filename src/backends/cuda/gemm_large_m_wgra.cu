@@ -11,15 +11,17 @@
  * CTA: 128 weight rows x BT tokens (BT = 128 or 256), K tiles of 64, three warpgroups:
  *   - warpgroup 0, the producer (setmaxnreg down to kProducerRegs): per K tile, cp.async copies of
  *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
- *     raw FP4 weight tile (128 rows x 32 bytes) and the weight block scales, already converted to
- *     16-bit pairs (below), into a STAGES-deep ring; `full[s]` (128 arrivals) says a slot is
+ *     raw FP4 weight tile (128 rows x 32 bytes) and, for NVFP4 with whole 4-byte scale words, each
+ *     row's raw scale word (4-byte cp.async; wgra_raw_async), into a STAGES-deep ring; once a tile
+ *     landed, thread pt converts row pt's scales into 16-bit pairs (below: from the raw word, or
+ *     from a load issued one tile earlier for MXFP4 and odd K); `full[s]` (128 arrivals) says a slot is
  *     ready, `empty[s]` (256 arrivals, every consumer thread) that it was consumed;
  *   - warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegs): weight rows 0-63 and
  *     64-127 of the tile, m64nBTk16 wgmma with A from registers, FP32 accumulators
  *     (BT / 2 registers per thread).
  *
  * Shared memory of a slot (every activation tile on a 1024-byte boundary):
- *   [BT x 128 B activations][128 x 32 B FP4 weights][128 x 16 B scale pairs]
+ *   [BT x 128 B activations][128 x 32 B FP4 weights][128 x 16 B scale pairs][128 x 4 B raw scales, padded to 1 KiB]
  *   - activations: 16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) * 16) (swz()), the layout
  *     of wgmma's 128-byte swizzle mode; descriptor sw128_desc (mode 1, stride byte offset 1024
  *     between 8-row groups); the k-th 16-element slice of the tile starts 32 k bytes in, so the
@@ -93,7 +95,8 @@ struct wgra_cfg {
   static constexpr int ACT_BYTES = BT * 128;
   static constexpr int W_BYTES = kWgraRows * 32;
   static constexpr int SC_BYTES = kWgraRows * 16;
-  static constexpr int SLOT = ACT_BYTES + W_BYTES + SC_BYTES;
+  static constexpr int RAW_BYTES = 1024; /* raw E4M3 scale words, 4 bytes per weight row (512), padded */
+  static constexpr int SLOT = ACT_BYTES + W_BYTES + SC_BYTES + RAW_BYTES;
   static constexpr int SMEM = 1024 /* alignment slack */ + STAGES * SLOT;
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
   static_assert(BT == 128 || BT == 256, "wgmma n128 or n256");
@@ -174,12 +177,34 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
 }
 
-/* Issues the copies of K tile kt into slot sl (producer thread pt of 128). */
+/* 4-byte asynchronous copy (cp.async.ca: the 4- and 8-byte sizes exist only there); valid == false
+ * writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+/* NVFP4 weight scales whose four E4M3 bytes per row and K tile form one aligned 32-bit word (in
+ * the 128x4 layout always; in the linear one when the row length C is a multiple of 4), with no
+ * partial last tile (C % 4 == 0): those are copied asynchronously with the tile (raw_async). The
+ * others (MXFP4, odd K) are loaded by the producer one tile ahead. */
+__device__ __forceinline__ bool wgra_raw_async(const lm_params &p, bool nv) {
+  return nv && p.C % 4 == 0 && !(reinterpret_cast<uintptr_t>(p.b_scales) & 3);
+}
+
+/* Issues the copies of K tile kt into slot sl (producer thread pt of 128): activations, FP4 codes
+ * and, when raw_async, weight row pt's raw scale word (zeros past N). */
 template <class G, int BT>
-__device__ __forceinline__ void wgra_load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt) {
+__device__ __forceinline__ void wgra_load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt,
+                                          bool raw_async) {
   const int64_t k0 = (int64_t)kt * kWgraBK;
   copy_16bit_rows<BT, kWgraWg>(sl, static_cast<const uint16_t *>(p.a), p.lda, p.m, m0, k0, p.k, pt);
   rd_copy_fp4<kWgraRows, kWgraWg>(sl + G::ACT_BYTES, p.b, p.n, n0, k0, p.k, pt);
+  if (raw_async) {
+    const bool ok = n0 + pt < p.n;
+    cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
+              ok ? p.b_scales + fp4_layout_offset(p.b_layout, p.C, n0 + pt, 4 * (int64_t)kt) : p.b_scales, ok);
+  }
 }
 
 /* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
@@ -243,26 +268,38 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x;
+    /* Scales: with raw_async the tile's raw word arrives with its copies and is converted here
+     * once they landed, so no global-memory round trip sits on the loop's dependency chain (loading
+     * them one tile ahead made every iteration wait for one: about 2 us per K tile on the H200,
+     * whatever the tile or M); otherwise they are loaded one tile ahead. */
+    const bool raw_async = wgra_raw_async(p, G::NV);
 #pragma unroll 1
     for (int j = 0; j < G::D; j++) {
-      if (j < kts) wgra_load<G, BT>(p, ring + j * G::SLOT, m0, n0, j, pt);
+      if (j < kts) wgra_load<G, BT>(p, ring + j * G::SLOT, m0, n0, j, pt, raw_async);
       cp_async_commit();
     }
-    uint4 sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, 0);
+    uint4 sc = raw_async ? make_uint4(0u, 0u, 0u, 0u) : wgra_row_scales<G::NV, G::F16>(p, n0 + pt, 0);
 #pragma unroll 1
     for (int j = 0; j < kts; j++) {
       uint8_t *sl = ring + (j % STAGES) * G::SLOT;
+      uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
       /* slot j % STAGES is free: its copies were issued after its previous tile's release */
-      *reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16) = sc;
-      if (j + 1 < kts) sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, j + 1);
+      if (!raw_async) {
+        *pairs = sc;
+        if (j + 1 < kts) sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, j + 1);
+      }
       cp_async_wait<G::D - 1>(); /* this thread's copies of tile j have landed */
-      fence_proxy_async();       /* ... and are visible to wgmma's async-proxy reads */
+      if (raw_async) {
+        const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
+        *pairs = wgra_scale_pairs<G::NV, G::F16>(raw & 0xFFFFu, raw >> 16);
+      }
+      fence_proxy_async(); /* the copies are visible to wgmma's async-proxy reads */
       mbar_arrive(&full[j % STAGES]);
       const int jn = j + G::D;
       if (jn < kts) {
         /* slot jn % STAGES last held tile jn - STAGES: wait until both consumers released it */
         if (jn >= STAGES) mbar_wait(&empty[jn % STAGES], ((jn - STAGES) / STAGES) & 1);
-        wgra_load<G, BT>(p, ring + (jn % STAGES) * G::SLOT, m0, n0, jn, pt);
+        wgra_load<G, BT>(p, ring + (jn % STAGES) * G::SLOT, m0, n0, jn, pt, raw_async);
       }
       cp_async_commit();
     }

@@ -235,10 +235,15 @@ __global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUD
     if (s < kts) load_stage<G, BM>(p, src_rows, ei, stages + s * G::STAGE, n0, s);
     cp_async_commit();
   }
-  uint32_t bsc[G::B_TASKS], asc[G::A_TASKS];
+  /* Scales of tiles kt (bsc, asc) and kt + 1 (bsn, asn): loaded two tiles ahead, so no global-memory
+   * round trip sits between two consecutive tiles. */
+  uint32_t bsc[G::B_TASKS], asc[G::A_TASKS], bsn[G::B_TASKS], asn[G::A_TASKS];
   load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout,
                                                 p.C, p.n, n0, 0, kts, bsc);
   if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, 0, kts, asc);
+  load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride, p.w_layout,
+                                                p.C, p.n, n0, 1, kts, bsn);
+  if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, 1, kts, asn);
 
   for (int kt = 0; kt < kts; kt++) {
     cp_async_wait<STAGES - 2>();
@@ -249,16 +254,16 @@ __global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUD
     const uint8_t *at = G::A_FP4 ? a16 : st;
     {
       uint32_t bn[G::B_TASKS], an[G::A_TASKS];
-      /* the next tile's scales now: their latency hides behind this tile's decode and MMAs */
+      /* the scales of the tile after next now: their latency hides behind two tiles of work */
       load_scales<G::NV, kBN, G::B_TASKS, kThreads>(threadIdx.x, p.w_scales + (int64_t)ei * p.w_scale_stride,
-                                                    p.w_layout, p.C, p.n, n0, kt + 1, kts, bn);
-      if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, kt + 1, kts, an);
+                                                    p.w_layout, p.C, p.n, n0, kt + 2, kts, bn);
+      if (G::A_FP4) load_a_scales<G::NV, BM, G::A_TASKS>(p, src_rows, kt + 2, kts, an);
       decode_tile<G::NV, G::F16, kBN, G::B_TASKS, kThreads>(st + G::A_STAGE, b16, bsc, threadIdx.x);
       if (G::A_FP4) decode_tile<G::NV, false, BM, G::A_TASKS, kThreads>(st, a16, asc, threadIdx.x);
 #pragma unroll
-      for (int i = 0; i < G::B_TASKS; i++) bsc[i] = bn[i];
+      for (int i = 0; i < G::B_TASKS; i++) bsc[i] = bsn[i], bsn[i] = bn[i];
 #pragma unroll
-      for (int i = 0; i < G::A_TASKS; i++) asc[i] = an[i];
+      for (int i = 0; i < G::A_TASKS; i++) asc[i] = asn[i], asn[i] = an[i];
     }
     const int nk = kt + STAGES - 1;
     if (nk < kts) load_stage<G, BM>(p, src_rows, ei, stages + (nk % STAGES) * G::STAGE, n0, nk);
