@@ -10,8 +10,9 @@
 #   FP4KIT_GPU_PARTS="build moe" bash scripts/gpu-check.sh          # fp4kit bench --moe
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
-# (default), and, only when named, ptxas (registers and spills per kernel; slow) and ncu (one
-# profiled launch of the small-M, large-M and wgmma kernels, when Nsight Compute is installed).
+# (default), and, only when named, ptxas (registers and spills per kernel; slow) and ncu (per-kernel
+# breakdowns of the MoE layer, cublas-dequant and small-M, and the sections of one launch of each
+# large-M tile family, when Nsight Compute is installed and can read the counters).
 # FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
@@ -74,12 +75,19 @@ if want tune; then
   step bench-auto $F bench --backend auto $TUNE_SHAPES --json "$LOG/bench-auto.json" --csv "$LOG/bench-auto.csv"
 fi
 if want ncu && command -v ncu >/dev/null; then
-  # Where the small-M and large-M kernels lose time: one profiled launch each (speed of light,
-  # warp stall reasons, issue slots, memory throughput).
-  NCU="ncu --target-processes all -s 3 -c 1 --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats"
-  step ncu-small-m $NCU -k regex:gemm_small_m $F bench --backend cuda --shapes 57344x8192 --m 1 --op w4a16 --runs 50 --no-peers
-  step ncu-large-m $NCU -k regex:gemm_large_m $F bench --backend cuda --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
-  step ncu-wgmma $NCU -k regex:wgmma $F bench --backend cuda --config large-m.wgmma.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  # Where the time goes, from the hardware counters (clocks left as they are). Breakdowns: every
+  # kernel of a few calls with its time, DRAM traffic, grid and occupancy limits (MoE layer at B = 1
+  # and 64, cublas-dequant, small-M at M = 16). Sections: one launch of each tensor-core tile.
+  NCU="ncu --clock-control none --target-processes all"
+  BRK="--csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active"
+  SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats"
+  step ncu-moe-b1 $NCU $BRK -c 60 $F bench --moe --m 1 --mode w4a16 --runs 10 --budget 0.05 --no-peers
+  step ncu-moe-b64 $NCU $BRK -c 60 $F bench --moe --m 64 --mode w4a16 --runs 10 --budget 0.05 --no-peers
+  step ncu-dequant $NCU $BRK -c 30 $F bench --backend cublas-dequant --shapes 8192x8192,20480x4096 --m 4096 --op w4a16 --runs 50 --no-peers
+  step ncu-small-m $NCU $BRK -k regex:gemm_small_m -c 4 $F bench --backend cuda --shapes 57344x8192 --m 1,16 --op w4a16 --runs 50 --no-peers
+  step ncu-large-m $NCU $SEC -k regex:gemm_large_m -s 3 -c 1 $F bench --backend cuda --config large-m.128x128.s3 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  step ncu-wgmma $NCU $SEC -k regex:gemm_wgmma -s 3 -c 1 $F bench --backend cuda --config large-m.wgmma.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  step ncu-wgra $NCU $SEC -k regex:gemm_wgra -s 3 -c 1 $F bench --backend cuda --config large-m.wgra.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
 fi
 CUDA_LIBS="$BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas"
 if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
