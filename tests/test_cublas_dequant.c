@@ -2,8 +2,10 @@
  * GPU tests of the cublas-dequant backend (skipped with exit 77 and the reason when it cannot run
  * here): its dequantize kernel (16 elements per thread, 8-byte code loads when the pointer allows)
  * feeding cuBLASLt, against the reference, for both formats and weight-scale layouts, W4A16 and
- * W4A4, f32/bf16 outputs, K with and without a 32-element tail (K % 32 == 16 for NVFP4), and FP4
- * codes placed 1 and 3 bytes past an aligned address (the byte-wise load path).
+ * W4A4, bf16 and (NVFP4) f16 activations, f32/bf16 outputs, random and edge-case data (zero
+ * blocks, ties, saturating and tiny values, subnormal scales), K with and without a 32-element tail
+ * (K % 32 == 16 for NVFP4), and FP4 codes placed 1 and 3 bytes past an aligned address (the
+ * byte-wise load path).
  */
 #include <stdio.h>
 
@@ -27,6 +29,7 @@ int main(void) {
   static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4};
   static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16};
   static const int offsets[] = {0, 1, 3};
+  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES};
   int runs = 0, failures = 0;
   uint64_t seed = 1;
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -34,8 +37,12 @@ int main(void) {
       for (int l = 0; l < 2; l++)
         for (int op = 0; op < 2; op++)
           for (int o = 0; o < 2; o++)
-            for (int off = 0; off < 3; off++) {
+            for (int off = 0; off < 3; off++)
+              for (int dd = 0; dd < 2; dd++)
+                for (int act16 = 0; act16 < 2; act16++) {
               if (formats[f] == FP4_FORMAT_MXFP4 && shapes[s].k % 32) continue; /* MXFP4 blocks are 32 wide */
+              /* f16 activations make the GEMM (and the weights' dequantization) f16: NVFP4 W4A16 only */
+              if (act16 && (op || formats[f] == FP4_FORMAT_MXFP4)) continue;
               const fp4h_case c = {.name = "cublas-dequant",
                                    .op = op ? FP4H_MM : FP4H_MM_W4A16,
                                    .format = formats[f],
@@ -44,18 +51,19 @@ int main(void) {
                                    .m = shapes[s].m,
                                    .n = shapes[s].n,
                                    .k = shapes[s].k,
-                                   .a_dtype = FP4_DTYPE_BF16,
+                                   .a_dtype = act16 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16,
                                    .out_dtype = outs[o],
-                                   .data = FP4H_DATA_NORMAL,
+                                   .data = datas[dd],
                                    .offset_codes = offsets[off]};
               fp4h_result r;
               fp4h_run(ctx, "cublas-dequant", FP4_MEMORY_DEVICE, &c, seed++, &r);
               runs++;
               if (r.status == FP4_OK && r.passed) continue;
               failures++;
-              printf("FAIL %s %s M=%lld N=%lld K=%lld lb=%s out=%s codes+%d: %s (%s)\n", op ? "w4a4" : "w4a16",
+              printf("FAIL %s %s M=%lld N=%lld K=%lld lb=%s a=%s out=%s codes+%d %s: %s (%s)\n", op ? "w4a4" : "w4a16",
                      fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k,
-                     fp4_layout_name(c.layout_b), fp4_dtype_name(c.out_dtype), c.offset_codes, r.message,
+                     fp4_layout_name(c.layout_b), fp4_dtype_name(c.a_dtype), fp4_dtype_name(c.out_dtype),
+                     c.offset_codes, dd ? "edges" : "random", r.message,
                      fp4_status_str(r.status));
             }
   printf("cublas-dequant: %d cases, %d failures\n", runs, failures);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "backends/cublaslt/lt_common.h"
+#include "backends/cuda/small_m_common.cuh"
 #include "core/error.h"
 #include "format/codec.h"
 
@@ -17,21 +18,51 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
-// One thread per 16 elements (8 code bytes, one NVFP4 block or half an MXFP4 one: one scale read),
-// written as 16-byte stores; rows walk blockIdx.y, so there is no 64-bit division per element. A
-// memory-bound pass: 0.5 B read + 2 B (bf16/f16) or 4 B (f32) written per element. Validation keeps
-// cols % 16 == 0, so rows start 32-byte aligned in `out` (a 256-byte aligned workspace) and, when
-// the caller's `data` pointer is 8-byte aligned (ALIGNED), 8-byte aligned in `data`; otherwise the
-// codes are read byte by byte.
+/* The 16-bit pair (scale, scale) of one block: E4M3 and UE8M0 values are exact in bf16 (E4M3 also
+ * in f16; MXFP4 never reaches the f16 path), NaN codes stay NaN. */
+template <bool F16>
+__device__ __forceinline__ uint32_t block_scale_pair(uint8_t byte, bool nvfp4) {
+  if (nvfp4) return e4m3_pair<F16>(byte);
+  return ue8m0_bf16_pair(byte);
+}
+
+/* Sixteen codes (element i in nibble i of q.x, then q.y) times one scale pair -> eight 16-bit pairs
+ * in element order, exactly: the e2m1 values come out of byte-permute tables (decode8), and their
+ * product with an E4M3 or UE8M0 scale has at most 6 significant bits, so the bf16/f16 multiply
+ * does not round (overflow of an MXFP4 6 * 2^127 gives inf, as the f32 reference does). */
+template <bool F16>
+__device__ __forceinline__ void decode16(uint2 q, uint32_t s2, uint32_t r[8]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    uint32_t p[4]; /* p[i] = (element i, element i + 4) of this word */
+    decode8<F16>(h ? q.y : q.x, p);
+    r[4 * h + 0] = hmul2<F16>(__byte_perm(p[0], p[1], 0x5410), s2); /* elements 0, 1 */
+    r[4 * h + 1] = hmul2<F16>(__byte_perm(p[2], p[3], 0x5410), s2); /* 2, 3 */
+    r[4 * h + 2] = hmul2<F16>(__byte_perm(p[0], p[1], 0x7632), s2); /* 4, 5 */
+    r[4 * h + 3] = hmul2<F16>(__byte_perm(p[2], p[3], 0x7632), s2); /* 6, 7 */
+  }
+}
+
+template <typename T> struct out_traits { static constexpr bool kF16 = false, kF32 = false; };
+template <> struct out_traits<__half> { static constexpr bool kF16 = true, kF32 = false; };
+template <> struct out_traits<float> { static constexpr bool kF16 = false, kF32 = true; };
+
+// One thread per 16 elements (8 code bytes: one NVFP4 block or half an MXFP4 one, one scale read);
+// a CTA of 256 threads covers TPR = blockDim.x threads of a row times blockDim.y rows, so short
+// rows (K = 1024: 64 threads) still fill it. A memory-bound pass: 0.5 B read and 2 B (bf16/f16)
+// or 4 B (f32) written per element, at a handful of integer instructions per pair of elements
+// (f32 output widens the exact bf16 values). Validation keeps cols % 16 == 0, so rows start
+// 32-byte aligned in `out` (a 256-byte aligned workspace) and, when the caller's `data` pointer is
+// 8-byte aligned (ALIGNED), 8-byte aligned in `data`; otherwise the codes are read byte by byte.
 template <typename T, bool ALIGNED>
-__global__ void dequantize_kernel(const uint8_t *__restrict__ data, const uint8_t *__restrict__ scales, int64_t rows,
-                                  int64_t cols, int nvfp4, int layout, T *__restrict__ out) {
+__global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restrict__ data, const uint8_t *__restrict__ scales,
+                                                         int64_t rows, int64_t cols, int nvfp4, int layout,
+                                                         T *__restrict__ out) {
   const int64_t groups = cols / 16, C = cols / (nvfp4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+  for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (int64_t)gridDim.y * blockDim.y) {
     const uint8_t *row = data + r * (cols / 2);
-    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
       const uint8_t sb = scales[fp4_layout_offset(layout, C, r, nvfp4 ? g : g / 2)];
-      const float s = nvfp4 ? fp4_e4m3_decode_inline(sb) : fp4_ue8m0_decode_inline(sb);
       uint2 q;
       if (ALIGNED) {
         q = ((const uint2 *)row)[g];
@@ -41,15 +72,18 @@ __global__ void dequantize_kernel(const uint8_t *__restrict__ data, const uint8_
         for (int i = 0; i < 8; i++) w[i / 4] |= (uint32_t)row[g * 8 + i] << (8 * (i % 4));
         q = make_uint2(w[0], w[1]);
       }
-      alignas(16) T v[16];
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        v[i] = from_f32<T>(fp4_e2m1_decode_inline((q.x >> (4 * i)) & 15) * s);
-        v[8 + i] = from_f32<T>(fp4_e2m1_decode_inline((q.y >> (4 * i)) & 15) * s);
-      }
+      constexpr bool F16 = out_traits<T>::kF16;
+      uint32_t v[8];
+      decode16<F16>(q, block_scale_pair<F16>(sb, nvfp4), v);
       uint4 *dst = (uint4 *)(out + r * cols + g * 16);
+      if (out_traits<T>::kF32) { /* bf16 -> f32 is a 16-bit shift */
 #pragma unroll
-      for (int i = 0; i < (int)(16 * sizeof(T) / 16); i++) dst[i] = ((const uint4 *)v)[i];
+        for (int i = 0; i < 4; i++)
+          dst[i] = make_uint4(v[2 * i] << 16, v[2 * i] & 0xFFFF0000u, v[2 * i + 1] << 16, v[2 * i + 1] & 0xFFFF0000u);
+      } else {
+        dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
+      }
     }
   }
 }
@@ -62,10 +96,10 @@ __global__ void convert_kernel(const float *__restrict__ src, int64_t rows, int6
 }
 
 template <typename T>
-void launch_dequantize(bool aligned, dim3 grid, cudaStream_t s, const uint8_t *d, const uint8_t *sc, const fp4_qmatrix *q,
-                       int nv, int lay, T *out) {
-  if (aligned) dequantize_kernel<T, true><<<grid, 256, 0, s>>>(d, sc, q->rows, q->cols, nv, lay, out);
-  else dequantize_kernel<T, false><<<grid, 256, 0, s>>>(d, sc, q->rows, q->cols, nv, lay, out);
+void launch_dequantize(bool aligned, dim3 grid, dim3 block, cudaStream_t s, const uint8_t *d, const uint8_t *sc,
+                       const fp4_qmatrix *q, int nv, int lay, T *out) {
+  if (aligned) dequantize_kernel<T, true><<<grid, block, 0, s>>>(d, sc, q->rows, q->cols, nv, lay, out);
+  else dequantize_kernel<T, false><<<grid, block, 0, s>>>(d, sc, q->rows, q->cols, nv, lay, out);
 }
 
 unsigned grid_for(int64_t work) {
@@ -82,17 +116,21 @@ fp4_status launched(const char *what) {
 }  // namespace
 
 extern "C" fp4_status fp4_cuda_dequantize(const fp4_qmatrix *q, void *out, fp4_dtype dtype, void *stream) {
+  /* Threads per row: the row's 16-element groups rounded up to a warp, at most 256; the rest of
+   * the 256-thread CTA takes further rows. Both grid extents are capped; the kernel loops. */
   const int64_t groups = q->cols / 16;
-  const int64_t gx = (groups + 255) / 256;
-  const dim3 grid((unsigned)(gx < 1 ? 1 : gx > 1024 ? 1024 : gx), (unsigned)(q->rows < 1 ? 1 : q->rows > 65535 ? 65535 : q->rows));
+  const int64_t tpr = groups >= 256 ? 256 : (groups + 31) / 32 * 32, rpb = 256 / tpr;
+  const int64_t gx = (groups + tpr - 1) / tpr, gy = (q->rows + rpb - 1) / rpb;
+  const dim3 block((unsigned)tpr, (unsigned)rpb);
+  const dim3 grid((unsigned)(gx < 1 ? 1 : gx > 1024 ? 1024 : gx), (unsigned)(gy < 1 ? 1 : gy > 65535 ? 65535 : gy));
   cudaStream_t s = (cudaStream_t)stream;
   const uint8_t *d = (const uint8_t *)q->data, *sc = (const uint8_t *)q->scales;
   const int nv = q->format == FP4_FORMAT_NVFP4, lay = (int)q->layout;
   const bool aligned = ((uintptr_t)d & 7) == 0;
   switch (dtype) {
-  case FP4_DTYPE_F32: launch_dequantize(aligned, grid, s, d, sc, q, nv, lay, (float *)out); break;
-  case FP4_DTYPE_BF16: launch_dequantize(aligned, grid, s, d, sc, q, nv, lay, (__nv_bfloat16 *)out); break;
-  case FP4_DTYPE_F16: launch_dequantize(aligned, grid, s, d, sc, q, nv, lay, (__half *)out); break;
+  case FP4_DTYPE_F32: launch_dequantize(aligned, grid, block, s, d, sc, q, nv, lay, (float *)out); break;
+  case FP4_DTYPE_BF16: launch_dequantize(aligned, grid, block, s, d, sc, q, nv, lay, (__nv_bfloat16 *)out); break;
+  case FP4_DTYPE_F16: launch_dequantize(aligned, grid, block, s, d, sc, q, nv, lay, (__half *)out); break;
   default: return fp4_fail(FP4_ERR_INTERNAL, "cublas-dequant: dequantize to %s", fp4_dtype_name(dtype));
   }
   return launched("dequantize");

@@ -1,16 +1,19 @@
 /*
  * Grouped FP4 GEMM over experts, one launch, two kernels:
  *
- * 1. Tensor cores (K % 128 == 0, the MoE shapes that matter): grid = (16-row weight tile of N,
- *    expert slot, row split). Built like the dense small-M kernel (small_m_common.cuh): the CTA's
- *    warps split K into 128-element slabs, stream the expert's 16 weight rows with 16-byte
- *    L1-bypassing loads (several slabs in flight), decode FP4 -> bf16/f16 exactly and run
+ * 1. Tensor cores (K % 128 == 0, the MoE shapes that matter): grid = (group of 16-row weight
+ *    tiles of N, expert slot, row split). Built like the dense small-M kernel
+ *    (small_m_common.cuh): a warp streams 16 weight rows in 128-element K slabs with 16-byte
+ *    L1-bypassing loads (several slabs in flight), decodes FP4 -> bf16/f16 exactly and runs
  *    mma.sync m16n8k16 with the weights as the 16-row A operand and the expert's rows as up to NT
  *    8-column B tiles, gathered row by row through a_rows (the routing permutation), so permuted
- *    activations are never materialized. Warps reduce through shared memory in a fixed order
- *    (deterministic). An expert's rows are walked in chunks of 8 * NT; with one chunk (decode)
- *    every active expert's weights are read from memory exactly once. NT (1, 2, 8) follows the
- *    mean rows per expert, which the host knows (T * k / min(E, T * k)).
+ *    activations are never materialized. The CTA's 8 warps cover 8 / wpt tiles, wpt warps
+ *    splitting each tile's K: wpt = 1 (no reduction, long-lived warps) whenever that still gives
+ *    3 CTAs per multiprocessor, more only in decode with few active experts; split warps reduce
+ *    through shared memory in a fixed order (deterministic). An expert's rows are walked in chunks
+ *    of 8 * NT; with one chunk (decode) every active expert's weights are read from memory exactly
+ *    once. NT (1, 2, 8) follows the mean rows per expert, which the host knows
+ *    (T * k / min(E, T * k)).
  *
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
@@ -48,6 +51,7 @@ struct grouped_params {
   fp4_cuda_grouped_args a;
   int64_t w_expert_bytes; /* N * K / 2 */
   int64_t wC, aC;         /* scale columns of W and of A (K / block)  */
+  int warps_per_tile;     /* tensor-core kernel: warps splitting one 16-row tile's K (1-8) */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -274,6 +278,8 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
+  /* Warps [tile * wpt, tile * wpt + wpt) share one 16-row weight tile and split its K slabs. */
+  const int wpt = p.warps_per_tile, kw = warp % wpt;
   if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
@@ -285,7 +291,8 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   /* NVFP4 weights decode as e2m1 * scale * 2^-8: the 2^8 goes into the FP32 -> output scale. */
   const double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f) * (double)p.a.a_mult *
                        (NV ? 256.0 : 1.0);
-  const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16;
+  const int64_t K = p.a.k, n0 = ((int64_t)blockIdx.x * (warps / wpt) + warp / wpt) * 16;
+  const bool tile_in_n = n0 < p.a.n; /* the last CTA's spare tiles load nothing and store nothing */
   const int nslabs = (int)(K >> 7);
   const uint8_t *w = p.a.w + e * p.w_expert_bytes, *ws = p.a.w_scales + e * p.a.w_scale_stride;
   /* Rows past N read row N-1 (valid memory) and are never stored. */
@@ -313,12 +320,12 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
     float acc[1][NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[0][nt][0] = acc[0][nt][1] = acc[0][nt][2] = acc[0][nt][3] = 0.0f;
-    for (int s0 = warp; s0 < nslabs; s0 += warps * U) {
+    for (int s0 = tile_in_n ? kw : nslabs; s0 < nslabs; s0 += wpt * U) {
       uint4 wa[U], wb[U];
       uint32_t sca[U], scb[U];
 #pragma unroll
       for (int u = 0; u < U; u++) {
-        const int s = s0 + u * warps;
+        const int s = s0 + u * wpt;
         if (s < nslabs) {
           wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
           wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
@@ -328,7 +335,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
       }
 #pragma unroll
       for (int u = 0; u < U; u++) {
-        const int s = s0 + u * warps;
+        const int s = s0 + u * wpt;
         if (s < nslabs) {
           const char *rs[NT];
 #pragma unroll
@@ -337,25 +344,27 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
         }
       }
     }
-    /* Fixed-order reduction over the warps; red is reused by the next chunk after the barrier. */
-    constexpr int kPerWarp = NT * 128;
-    if (warps == 1) {
+    if (wpt == 1) { /* the warp holds its tile's whole sum */
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int c = 0; c < 4; c++) mma_store(p, r0, hi, n0, nt, c, lane, scale, acc[0][nt][c]);
       continue;
     }
+    /* Fixed-order reduction over the tile's warps by its first warp; red is reused by the next
+     * chunk after the barrier. */
+    constexpr int kPerWarp = NT * 128;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int c = 0; c < 4; c++) red[warp * kPerWarp + (nt * 4 + c) * 32 + lane] = acc[0][nt][c];
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
-      float v = 0.0f;
-      for (int w8 = 0; w8 < warps; w8++) v = __fadd_rn(v, red[w8 * kPerWarp + idx]);
-      mma_store(p, r0, hi, n0, idx >> 7, (idx >> 5) & 3, idx & 31, scale, v);
-    }
+    if (kw == 0)
+      for (int idx = lane; idx < kPerWarp; idx += 32) {
+        float v = 0.0f;
+        for (int w8 = 0; w8 < wpt; w8++) v = __fadd_rn(v, red[(warp + w8) * kPerWarp + idx]);
+        mma_store(p, r0, hi, n0, idx >> 7, (idx >> 5) & 3, lane, scale, v);
+      }
     __syncthreads();
   }
   fp4_pdl_launch_dependents();
@@ -369,7 +378,7 @@ int mma_tiles_for(int64_t rows, int64_t slots) {
 
 template <int FMT, int ACT, int NT, int U>
 cudaError_t launch_mma_one(const grouped_params &p, dim3 grid, int warps, cudaStream_t s, int pdl) {
-  const size_t smem = warps > 1 ? (size_t)warps * NT * 128 * sizeof(float) : 0; /* <= 32 KiB */
+  const size_t smem = p.warps_per_tile > 1 ? (size_t)warps * NT * 128 * sizeof(float) : 0; /* <= 32 KiB */
   return fp4_cuda_launch(grouped_mma_kernel<FMT, ACT, NT, U>, grid, dim3(32 * warps), smem, s, pdl, p);
 }
 
@@ -419,6 +428,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.w_expert_bytes = a->n * (a->k / 2);
   p.wC = a->k / bs;
   p.aC = a->k / bs;
+  p.warps_per_tile = 1;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
   /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
@@ -427,15 +437,27 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
     const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
     if (tiles16 > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
-    const int warps = (int)(nslabs < kMmaMaxWarps ? nslabs : kMmaMaxWarps);
     const int nt = mma_tiles_for(a->rows, a->slots);
     /* A split past its expert's chunks exits at once, but such CTAs still cost a launch slot: cap
      * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
-    const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
-    return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, warps, nt, s, pdl)
-                                               : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, warps, nt, s, pdl));
+    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
+     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
+     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
+    int device = 0, sms = 1;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      sms = 1;
+    cudaGetLastError(); /* a failed query only changes the split choice */
+    int wpt = 1;
+    while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
+           (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)
+      wpt *= 2;
+    p.warps_per_tile = wpt;
+    const int64_t ctas_x = (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt);
+    const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
+    return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
+                                               : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
   if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
