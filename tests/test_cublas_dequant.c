@@ -1,6 +1,6 @@
 /*
  * GPU tests of the cublas-dequant backend (skipped with exit 77 and the reason when it cannot run
- * here): its dequantize kernel (16 elements per thread, 8-byte code loads when the pointer allows)
+ * here): its dequantize kernel (8-element units, 4-byte code loads when the pointer allows)
  * feeding cuBLASLt, against the reference, for both formats and weight-scale layouts, W4A16 and
  * W4A4, bf16 and (NVFP4) f16 activations, f32/bf16 outputs, random and edge-case data (zero
  * blocks, ties, saturating and tiny values, subnormal scales), K with and without a 32-element tail

@@ -26,79 +26,73 @@ __device__ __forceinline__ uint32_t block_scale_pair(uint8_t byte, bool nvfp4) {
   return ue8m0_bf16_pair(byte);
 }
 
-/* Sixteen codes (element i in nibble i of q.x, then q.y) times one scale pair -> eight 16-bit pairs
- * in element order, exactly: the e2m1 values come out of byte-permute tables (decode8), and their
- * product with an E4M3 or UE8M0 scale has at most 6 significant bits, so the bf16/f16 multiply
- * does not round (overflow of an MXFP4 6 * 2^127 gives inf, as the f32 reference does). */
+/* Eight codes (element i in nibble i) times one scale pair -> four 16-bit pairs in element order,
+ * exactly: the e2m1 values come out of byte-permute tables (decode8), and their product with an
+ * E4M3 or UE8M0 scale has at most 6 significant bits, so the bf16/f16 multiply does not round
+ * (an MXFP4 6 * 2^127 overflows to inf, as the f32 reference does). */
 template <bool F16>
-__device__ __forceinline__ void decode16(uint2 q, uint32_t s2, uint32_t r[8]) {
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    uint32_t p[4]; /* p[i] = (element i, element i + 4) of this word */
-    decode8<F16>(h ? q.y : q.x, p);
-    r[4 * h + 0] = hmul2<F16>(__byte_perm(p[0], p[1], 0x5410), s2); /* elements 0, 1 */
-    r[4 * h + 1] = hmul2<F16>(__byte_perm(p[2], p[3], 0x5410), s2); /* 2, 3 */
-    r[4 * h + 2] = hmul2<F16>(__byte_perm(p[0], p[1], 0x7632), s2); /* 4, 5 */
-    r[4 * h + 3] = hmul2<F16>(__byte_perm(p[2], p[3], 0x7632), s2); /* 6, 7 */
-  }
+__device__ __forceinline__ void decode8_in_order(uint32_t q, uint32_t s2, uint32_t r[4]) {
+  uint32_t p[4]; /* p[i] = (element i, element i + 4) */
+  decode8<F16>(q, p);
+  r[0] = hmul2<F16>(__byte_perm(p[0], p[1], 0x5410), s2); /* elements 0, 1 */
+  r[1] = hmul2<F16>(__byte_perm(p[2], p[3], 0x5410), s2); /* 2, 3 */
+  r[2] = hmul2<F16>(__byte_perm(p[0], p[1], 0x7632), s2); /* 4, 5 */
+  r[3] = hmul2<F16>(__byte_perm(p[2], p[3], 0x7632), s2); /* 6, 7 */
 }
 
 template <typename T> struct out_traits { static constexpr bool kF16 = false, kF32 = false; };
 template <> struct out_traits<__half> { static constexpr bool kF16 = true, kF32 = false; };
 template <> struct out_traits<float> { static constexpr bool kF16 = false, kF32 = true; };
 
-// A thread takes kGroupsPerThread groups of 16 elements (8 code bytes: one NVFP4 block or half an
-// MXFP4 one, one scale read each), spaced blockDim.x apart so a warp's loads stay contiguous, and
-// issues all their loads before decoding any (more bytes in flight per thread: with one group per
-// thread the pass reached 42% of DRAM bandwidth on the H200). A CTA of 256 threads covers
-// blockDim.x threads of a row times blockDim.y rows, so short rows still fill it. A memory-bound
-// pass: 0.5 B read and 2 B (bf16/f16) or 4 B (f32) written per element, at a handful of integer
-// instructions per pair of elements (f32 output widens the exact bf16 values). Validation keeps
-// cols % 16 == 0, so rows start 32-byte aligned in `out` (a 256-byte aligned workspace) and, when
-// the caller's `data` pointer is 8-byte aligned (ALIGNED), 8-byte aligned in `data`; otherwise the
-// codes are read byte by byte.
-constexpr int kGroupsPerThread = 4;
+// A thread takes kUnitsPerThread units of 8 elements (4 code bytes, one 16-byte bf16/f16 store, so
+// a warp's store instruction writes 512 contiguous bytes), spaced blockDim.x apart so a warp's
+// loads stay contiguous too, and issues all their loads before decoding any. A CTA of 256 threads
+// covers blockDim.x threads of a row times blockDim.y rows, so short rows still fill it. A
+// memory-bound pass: 0.5 B read and 2 B (bf16/f16) or 4 B (f32) written per element, at a handful
+// of integer instructions per pair of elements (f32 output widens the exact bf16 values).
+// Validation keeps cols % 16 == 0, so rows start 32-byte aligned in `out` (a 256-byte aligned
+// workspace) and, when the caller's `data` pointer is 4-byte aligned (ALIGNED), 4-byte aligned in
+// `data`; otherwise the codes are read byte by byte.
+constexpr int kUnitsPerThread = 8;
 
 template <typename T, bool ALIGNED>
 __global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restrict__ data, const uint8_t *__restrict__ scales,
                                                          int64_t rows, int64_t cols, int nvfp4, int layout,
                                                          T *__restrict__ out) {
   constexpr bool F16 = out_traits<T>::kF16;
-  const int64_t groups = cols / 16, C = cols / (nvfp4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
-  const int64_t span = (int64_t)blockDim.x * kGroupsPerThread; /* groups of one CTA column step */
+  const int64_t units = cols / 8, C = cols / (nvfp4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
+  const int block_shift = nvfp4 ? 1 : 2; /* units per scale block: 2 (NVFP4) or 4 (MXFP4) */
+  const int64_t span = (int64_t)blockDim.x * kUnitsPerThread; /* units of one CTA column step */
   for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (int64_t)gridDim.y * blockDim.y) {
     const uint8_t *row = data + r * (cols / 2);
-    for (int64_t g0 = blockIdx.x * span + threadIdx.x; g0 < groups; g0 += gridDim.x * span) {
-      uint2 q[kGroupsPerThread];
-      uint8_t sb[kGroupsPerThread];
+    for (int64_t u0 = blockIdx.x * span + threadIdx.x; u0 < units; u0 += gridDim.x * span) {
+      uint32_t q[kUnitsPerThread];
+      uint8_t sb[kUnitsPerThread];
 #pragma unroll
-      for (int j = 0; j < kGroupsPerThread; j++) {
-        const int64_t g = g0 + (int64_t)j * blockDim.x;
-        if (g >= groups) break;
-        sb[j] = scales[fp4_layout_offset(layout, C, r, nvfp4 ? g : g / 2)];
+      for (int j = 0; j < kUnitsPerThread; j++) {
+        const int64_t u = u0 + (int64_t)j * blockDim.x;
+        if (u >= units) break;
+        sb[j] = scales[fp4_layout_offset(layout, C, r, u >> block_shift)];
         if (ALIGNED) {
-          q[j] = ((const uint2 *)row)[g];
+          q[j] = ((const uint32_t *)row)[u];
         } else {
-          uint32_t w[2] = {0, 0};
+          q[j] = 0;
 #pragma unroll
-          for (int i = 0; i < 8; i++) w[i / 4] |= (uint32_t)row[g * 8 + i] << (8 * (i % 4));
-          q[j] = make_uint2(w[0], w[1]);
+          for (int i = 0; i < 4; i++) q[j] |= (uint32_t)row[u * 4 + i] << (8 * i);
         }
       }
 #pragma unroll
-      for (int j = 0; j < kGroupsPerThread; j++) {
-        const int64_t g = g0 + (int64_t)j * blockDim.x;
-        if (g >= groups) break;
-        uint32_t v[8];
-        decode16<F16>(q[j], block_scale_pair<F16>(sb[j], nvfp4), v);
-        uint4 *dst = (uint4 *)(out + r * cols + g * 16);
+      for (int j = 0; j < kUnitsPerThread; j++) {
+        const int64_t u = u0 + (int64_t)j * blockDim.x;
+        if (u >= units) break;
+        uint32_t v[4];
+        decode8_in_order<F16>(q[j], block_scale_pair<F16>(sb[j], nvfp4), v);
+        uint4 *dst = (uint4 *)(out + r * cols + u * 8);
         if (out_traits<T>::kF32) { /* bf16 -> f32 is a 16-bit shift */
-#pragma unroll
-          for (int i = 0; i < 4; i++)
-            dst[i] = make_uint4(v[2 * i] << 16, v[2 * i] & 0xFFFF0000u, v[2 * i + 1] << 16, v[2 * i + 1] & 0xFFFF0000u);
+          dst[0] = make_uint4(v[0] << 16, v[0] & 0xFFFF0000u, v[1] << 16, v[1] & 0xFFFF0000u);
+          dst[1] = make_uint4(v[2] << 16, v[2] & 0xFFFF0000u, v[3] << 16, v[3] & 0xFFFF0000u);
         } else {
           dst[0] = make_uint4(v[0], v[1], v[2], v[3]);
-          dst[1] = make_uint4(v[4], v[5], v[6], v[7]);
         }
       }
     }
@@ -133,18 +127,18 @@ fp4_status launched(const char *what) {
 }  // namespace
 
 extern "C" fp4_status fp4_cuda_dequantize(const fp4_qmatrix *q, void *out, fp4_dtype dtype, void *stream) {
-  /* Threads per row: the row's 16-element groups over kGroupsPerThread, rounded up to a warp, at
-   * most 256; the rest of the 256-thread CTA takes further rows. Both grid extents are capped;
-   * the kernel loops. */
-  const int64_t groups = q->cols / 16, per_thread = (groups + kGroupsPerThread - 1) / kGroupsPerThread;
+  /* Threads per row: the row's 8-element units over kUnitsPerThread, rounded up to a warp, at most
+   * 256; the rest of the 256-thread CTA takes further rows. Both grid extents are capped; the
+   * kernel loops. */
+  const int64_t units = q->cols / 8, per_thread = (units + kUnitsPerThread - 1) / kUnitsPerThread;
   const int64_t tpr = per_thread >= 256 ? 256 : (per_thread + 31) / 32 * 32, rpb = 256 / tpr;
-  const int64_t gx = (groups + tpr * kGroupsPerThread - 1) / (tpr * kGroupsPerThread), gy = (q->rows + rpb - 1) / rpb;
+  const int64_t gx = (units + tpr * kUnitsPerThread - 1) / (tpr * kUnitsPerThread), gy = (q->rows + rpb - 1) / rpb;
   const dim3 block((unsigned)tpr, (unsigned)rpb);
   const dim3 grid((unsigned)(gx < 1 ? 1 : gx > 1024 ? 1024 : gx), (unsigned)(gy < 1 ? 1 : gy > 65535 ? 65535 : gy));
   cudaStream_t s = (cudaStream_t)stream;
   const uint8_t *d = (const uint8_t *)q->data, *sc = (const uint8_t *)q->scales;
   const int nv = q->format == FP4_FORMAT_NVFP4, lay = (int)q->layout;
-  const bool aligned = ((uintptr_t)d & 7) == 0;
+  const bool aligned = ((uintptr_t)d & 3) == 0;
   switch (dtype) {
   case FP4_DTYPE_F32: launch_dequantize(aligned, grid, block, s, d, sc, q, nv, lay, (float *)out); break;
   case FP4_DTYPE_BF16: launch_dequantize(aligned, grid, block, s, d, sc, q, nv, lay, (__nv_bfloat16 *)out); break;
