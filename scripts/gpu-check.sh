@@ -77,7 +77,8 @@ fi
 if want ncu && command -v ncu >/dev/null; then
   # Where the time goes, from the hardware counters (clocks left as they are). Breakdowns: every
   # kernel of a few calls with its time, DRAM traffic, grid and occupancy limits (MoE layer at B = 1
-  # and 64, cublas-dequant, small-M at M = 16). Sections: one launch of each tensor-core tile.
+  # and 64, cublas-dequant, small-M at M = 1 and 16). Sections: one launch of each large-M tile
+  # family, of the grouped MoE kernels at B = 1 and of small-M at M = 16.
   NCU="ncu --clock-control none --target-processes all"
   BRK="--csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active"
   SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats"
@@ -88,6 +89,10 @@ if want ncu && command -v ncu >/dev/null; then
   step ncu-large-m $NCU $SEC -k regex:gemm_large_m -s 3 -c 1 $F bench --backend cuda --config large-m.128x128.s3 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
   step ncu-wgmma $NCU $SEC -k regex:gemm_wgmma -s 3 -c 1 $F bench --backend cuda --config large-m.wgmma.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
   step ncu-wgra $NCU $SEC -k regex:gemm_wgra -s 3 -c 1 $F bench --backend cuda --config large-m.wgra.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  # The grouped MoE kernels at B = 1 (gate_up, then down: K = 1024 with f32 activations) and the
+  # dense small-M kernel at M = 16, with the stall locations in the source (SourceCounters).
+  step ncu-moe-grouped-b1 $NCU $SEC --section SourceCounters -k regex:grouped_mma -c 2 $F bench --moe --m 1 --mode w4a16 --runs 10 --budget 0.05 --no-peers
+  step ncu-small-m16 $NCU $SEC --section SourceCounters -k regex:gemm_small_m -s 1 -c 1 $F bench --backend cuda --shapes 20480x4096 --m 16 --op w4a16 --runs 50 --no-peers
 fi
 CUDA_LIBS="$BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas"
 if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
