@@ -76,13 +76,14 @@ __global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restri
 #pragma unroll
       for (int j = 0; j < kUnitsPerThread; j++) {
         const int64_t u = u0 + (int64_t)j * blockDim.x;
-        if (u >= units) break;
+        q[j] = 0;
+        sb[j] = 0;
+        if (u >= units) continue; /* not break: q and sb stay in registers only when fully unrolled */
         const int c = (int)(u >> block_shift);
         sb[j] = row_scales[(c >> 2) * step + (c & 3)];
         if (ALIGNED) {
           q[j] = ((const uint32_t *)row)[u];
         } else {
-          q[j] = 0;
 #pragma unroll
           for (int i = 0; i < 4; i++) q[j] |= (uint32_t)row[u * 4 + i] << (8 * i);
         }
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restri
 #pragma unroll
       for (int j = 0; j < kUnitsPerThread; j++) {
         const int64_t u = u0 + (int64_t)j * blockDim.x;
-        if (u >= units) break;
+        if (u >= units) continue;
         uint32_t v[4];
         decode8_in_order<F16>(q[j], block_scale_pair<F16>(sb[j], nvfp4), v);
         uint4 *dst = (uint4 *)(out + r * cols + u * 8);
