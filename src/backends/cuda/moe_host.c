@@ -280,8 +280,10 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   /* W4A16 on the large-M tiles: SiLU*up in bf16 (they take no f32); W4A4 quantizes the f32 act;
    * W4A16 on the streaming tensor-core kernel (I % 128 == 0): the f32 values as their three exact
    * bf16 parts, split once here instead of in every 16-row weight tile of the down GEMM (the same
-   * products and sums, a third fewer instructions per weight byte); else f32. */
-  const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : large ? FP4_CUDA_ACT_BF16 : I % 128 == 0 ? FP4_CUDA_ACT_BF16X3 : FP4_CUDA_ACT_F32;
+   * products and sums, a third fewer instructions per weight byte; it needs 16-byte aligned rows,
+   * which a caller's workspace offset by 8 bytes would not give); else f32. */
+  const int x3 = I % 128 == 0 && (uintptr_t)act % 16 == 0;
+  const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : large ? FP4_CUDA_ACT_BF16 : x3 ? FP4_CUDA_ACT_BF16X3 : FP4_CUDA_ACT_F32;
   if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
