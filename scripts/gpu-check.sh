@@ -77,8 +77,9 @@ fi
 if want ncu && command -v ncu >/dev/null; then
   # Where the time goes, from the hardware counters (clocks left as they are). Breakdowns: every
   # kernel of a few calls with its time, DRAM traffic, grid and occupancy limits (MoE layer at B = 1
-  # and 64, cublas-dequant, small-M at M = 1 and 16). Sections: one launch of each large-M tile
-  # family, of the grouped MoE kernels at B = 1 and of small-M at M = 16.
+  # and 64, cublas-dequant, small-M at M = 1 and 16; `python3 scripts/ncu_breakdown.py LOG` makes a
+  # table of one). Sections: one launch of each large-M tile family, of the grouped MoE kernels at
+  # B = 1 and of small-M at M = 16.
   NCU="ncu --clock-control none --target-processes all"
   BRK="--csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active"
   SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats"

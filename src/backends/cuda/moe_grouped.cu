@@ -449,9 +449,11 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
      * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
     int device = 0, sms = 1;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       sms = 1;
-    cudaGetLastError(); /* a failed query only changes the split choice */
+      cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
+    }
     int wpt = 1;
     while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
            (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)
