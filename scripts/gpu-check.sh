@@ -10,9 +10,10 @@
 #   FP4KIT_GPU_PARTS="build moe" bash scripts/gpu-check.sh          # fp4kit bench --moe
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
-# (default), and, only when named, ptxas (registers and spills per kernel; slow) and ncu (per-kernel
-# breakdowns of the MoE layer, cublas-dequant and small-M, and the sections of one launch of each
-# large-M tile family, when Nsight Compute is installed and can read the counters).
+# (default), and, only when named: bench-dequant (cublas-dequant on the dense shapes, M = 256-8192),
+# crossover (cuda vs cublas-dequant, M = 64-256), ptxas (registers and spills per kernel; slow) and
+# ncu (per-kernel breakdowns of the MoE layer, cublas-dequant and small-M, and the sections of one
+# launch of each large-M tile family, when Nsight Compute is installed and can read the counters).
 # FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
 # A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
@@ -65,6 +66,19 @@ fi
 if want bench-large; then
   step bench-large $F bench --m 128,256,512,1024,2048,4096,8192 --op w4a16 --runs 50 \
     --json "$LOG/bench-large.json" --html "$LOG/bench-large.html"
+fi
+# The dense layer shapes of Qwen3.5-397B and Llama-3.3-70B without the two vocabulary projections
+# (which take most of a large-M bench's time and add nothing a 57344-row weight does not show).
+DENSE=20480x4096,128x4096,4096x8192,17408x4096,512x4096,2048x4096,4096x1024,10240x8192,8192x8192,57344x8192,8192x28672
+if want bench-dequant; then
+  # Issue #4's large-M targets on the dequantize-then-cuBLAS path, with both same-run peers.
+  step bench-dequant $F bench --backend cublas-dequant --shapes $DENSE --m 256,512,4096,8192 --op w4a16,w4a4 \
+    --runs 50 --json "$LOG/bench-dequant.json" --csv "$LOG/bench-dequant.csv"
+fi
+if want crossover; then
+  # Where cublas-dequant overtakes the own kernels (the heuristic's DEQUANT_WINS_M).
+  step crossover $F bench --backend cuda,cublas-dequant --shapes $DENSE --m 64,96,128,192,256 --op w4a16 \
+    --runs 50 --no-peers --json "$LOG/crossover.json" --csv "$LOG/crossover.csv"
 fi
 if want tune; then
   # The issue-5 demonstration: tune the model's shapes, then bench --backend auto follows the cache
