@@ -74,6 +74,10 @@ if want bench-dequant; then
   # Issue #4's large-M targets on the dequantize-then-cuBLAS path, with both same-run peers.
   step bench-dequant $F bench --backend cublas-dequant --shapes $DENSE --m 256,512,4096,8192 --op w4a16,w4a4 \
     --runs 50 --json "$LOG/bench-dequant.json" --csv "$LOG/bench-dequant.csv"
+  # The same at M >= 4096 with the dequantized weights in 32 MiB chunks (L2-sized: does the GEMM
+  # then read them from L2?) instead of the default 256 MiB bound.
+  step bench-dequant-32mb env FP4KIT_DEQUANT_WORKSPACE_MB=32 $F bench --backend cublas-dequant --shapes $DENSE \
+    --m 4096,8192 --op w4a16,w4a4 --runs 50 --json "$LOG/bench-dequant-32mb.json" --csv "$LOG/bench-dequant-32mb.csv"
 fi
 if want crossover; then
   # Where cublas-dequant overtakes the own kernels (the heuristic's DEQUANT_WINS_M).

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L
 /*
  * GPU tests of the cublas-dequant backend (skipped with exit 77 and the reason when it cannot run
  * here): its dequantize kernel (8-element units, 4-byte code loads when the pointer allows)
@@ -5,12 +6,64 @@
  * W4A4, bf16 and (NVFP4) f16 activations, f32/bf16 outputs, random and edge-case data (zero
  * blocks, ties, saturating and tiny values, subnormal scales), K with and without a 32-element tail
  * (K % 32 == 16 for NVFP4), and FP4 codes placed 1 and 3 bytes past an aligned address (the
- * byte-wise load path).
+ * byte-wise load path); and once more with the dequantized-weight workspace bounded to 1 MiB
+ * (FP4KIT_DEQUANT_WORKSPACE_MB), so the weights run as N chunks with a narrower last one.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "fp4kit.h"
 #include "harness.h"
+
+static int g_runs, g_failures;
+
+static void run_case(fp4_context *ctx, const fp4h_case *c, const char *pass, uint64_t seed) {
+  fp4h_result r;
+  fp4h_run(ctx, "cublas-dequant", FP4_MEMORY_DEVICE, c, seed, &r);
+  g_runs++;
+  if (r.status == FP4_OK && r.passed) return;
+  g_failures++;
+  printf("FAIL%s %s %s M=%lld N=%lld K=%lld lb=%s a=%s out=%s codes+%d %s: %s (%s)\n", pass,
+         c->op == FP4H_MM ? "w4a4" : "w4a16", fp4_format_name(c->format), (long long)c->m, (long long)c->n,
+         (long long)c->k, fp4_layout_name(c->layout_b), fp4_dtype_name(c->a_dtype), fp4_dtype_name(c->out_dtype),
+         c->offset_codes, c->data == FP4H_DATA_EDGES ? "edges" : "random", r.message, fp4_status_str(r.status));
+}
+
+typedef struct shape {
+  int64_t m, n, k;
+} shape;
+
+/* Every format, layout, op, output, code offset, data kind and (NVFP4 W4A16) activation dtype. */
+static void run_shapes(fp4_context *ctx, const shape *shapes, int count, const char *pass, uint64_t *seed) {
+  static const fp4_format formats[] = {FP4_FORMAT_NVFP4, FP4_FORMAT_MXFP4};
+  static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4};
+  static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16};
+  static const fp4_dtype acts[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16};
+  static const int offsets[] = {0, 1, 3};
+  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES};
+  enum { VARIANTS = 2 * 2 * 2 * 2 * 3 * 2 * 2 };
+  for (int s = 0; s < count; s++)
+    for (int v = 0; v < VARIANTS; v++) {
+      const int f = v & 1, l = (v >> 1) & 1, op = (v >> 2) & 1, o = (v >> 3) & 1, off = (v >> 4) % 3,
+                d = (v / 48) & 1, a16 = (v / 96) & 1;
+      if (formats[f] == FP4_FORMAT_MXFP4 && shapes[s].k % 32) continue; /* MXFP4 blocks are 32 wide */
+      /* f16 activations make the GEMM (and the weights' dequantization) f16: NVFP4 W4A16 only */
+      if (a16 && (op || formats[f] == FP4_FORMAT_MXFP4)) continue;
+      const fp4h_case c = {.name = "cublas-dequant",
+                           .op = op ? FP4H_MM : FP4H_MM_W4A16,
+                           .format = formats[f],
+                           .layout_a = FP4_LAYOUT_LINEAR,
+                           .layout_b = layouts[l],
+                           .m = shapes[s].m,
+                           .n = shapes[s].n,
+                           .k = shapes[s].k,
+                           .a_dtype = acts[a16],
+                           .out_dtype = outs[o],
+                           .data = datas[d],
+                           .offset_codes = offsets[off]};
+      run_case(ctx, &c, pass, (*seed)++);
+    }
+}
 
 int main(void) {
   fp4_context *ctx = NULL;
@@ -24,49 +77,15 @@ int main(void) {
     fp4_context_destroy(ctx);
     return 77;
   }
-  static const struct { int64_t m, n, k; } shapes[] = {{37, 136, 96}, {300, 1000, 2048}, {1, 64, 80}};
-  static const fp4_format formats[] = {FP4_FORMAT_NVFP4, FP4_FORMAT_MXFP4};
-  static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4};
-  static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16};
-  static const int offsets[] = {0, 1, 3};
-  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES};
-  int runs = 0, failures = 0;
+  static const shape shapes[] = {{37, 136, 96}, {300, 1000, 2048}, {1, 64, 80}};
   uint64_t seed = 1;
-  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-    for (int f = 0; f < 2; f++)
-      for (int l = 0; l < 2; l++)
-        for (int op = 0; op < 2; op++)
-          for (int o = 0; o < 2; o++)
-            for (int off = 0; off < 3; off++)
-              for (int dd = 0; dd < 2; dd++)
-                for (int act16 = 0; act16 < 2; act16++) {
-              if (formats[f] == FP4_FORMAT_MXFP4 && shapes[s].k % 32) continue; /* MXFP4 blocks are 32 wide */
-              /* f16 activations make the GEMM (and the weights' dequantization) f16: NVFP4 W4A16 only */
-              if (act16 && (op || formats[f] == FP4_FORMAT_MXFP4)) continue;
-              const fp4h_case c = {.name = "cublas-dequant",
-                                   .op = op ? FP4H_MM : FP4H_MM_W4A16,
-                                   .format = formats[f],
-                                   .layout_a = FP4_LAYOUT_LINEAR,
-                                   .layout_b = layouts[l],
-                                   .m = shapes[s].m,
-                                   .n = shapes[s].n,
-                                   .k = shapes[s].k,
-                                   .a_dtype = act16 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16,
-                                   .out_dtype = outs[o],
-                                   .data = datas[dd],
-                                   .offset_codes = offsets[off]};
-              fp4h_result r;
-              fp4h_run(ctx, "cublas-dequant", FP4_MEMORY_DEVICE, &c, seed++, &r);
-              runs++;
-              if (r.status == FP4_OK && r.passed) continue;
-              failures++;
-              printf("FAIL %s %s M=%lld N=%lld K=%lld lb=%s a=%s out=%s codes+%d %s: %s (%s)\n", op ? "w4a4" : "w4a16",
-                     fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k,
-                     fp4_layout_name(c.layout_b), fp4_dtype_name(c.a_dtype), fp4_dtype_name(c.out_dtype),
-                     c.offset_codes, dd ? "edges" : "random", r.message,
-                     fp4_status_str(r.status));
-            }
-  printf("cublas-dequant: %d cases, %d failures\n", runs, failures);
+  run_shapes(ctx, shapes, 3, "", &seed);
+  /* A 1 MiB bound on the dequantized weights: N = 1000, K = 2048 (4 KiB bf16 rows) then runs as
+   * chunks of 256, 256, 256 and 232 rows, the last with its own cuBLASLt answer. */
+  setenv("FP4KIT_DEQUANT_WORKSPACE_MB", "1", 1);
+  run_shapes(ctx, &shapes[1], 1, " (1 MiB workspace)", &seed);
+  unsetenv("FP4KIT_DEQUANT_WORKSPACE_MB");
+  printf("cublas-dequant: %d cases, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);
-  return failures ? 1 : 0;
+  return g_failures ? 1 : 0;
 }

@@ -5,6 +5,7 @@
  * cuBLASLt runs, and at very large M its cost is dominated by the BF16 tensor-core GEMM.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cublaslt/lt_common.h"
@@ -12,6 +13,7 @@
 #include "dispatch/arch.h"
 #include "dispatch/heuristic.h"
 #include "dispatch/probe.h"
+#include "format/codec.h"
 
 static const char name[] = "cublas-dequant";
 
@@ -47,7 +49,25 @@ static int cuda_type_of(fp4_dtype t) {
  * otherwise (bf16 GEMM, f16 output) it writes f32 that a kernel converts. */
 static int direct_output(fp4_dtype gemm, fp4_dtype out) { return out == gemm || out == FP4_DTYPE_F32; }
 
-static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t) {
+/* The dequantized weights live in a workspace of at most FP4KIT_DEQUANT_WORKSPACE_MB (default
+ * 256 MiB): wider weights run as consecutive chunks of N rows, each dequantized into the same
+ * buffer and multiplied into its columns of y (one stream, so a chunk's GEMM has read the buffer
+ * before the next chunk's dequantization writes it). Without the bound a vocabulary projection
+ * (248320 x 4096) would take 2 GiB of scratch. Chunks are multiples of 128 rows, which keeps every
+ * scale layout's chunk a contiguous byte range. */
+static int64_t chunk_rows(int64_t n, int64_t k, size_t elem) {
+  const char *env = getenv("FP4KIT_DEQUANT_WORKSPACE_MB");
+  long long mb = env && *env ? atoll(env) : 256;
+  if (mb < 1) mb = 1;
+  int64_t rows = (int64_t)(((long long)mb << 20) / (long long)((size_t)k * elem)) / 128 * 128;
+  if (rows < 128) rows = 128;
+  if (rows >= n) return n;
+  const int64_t chunks = (n + rows - 1) / rows; /* equal chunks, rounded up to 128 rows */
+  rows = ((n + chunks - 1) / chunks + 127) / 128 * 128;
+  return rows < n ? rows : n;
+}
+
+static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t, int64_t n) {
   const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
   fp4_lt_gemm g;
   memset(&g, 0, sizeof g);
@@ -55,21 +75,25 @@ static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t) {
   g.d_type = direct_output(t, p->out->dtype) ? cuda_type_of(p->out->dtype) : CUDA_R_32F;
   g.scale_mode = -1;
   g.m = M;
-  g.n = N;
+  g.n = n;
   g.k = K;
   g.lda = K;
   g.ldb = p->op == FP4_OP_MM_W4A16 && p->a->ld ? p->a->ld : K;
-  g.ldd = direct_output(t, p->out->dtype) ? (p->out->ld ? p->out->ld : N) : N;
+  /* y: the caller's output (its columns n0.. of every row) or an f32 buffer of the chunk's width */
+  g.ldd = direct_output(t, p->out->dtype) ? (p->out->ld ? p->out->ld : N) : n;
   return g;
 }
 
-static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, char *reason, size_t reason_size) {
+/* cuBLASLt's answer for the GEMM of one chunk of n weight rows (the problem's full chunk unless
+ * n says otherwise: the last, narrower chunk). */
+static const fp4_lt_answer *ask_n(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, int64_t n, char *reason,
+                                  size_t reason_size) {
   fp4_lt_state *s = NULL;
   if (fp4_lt_state_get(ctx, name, &s)) {
     fp4_reason(reason, reason_size, "%s", fp4_last_error());
     return NULL;
   }
-  fp4_lt_gemm g = gemm_of(p, t);
+  fp4_lt_gemm g = gemm_of(p, t, n);
   const fp4_lt_answer *a = fp4_lt_ask(s, &g, NULL, NULL);
   char ver[48];
   fp4_lt_version(ver, sizeof ver);
@@ -79,6 +103,11 @@ static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtyp
   else
     fp4_reason(reason, reason_size, "%s: %s GEMM, %d algorithm%s", ver, fp4_dtype_name(t), a->count, a->count == 1 ? "" : "s");
   return a;
+}
+
+static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, char *reason, size_t reason_size) {
+  const int64_t n = chunk_rows(fp4_problem_n(p), fp4_problem_k(p), fp4_dtype_size(t));
+  return ask_n(ctx, p, t, n, reason, reason_size);
 }
 #endif
 
@@ -122,9 +151,10 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   if (!a || a->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s", name, why);
   const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
   const size_t es = fp4_dtype_size(t);
-  const size_t w_bytes = (size_t)N * (size_t)K * es, x_bytes = p->op == FP4_OP_MM ? (size_t)M * (size_t)K * es : 0;
+  const int64_t nc = chunk_rows(N, K, es);
+  const size_t w_bytes = (size_t)nc * (size_t)K * es, x_bytes = p->op == FP4_OP_MM ? (size_t)M * (size_t)K * es : 0;
   const int direct = direct_output(t, p->out->dtype);
-  const size_t y_bytes = direct ? 0 : (size_t)M * (size_t)N * sizeof(float);
+  const size_t y_bytes = direct ? 0 : (size_t)M * (size_t)nc * sizeof(float);
   fp4_lt_state *s = NULL;
   char *scratch = NULL;
   if ((st = fp4_lt_state_get(ctx, name, &s)) || (st = fp4_lt_scratch(s, w_bytes + x_bytes + y_bytes + 512, (void **)&scratch)))
@@ -132,14 +162,28 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   char *w = scratch, *x = w + ((w_bytes + 255) & ~(size_t)255), *y = x + ((x_bytes + 255) & ~(size_t)255);
   float alpha = p->alpha * p->b->multiplier;
   const void *xin = p->op == FP4_OP_MM ? (const void *)x : p->a->data;
-  if ((st = fp4_cuda_dequantize(p->b, w, t, p->stream))) return st;
   if (p->op == FP4_OP_MM) {
     alpha *= p->a_q->multiplier;
     if ((st = fp4_cuda_dequantize(p->a_q, x, t, p->stream))) return st;
   }
-  st = fp4_lt_run(s, a, algo, alpha, w, NULL, xin, NULL, direct ? p->out->data : (void *)y, p->stream, name);
-  if (!st && !direct)
-    st = fp4_cuda_convert_f32((const float *)y, M, N, p->out->data, p->out->ld ? p->out->ld : N, p->out->dtype, p->stream);
+  const int64_t ldo = p->out->ld ? p->out->ld : N;
+  const size_t out_es = fp4_dtype_size(p->out->dtype);
+  const int64_t scale_cols = K / (p->b->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
+  for (int64_t n0 = 0; n0 < N && !st; n0 += nc) {
+    const int64_t n = N - n0 < nc ? N - n0 : nc;
+    fp4_qmatrix chunk = *p->b; /* rows n0 .. n0+n-1: a contiguous range of codes and of scales */
+    chunk.data = (char *)p->b->data + n0 * (K / 2);
+    chunk.scales = (char *)p->b->scales + fp4_layout_offset((int)p->b->layout, scale_cols, n0, 0);
+    chunk.rows = n;
+    const fp4_lt_answer *an = n == nc ? a : ask_n(ctx, p, t, n, why, sizeof why);
+    if (!an || an->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: last chunk of %lld rows: %s", name, (long long)n, why);
+    /* The tail chunk's own answer may list fewer algorithms than the one the config names. */
+    const int an_algo = algo < an->count ? algo : 0;
+    char *out_cols = (char *)p->out->data + (size_t)n0 * out_es;
+    if ((st = fp4_cuda_dequantize(&chunk, w, t, p->stream))) return st;
+    st = fp4_lt_run(s, an, an_algo, alpha, w, NULL, xin, NULL, direct ? (void *)out_cols : (void *)y, p->stream, name);
+    if (!st && !direct) st = fp4_cuda_convert_f32((const float *)y, M, n, out_cols, ldo, p->out->dtype, p->stream);
+  }
   if (!st && info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
     snprintf(info->config, sizeof info->config, "heur%d", algo);
@@ -198,8 +242,8 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
 
 const fp4_backend fp4_backend_cublas_dequant = {
     .name = name,
-    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (the naive path; large M; the "
-               "context keeps 2 bytes per weight of its largest GEMM as workspace)",
+    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (large M; weights wider than "
+               "FP4KIT_DEQUANT_WORKSPACE_MB, default 256, of BF16 run in chunks of N rows)",
     .available = dq_available,
     .supports = dq_supports,
     .configs = dq_configs,

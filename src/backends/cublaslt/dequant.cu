@@ -63,8 +63,13 @@ __global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restri
   const int64_t units = cols / 8, C = cols / (nvfp4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
   const int block_shift = nvfp4 ? 1 : 2; /* units per scale block: 2 (NVFP4) or 4 (MXFP4) */
   const int64_t span = (int64_t)blockDim.x * kUnitsPerThread; /* units of one CTA column step */
+  /* In every layout a scale's offset is row_base(r) + (c / 4) * step + c % 4: 4-column groups lie
+   * step bytes apart (4 linear, 512 in 128x4 tiles, 32 in 8x4 tiles). The row part is computed
+   * once per row, the column part in 32-bit integers. */
+  const int step = layout == FP4_LAYOUT_128X4 ? 512 : layout == FP4_LAYOUT_8X4 ? 32 : 4;
   for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += (int64_t)gridDim.y * blockDim.y) {
     const uint8_t *row = data + r * (cols / 2);
+    const uint8_t *row_scales = scales + fp4_layout_offset(layout, C, r, 0);
     for (int64_t u0 = blockIdx.x * span + threadIdx.x; u0 < units; u0 += gridDim.x * span) {
       uint32_t q[kUnitsPerThread];
       uint8_t sb[kUnitsPerThread];
@@ -74,7 +79,8 @@ __global__ void __launch_bounds__(256) dequantize_kernel(const uint8_t *__restri
         q[j] = 0;
         sb[j] = 0;
         if (u >= units) continue; /* not break: q and sb stay in registers only when fully unrolled */
-        sb[j] = scales[fp4_layout_offset(layout, C, r, u >> block_shift)];
+        const int c = (int)(u >> block_shift);
+        sb[j] = row_scales[(c >> 2) * step + (c & 3)];
         if (ALIGNED) {
           q[j] = ((const uint32_t *)row)[u];
         } else {

@@ -382,12 +382,14 @@ cudaError_t launch_mma_one(const grouped_params &p, dim3 grid, int warps, cudaSt
   return fp4_cuda_launch(grouped_mma_kernel<FMT, ACT, NT, U>, grid, dim3(32 * warps), smem, s, pdl, p);
 }
 
-/* Slabs in flight per warp as in the dense kernel: 4 at one token tile, fewer as registers grow. */
+/* Slabs in flight per warp as in the dense kernel: 4 at one token tile, fewer as registers grow
+ * (BF16X3 holds three 16-byte activation loads per group: one slab fewer, or ptxas spills). */
 template <int FMT, int ACT>
 cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt, cudaStream_t s, int pdl) {
+  constexpr bool x3 = ACT == FP4_CUDA_ACT_BF16X3;
   switch (nt) {
-  case 1: return launch_mma_one<FMT, ACT, 1, 4>(p, grid, warps, s, pdl);
-  case 2: return launch_mma_one<FMT, ACT, 2, 2>(p, grid, warps, s, pdl);
+  case 1: return launch_mma_one<FMT, ACT, 1, x3 ? 3 : 4>(p, grid, warps, s, pdl);
+  case 2: return launch_mma_one<FMT, ACT, 2, x3 ? 1 : 2>(p, grid, warps, s, pdl);
   default: return launch_mma_one<FMT, ACT, 8, 1>(p, grid, warps, s, pdl);
   }
 }
@@ -398,6 +400,7 @@ cudaError_t launch_mma_fmt(const grouped_params &p, dim3 grid, int warps, int nt
   case FP4_CUDA_ACT_BF16: return launch_mma_act<FMT, FP4_CUDA_ACT_BF16>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_F16: return launch_mma_act<FMT, FP4_CUDA_ACT_F16>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_F32: return launch_mma_act<FMT, FP4_CUDA_ACT_F32>(p, grid, warps, nt, s, pdl);
+  case FP4_CUDA_ACT_BF16X3: return launch_mma_act<FMT, FP4_CUDA_ACT_BF16X3>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_FP4: return launch_mma_act<FMT, FP4_CUDA_ACT_FP4>(p, grid, warps, nt, s, pdl);
   default: return cudaErrorInvalidValue;
   }
@@ -432,7 +435,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
   /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
-  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
+  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : a->act == FP4_CUDA_ACT_BF16X3 ? 6 : 2;
   const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
   if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
     const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
@@ -461,6 +464,8 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
+  /* BF16X3 exists for the tensor-core kernel only; its producer checks K % 128 (moe_host.c). */
+  if (a->act == FP4_CUDA_ACT_BF16X3) return (int)cudaErrorInvalidValue;
   if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;

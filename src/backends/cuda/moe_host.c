@@ -272,16 +272,19 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     g.a_mult = 1.0f;
   }
   float *gate_up = at(m, m->ws.gate_up_out);
-  void *act = at(m, m->ws.act); /* f32, or bf16 (act16) in the same section */
+  void *act = at(m, m->ws.act); /* f32, bf16 or three bf16 parts (act_kind) in the same section */
   g.out = gate_up;
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
   if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
-  /* W4A16 on the large-M tiles: SiLU*up in bf16 (they take no f32); W4A4 quantizes the f32 act. */
-  const int act16 = large && !w4a4;
-  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act16 ? (int)FP4_DTYPE_BF16 : (int)FP4_DTYPE_F32, rows, I, p->stream,
-                                 m->pdl)))
-    return e;
+  /* W4A16 on the large-M tiles: SiLU*up in bf16 (they take no f32); W4A4 quantizes the f32 act;
+   * W4A16 on the streaming tensor-core kernel (I % 128 == 0): the f32 values as their three exact
+   * bf16 parts, split once here instead of in every 16-row weight tile of the down GEMM (the same
+   * products and sums, a third fewer instructions per weight byte; it needs 16-byte aligned rows,
+   * which a caller's workspace offset by 8 bytes would not give); else f32. */
+  const int x3 = I % 128 == 0 && (uintptr_t)act % 16 == 0;
+  const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : large ? FP4_CUDA_ACT_BF16 : x3 ? FP4_CUDA_ACT_BF16X3 : FP4_CUDA_ACT_F32;
+  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);
@@ -292,7 +295,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
                             m->ws.act_q_scales)))
       return e;
   } else {
-    g.act = act16 ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
+    g.act = act_kind;
     g.a = act;
     g.lda = I;
     g.a_scales = NULL;

@@ -6,6 +6,9 @@
  */
 #include <math.h>
 
+#include <cuda_bf16.h>
+
+#include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "format/codec.h"
@@ -90,7 +93,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
   fp4_pdl_launch_dependents();
 }
 
-template <bool BF16>
+template <int KIND>
 __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act, int64_t rows, int64_t inter) {
   fp4_pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -98,8 +101,22 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
     const int64_t r = idx / inter, i = idx % inter;
     const double gate = g[r * 2 * inter + i], up = g[r * 2 * inter + inter + i];
     const float v = (float)(gate / (1.0 + exp(-gate)) * up);
-    if (BF16) static_cast<uint16_t *>(act)[idx] = fp4_bf16_from_f32_inline(v);
-    else static_cast<float *>(act)[idx] = v;
+    if (KIND == FP4_CUDA_ACT_BF16) {
+      static_cast<uint16_t *>(act)[idx] = fp4_bf16_from_f32_inline(v);
+    } else if (KIND == FP4_CUDA_ACT_BF16X3) {
+      /* The split of small_m_common.cuh's f32 activation path, operation for operation, so the
+       * down GEMM computes exactly what it would from the f32 values. */
+      const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+      const float rem = __fsub_rn(v, __bfloat162float(hi));
+      const __nv_bfloat16 mid = __float2bfloat16_rn(rem);
+      const __nv_bfloat16 lo = __float2bfloat16_rn(__fsub_rn(rem, __bfloat162float(mid)));
+      __nv_bfloat16 *o = static_cast<__nv_bfloat16 *>(act) + r * inter * 3 + (i >> 3) * 24 + (i & 7);
+      o[0] = hi;
+      o[8] = mid;
+      o[16] = lo;
+    } else {
+      static_cast<float *>(act)[idx] = v;
+    }
   }
   fp4_pdl_launch_dependents();
 }
@@ -138,14 +155,20 @@ extern "C" int fp4_cuda_moe_route(const fp4_cuda_route_args *a, void *stream, in
   return (int)fp4_cuda_launch(route_kernel, dim3(1), dim3(kRouteThreads), 0, (cudaStream_t)stream, pdl, *a);
 }
 
-extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_dtype, int64_t rows, int64_t inter,
+extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_kind, int64_t rows, int64_t inter,
                                      void *stream, int pdl) {
   const int64_t n = rows * inter;
-  if (n < 1 || (n + 255) / 256 > 0x7FFFFFFF || (act_dtype != FP4_DTYPE_F32 && act_dtype != FP4_DTYPE_BF16))
-    return (int)cudaErrorInvalidValue;
-  return (int)fp4_cuda_launch(act_dtype == FP4_DTYPE_BF16 ? silu_mul_kernel<true> : silu_mul_kernel<false>,
-                              dim3(blocks_for(n, 256)), dim3(256), 0, (cudaStream_t)stream, pdl, gate_up, act, rows,
-                              inter);
+  if (n < 1 || (n + 255) / 256 > 0x7FFFFFFF) return (int)cudaErrorInvalidValue;
+  const dim3 grid(blocks_for(n, 256)), block(256);
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (act_kind) {
+  case FP4_CUDA_ACT_F32: return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_F32>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
+  case FP4_CUDA_ACT_BF16: return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_BF16>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
+  case FP4_CUDA_ACT_BF16X3:
+    if (inter % 8) return (int)cudaErrorInvalidValue; /* whole 8-element groups per row */
+    return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_BF16X3>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
+  default: return (int)cudaErrorInvalidValue;
+  }
 }
 
 extern "C" int fp4_cuda_moe_combine(const fp4_cuda_combine_args *a, void *stream, int pdl) {
