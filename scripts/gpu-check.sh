@@ -11,7 +11,7 @@
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
 # (default), and, only when named: bench-dequant (cublas-dequant on the dense shapes, M = 256-8192),
-# crossover (cuda vs cublas-dequant, M = 64-256), ptxas (registers and spills per kernel; slow) and
+# crossover (cuda vs cublas-dequant, M = 16-128), ptxas (registers and spills per kernel; slow) and
 # ncu (per-kernel breakdowns of the MoE layer, cublas-dequant and small-M, and the sections of one
 # launch of each large-M tile family, when Nsight Compute is installed and can read the counters).
 # FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
@@ -80,8 +80,9 @@ if want bench-dequant; then
     --m 4096,8192 --op w4a16,w4a4 --runs 50 --json "$LOG/bench-dequant-32mb.json" --csv "$LOG/bench-dequant-32mb.csv"
 fi
 if want crossover; then
-  # Where cublas-dequant overtakes the own kernels (the heuristic's DEQUANT_WINS_M).
-  step crossover $F bench --backend cuda,cublas-dequant --shapes $DENSE --m 64,96,128,192,256 --op w4a16 \
+  # Where cublas-dequant overtakes the own kernels (the heuristic's DEQUANT_WINS_M; the small-M
+  # kernels run up to M = 64, the large-M tiles above).
+  step crossover $F bench --backend cuda,cublas-dequant --shapes $DENSE --m 16,24,32,48,64,96,128 --op w4a16 \
     --runs 50 --no-peers --json "$LOG/crossover.json" --csv "$LOG/crossover.csv"
 fi
 if want tune; then

@@ -76,6 +76,12 @@ static void test_quantize(fp4_context *ctx) {
             fp4h_case c = {"quantize", FP4H_QUANTIZE, (fp4_format)f, (fp4_scale_layout)l, FP4_LAYOUT_LINEAR,
                            shapes[s][0], 0, shapes[s][1], dtypes[d], FP4_DTYPE_F32, datas[dd], .experts = 0};
             run_case(ctx, &c, seed++);
+            /* Codes 4 bytes past an aligned address: the kernel must take its element-wise path
+             * (its vector path stores a block's codes in one 8- or 16-byte word). */
+            if (s == 1 && dd == 0) {
+              c.offset_codes = 4;
+              run_case(ctx, &c, seed++);
+            }
           }
     }
 }
