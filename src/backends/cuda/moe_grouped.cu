@@ -42,6 +42,8 @@
 #include "format/codec.h"
 #include "fp4kit.h"
 
+#include <stdlib.h>
+
 namespace {
 
 constexpr int kWarps = 8, kRowsPerWarp = 4, kTileN = kWarps * kRowsPerWarp;
@@ -458,6 +460,12 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
            (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)
       wpt *= 2;
+    /* FP4KIT_MOE_WARPS_PER_TILE (1, 2, 4 or 8) replaces that choice, for measuring it. Any split
+     * sums in a fixed order (deterministic), within the same tolerance of the reference. */
+    if (const char *env = getenv("FP4KIT_MOE_WARPS_PER_TILE")) {
+      const int v = atoi(env);
+      if ((v == 1 || v == 2 || v == 4 || v == 8) && v <= nslabs) wpt = v;
+    }
     p.warps_per_tile = wpt;
     const int64_t ctas_x = (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt);
     const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
