@@ -1,12 +1,38 @@
 /* Scalar codecs: exhaustive round trips, every rounding boundary with its float32 neighbours, ties,
- * saturation, NaN, -0, E4M3 around 448/464 and subnormals, UE8M0 rounding up, bf16/f16 RNE. */
+ * saturation, NaN, -0, the E2M1 encoder on every float32, E4M3 around 448/464 and subnormals,
+ * UE8M0 rounding up, bf16/f16 RNE. */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "fp4kit.h"
 #include "testing.h"
 
 static float up(float x) { return nextafterf(x, INFINITY); }
 static float down(float x) { return nextafterf(x, -INFINITY); }
+
+/* SPEC 1's decision table, written as the specification reads: the oracle for every float32. */
+static uint8_t e2m1_spec(float x) {
+  if (isnan(x)) return 0x7; /* NaN -> +6 */
+  const uint8_t sign = signbit(x) ? 0x8 : 0;
+  const float a = fabsf(x);
+  const uint8_t code = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3 : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
+  return (uint8_t)(sign | code);
+}
+
+/* Every one of the 2^32 float32 bit patterns against the table (a few seconds). */
+static void test_e2m1_exhaustive(void) {
+  uint64_t mismatches = 0;
+  uint32_t first = 0;
+  for (uint64_t i = 0; i <= 0xFFFFFFFFu; i++) {
+    const uint32_t u = (uint32_t)i;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    if (fp4_e2m1_encode(x) != e2m1_spec(x) && !mismatches++) first = u;
+  }
+  CHECK(mismatches == 0, "e2m1 encode differs from the table on %llu float32 values (first 0x%08x)",
+        (unsigned long long)mismatches, first);
+}
 
 static void test_e2m1(void) {
   for (int c = 0; c < 16; c++) {
@@ -125,6 +151,7 @@ static void test_packing(void) {
 
 int main(void) {
   test_e2m1();
+  test_e2m1_exhaustive();
   test_e4m3();
   test_ue8m0();
   test_half();

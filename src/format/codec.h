@@ -57,21 +57,21 @@ FP4_HD float fp4_f32_from_bits(uint32_t u) {
 
 /* ---- E2M1 ---------------------------------------------------------------------------------- */
 
-/* Decision table of SPEC 1 on |x|; the inclusive/exclusive bounds encode ties to the even code. */
+/* Decision table of SPEC 1 on |x|; the inclusive/exclusive bounds encode ties to the even code.
+ * The table is evaluated as seven comparisons of the bits of |x| (ordered like the values for
+ * non-negative floats), summed: no branches, so a warp encoding 32 different values does not
+ * diverge (the GPU quantize kernel is issue-bound on this function). NaN compares above every
+ * bound, giving 7, and drops its sign. test_codecs checks every float32 against the table. */
 FP4_HD uint8_t fp4_e2m1_encode_inline(float x) {
-  uint32_t u = fp4_f32_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7; /* NaN -> +6 */
-  uint8_t sign = (uint8_t)((u >> 28) & 0x8);
-  float a = fp4_f32_from_bits(u & 0x7FFFFFFFu);
-  uint8_t code;
-  if (a <= 0.25f) code = 0;
-  else if (a < 0.75f) code = 1;
-  else if (a <= 1.25f) code = 2;
-  else if (a < 1.75f) code = 3;
-  else if (a <= 2.5f) code = 4;
-  else if (a < 3.5f) code = 5;
-  else if (a <= 5.0f) code = 6;
-  else code = 7;
+  const uint32_t u = fp4_f32_bits(x), au = u & 0x7FFFFFFFu;
+  const uint32_t code = (uint32_t)(au > 0x3E800000u) +  /* > 0.25 */
+                        (uint32_t)(au >= 0x3F400000u) + /* >= 0.75 */
+                        (uint32_t)(au > 0x3FA00000u) +  /* > 1.25 */
+                        (uint32_t)(au >= 0x3FE00000u) + /* >= 1.75 */
+                        (uint32_t)(au > 0x40200000u) +  /* > 2.5 */
+                        (uint32_t)(au >= 0x40600000u) + /* >= 3.5 */
+                        (uint32_t)(au > 0x40A00000u);   /* > 5 */
+  const uint32_t sign = au > 0x7F800000u ? 0u : (u >> 28) & 0x8u;
   return (uint8_t)(sign | code);
 }
 

@@ -273,7 +273,7 @@ __device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, i
 }
 
 template <int FMT, int ACT, int NT, int U>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_params p) {
+__global__ void __launch_bounds__(kMmaMaxWarps * 32, NT == 1 ? GROUPED_MINB : 1) grouped_mma_kernel(grouped_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   extern __shared__ float red[];
