@@ -186,39 +186,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
  *  - weights, weight scales and activations are walked with pointers that advance by a constant
  *    per group of slabs (the scale layouts' step between slabs does not depend on the row).
  * The math per slab is the classic kernel's (slab_mma_rows), so results equal its results. */
-constexpr int kLeanWarps = 4;
-
-template <int FMT, int ACT, int NT, int R, int UU>
-__device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const uint8_t *const *wb_ptr,
-                                           const uint8_t *const *sa_ptr, const uint8_t *const *sb_ptr, int64_t sstep,
-                                           const char *const *act, const scale_walk *asw, int s, const uint32_t *table,
-                                           float acc[R][NT][4]) {
-  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
-  constexpr int kStep = kLeanWarps * 64; /* weight bytes between one warp's slabs */
-  uint4 wa[UU][R], wb[UU][R];
-  uint32_t sca[UU][R], scb[UU][R];
-#pragma unroll
-  for (int u = 0; u < UU; u++)
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      wa[u][r] = ld_stream(wa_ptr[r] + u * kStep);
-      wb[u][r] = ld_stream(wb_ptr[r] + u * kStep);
-      const scale_walk ws_a = {sa_ptr[r] + u * sstep, 0}, ws_b = {sb_ptr[r] + u * sstep, 0};
-      sca[u][r] = load_scales<NV>(ws_a, 0);
-      scb[u][r] = load_scales<NV>(ws_b, 0);
-    }
-  bool valid[NT];
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) valid[nt] = true; /* rows past M are clamped, not skipped */
-#pragma unroll
-  for (int u = 0; u < UU; u++) {
-    const char *rows[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) rows[nt] = act[nt] + u * (kLeanWarps * act_walk<ACT>::kSlab);
-    slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s + u * kLeanWarps, table, wa[u], wb[u], sca[u], scb[u], acc);
-  }
-}
-
 template <int FMT, int ACT, int NT, int U, int R, int MINB>
 __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kernel(gemm_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
@@ -265,31 +232,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   }
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  int s = warp;
-  for (; s + (U - 1) * kLeanWarps < nslabs; s += U * kLeanWarps) {
-    lean_slabs<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      wa_ptr[r] += U * kLeanWarps * 64;
-      wb_ptr[r] += U * kLeanWarps * 64;
-      sa_ptr[r] += U * sstep;
-      sb_ptr[r] += U * sstep;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) act[nt] += U * kLeanWarps * kSlab;
-  }
-  for (; U > 1 && s < nslabs; s += kLeanWarps) { /* the last slabs, fewer than U per warp */
-    lean_slabs<FMT, ACT, NT, R, 1>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      wa_ptr[r] += kLeanWarps * 64;
-      wb_ptr[r] += kLeanWarps * 64;
-      sa_ptr[r] += sstep;
-      sb_ptr[r] += sstep;
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) act[nt] += kLeanWarps * kSlab;
-  }
+  lean_stream<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, warp, nslabs, table, acc);
   fp4_pdl_launch_dependents(); /* every input has been read */
   reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);
 }

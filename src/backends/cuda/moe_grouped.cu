@@ -43,6 +43,7 @@
 #include "fp4kit.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 namespace {
 
@@ -273,7 +274,7 @@ __device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, i
 }
 
 template <int FMT, int ACT, int NT, int U>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32, NT == 1 ? GROUPED_MINB : 1) grouped_mma_kernel(grouped_params p) {
+__global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   extern __shared__ float red[];
@@ -372,6 +373,73 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32, NT == 1 ? GROUPED_MINB : 1)
   fp4_pdl_launch_dependents();
 }
 
+/* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
+ * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers R 16-row
+ * weight tiles of its expert (the launch uses R = 1), warp w taking slabs w, w + kLeanWarps, ...;
+ * a register cap of MINB CTAs per SM keeps 16-24 warps per SM loading. Rows past the chunk read the chunk's first row
+ * (valid memory; an MMA output column depends only on its own activation row) and are never stored.
+ * The warps' partial sums are added in a fixed order (deterministic). */
+template <int FMT, int ACT, int R, int U, int MINB>
+__global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kSlab = act_walk<ACT>::kSlab;
+  __shared__ float red[kLeanWarps * R * 128];
+  __shared__ uint32_t table[NV ? 256 : 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
+  fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
+  const int64_t e = slot_expert(p);
+  if (e < 0) return; /* uniform across the CTA */
+  __syncthreads();     /* the table is written */
+  int64_t lo, hi;
+  expert_rows(p, e, &lo, &hi);
+  const double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f) * (double)p.a.a_mult *
+                       (NV ? 256.0 : 1.0);
+  const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16 * R;
+  const int nslabs = (int)(K >> 7);
+  const uint8_t *w = p.a.w + e * p.w_expert_bytes, *ws = p.a.w_scales + e * p.a.w_scale_stride;
+  const uint8_t *wa_ptr[R], *wb_ptr[R], *sa_ptr[R], *sb_ptr[R];
+  int64_t sstep = 0;
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    /* Rows past N read row N-1 (valid memory) and are never stored. */
+    const int64_t ra = min(n0 + 16 * r + g, p.a.n - 1), rb = min(n0 + 16 * r + g + 8, p.a.n - 1);
+    wa_ptr[r] = w + ra * (K >> 1) + 16 * t + warp * 64;
+    wb_ptr[r] = w + rb * (K >> 1) + 16 * t + warp * 64;
+    const scale_walk swa = make_walk<NV>(ws, p.a.w_layout, p.wC, ra, t);
+    const scale_walk swb = make_walk<NV>(ws, p.a.w_layout, p.wC, rb, t);
+    sa_ptr[r] = swa.base + warp * swa.stride;
+    sb_ptr[r] = swb.base + warp * swb.stride;
+    sstep = kLeanWarps * swa.stride;
+  }
+  const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? K / 2 : p.a.lda * act_walk<ACT>::kElem;
+  for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
+    const int64_t pr = min(r0 + g, hi - 1);
+    const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
+    const char *act[1] = {static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4) + warp * kSlab};
+    scale_walk asw[1] = {{NULL, 0}};
+    if (ACT == FP4_CUDA_ACT_FP4) asw[0] = make_walk<NV>(p.a.a_scales, p.a.a_layout, p.aC, arow, t);
+    float acc[R][1][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
+    lean_stream<FMT, ACT, 1, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, warp, nslabs, table, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
+      float v = 0.0f;
+      for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
+      mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
+    }
+    __syncthreads(); /* red is reused by the next chunk */
+  }
+  fp4_pdl_launch_dependents();
+}
+
 /* Token tiles per chunk from the mean rows per expert slot (the host knows no more). */
 int mma_tiles_for(int64_t rows, int64_t slots) {
   const int64_t mean = (rows + slots - 1) / slots;
@@ -393,6 +461,30 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
   case 1: return launch_mma_one<FMT, ACT, 1, x3 ? 3 : 4>(p, grid, warps, s, pdl);
   case 2: return launch_mma_one<FMT, ACT, 2, x3 ? 1 : 2>(p, grid, warps, s, pdl);
   default: return launch_mma_one<FMT, ACT, 8, 1>(p, grid, warps, s, pdl);
+  }
+}
+
+/* The decode kernel's register cap (CTAs per SM) per activation kind, as in the dense lean kernel
+ * (gemm_small_m.cu, lean_blocks): the most that ptxas fits without spilling on sm_80 to sm_120a
+ * (8 for bf16/f16 spilled). */
+template <int FMT, int ACT>
+cudaError_t launch_lean_one(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
+  constexpr int kMinBlocks = ACT == FP4_CUDA_ACT_F32 || ACT == FP4_CUDA_ACT_BF16X3 ? 4
+                             : ACT == FP4_CUDA_ACT_FP4                             ? 5
+                                                                                   : 6;
+  constexpr int kU = ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16 ? 2 : 1; /* slabs in flight per warp */
+  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, kU, kMinBlocks>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
+}
+
+template <int FMT>
+cudaError_t launch_lean(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
+  switch (p.a.act) {
+  case FP4_CUDA_ACT_BF16: return launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, grid, s, pdl);
+  case FP4_CUDA_ACT_F16: return launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, grid, s, pdl);
+  case FP4_CUDA_ACT_F32: return launch_lean_one<FMT, FP4_CUDA_ACT_F32>(p, grid, s, pdl);
+  case FP4_CUDA_ACT_BF16X3: return launch_lean_one<FMT, FP4_CUDA_ACT_BF16X3>(p, grid, s, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_lean_one<FMT, FP4_CUDA_ACT_FP4>(p, grid, s, pdl);
+  default: return cudaErrorInvalidValue;
   }
 }
 
@@ -447,15 +539,24 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
-    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
-     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
-     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
     int device = 0, sms = 1;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       sms = 1;
       cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
     }
+    /* One token tile (decode): the lean kernel, one 16-row weight tile per CTA (32 rows spilled
+     * registers at the caps below). FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below, for
+     * measuring the two side by side. */
+    const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
+    if (nt == 1 && !(decode_env && !strcmp(decode_env, "mma"))) {
+      const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
+      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
+                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
+    }
+    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
+     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
+     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
     int wpt = 1;
     while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
            (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)

@@ -326,6 +326,90 @@ __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const s
   slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s, table, wa, wb, sca, scb, acc);
 }
 
+/* The lean streaming loop (gemm_small_m.cu's lean kernel and the grouped MoE lean kernel): a CTA of
+ * kLeanWarps warps covers R 16-row weight tiles, warp w taking slabs w, w + kLeanWarps, ...; UU
+ * slabs in flight per warp. The pointers (weights, weight scales, activations) are this warp's at
+ * slab s and advance by constant steps, so no layout arithmetic runs in the loop. */
+constexpr int kLeanWarps = 4;
+
+template <int FMT, int ACT, int NT, int R, int UU>
+__device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const uint8_t *const *wb_ptr,
+                                           const uint8_t *const *sa_ptr, const uint8_t *const *sb_ptr, int64_t sstep,
+                                           const char *const *act, const scale_walk *asw, int s, const uint32_t *table,
+                                           float acc[R][NT][4]) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kStep = kLeanWarps * 64; /* weight bytes between one warp's slabs */
+  uint4 wa[UU][R], wb[UU][R];
+  uint32_t sca[UU][R], scb[UU][R];
+#pragma unroll
+  for (int u = 0; u < UU; u++)
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa[u][r] = ld_stream(wa_ptr[r] + u * kStep);
+      wb[u][r] = ld_stream(wb_ptr[r] + u * kStep);
+      const scale_walk ws_a = {sa_ptr[r] + u * sstep, 0}, ws_b = {sb_ptr[r] + u * sstep, 0};
+      sca[u][r] = load_scales<NV>(ws_a, 0);
+      scb[u][r] = load_scales<NV>(ws_b, 0);
+    }
+  bool valid[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) valid[nt] = true; /* rows past M are clamped, not skipped */
+#pragma unroll
+  for (int u = 0; u < UU; u++) {
+    const char *rows[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) rows[nt] = act[nt] + u * (kLeanWarps * act_walk<ACT>::kSlab);
+    slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s + u * kLeanWarps, table, wa[u], wb[u], sca[u], scb[u], acc);
+  }
+}
+
+
+/* Every slab of this warp, from slab s0 on in steps of kLeanWarps: U at a time, then the rest one
+ * by one. The pointer arrays are this warp's at slab s0 (copies: advanced here). */
+template <int FMT, int ACT, int NT, int R, int U>
+__device__ __forceinline__ void lean_stream(const uint8_t *const *wa0, const uint8_t *const *wb0,
+                                            const uint8_t *const *sa0, const uint8_t *const *sb0, int64_t sstep,
+                                            const char *const *act0, const scale_walk *asw, int s0, int nslabs,
+                                            const uint32_t *table, float acc[R][NT][4]) {
+  constexpr int kSlab = act_walk<ACT>::kSlab;
+  const uint8_t *wa_ptr[R], *wb_ptr[R], *sa_ptr[R], *sb_ptr[R];
+  const char *act[NT];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    wa_ptr[r] = wa0[r];
+    wb_ptr[r] = wb0[r];
+    sa_ptr[r] = sa0[r];
+    sb_ptr[r] = sb0[r];
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) act[nt] = act0[nt];
+  int s = s0;
+  for (; s + (U - 1) * kLeanWarps < nslabs; s += U * kLeanWarps) {
+    lean_slabs<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa_ptr[r] += U * kLeanWarps * 64;
+      wb_ptr[r] += U * kLeanWarps * 64;
+      sa_ptr[r] += U * sstep;
+      sb_ptr[r] += U * sstep;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) act[nt] += U * kLeanWarps * kSlab;
+  }
+  for (; U > 1 && s < nslabs; s += kLeanWarps) { /* the last slabs, fewer than U per warp */
+    lean_slabs<FMT, ACT, NT, R, 1>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa_ptr[r] += kLeanWarps * 64;
+      wb_ptr[r] += kLeanWarps * 64;
+      sa_ptr[r] += sstep;
+      sb_ptr[r] += sstep;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) act[nt] += kLeanWarps * kSlab;
+  }
+}
+
 } // namespace
 
 #endif
