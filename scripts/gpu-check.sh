@@ -100,7 +100,7 @@ if want ncu && command -v ncu >/dev/null; then
   # table of one). Sections: one launch of each large-M tile family, of the grouped MoE kernels at
   # B = 1 and of small-M at M = 16.
   NCU="ncu --clock-control none --target-processes all"
-  BRK="--csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active"
+  BRK="--csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum"
   SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats --section Occupancy --section LaunchStats"
   step ncu-moe-b1 $NCU $BRK -c 60 $F bench --moe --m 1 --mode w4a16 --runs 10 --budget 0.05 --no-peers
   step ncu-moe-b64 $NCU $BRK -c 60 $F bench --moe --m 64 --mode w4a16 --runs 10 --budget 0.05 --no-peers

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One line per profiled kernel from an `ncu --csv --metrics ...` log (gpu-check.sh's ncu part):
 time (ns), DRAM bytes read and written, DRAM and SM throughput (% of peak), registers per thread,
-the register occupancy limit (CTAs per SM) and active warps (% of peak).
+the register occupancy limit (CTAs per SM), active warps (% of peak) and warp instructions
+executed ("?" where the log lacks a metric).
 
     python3 scripts/ncu_breakdown.py LOG [LOG ...]
 """
@@ -18,6 +19,7 @@ COLUMNS = [
     ("launch__registers_per_thread", "regs"),
     ("launch__occupancy_limit_registers", "ctas/sm(regs)"),
     ("sm__warps_active.avg.pct_of_peak_sustained_active", "warps%"),
+    ("smsp__inst_executed.sum", "warp_insts"),
 ]
 
 
