@@ -1,5 +1,5 @@
 /*
- * Grouped FP4 GEMM over experts, one launch, two kernels:
+ * Grouped FP4 GEMM over experts, one launch, one of three kernels:
  *
  * 1. Tensor cores (K % 128 == 0, the MoE shapes that matter): grid = (group of 16-row weight
  *    tiles of N, expert slot, row split). Built like the dense small-M kernel
@@ -14,6 +14,9 @@
  *    of 8 * NT; with one chunk (decode) every active expert's weights are read from memory exactly
  *    once. NT (1, 2, 8) follows the mean rows per expert, which the host knows
  *    (T * k / min(E, T * k)).
+ *
+ *    Decode with bf16/f16 activations (one token tile per chunk) runs the lean variant instead
+ *    (grouped_lean_kernel): the dense lean kernel's loop, 4 warps splitting one 16-row tile's K.
  *
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
 /* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
  * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers R 16-row
  * weight tiles of its expert (the launch uses R = 1), warp w taking slabs w, w + kLeanWarps, ...;
- * a register cap of MINB CTAs per SM keeps 16-24 warps per SM loading. Rows past the chunk read the chunk's first row
+ * a register cap of MINB CTAs per SM keeps up to 24 warps per SM loading. Rows past the chunk read the chunk's first row
  * (valid memory; an MMA output column depends only on its own activation row) and are never stored.
  * The warps' partial sums are added in a fixed order (deterministic). */
 template <int FMT, int ACT, int R, int U, int MINB>
@@ -464,28 +467,17 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
   }
 }
 
-/* The decode kernel's register cap (CTAs per SM) per activation kind, as in the dense lean kernel
- * (gemm_small_m.cu, lean_blocks): the most that ptxas fits without spilling on sm_80 to sm_120a
- * (8 for bf16/f16 spilled). */
+/* The decode kernel at 6 CTAs per SM (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in
+ * flight per warp, as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  constexpr int kMinBlocks = ACT == FP4_CUDA_ACT_F32 || ACT == FP4_CUDA_ACT_BF16X3 ? 4
-                             : ACT == FP4_CUDA_ACT_FP4                             ? 5
-                                                                                   : 6;
-  constexpr int kU = ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16 ? 2 : 1; /* slabs in flight per warp */
-  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, kU, kMinBlocks>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
+  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 2, 6>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
 }
 
 template <int FMT>
 cudaError_t launch_lean(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  switch (p.a.act) {
-  case FP4_CUDA_ACT_BF16: return launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, grid, s, pdl);
-  case FP4_CUDA_ACT_F16: return launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, grid, s, pdl);
-  case FP4_CUDA_ACT_F32: return launch_lean_one<FMT, FP4_CUDA_ACT_F32>(p, grid, s, pdl);
-  case FP4_CUDA_ACT_BF16X3: return launch_lean_one<FMT, FP4_CUDA_ACT_BF16X3>(p, grid, s, pdl);
-  case FP4_CUDA_ACT_FP4: return launch_lean_one<FMT, FP4_CUDA_ACT_FP4>(p, grid, s, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, grid, s, pdl)
+                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, grid, s, pdl);
 }
 
 template <int FMT>
@@ -545,11 +537,15 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       sms = 1;
       cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
     }
-    /* One token tile (decode): the lean kernel, one 16-row weight tile per CTA (32 rows spilled
-     * registers at the caps below). FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below, for
-     * measuring the two side by side. */
+    /* One token tile (decode) with bf16/f16 activations (the gate_up GEMM of W4A16): the lean
+     * kernel, one 16-row weight tile per CTA (32 rows spilled registers at its caps). Measured on
+     * the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us here, at B = 64
+     * 662 against 686 us; the down GEMM's three-part activations (BF16X3) ran slower in it at
+     * B = 64 (874 against 607 us, 4 CTAs per SM), so they, f32 and FP4 activations stay below.
+     * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
-    if (nt == 1 && !(decode_env && !strcmp(decode_env, "mma"))) {
+    const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
+    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
       const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
                                                  : launch_lean<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
