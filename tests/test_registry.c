@@ -125,8 +125,8 @@ static void test_heuristic_order(void) {
   for (int cc = 80; cc <= 90; cc += 10) {
     CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 1) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 1), "cc %d small M", cc);
     CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 8192) < fp4_heuristic_rank("cuda", cc, dev, mm, 8192), "cc %d large M", cc);
-    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 255) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 255), "cc %d M = 255: own kernels", cc);
-    CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 256) < fp4_heuristic_rank("cuda", cc, dev, mm, 256), "cc %d M = 256: dequant + BF16", cc);
+    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 63) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 63), "cc %d M = 63: own kernels", cc);
+    CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 64) < fp4_heuristic_rank("cuda", cc, dev, mm, 64), "cc %d M = 64: dequant + BF16", cc);
     CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 16) < fp4_heuristic_rank("cublaslt", cc, dev, mm, 16), "cc %d", cc);
   }
   CHECK(fp4_heuristic_rank("cublaslt", 100, dev, mm, 8192) < fp4_heuristic_rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");

@@ -9,12 +9,14 @@
 
 #include <string.h>
 
-/* From this M on, a BF16 GEMM on dequantized weights beats the own large-M kernels on SM80-SM90.
- * Measured on the H200 (bench/results/h200/2026-11-30-session2/): the mma.sync large-M family
- * reaches about 28% of cuBLAS BF16; cublas-dequant won every tuned shape at M = 4096, and at M = 128
- * it won 2048x4096 and 4096x8192 but lost 20480x4096 and 57344x8192, where its dequantization pass
- * over the large weight costs more than the GEMM. The tuning cache overrides this per shape. */
-enum { DEQUANT_WINS_M = 256, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
+/* From this M on, a BF16 GEMM on dequantized weights beats the own kernels on SM80-SM90. Measured
+ * on the H200 (bench/results/h200/2026-11-30-session5/, run2- and run3-crossover.csv: cuda against
+ * cublas-dequant on 11 dense Qwen3.5 / Llama-3.3-70B shapes, M = 16-256): up to M = 32 the small-M
+ * kernels win every shape (0.22-0.71x cublas-dequant's time); at M = 48 the two are within
+ * 0.63-1.17x; at M = 64 cublas-dequant wins every weight of at least 2^25 elements (by 1.05-1.34x),
+ * the four smallest (13-19 us) going either way between runs; above 64 the large-M tiles lose
+ * everywhere (1.08-5.3x). The tuning cache overrides this per shape. */
+enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64, UNKNOWN_RANK = FP4_RANK_UNKNOWN };
 
 int fp4_heuristic_host_backend(const char *backend) {
   return backend && (!strcmp(backend, "cpu") || !strcmp(backend, "ref"));
