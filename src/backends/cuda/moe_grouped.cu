@@ -276,6 +276,24 @@ __device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, i
   if (n < p.a.n && r < hi) store(p, r, n, scale, v);
 }
 
+/* The tensor-core kernels' common start: the NVFP4 weight scale table (scale byte -> 16-bit
+ * multiplier pair, nv_weight_scale_pair), the PDL wait, this CTA's expert (false: nothing to do,
+ * uniform across the CTA), its rows [lo, hi) and the FP32 -> output scale. NVFP4 weights decode as
+ * e2m1 * scale * 2^-8: the 2^8 goes into that scale. */
+template <bool NV, bool F16>
+__device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *table, int64_t *e, int64_t *lo,
+                                             int64_t *hi, double *scale) {
+  if (NV)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
+  fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
+  *e = slot_expert(p);
+  if (*e < 0) return false;
+  __syncthreads(); /* the table is written */
+  expert_rows(p, *e, lo, hi);
+  *scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[*e] : 1.0f) * (double)p.a.a_mult * (NV ? 256.0 : 1.0);
+  return true;
+}
+
 template <int FMT, int ACT, int NT, int U>
 __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
@@ -286,17 +304,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   const int g = lane >> 2, t = lane & 3;
   /* Warps [tile * wpt, tile * wpt + wpt) share one 16-row weight tile and split its K slabs. */
   const int wpt = p.warps_per_tile, kw = warp % wpt;
-  if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
-  fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  const int64_t e = slot_expert(p);
-  if (e < 0) return; /* uniform across the CTA */
-  __syncthreads();     /* the table is written */
-  int64_t lo, hi;
-  expert_rows(p, e, &lo, &hi);
-  /* NVFP4 weights decode as e2m1 * scale * 2^-8: the 2^8 goes into the FP32 -> output scale. */
-  const double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f) * (double)p.a.a_mult *
-                       (NV ? 256.0 : 1.0);
+  int64_t e, lo, hi;
+  double scale;
+  if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
   const int64_t K = p.a.k, n0 = ((int64_t)blockIdx.x * (warps / wpt) + warp / wpt) * 16;
   const bool tile_in_n = n0 < p.a.n; /* the last CTA's spare tiles load nothing and store nothing */
   const int nslabs = (int)(K >> 7);
@@ -390,16 +400,9 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  if (NV) /* NVFP4 weight scale byte -> 16-bit multiplier pair (nv_weight_scale_pair) */
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);
-  fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  const int64_t e = slot_expert(p);
-  if (e < 0) return; /* uniform across the CTA */
-  __syncthreads();     /* the table is written */
-  int64_t lo, hi;
-  expert_rows(p, e, &lo, &hi);
-  const double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f) * (double)p.a.a_mult *
-                       (NV ? 256.0 : 1.0);
+  int64_t e, lo, hi;
+  double scale;
+  if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
   const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(K >> 7);
   const uint8_t *w = p.a.w + e * p.w_expert_bytes, *ws = p.a.w_scales + e * p.a.w_scale_stride;
