@@ -66,8 +66,8 @@ fp4_status fp4_moe_ws_layout_make(const char *fn, const fp4_moe_layer *layer, in
     ws->hidden_q_scales = section(&s, hs);
   }
   ws->gate_up_out = section(&s, mul(&s, mul(&s, R, 2 * I), sizeof(float)));
-  /* f32 (4 bytes an element), bf16, or the cuda backend's three exact bf16 parts (6 bytes) */
-  ws->act = section(&s, mul(&s, mul(&s, R, I), 6));
+  /* f32 (4 bytes an element) or bf16 */
+  ws->act = section(&s, mul(&s, mul(&s, R, I), sizeof(float)));
   if (layer->mode == FP4_MOE_W4A4) {
     uint64_t as = scale_bytes(r->down.format, R, I);
     if (sh) as = max64(as, scale_bytes(sh->down.format, R, I));

@@ -26,11 +26,8 @@ typedef struct fp4_cuda_quantize_args {
 
 int fp4_cuda_quantize(const fp4_cuda_quantize_args *args, void *stream, int pdl);
 
-/* Activation kinds of the small-M GEMM. BF16X3 (grouped MoE GEMM only): f32 values stored as their
- * three exact bf16 parts hi + mid + lo (hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid)),
- * interleaved per 8-element group as [hi x 8][mid x 8][lo x 8], 6 bytes per element: what the
- * kernel would compute from F32 activations in every weight tile, split once by their producer. */
-enum { FP4_CUDA_ACT_BF16 = 0, FP4_CUDA_ACT_F16 = 1, FP4_CUDA_ACT_F32 = 2, FP4_CUDA_ACT_FP4 = 3, FP4_CUDA_ACT_BF16X3 = 4 };
+/* Activation kinds of the small-M GEMM. */
+enum { FP4_CUDA_ACT_BF16 = 0, FP4_CUDA_ACT_F16 = 1, FP4_CUDA_ACT_F32 = 2, FP4_CUDA_ACT_FP4 = 3 };
 
 /* out[M, N] = scale * A[M, K] * dq(B)[N, K]^T for M <= 64, K % 128 == 0 (gemm_small_m.cu). */
 typedef struct fp4_cuda_gemm_args {

@@ -458,14 +458,12 @@ cudaError_t launch_mma_one(const grouped_params &p, dim3 grid, int warps, cudaSt
   return fp4_cuda_launch(grouped_mma_kernel<FMT, ACT, NT, U>, grid, dim3(32 * warps), smem, s, pdl, p);
 }
 
-/* Slabs in flight per warp as in the dense kernel: 4 at one token tile, fewer as registers grow
- * (BF16X3 holds three 16-byte activation loads per group: one slab fewer, or ptxas spills). */
+/* Slabs in flight per warp as in the dense kernel: 4 at one token tile, fewer as registers grow. */
 template <int FMT, int ACT>
 cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt, cudaStream_t s, int pdl) {
-  constexpr bool x3 = ACT == FP4_CUDA_ACT_BF16X3;
   switch (nt) {
-  case 1: return launch_mma_one<FMT, ACT, 1, x3 ? 3 : 4>(p, grid, warps, s, pdl);
-  case 2: return launch_mma_one<FMT, ACT, 2, x3 ? 1 : 2>(p, grid, warps, s, pdl);
+  case 1: return launch_mma_one<FMT, ACT, 1, 4>(p, grid, warps, s, pdl);
+  case 2: return launch_mma_one<FMT, ACT, 2, 2>(p, grid, warps, s, pdl);
   default: return launch_mma_one<FMT, ACT, 8, 1>(p, grid, warps, s, pdl);
   }
 }
@@ -489,7 +487,6 @@ cudaError_t launch_mma_fmt(const grouped_params &p, dim3 grid, int warps, int nt
   case FP4_CUDA_ACT_BF16: return launch_mma_act<FMT, FP4_CUDA_ACT_BF16>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_F16: return launch_mma_act<FMT, FP4_CUDA_ACT_F16>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_F32: return launch_mma_act<FMT, FP4_CUDA_ACT_F32>(p, grid, warps, nt, s, pdl);
-  case FP4_CUDA_ACT_BF16X3: return launch_mma_act<FMT, FP4_CUDA_ACT_BF16X3>(p, grid, warps, nt, s, pdl);
   case FP4_CUDA_ACT_FP4: return launch_mma_act<FMT, FP4_CUDA_ACT_FP4>(p, grid, warps, nt, s, pdl);
   default: return cudaErrorInvalidValue;
   }
@@ -524,7 +521,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
   /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
-  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : a->act == FP4_CUDA_ACT_BF16X3 ? 6 : 2;
+  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
   const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
   if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
     const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
@@ -540,11 +537,11 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       sms = 1;
       cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
     }
-    /* One token tile (decode) with bf16/f16 activations (the gate_up GEMM of W4A16): the lean
-     * kernel, one 16-row weight tile per CTA (32 rows spilled registers at its caps). Measured on
-     * the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us here, at B = 64
-     * 662 against 686 us; the down GEMM's three-part activations (BF16X3) ran slower in it at
-     * B = 64 (874 against 607 us, 4 CTAs per SM), so they, f32 and FP4 activations stay below.
+    /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
+     * SiLU*up): the lean kernel, one 16-row weight tile per CTA (32 rows spilled registers at its
+     * caps). Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
+     * here, at B = 64 662 against 686 us; f32 activations (three MMAs per step) ran slower in it at
+     * B = 64 (874 against 607 us, 4 CTAs per SM), so they and FP4 activations stay below.
      * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
@@ -572,8 +569,6 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
-  /* BF16X3 exists for the tensor-core kernel only; its producer checks K % 128 (moe_host.c). */
-  if (a->act == FP4_CUDA_ACT_BF16X3) return (int)cudaErrorInvalidValue;
   if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;

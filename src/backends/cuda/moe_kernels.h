@@ -72,9 +72,8 @@ typedef struct fp4_cuda_route_args {
 int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
 
 /* act[r, i] = f32(g[r, i] / (1 + exp(-g[r, i])) * g[r, I + i]) in double, g = gate_up [rows, 2I],
- * stored as act_kind: FP4_CUDA_ACT_F32; FP4_CUDA_ACT_BF16 (rounded once more, to bf16: the input of
- * the grouped large-M down GEMM, which takes no f32 activations); or FP4_CUDA_ACT_BF16X3 (the f32
- * value's three exact bf16 parts, cuda_kernels.h; inter % 8 == 0), the streaming down GEMM's input. */
+ * stored as act_kind: FP4_CUDA_ACT_F32, or FP4_CUDA_ACT_BF16 (rounded once more, to bf16: the W4A16
+ * down GEMM's input wherever its tensor-core kernels can read it, moe_host.c). */
 int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_kind, int64_t rows, int64_t inter, void *stream,
                           int pdl);
 

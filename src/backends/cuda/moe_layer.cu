@@ -103,17 +103,6 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
     const float v = (float)(gate / (1.0 + exp(-gate)) * up);
     if (KIND == FP4_CUDA_ACT_BF16) {
       static_cast<uint16_t *>(act)[idx] = fp4_bf16_from_f32_inline(v);
-    } else if (KIND == FP4_CUDA_ACT_BF16X3) {
-      /* The split of small_m_common.cuh's f32 activation path, operation for operation, so the
-       * down GEMM computes exactly what it would from the f32 values. */
-      const __nv_bfloat16 hi = __float2bfloat16_rn(v);
-      const float rem = __fsub_rn(v, __bfloat162float(hi));
-      const __nv_bfloat16 mid = __float2bfloat16_rn(rem);
-      const __nv_bfloat16 lo = __float2bfloat16_rn(__fsub_rn(rem, __bfloat162float(mid)));
-      __nv_bfloat16 *o = static_cast<__nv_bfloat16 *>(act) + r * inter * 3 + (i >> 3) * 24 + (i & 7);
-      o[0] = hi;
-      o[8] = mid;
-      o[16] = lo;
     } else {
       static_cast<float *>(act)[idx] = v;
     }
@@ -164,9 +153,6 @@ extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_ki
   switch (act_kind) {
   case FP4_CUDA_ACT_F32: return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_F32>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
   case FP4_CUDA_ACT_BF16: return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_BF16>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
-  case FP4_CUDA_ACT_BF16X3:
-    if (inter % 8) return (int)cudaErrorInvalidValue; /* whole 8-element groups per row */
-    return (int)fp4_cuda_launch(silu_mul_kernel<FP4_CUDA_ACT_BF16X3>, grid, block, 0, s, pdl, gate_up, act, rows, inter);
   default: return (int)cudaErrorInvalidValue;
   }
 }

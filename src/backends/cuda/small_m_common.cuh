@@ -173,8 +173,7 @@ __device__ __forceinline__ uint32_t load_scales(const scale_walk &w, int s) {
 /* Activation addressing of one thread: token g of tile 0, its 32 K elements of slab 0. */
 template <int ACT>
 struct act_walk {
-  /* bytes per element, dense (BF16X3: three bf16 parts) */
-  static constexpr int kElem = ACT == FP4_CUDA_ACT_F32 ? 4 : ACT == FP4_CUDA_ACT_BF16X3 ? 6 : 2;
+  static constexpr int kElem = ACT == FP4_CUDA_ACT_F32 ? 4 : 2; /* bytes per element, dense      */
   static constexpr int kSlab = ACT == FP4_CUDA_ACT_FP4 ? 64 : 128 * kElem; /* bytes per slab   */
   static constexpr int kGroup = ACT == FP4_CUDA_ACT_FP4 ? 4 : 8 * kElem;   /* bytes per 8-group */
   const char *base;
@@ -183,22 +182,18 @@ struct act_walk {
 
 /* The B fragments of token m = 8 nt + g for 8-group q of slab s (row_slab: that token's slab s at
  * this thread's 32 K elements): pairs (x_i, x_i+4), i = 0..3, in
- * x[0] (and the mid and lo parts of f32 and BF16X3 activations in x[1], x[2]); zero past M. */
+ * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. */
 template <int FMT, int ACT>
 __device__ __forceinline__ void activation_group(const char *row_slab, bool valid, int q, uint32_t asc,
                                                  uint32_t x[3][4]) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   const char *src = row_slab + q * act_walk<ACT>::kGroup;
-  if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16 || ACT == FP4_CUDA_ACT_BF16X3) {
-    constexpr int kParts = ACT == FP4_CUDA_ACT_BF16X3 ? 3 : 1; /* hi, mid, lo: 16 bytes each */
-#pragma unroll
-    for (int v = 0; v < kParts; v++) {
-      const uint4 w = valid ? ld_act(src + 16 * v) : make_uint4(0u, 0u, 0u, 0u);
-      x[v][0] = __byte_perm(w.x, w.z, 0x5410);
-      x[v][1] = __byte_perm(w.x, w.z, 0x7632);
-      x[v][2] = __byte_perm(w.y, w.w, 0x5410);
-      x[v][3] = __byte_perm(w.y, w.w, 0x7632);
-    }
+  if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
+    const uint4 w = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
+    x[0][0] = __byte_perm(w.x, w.z, 0x5410);
+    x[0][1] = __byte_perm(w.x, w.z, 0x7632);
+    x[0][2] = __byte_perm(w.y, w.w, 0x5410);
+    x[0][3] = __byte_perm(w.y, w.w, 0x7632);
   } else if (ACT == FP4_CUDA_ACT_F32) {
     const uint4 lo4 = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
     const uint4 hi4 = valid ? ld_act(src + 16) : make_uint4(0u, 0u, 0u, 0u);
@@ -236,7 +231,7 @@ __device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const
                                               const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
   constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
-  constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 || ACT == FP4_CUDA_ACT_BF16X3 ? 3 : 1;
+  constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 ? 3 : 1;
   float post_a[R], post_b[R];
   uint32_t fa[R][2], fb[R][2];
 #pragma unroll
