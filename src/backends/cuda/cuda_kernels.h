@@ -60,6 +60,11 @@ int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl)
  * The prologue kernel waits for its producers (PDL). Returns the first cudaError_t. */
 int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a, int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user),
                              void *user, void *stream, int pdl);
+/* out[rows, k] (row stride k) = the exact bf16 values of FP4 rows (codes [rows, k/2], scales in
+ * layout; k % 32 == 0): the values the tensor-core kernels form in registers when they decode FP4
+ * activations in their loop (gemm_large_m_rd.cu). Waits for its producers (PDL). */
+int fp4_cuda_dequant_fp4_rows(const void *codes, const uint8_t *scales, int format, int layout, int64_t rows,
+                              int64_t k, uint16_t *out, void *stream, int pdl);
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 

@@ -403,6 +403,25 @@ extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char 
   }
 }
 
+extern "C" int fp4_cuda_dequant_fp4_rows(const void *codes, const uint8_t *scales, int format, int layout,
+                                         int64_t rows, int64_t k, uint16_t *out, void *stream, int pdl) {
+  if (rows < 1 || k < 32 || k % 32) return (int)cudaErrorInvalidValue;
+  fp4_cuda_gemm_args a;
+  memset(&a, 0, sizeof a);
+  a.format = format;
+  a.act = FP4_CUDA_ACT_FP4;
+  a.a = codes;
+  a.lda = k / 2;
+  a.a_scales = scales;
+  a.a_layout = layout;
+  a.m = rows;
+  a.k = k;
+  const lm_params p = lm_params_of(&a);
+  cudaStream_t s = (cudaStream_t)stream;
+  return (int)(format == FP4_FORMAT_NVFP4 ? lm_launch_dequant_a<FP4_FORMAT_NVFP4>(p, out, s, pdl)
+                                         : lm_launch_dequant_a<FP4_FORMAT_MXFP4>(p, out, s, pdl));
+}
+
 extern "C" int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a,
                                         int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user), void *user,
                                         void *stream, int pdl) {

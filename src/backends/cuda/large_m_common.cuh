@@ -507,6 +507,16 @@ __global__ void __launch_bounds__(256) lm_dequant_a_kernel(lm_params p, uint16_t
   }
 }
 
+/* out[M, K] (row stride K) = the exact bf16 values of p's FP4 activations (p.a, p.a_scales,
+ * p.a_layout, p.m, p.k, p.C). */
+template <int FMT>
+cudaError_t lm_launch_dequant_a(const lm_params &p, uint16_t *out, cudaStream_t s, int pdl) {
+  const int64_t total = p.m * (p.k / 32);
+  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
+  return fp4_cuda_launch(lm_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
+                         out);
+}
+
 /* W4A4 through a prologue: the FP4 activations of a are dequantized to bf16 into a stream-ordered
  * temporary (cudaMallocAsync, M x K x 2 bytes), then launch(p) runs a W4A16 bf16 tile on them (p: the
  * parameters with A replaced by the temporary); the temporary is freed after it in stream order. */
@@ -516,10 +526,7 @@ cudaError_t lm_run_with_dequant_a(const fp4_cuda_gemm_args *a, cudaStream_t s, i
   void *ws = NULL;
   cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
   if (e != cudaSuccess) return e;
-  const int64_t total = a->m * (a->k / 32);
-  const int64_t blocks = (total + 255) / 256 < (1 << 20) ? (total + 255) / 256 : (1 << 20);
-  e = fp4_cuda_launch(lm_dequant_a_kernel<FMT == FP4_FORMAT_NVFP4>, dim3((unsigned)blocks), dim3(256), 0, s, pdl, p,
-                      static_cast<uint16_t *>(ws));
+  e = lm_launch_dequant_a<FMT>(p, static_cast<uint16_t *>(ws), s, pdl);
   if (e == cudaSuccess) {
     p.a = ws;
     p.lda = a->k;

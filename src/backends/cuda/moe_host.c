@@ -185,27 +185,32 @@ const char *fp4_cuda_moe_config(const fp4_problem *p) {
   return grouped_large(&a) ? "grouped.large-m" : "grouped";
 }
 
-/* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets. */
+/* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets;
+ * for W4A4 the quantized hidden rows as exact bf16 [T, H] (fp4_rows_as_bf16). */
 typedef struct moe_extra {
-  size_t counts, active, active_count, shared_offsets, total;
+  size_t counts, active, active_count, shared_offsets, hidden_bf16, total;
 } moe_extra;
 
 static size_t align_up(size_t x) { return (x + FP4_MOE_WS_ALIGN - 1) / FP4_MOE_WS_ALIGN * FP4_MOE_WS_ALIGN; }
 
-static moe_extra extra_layout(size_t common, int64_t experts) {
+static moe_extra extra_layout(size_t common, const fp4_moe_layer *layer, int64_t tokens) {
+  const int64_t experts = layer->routed.gate_up.experts;
+  const size_t bf16_bytes =
+      layer->mode == FP4_MOE_W4A4 ? (size_t)tokens * (size_t)layer->routed.gate_up.cols * sizeof(uint16_t) : 0;
   moe_extra x;
   x.counts = align_up(common);
   x.active = align_up(x.counts + (size_t)experts * sizeof(int32_t));
   x.active_count = align_up(x.active + (size_t)experts * sizeof(int32_t));
   x.shared_offsets = align_up(x.active_count + sizeof(int32_t));
-  x.total = x.shared_offsets + 2 * sizeof(int64_t);
+  x.hidden_bf16 = align_up(x.shared_offsets + 2 * sizeof(int64_t));
+  x.total = x.hidden_bf16 + bf16_bytes;
   return x;
 }
 
 size_t fp4_cuda_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k) {
   fp4_moe_ws_layout ws;
   if (tokens == 0 || fp4_moe_ws_layout_make("cuda", layer, tokens, top_k, &ws)) return 0;
-  return extra_layout(ws.total, layer->routed.gate_up.experts).total;
+  return extra_layout(ws.total, layer, tokens).total;
 }
 
 typedef struct moe_launch {
@@ -237,6 +242,23 @@ static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const v
   return e;
 }
 
+/* W4A4 on the streaming tensor-core kernels (not the large-M tiles, which read FP4 directly): g's
+ * quantized rows [rows, cols] written to out as their exact bf16 values, and g pointed at them. The
+ * GEMM then multiplies the same bf16 values it would form from the codes in every weight tile (a
+ * small-M ".pro" config's reasoning, docs/cuda-small-m.md), once per row instead of once per CTA,
+ * and runs the bf16 kernels (the lean decode kernel at one token tile). Rows must stay 16-byte
+ * aligned for those kernels: else g keeps its FP4 rows. */
+static int fp4_rows_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, int64_t rows, int64_t cols, void *out) {
+  if (cols % 128 || (uintptr_t)out % 16) return 0;
+  const int e = fp4_cuda_dequant_fp4_rows(g->a, g->a_scales, g->format, g->a_layout, rows, cols, out, m->p->stream,
+                                          m->pdl);
+  g->act = FP4_CUDA_ACT_BF16;
+  g->a = out;
+  g->lda = cols;
+  g->a_scales = NULL;
+  return e;
+}
+
 /* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). */
 static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, void *down_out) {
   const fp4_problem *p = m->p;
@@ -265,6 +287,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     if ((e = quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, p->a->ld ? p->a->ld : H, &set->gate_up,
                             set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
       return e;
+    if (!large && (e = fp4_rows_as_bf16(m, &g, T, H, at(m, m->x.hidden_bf16)))) return e;
   } else {
     g.act = act_kind(p->a->dtype);
     g.a = p->a->data;
@@ -297,6 +320,8 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, &set->down, set->down_act_scale, m->ws.act_q,
                             m->ws.act_q_scales)))
       return e;
+    /* act (f32) has been read by the quantize above: its section takes the bf16 rows */
+    if (!large && (e = fp4_rows_as_bf16(m, &g, rows, I, act))) return e;
   } else {
     g.act = act_kind;
     g.a = act;
@@ -314,7 +339,7 @@ static int moe_launch_layer(const fp4_problem *p, int pdl) {
   const fp4_moe_layer *L = p->moe;
   const fp4_moe_routing *rt = p->routing;
   if (fp4_moe_ws_layout_make("cuda", L, p->a->rows, rt->top_k, &m.ws)) return (int)cudaErrorInvalidValue;
-  m.x = extra_layout(m.ws.total, L->routed.gate_up.experts);
+  m.x = extra_layout(m.ws.total, L, p->a->rows);
   if (p->workspace_bytes < m.x.total) return (int)cudaErrorInvalidValue; /* the dispatcher asked us: never */
   int e;
   fp4_cuda_route_args r = {.ids = rt->topk_ids, .tokens = p->a->rows, .top_k = rt->top_k,
