@@ -394,6 +394,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
  * The warps' partial sums are added in a fixed order (deterministic). */
 template <int FMT, int ACT, int R, int U, int MINB>
 __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
+  static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   __shared__ float red[kLeanWarps * R * 128];
@@ -420,13 +421,12 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
     sb_ptr[r] = swb.base + warp * swb.stride;
     sstep = kLeanWarps * swa.stride;
   }
-  const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? K / 2 : p.a.lda * act_walk<ACT>::kElem;
+  const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
     const int64_t pr = min(r0 + g, hi - 1);
     const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
     const char *act[1] = {static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4) + warp * kSlab};
-    scale_walk asw[1] = {{NULL, 0}};
-    if (ACT == FP4_CUDA_ACT_FP4) asw[0] = make_walk<NV>(p.a.a_scales, p.a.a_layout, p.aC, arow, t);
+    const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
     float acc[R][1][4];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
