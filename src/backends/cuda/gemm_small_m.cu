@@ -195,20 +195,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(p.k >> 7);
-  const uint8_t *wa_ptr[R], *wb_ptr[R], *sa_ptr[R], *sb_ptr[R];
-  int64_t sstep = 0; /* scale bytes between one warp's slabs */
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    /* Rows past N read row N-1 (valid memory) and are never stored. */
-    const int64_t ra = min(row0 + 16 * r + g, p.n - 1), rb = min(row0 + 16 * r + g + 8, p.n - 1);
-    wa_ptr[r] = p.b + ra * (p.k >> 1) + 16 * t + warp * 64;
-    wb_ptr[r] = p.b + rb * (p.k >> 1) + 16 * t + warp * 64;
-    const scale_walk swa = make_walk<NV>(p.b_scales, p.b_layout, p.C, ra, t);
-    const scale_walk swb = make_walk<NV>(p.b_scales, p.b_layout, p.C, rb, t);
-    sa_ptr[r] = swa.base + warp * swa.stride;
-    sb_ptr[r] = swb.base + warp * swb.stride;
-    sstep = kLeanWarps * swa.stride;
-  }
+  const lean_weights<NV, R> lw(p.b, p.b_scales, p.b_layout, p.C, p.n, p.k, row0, warp, g, t);
   const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
   const char *act[NT];
   scale_walk asw[NT];
@@ -232,7 +219,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   }
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  lean_stream<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, warp, nslabs, table, acc);
+  lean_stream<FMT, ACT, NT, R, U>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
   fp4_pdl_launch_dependents(); /* every input has been read */
   reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);
 }

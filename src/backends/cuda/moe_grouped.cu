@@ -387,14 +387,16 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
 }
 
 /* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
- * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers R 16-row
- * weight tiles of its expert (the launch uses R = 1), warp w taking slabs w, w + kLeanWarps, ...;
- * a register cap of MINB CTAs per SM keeps up to 24 warps per SM loading. Rows past the chunk read the chunk's first row
- * (valid memory; an MMA output column depends only on its own activation row) and are never stored.
- * The warps' partial sums are added in a fixed order (deterministic). */
-template <int FMT, int ACT, int R, int U, int MINB>
+ * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers one
+ * 16-row weight tile of its expert (32 rows spilled registers at the caps below), warp w taking
+ * slabs w, w + kLeanWarps, ...; a register cap of MINB CTAs per SM keeps up to 24 warps per SM
+ * loading. Rows past the chunk read the chunk's last row (valid memory; an MMA output column
+ * depends only on its own activation row) and are never stored. The warps' partial sums are added
+ * in a fixed order (deterministic). */
+template <int FMT, int ACT, int U, int MINB>
 __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
+  constexpr int R = 1; /* 16-row tiles per CTA */
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   __shared__ float red[kLeanWarps * R * 128];
@@ -406,21 +408,8 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
   if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
   const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(K >> 7);
-  const uint8_t *w = p.a.w + e * p.w_expert_bytes, *ws = p.a.w_scales + e * p.a.w_scale_stride;
-  const uint8_t *wa_ptr[R], *wb_ptr[R], *sa_ptr[R], *sb_ptr[R];
-  int64_t sstep = 0;
-#pragma unroll
-  for (int r = 0; r < R; r++) {
-    /* Rows past N read row N-1 (valid memory) and are never stored. */
-    const int64_t ra = min(n0 + 16 * r + g, p.a.n - 1), rb = min(n0 + 16 * r + g + 8, p.a.n - 1);
-    wa_ptr[r] = w + ra * (K >> 1) + 16 * t + warp * 64;
-    wb_ptr[r] = w + rb * (K >> 1) + 16 * t + warp * 64;
-    const scale_walk swa = make_walk<NV>(ws, p.a.w_layout, p.wC, ra, t);
-    const scale_walk swb = make_walk<NV>(ws, p.a.w_layout, p.wC, rb, t);
-    sa_ptr[r] = swa.base + warp * swa.stride;
-    sb_ptr[r] = swb.base + warp * swb.stride;
-    sstep = kLeanWarps * swa.stride;
-  }
+  const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
+                               p.wC, p.a.n, K, n0, warp, g, t);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
     const int64_t pr = min(r0 + g, hi - 1);
@@ -430,7 +419,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
     float acc[R][1][4];
 #pragma unroll
     for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
-    lean_stream<FMT, ACT, 1, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, warp, nslabs, table, acc);
+    lean_stream<FMT, ACT, 1, R, U>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -472,7 +461,7 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * flight per warp, as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 2, 6>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
+  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
 }
 
 template <int FMT>
@@ -531,12 +520,6 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
-    int device = 0, sms = 1;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      sms = 1;
-      cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
-    }
     /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
      * SiLU*up): the lean kernel, one 16-row weight tile per CTA (32 rows spilled registers at its
      * caps). Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
@@ -553,6 +536,12 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
      * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
      * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
+    int device = 0, sms = 1;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      sms = 1;
+      cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
+    }
     int wpt = 1;
     while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
            (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)
