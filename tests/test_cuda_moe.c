@@ -88,6 +88,7 @@ static void test_moe_small(fp4_context *ctx) {
           const int routing = rot % 3; /* uniform, skewed, duplicates */
           const fp4_dtype dtype = rot % 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
           fp4h_case c = fp4h_moe_case(kTokens[t], 96, 256, 40, 6, w4a4, (fp4_format)f, shared, routing, dtype);
+          if (!shared && t % 2) c.layout_b = FP4_LAYOUT_LINEAR; /* routed weights in both layouts */
           run_case(ctx, &c, seed++);
         }
 }
