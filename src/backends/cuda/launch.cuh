@@ -1,15 +1,9 @@
 /*
  * The one launch path of the cuda backend. Every kernel goes through fp4_cuda_launch, which uses
  * cudaLaunchKernelEx so programmatic dependent launch (PDL) is a per-call attribute; every kernel
- * calls fp4_pdl_wait() before it reads (or writes) anything a previous kernel may have written and
- * fp4_pdl_launch_dependents() once its inputs are consumed, or earlier: a dependent's wait still
- * waits for the whole grid to finish and flush its memory, so the trigger's position only decides
- * how early the dependent's CTAs launch and run their pre-wait setup. The small kernels and the
- * MoE decode kernels trigger right after their own wait, so at decode sizes each kernel's launch
- * overlaps the previous one's last wave (the dependent's CTAs can only launch once every CTA of
- * this grid has triggered or exited, so they never take slots this grid still needs). Launching
- * with the attribute while a kernel lacks the wait corrupts results silently, so the pair lives
- * here, next to the launcher.
+ * calls fp4_pdl_wait() before it reads anything a previous kernel may have written and
+ * fp4_pdl_launch_dependents() once its inputs are consumed. Launching with the attribute while a
+ * kernel lacks the wait corrupts results silently, so the pair lives here, next to the launcher.
  */
 #ifndef FP4_BACKENDS_CUDA_LAUNCH_CUH
 #define FP4_BACKENDS_CUDA_LAUNCH_CUH

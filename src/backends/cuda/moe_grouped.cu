@@ -246,7 +246,6 @@ template <int FMT, int ACT>
 __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) {
   __shared__ float sm[kMaxRows * kPitch];
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  fp4_pdl_launch_dependents(); /* early: see launch.cuh */
   const int64_t e = slot_expert(p);
   if (e < 0) return; /* uniform across the CTA */
   int64_t lo, hi;
@@ -261,6 +260,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) 
     else if (nr <= 4) row_chunk<FMT, ACT, 4>(p, sm, e, r0, nr, n0, scale);
     else row_chunk<FMT, ACT, 8>(p, sm, e, r0, nr, n0, scale);
   }
+  fp4_pdl_launch_dependents();
 }
 
 /* ---- Tensor-core kernel ------------------------------------------------------------------------ */
@@ -286,7 +286,6 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
-  fp4_pdl_launch_dependents(); /* early: see launch.cuh */
   *e = slot_expert(p);
   if (*e < 0) return false;
   __syncthreads(); /* the table is written */
@@ -384,6 +383,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
       }
     __syncthreads();
   }
+  fp4_pdl_launch_dependents();
 }
 
 /* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
@@ -432,6 +432,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
     }
     __syncthreads(); /* red is reused by the next chunk */
   }
+  fp4_pdl_launch_dependents();
 }
 
 /* Token tiles per chunk from the mean rows per expert slot (the host knows no more). */

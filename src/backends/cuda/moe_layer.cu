@@ -2,7 +2,7 @@
  * The MoE layer's small kernels around the grouped GEMMs: the routing permutation (counting sort
  * on one CTA), SiLU(gate) * up, and the weighted combine. Every kernel waits on the previous one
  * with the PDL pair of launch.cuh, so the layer runs without host synchronization and can be
- * captured in a CUDA graph; each lets its dependent launch right after its own wait (launch.cuh).
+ * captured in a CUDA graph.
  */
 #include <math.h>
 
@@ -47,7 +47,6 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t E = a.experts, P = a.tokens * a.top_k;
   fp4_pdl_wait(); /* the ids may come from the previous kernel (the router) */
-  fp4_pdl_launch_dependents(); /* early: see launch.cuh */
   for (int64_t e = tid; e < E; e += nt) a.counts[e] = 0;
   __syncthreads();
   for (int64_t i = tid; i < P; i += nt) {
@@ -91,12 +90,12 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
       a.inverse[i] = -1;
     }
   }
+  fp4_pdl_launch_dependents();
 }
 
 template <int KIND>
 __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act, int64_t rows, int64_t inter) {
   fp4_pdl_wait();
-  fp4_pdl_launch_dependents();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx < rows * inter) {
     const int64_t r = idx / inter, i = idx % inter;
@@ -108,11 +107,11 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
       static_cast<float *>(act)[idx] = v;
     }
   }
+  fp4_pdl_launch_dependents();
 }
 
 __global__ void __launch_bounds__(256) combine_kernel(fp4_cuda_combine_args a) {
   fp4_pdl_wait();
-  fp4_pdl_launch_dependents();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx < a.tokens * a.hidden) {
     const int64_t t = idx / a.hidden, h = idx % a.hidden;
@@ -133,6 +132,7 @@ __global__ void __launch_bounds__(256) combine_kernel(fp4_cuda_combine_args a) {
     else if (a.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(a.out)[o] = fp4_bf16_from_f32_inline(v);
     else static_cast<uint16_t *>(a.out)[o] = fp4_f16_from_f32_inline(v);
   }
+  fp4_pdl_launch_dependents();
 }
 
 unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }

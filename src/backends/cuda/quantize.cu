@@ -49,7 +49,6 @@ __global__ void __launch_bounds__(256) quantize_kernel(quantize_params p) {
   constexpr int kBlock = FMT == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK;
   constexpr int kVecs = kBlock * (DT == FP4_DTYPE_F32 ? 4 : 2) / 16;
   fp4_pdl_wait();
-  fp4_pdl_launch_dependents(); /* early: see launch.cuh */
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   int64_t r, c;
   if (p.Rp * p.Cp <= 0xFFFFFFFFll) { /* a 32-bit division where the layout allows it */
@@ -105,6 +104,9 @@ __global__ void __launch_bounds__(256) quantize_kernel(quantize_params p) {
     }
     p.scales[fp4_layout_offset(p.layout, p.C, r, c)] = sb;
   }
+  /* The dependent kernel's griddepcontrol.wait still waits for this whole grid to finish and
+   * flush, so letting it launch now only overlaps its prologue. */
+  fp4_pdl_launch_dependents();
 }
 
 template <int FMT, bool VEC>
