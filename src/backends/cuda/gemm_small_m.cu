@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(p.k >> 7);
-  const lean_weights<NV, R> lw(p.b, p.b_scales, p.b_layout, p.C, p.n, p.k, row0, row0 + 8, warp, g, t);
+  const lean_weights<NV, R> lw(p.b, p.b_scales, p.b_layout, p.C, p.n, p.k, row0, warp, g, t);
   const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
   const char *act[NT];
   scale_walk asw[NT];

@@ -41,7 +41,6 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_silu.cuh"
 #include "backends/cuda/small_m_common.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
@@ -394,7 +393,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
  * loading. Rows past the chunk read the chunk's last row (valid memory; an MMA output column
  * depends only on its own activation row) and are never stored. The warps' partial sums are added
  * in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, bool SILU>
+template <int FMT, int ACT, int U, int MINB>
 __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr int R = 1; /* 16-row tiles per CTA */
@@ -409,10 +408,8 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
   if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
   const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(K >> 7);
-  /* SILU: this CTA's MMA rows 0-7 are gate rows 8 x .. 8 x + 7, rows 8-15 the matching up rows. */
-  const int64_t row_a = SILU ? (int64_t)blockIdx.x * 8 : n0, row_b = SILU ? p.a.n / 2 + row_a : n0 + 8;
   const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
-                               p.wC, p.a.n, K, row_a, row_b, warp, g, t);
+                               p.wC, p.a.n, K, n0, warp, g, t);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
     const int64_t pr = min(r0 + g, hi - 1);
@@ -428,26 +425,10 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(gro
 #pragma unroll
       for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
     __syncthreads();
-    if (SILU) { /* accumulator c (0, 1: gate) and c + 2 (up) of one lane: one output element */
-      const int idx = threadIdx.x;
-      if (idx < 64) {
-        float gv = 0.0f, uv = 0.0f;
-        for (int w8 = 0; w8 < kLeanWarps; w8++) {
-          gv = __fadd_rn(gv, red[w8 * 128 + idx]);
-          uv = __fadd_rn(uv, red[w8 * 128 + 64 + idx]);
-        }
-        const int l = idx & 31;
-        const int64_t r = r0 + 2 * (l & 3) + (idx >> 5), col = row_a + (l >> 2);
-        /* the f32 values the unfused path stores and its SiLU*up kernel reads */
-        const float gf = (float)(scale * (double)gv), uf = (float)(scale * (double)uv);
-        if (r < hi) static_cast<uint16_t *>(p.a.out)[r * p.a.ldo + col] = fp4_bf16_from_f32_inline(moe_silu_mul(gf, uf));
-      }
-    } else {
-      for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
-        float v = 0.0f;
-        for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
-        mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
-      }
+    for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
+      float v = 0.0f;
+      for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
+      mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
     }
     __syncthreads(); /* red is reused by the next chunk */
   }
@@ -480,8 +461,7 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * flight per warp, as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  if (p.a.silu) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, true>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
-  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, false>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
+  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
 }
 
 template <int FMT>
@@ -501,27 +481,6 @@ cudaError_t launch_mma_fmt(const grouped_params &p, dim3 grid, int warps, int nt
   }
 }
 
-/* Whether the lean decode kernel runs args (given the tensor-core kernels can): one token tile (decode)
- * with bf16/f16 activations (W4A16 gate_up, and down on its bf16 SiLU*up), one 16-row weight tile
- * per CTA (32 rows spilled registers at its caps). Measured on the H200 (Qwen3.5 experts, ncu):
- * gate_up at B = 1 24.9 us against 32.8 us on the 8-warp kernel, at B = 64 662 against 686 us; f32
- * activations (three MMAs per step) ran slower in it at B = 64 (874 against 607 us, 4 CTAs per SM),
- * so they and FP4 activations stay on the 8-warp kernel. FP4KIT_MOE_DECODE_KERNEL=mma keeps the
- * 8-warp kernel for all, for measuring side by side. */
-bool lean_wanted(const fp4_cuda_grouped_args *a) {
-  const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
-  const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
-  return mma_tiles_for(a->rows, a->slots) == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"));
-}
-
-/* Whether the tensor-core kernels can run args: K % 128 == 0 and 16-byte aligned activation rows
- * (they read each row with 16-byte loads). */
-bool mma_possible(const fp4_cuda_grouped_args *a) {
-  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
-  const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
-  return a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned;
-}
-
 /* ---- CUDA-core kernel launch -------------------------------------------------------------------- */
 
 template <int FMT>
@@ -538,10 +497,6 @@ cudaError_t launch_fmt(const grouped_params &p, dim3 grid, cudaStream_t s, int p
 
 } // namespace
 
-extern "C" int fp4_cuda_grouped_silu_fusable(const fp4_cuda_grouped_args *a) {
-  return mma_possible(a) && lean_wanted(a) && a->n % 16 == 0 && a->out_dtype == FP4_DTYPE_BF16;
-}
-
 extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
   if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->a_div < 1 || a->splits < 1 || a->slots < 1)
     return (int)cudaErrorInvalidValue;
@@ -554,8 +509,10 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.warps_per_tile = 1;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
-  if (a->silu && !fp4_cuda_grouped_silu_fusable(a)) return (int)cudaErrorInvalidValue;
-  if (mma_possible(a)) {
+  /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
+  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
+  const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
+  if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
     const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
     if (tiles16 > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
     const int nt = mma_tiles_for(a->rows, a->slots);
@@ -563,12 +520,19 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
-    if (lean_wanted(a)) { /* the grid is the same with silu: N / 16 tiles of 8 gate + 8 up rows */
+    /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
+     * SiLU*up): the lean kernel, one 16-row weight tile per CTA (32 rows spilled registers at its
+     * caps). Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
+     * here, at B = 64 662 against 686 us; f32 activations (three MMAs per step) ran slower in it at
+     * B = 64 (874 against 607 us, 4 CTAs per SM), so they and FP4 activations stay below.
+     * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
+    const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
+    const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
+    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
       const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
                                                  : launch_lean<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
     }
-    if (a->silu) return (int)cudaErrorInvalidValue; /* the caller checks fp4_cuda_grouped_silu_fusable */
     /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
      * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
      * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */

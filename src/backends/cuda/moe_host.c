@@ -299,29 +299,18 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.out = gate_up;
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
+  if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
   /* W4A4 quantizes the f32 act. W4A16: SiLU*up in bf16 for the down GEMM on both paths where the
    * tensor-core kernels can read it (I % 128 == 0 and 16-byte aligned rows, which a caller's
    * workspace offset by 8 bytes would not give): the large-M tiles take no f32, and in decode bf16
    * rows are a third of the bytes of f32 values split into three exact bf16 parts (which the
    * kernels would do in every weight tile) and one MMA per step instead of three, so the down GEMM
-   * runs on the lean decode kernel. One rounding more than the reference (relative 2^-9 per
-   * element), inside the W4A16 tolerance (docs/moe.md, numeric contract). Else f32. */
+   * runs on the lean decode kernel. One rounding more than the
+   * reference (relative 2^-9 per element), inside the W4A16 tolerance (docs/moe.md, numeric
+   * contract). Else f32. */
   const int bf16_rows = (I % 128 == 0 && (uintptr_t)act % 16 == 0) || large;
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
-  /* W4A16 decode with bf16 rows: the lean gate_up kernel pairs gate and up rows in its tiles and
-   * writes SiLU*up itself (the same bits as the kernel below: the same f32 sums, the same formula),
-   * so the f32 gate_up output and one launch are skipped. */
-  fp4_cuda_grouped_args fused = g;
-  fused.silu = 1;
-  fused.out = act;
-  fused.ldo = I;
-  fused.out_dtype = (int)FP4_DTYPE_BF16;
-  if (!w4a4 && !large && act_kind == FP4_CUDA_ACT_BF16 && fp4_cuda_grouped_silu_fusable(&fused)) {
-    if ((e = grouped_run(&fused, large, p->stream, m->pdl))) return e;
-  } else {
-    if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
-    if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
-  }
+  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);

@@ -41,18 +41,12 @@ typedef struct fp4_cuda_grouped_args {
   int64_t slots;               /* grid.y: an upper bound of the experts with rows            */
   int splits;                  /* grid.z: CTAs sharing one expert's row chunks               */
   int kernel;                  /* FP4_CUDA_GROUPED_*: AUTO (0) picks tensor cores if K % 128 == 0 */
-  int silu;                    /* 1: W rows are [gate (N/2); up (N/2)] and out receives bf16   */
-                               /* SiLU(gate) * up [rows, N/2] (ldo), fused into the epilogue:  */
-                               /* only where fp4_cuda_grouped_silu_fusable says so             */
 } fp4_cuda_grouped_args;
 
 /* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
 enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA = 2 };
 
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
-/* 1 when fp4_cuda_grouped_gemm can run args with silu = 1 (the lean decode kernel: one token tile,
- * bf16/f16 activations, K % 128 == 0, 16-byte aligned rows, N % 16 == 0, bf16 output), else 0. */
-int fp4_cuda_grouped_silu_fusable(const fp4_cuda_grouped_args *args);
 
 /* The grouped large-M (prefill) GEMM of moe_grouped_large.cu: BM x 128 tensor-core tiles with a
  * cp.async pipeline, one CTA per (expert M tile, N tile), grid bounded by floor(rows / BM) + E M

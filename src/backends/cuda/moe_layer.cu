@@ -11,7 +11,6 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_silu.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
   if (idx < rows * inter) {
     const int64_t r = idx / inter, i = idx % inter;
     const double gate = g[r * 2 * inter + i], up = g[r * 2 * inter + inter + i];
-    const float v = moe_silu_mul(gate, up);
+    const float v = (float)(gate / (1.0 + exp(-gate)) * up);
     if (KIND == FP4_CUDA_ACT_BF16) {
       static_cast<uint16_t *>(act)[idx] = fp4_bf16_from_f32_inline(v);
     } else {
@@ -111,8 +110,6 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
   fp4_pdl_launch_dependents();
 }
 
-constexpr int kCombineGroup = 8;
-
 __global__ void __launch_bounds__(256) combine_kernel(fp4_cuda_combine_args a) {
   fp4_pdl_wait();
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -120,26 +117,13 @@ __global__ void __launch_bounds__(256) combine_kernel(fp4_cuda_combine_args a) {
     const int64_t t = idx / a.hidden, h = idx % a.hidden;
     double acc = 0.0;
     bool bad = false;
-    /* Eight slots at a time: their positions, then their rows and weights are loaded together, so
-     * one token's k experts cost two dependent L2 round trips per 8 instead of two per expert; the
-     * sum runs in slot order as before (the same value bit for bit). */
-    for (int64_t j0 = 0; j0 < a.top_k; j0 += kCombineGroup) {
-      const int n = (int)min((int64_t)kCombineGroup, a.top_k - j0);
-      int32_t pos[kCombineGroup];
-      float wt[kCombineGroup], d[kCombineGroup];
-#pragma unroll
-      for (int i = 0; i < kCombineGroup; i++) pos[i] = i < n ? a.inverse[t * a.top_k + j0 + i] : -1;
-#pragma unroll
-      for (int i = 0; i < kCombineGroup; i++) {
-        d[i] = pos[i] >= 0 ? a.down[(int64_t)pos[i] * a.hidden + h] : 0.0f;
-        wt[i] = i < n ? a.weights[t * a.ldw + j0 + i] : 0.0f;
+    for (int64_t j = 0; j < a.top_k; j++) {
+      const int32_t pos = a.inverse[t * a.top_k + j];
+      if (pos < 0) {
+        bad = true; /* an invalid expert id: make it visible */
+        continue;
       }
-#pragma unroll
-      for (int i = 0; i < kCombineGroup; i++) {
-        if (i >= n) continue;
-        if (pos[i] < 0) bad = true; /* an invalid expert id: make it visible */
-        else acc += (double)wt[i] * (double)d[i];
-      }
+      acc += (double)a.weights[t * a.ldw + j] * (double)a.down[(int64_t)pos * a.hidden + h];
     }
     if (a.shared) acc += (a.shared_weights ? (double)a.shared_weights[t] : 1.0) * (double)a.shared[t * a.hidden + h];
     const float v = bad ? __int_as_float(0x7FC00000) : (float)acc;

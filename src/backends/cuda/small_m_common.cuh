@@ -359,21 +359,19 @@ __device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const u
 }
 
 
-/* A lean CTA's weight walk: warp's pointers at its first slab (slab `warp`) for R 16-row tiles of
- * the [n, k/2] weights w with their scales, and the scale bytes between the warp's slabs. Tile r's
- * A half (MMA rows 0-7) is weight rows row_a + 16 r .. + 7, its B half (MMA rows 8-15) row_b + 16 r
- * .. + 7: row_b = row_a + 8 for consecutive rows (the fused SiLU*up tile pairs gate and up rows).
+/* A lean CTA's weight walk: warp's pointers at its first slab (slab `warp`) for R 16-row tiles from
+ * row0 of the [n, k/2] weights w with their scales, and the scale bytes between the warp's slabs.
  * Rows past n read row n-1 (valid memory) and are never stored. */
 template <bool NV, int R>
 struct lean_weights {
   const uint8_t *wa[R], *wb[R], *sa[R], *sb[R];
   int64_t sstep;
   __device__ __forceinline__ lean_weights(const uint8_t *w, const uint8_t *scales, int layout, int64_t C, int64_t n,
-                                          int64_t k, int64_t row_a, int64_t row_b, int warp, int g, int t) {
+                                          int64_t k, int64_t row0, int warp, int g, int t) {
     sstep = 0;
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      const int64_t ra = min(row_a + 16 * r + g, n - 1), rb = min(row_b + 16 * r + g, n - 1);
+      const int64_t ra = min(row0 + 16 * r + g, n - 1), rb = min(row0 + 16 * r + g + 8, n - 1);
       wa[r] = w + ra * (k >> 1) + 16 * t + warp * 64;
       wb[r] = w + rb * (k >> 1) + 16 * t + warp * 64;
       const scale_walk swa = make_walk<NV>(scales, layout, C, ra, t);
