@@ -109,7 +109,7 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 1, FP4_FORMAT_NVFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
-  /* W4A16 decode with SiLU*up fused into the gate_up kernel: MXFP4, and f16 hidden states */
+  /* W4A16 decode on the lean kernel: MXFP4, and f16 hidden states with a skewed routing */
   c = fp4h_moe_case(8, 128, 512, 64, 10, 0, FP4_FORMAT_MXFP4, 0, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(8, 128, 256, 64, 6, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_F16);
