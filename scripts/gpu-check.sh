@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU run, on the GPU machine from the repository root: build for the device, run every test
 # (GPU tests included), the checks, the probe, the Python GPU tests, the benchmarks and the timing
-# drivers. Logs go under $LOG (default /tmp/gpu-check); at the end they are packed into one file,
-# $OUT/gpu-check.tar.gz (default OUT: ./gpu-check-out), and a short summary ends stdout.
+# drivers. Logs go under $LOG (default: a new /tmp/gpu-check.XXXXXX); at the end they are packed
+# into one file, $OUT/gpu-check.tar.gz (default OUT: ./gpu-check-out), and a short summary ends
+# stdout.
 #
 #   bash scripts/gpu-check.sh                         # every part (about 15 minutes)
 #   FP4KIT_GPU_PARTS="build ctest check" bash scripts/gpu-check.sh
@@ -20,7 +21,9 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
-LOG=${LOG:-/tmp/gpu-check}
+# A fresh directory by default: a machine that kept an earlier run's /tmp would otherwise pack its
+# logs with this run's.
+LOG=${LOG:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 ARCH=${FP4KIT_GPU_ARCH:-90a}
 PARTS=${FP4KIT_GPU_PARTS:-build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass}
 BUILD=build-gpu
