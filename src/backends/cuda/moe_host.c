@@ -305,9 +305,8 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
    * workspace offset by 8 bytes would not give): the large-M tiles take no f32, and in decode bf16
    * rows are a third of the bytes of f32 values split into three exact bf16 parts (which the
    * kernels would do in every weight tile) and one MMA per step instead of three, so the down GEMM
-   * runs on the lean decode kernel. One rounding more than the
-   * reference (relative 2^-9 per element), inside the W4A16 tolerance (docs/moe.md, numeric
-   * contract). Else f32. */
+   * runs on the lean decode kernel. One rounding more than the reference (relative 2^-9 per
+   * element), inside the W4A16 tolerance (docs/moe.md, numeric contract). Else f32. */
   const int bf16_rows = (I % 128 == 0 && (uintptr_t)act % 16 == 0) || large;
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
   if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
