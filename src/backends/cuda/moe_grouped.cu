@@ -523,8 +523,9 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
      * SiLU*up): the lean kernel, one 16-row weight tile per CTA (32 rows spilled registers at its
      * caps). Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
-     * here, at B = 64 662 against 686 us; f32 activations (three MMAs per step) ran slower in it at
-     * B = 64 (874 against 607 us, 4 CTAs per SM), so they and FP4 activations stay below.
+     * here, at B = 64 662 against 686 us; f32 values as three bf16 parts (three MMAs per step, as f32
+     * activations take) ran slower in it at B = 64 (874 against 607 us, 4 CTAs per SM, session 5),
+     * so f32 and FP4 activations stay below.
      * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
