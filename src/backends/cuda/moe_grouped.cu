@@ -393,10 +393,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
  * loading. Rows past the chunk read the chunk's last row (valid memory; an MMA output column
  * depends only on its own activation row) and are never stored. The warps' partial sums are added
  * in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB>
+template <int FMT, int ACT, int U, int MINB, int R>
 __global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
-  constexpr int R = 1; /* 16-row tiles per CTA */
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   __shared__ float red[kLeanWarps * R * 128];
@@ -460,14 +459,16 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 /* The decode kernel at 6 CTAs per SM (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in
  * flight per warp, as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
-cudaError_t launch_lean_one(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6>, grid, dim3(32 * kLeanWarps), 0, s, pdl, p);
+cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
+  const dim3 block(32 * kLeanWarps);
+  if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
+  return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
 
 template <int FMT>
-cudaError_t launch_lean(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
-  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, grid, s, pdl)
-                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, grid, s, pdl);
+cudaError_t launch_lean(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
+  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, grid, s, pdl)
+                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, grid, s, pdl);
 }
 
 template <int FMT>
@@ -530,9 +531,13 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
     if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
-      const dim3 grid((unsigned)tiles16, (unsigned)a->slots, (unsigned)splits);
-      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
-                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
+      /* FP4KIT_MOE_LEAN_ROWS=32: two 16-row tiles per CTA (one slab in flight per warp and tile,
+       * each activation fragment serving both tiles), for measuring against one. */
+      const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
+      const int rows = rows_env && atoi(rows_env) == 32 ? 32 : 16;
+      const dim3 grid((unsigned)((tiles16 + rows / 16 - 1) / (rows / 16)), (unsigned)a->slots, (unsigned)splits);
+      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, grid, s, pdl)
+                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, grid, s, pdl));
     }
     /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
      * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
