@@ -461,6 +461,8 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
+  if constexpr (FMT == FP4_FORMAT_NVFP4) /* MXFP4 spilled at 64 rows */
+    if (rows == 64) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 3, 4>, grid, block, 0, s, pdl, p);
   if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
@@ -534,7 +536,8 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       /* FP4KIT_MOE_LEAN_ROWS=32: two 16-row tiles per CTA (one slab in flight per warp and tile,
        * each activation fragment serving both tiles), for measuring against one. */
       const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
-      const int rows = rows_env && atoi(rows_env) == 32 ? 32 : 16;
+      const int rows_req = rows_env ? atoi(rows_env) : 32;
+      const int rows = rows_req == 16 || (rows_req == 64 && a->format == FP4_FORMAT_NVFP4) ? rows_req : 32;
       const dim3 grid((unsigned)((tiles16 + rows / 16 - 1) / (rows / 16)), (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, grid, s, pdl)
                                                  : launch_lean<FP4_FORMAT_MXFP4>(p, rows, grid, s, pdl));
