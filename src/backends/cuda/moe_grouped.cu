@@ -16,7 +16,8 @@
  *    (T * k / min(E, T * k)).
  *
  *    Decode with bf16/f16 activations (one token tile per chunk) runs the lean variant instead
- *    (grouped_lean_kernel): the dense lean kernel's loop, 4 warps splitting one 16-row tile's K.
+ *    (grouped_lean_kernel): the dense lean kernel's loop, 4 warps splitting the K of two 16-row
+ *    tiles.
  *
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
@@ -386,15 +387,28 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   fp4_pdl_launch_dependents();
 }
 
+/* MINB is what ptxas fits on sm_90a without spilling; the other targets' ptxas needs a few more
+ * registers for two row tiles (4 bytes spilled on sm_86 and sm_89 at 5 CTAs per SM): one CTA less. */
+constexpr int moe_lean_blocks_here(int minb, int R) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+  return R == 2 && minb > 4 ? 4 : minb;
+#else
+  (void)R;
+  return minb;
+#endif
+}
+
 /* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
- * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers one
- * 16-row weight tile of its expert (32 rows spilled registers at the caps below), warp w taking
- * slabs w, w + kLeanWarps, ...; a register cap of MINB CTAs per SM keeps up to 24 warps per SM
- * loading. Rows past the chunk read the chunk's last row (valid memory; an MMA output column
- * depends only on its own activation row) and are never stored. The warps' partial sums are added
- * in a fixed order (deterministic). */
+ * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers R 16-row
+ * weight tiles of its expert, warp w taking slabs w, w + kLeanWarps, ...; a register cap of MINB
+ * CTAs per SM keeps 20-24 warps per SM loading. Two tiles (one slab of each in flight per warp,
+ * each activation fragment serving both) at 5 CTAs per SM beat one tile (two slabs in flight) at 6:
+ * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 1-14% (session 7); four tiles at 3 were
+ * slower at B = 1 (fewer CTAs). Rows past the chunk read the chunk's last row (valid memory; an MMA
+ * output column depends only on its own activation row) and are never stored. The warps' partial
+ * sums are added in a fixed order (deterministic). */
 template <int FMT, int ACT, int U, int MINB, int R>
-__global__ void __launch_bounds__(kLeanWarps * 32, MINB) grouped_lean_kernel(grouped_params p) {
+__global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
@@ -461,8 +475,6 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
-  if constexpr (FMT == FP4_FORMAT_NVFP4) /* MXFP4 spilled at 64 rows */
-    if (rows == 64) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 3, 4>, grid, block, 0, s, pdl, p);
   if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
@@ -524,8 +536,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
     /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
-     * SiLU*up): the lean kernel, one 16-row weight tile per CTA (32 rows spilled registers at its
-     * caps). Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
+     * SiLU*up): the lean kernel, two 16-row weight tiles per CTA. Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
      * here, at B = 64 662 against 686 us; f32 values as three bf16 parts (three MMAs per step, as f32
      * activations take) ran slower in it at B = 64 (874 against 607 us, 4 CTAs per SM, session 5),
      * so f32 and FP4 activations stay below.
@@ -533,11 +544,9 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
     if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
-      /* FP4KIT_MOE_LEAN_ROWS=32: two 16-row tiles per CTA (one slab in flight per warp and tile,
-       * each activation fragment serving both tiles), for measuring against one. */
+      /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
       const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
-      const int rows_req = rows_env ? atoi(rows_env) : 32;
-      const int rows = rows_req == 16 || (rows_req == 64 && a->format == FP4_FORMAT_NVFP4) ? rows_req : 32;
+      const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
       const dim3 grid((unsigned)((tiles16 + rows / 16 - 1) / (rows / 16)), (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, grid, s, pdl)
                                                  : launch_lean<FP4_FORMAT_MXFP4>(p, rows, grid, s, pdl));
