@@ -6,7 +6,8 @@
  * when it cannot run here), against the reference backend through the harness (fresh random data,
  * NaN-prefilled outputs, device memory; the streaming-kernel tests force that path through
  * FP4KIT_MOE_LARGE_M_MIN_ROWS): grouped GEMM W4A4/W4A16 x NVFP4/MXFP4 for T in
- * {1, 8, 64, 300}; the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert on/off x uniform, skewed
+ * {1, 8, 64, 300}, and on the lean decode kernel's two-tile CTAs past N and its one-tile variant;
+ * the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert on/off x uniform, skewed
  * (a hot expert with 50% of the tokens) and duplicate routing for T in {1, 8, 64, 300}; Qwen3.5-
  * shaped layers (top-10; E and T scaled down so the double-precision reference stays fast, plus one
  * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
@@ -76,6 +77,19 @@ static void test_grouped(fp4_context *ctx) {
                                    rot % 4 == 3 ? FP4H_DATA_UNIFORM : FP4H_DATA_NORMAL);
         run_case(ctx, &c, seed++);
       }
+  /* The lean decode kernel (bf16 rows, K % 128 == 0, one token tile) covers two 16-row tiles per
+   * CTA: with N % 32 == 16 the last CTA's second tile lies wholly past N. Then the same on its
+   * one-tile variant (FP4KIT_MOE_LEAN_ROWS=16, kept for measuring). */
+  for (int one_tile = 0; one_tile < 2; one_tile++) {
+    if (one_tile) setenv("FP4KIT_MOE_LEAN_ROWS", "16", 1);
+    for (int f = 0; f < 2; f++)
+      for (size_t t = 0; t < 2; t++) {
+        fp4h_case c = grouped_case(one_tile ? "grouped_lean16" : "grouped_lean32", f, 0, (int)(f + t), kTokens[t], 208,
+                                   512, 16, FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_NORMAL);
+        run_case(ctx, &c, seed++);
+      }
+    if (one_tile) unsetenv("FP4KIT_MOE_LEAN_ROWS");
+  }
 }
 
 static void test_moe_small(fp4_context *ctx) {
