@@ -403,7 +403,7 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * weight tiles of its expert, warp w taking slabs w, w + kLeanWarps, ...; a register cap of MINB
  * CTAs per SM keeps 20-24 warps per SM loading. Two tiles (one slab of each in flight per warp,
  * each activation fragment serving both) at 5 CTAs per SM beat one tile (two slabs in flight) at 6:
- * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 1-14% (session 7); four tiles at 3 were
+ * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 2-10% (session 7); four tiles at 3 were
  * slower at B = 1 (fewer CTAs). Rows past the chunk read the chunk's last row (valid memory; an MMA
  * output column depends only on its own activation row) and are never stored. The warps' partial
  * sums are added in a fixed order (deterministic). */
@@ -470,8 +470,9 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
   }
 }
 
-/* The decode kernel at 6 CTAs per SM (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in
- * flight per warp, as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
+/* The decode kernel: two 16-row tiles at 5 CTAs per SM (96 registers), one slab of each in flight
+ * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
+ * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
@@ -536,8 +537,9 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
     /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
-     * SiLU*up): the lean kernel, two 16-row weight tiles per CTA. Measured on the H200 (Qwen3.5 experts, ncu): gate_up at B = 1 24.9 us against 32.8 us
-     * here, at B = 64 662 against 686 us; f32 values as three bf16 parts (three MMAs per step, as f32
+     * SiLU*up): the lean kernel, two 16-row weight tiles per CTA. Measured on the H200 with one
+     * tile (Qwen3.5 experts, ncu, session 5): gate_up at B = 1 24.9 us against 32.8 us here, at
+     * B = 64 662 against 686 us; f32 values as three bf16 parts (three MMAs per step, as f32
      * activations take) ran slower in it at B = 64 (874 against 607 us, 4 CTAs per SM, session 5),
      * so f32 and FP4 activations stay below.
      * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
