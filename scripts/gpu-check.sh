@@ -12,7 +12,8 @@
 #
 # Parts: build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass
 # (default), and, only when named: bench-dequant (cublas-dequant on the dense shapes, M = 256-8192),
-# crossover (cuda vs cublas-dequant, M = 16-128), ptxas (registers and spills per kernel; slow) and
+# crossover (cuda vs cublas-dequant, M = 16-128), read-pattern (scripts/weight_read_pattern.cu: the
+# weights read with no math, the floor under a decode GEMM), ptxas (registers and spills per kernel; slow) and
 # ncu (per-kernel breakdowns of the MoE layer, cublas-dequant and small-M, and the sections of one
 # launch of each large-M tile family, when Nsight Compute is installed and can read the counters).
 # FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
@@ -123,6 +124,12 @@ if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
     scripts/cuda_small_m_timing.cu $CUDA_LIBS
   [ -x $BUILD/cuda_small_m_timing ] && step timing-small $BUILD/cuda_small_m_timing "$LOG/cuda-small-m.csv" \
     $([ -n "${FP4KIT_TIMING_FULL:-}" ] || echo --quick)
+fi
+if want read-pattern && [ -f scripts/weight_read_pattern.cu ]; then
+  step read-pattern-build nvcc -O3 -std=c++17 -gencode arch=compute_${ARCH},code=sm_${ARCH} -o $BUILD/weight_read_pattern \
+    scripts/weight_read_pattern.cu
+  [ -x $BUILD/weight_read_pattern ] && step read-pattern bash -c \
+    "for s in '57344 8192' '8192 28672' '20480 4096' '8192 8192'; do $BUILD/weight_read_pattern \$s || exit 1; done"
 fi
 if want timing-large && [ -f scripts/cuda_large_m_timing.cu ]; then
   step timing-large-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_large_m_timing \
