@@ -1,6 +1,6 @@
 /*
  * The MoE layer's small kernels around the grouped GEMMs: the routing permutation (counting sort
- * on one CTA, counts in shared memory), SiLU(gate) * up, and the weighted combine. Every kernel waits on the previous one
+ * on one CTA), SiLU(gate) * up, and the weighted combine. Every kernel waits on the previous one
  * with the PDL pair of launch.cuh, so the layer runs without host synchronization and can be
  * captured in a CUDA graph.
  */
@@ -43,39 +43,31 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
   return v;
 }
 
-/* Expert counts up to this many live in shared memory (32 KiB): the count, scan and scatter then
- * make no global round trips but the ids' reads and the results' writes. More experts use the
- * counts scratch in global memory. At B = 1 the kernel took 4-5 us with global counts (ncu,
- * session 6), all of it on the layer's critical path. */
-constexpr int kRouteSharedExperts = 8192;
-
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_args a) {
-  extern __shared__ int32_t route_counts[];
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t E = a.experts, P = a.tokens * a.top_k;
-  int32_t *counts = E <= kRouteSharedExperts ? route_counts : a.counts;
   fp4_pdl_wait(); /* the ids may come from the previous kernel (the router) */
-  for (int64_t e = tid; e < E; e += nt) counts[e] = 0;
+  for (int64_t e = tid; e < E; e += nt) a.counts[e] = 0;
   __syncthreads();
   for (int64_t i = tid; i < P; i += nt) {
     const int32_t id = a.ids[i];
-    if (id >= 0 && id < E) atomicAdd(&counts[id], 1);
+    if (id >= 0 && id < E) atomicAdd(&a.counts[id], 1);
   }
   __syncthreads();
   /* Each thread owns a contiguous range of experts; one CTA-wide scan gives its starting row and
    * its first active-list index. */
   const int64_t per = (E + nt - 1) / nt, e0 = min((int64_t)tid * per, E), e1 = min(e0 + per, E);
   unsigned long long mine = 0;
-  for (int64_t e = e0; e < e1; e++) mine += ((unsigned long long)counts[e] << 32) | (counts[e] > 0 ? 1ull : 0ull);
+  for (int64_t e = e0; e < e1; e++) mine += ((unsigned long long)a.counts[e] << 32) | (a.counts[e] > 0 ? 1ull : 0ull);
   unsigned long long total;
   const unsigned long long incl = block_scan(mine, &total);
   unsigned long long run = incl - mine;
   int64_t row = (int64_t)(run >> 32), act = (int64_t)(run & 0xFFFFFFFFull);
   for (int64_t e = e0; e < e1; e++) {
-    const int c = counts[e];
+    const int c = a.counts[e];
     a.offsets[e] = row;
     if (c > 0) a.active[act++] = (int32_t)e;
-    counts[e] = (int32_t)row; /* from here on: the next free row of expert e */
+    a.counts[e] = (int32_t)row; /* from here on: the next free row of expert e */
     row += c;
   }
   if (tid == 0) {
@@ -91,7 +83,7 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
   for (int64_t i = tid; i < P; i += nt) {
     const int32_t id = a.ids[i];
     if (id >= 0 && id < E) {
-      const int32_t pos = atomicAdd(&counts[id], 1);
+      const int32_t pos = atomicAdd(&a.counts[id], 1);
       a.sorted[pos] = (int32_t)i;
       a.inverse[i] = pos;
     } else {
@@ -120,8 +112,9 @@ __global__ void __launch_bounds__(256) silu_mul_kernel(const float *g, void *act
 
 /* The slots of a token are read in groups of kCombineGroup: every position, weight and down value
  * of a group is loaded before any is used, so a token's top_k dependent load pairs (inverse, then
- * down) cost a couple of memory latencies instead of top_k of them (6.5 us at B = 1 with one pair
- * at a time, ncu, session 6). The sum still runs over the slots in order. */
+ * down) cost a couple of memory latencies instead of top_k of them. Qwen3.5 at B = 1 (top-10, ncu):
+ * 4.7 us against 6.3 us one pair at a time; the layer's time moved within noise (the combine's
+ * start overlaps the down GEMM under PDL). The sum still runs over the slots in order. */
 constexpr int kCombineGroup = 8;
 
 __global__ void __launch_bounds__(256) combine_kernel(fp4_cuda_combine_args a) {
@@ -169,8 +162,7 @@ unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1
 
 extern "C" int fp4_cuda_moe_route(const fp4_cuda_route_args *a, void *stream, int pdl) {
   if (a->tokens < 1 || a->top_k < 1 || a->experts < 1) return (int)cudaErrorInvalidValue;
-  const size_t smem = a->experts <= kRouteSharedExperts ? (size_t)a->experts * sizeof(int32_t) : 0;
-  return (int)fp4_cuda_launch(route_kernel, dim3(1), dim3(kRouteThreads), smem, (cudaStream_t)stream, pdl, *a);
+  return (int)fp4_cuda_launch(route_kernel, dim3(1), dim3(kRouteThreads), 0, (cudaStream_t)stream, pdl, *a);
 }
 
 extern "C" int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_kind, int64_t rows, int64_t inter,
