@@ -78,15 +78,28 @@ __global__ void __launch_bounds__(256) flat_kernel(const uint8_t *w, int64_t byt
 
 int main(int argc, char **argv) {
   const int64_t n = argc > 1 ? atoll(argv[1]) : 57344, k = argc > 2 ? atoll(argv[2]) : 8192, kb = k / 2;
+  if (n < 1 || n > (1 << 22) || k < 1024 || k % 1024) { /* the sink holds one word per thread of up to 2^22 rows */
+    fprintf(stderr, "weight_read_pattern: 1 <= N <= 4194304 and K a multiple of 1024 (N = %lld, K = %lld)\n", (long long)n,
+            (long long)k);
+    return 2;
+  }
   const int64_t bytes = n * kb;
   const int copies = (int)std::max<int64_t>(2, (3LL << 27) / bytes + 1); /* rotate past the 60 MB L2 */
+  auto check = [](cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "weight_read_pattern: %s: %s\n", what, cudaGetErrorString(e));
+    exit(1);
+  };
   std::vector<uint8_t *> w(copies);
-  for (auto &p : w) { cudaMalloc(&p, bytes); cudaMemset(p, 0x5A, bytes); }
+  for (auto &p : w) {
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    check(cudaMemset(p, 0x5A, bytes), "cudaMemset");
+  }
   uint32_t *sink;
-  cudaMalloc(&sink, (size_t)64 << 20);
+  check(cudaMalloc(&sink, (size_t)64 << 20), "cudaMalloc");
   cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
+  check(cudaEventCreate(&e0), "cudaEventCreate");
+  check(cudaEventCreate(&e1), "cudaEventCreate");
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   auto time = [&](const char *name, auto launch) {
@@ -94,16 +107,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 60; i++) {
       cudaEventRecord(e0);
       launch(w[i % copies]);
+      check(cudaGetLastError(), name);
       cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
+      check(cudaEventSynchronize(e1), name);
       float ms;
-      cudaEventElapsedTime(&ms, e0, e1);
+      check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
       if (i >= 10) t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
     const double us = t[t.size() / 2] * 1e3;
-    printf("%-12s N=%lld K=%lld  %8.1f us  %7.1f GB/s  (%s)\n", name, (long long)n, (long long)k, us, bytes / us / 1e3,
-           cudaGetErrorString(cudaGetLastError()));
+    printf("%-12s N=%lld K=%lld  %8.1f us  %7.1f GB/s\n", name, (long long)n, (long long)k, us, bytes / us / 1e3);
   };
   time("tile", [&](const uint8_t *p) { tile_kernel<false><<<(unsigned)((n + 31) / 32), 128>>>(p, n, kb, sink); });
   time("tile-contig", [&](const uint8_t *p) { tile_kernel<true><<<(unsigned)((n + 31) / 32), 128>>>(p, n, kb, sink); });
