@@ -295,8 +295,8 @@ typedef enum fp4_peer {
 
 /* Times a peer on the same machine in the same run. bytes_per_s (optional) receives the bandwidth
  * for the memory peers (COPY counts bytes read + written) and FLOP/s (2*m*n*k / median) for the
- * compute peers (CUBLAS_BF16, CUBLASLT_FP8, HOST_FMA). Device GEMM peers rotate through enough
- * operand sets to exceed the L2 cache. Host peers use FP4KIT_NUM_THREADS threads (default: every online
+ * compute peers (CUBLAS_BF16, CUBLASLT_FP8, HOST_FMA). Device GEMM peers and READ rotate through
+ * enough operand copies to exceed the L2 cache. Host peers use FP4KIT_NUM_THREADS threads (default: every online
  * CPU). FP4_ERR_UNSUPPORTED when the peer cannot run here, with the reason. */
 FP4_API fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
                                  fp4_timing *timing, double *bytes_per_s);

@@ -35,6 +35,9 @@ typedef struct bench_point {
   char quant_reason[160];
   /* Per-shape peers (device): cuBLAS BF16 and cuBLASLt FP8 on [m, k] x [n, k]^T. */
   bench_value bf16_us, bf16_tflops, bf16_speedup, fp8_us, fp8_tflops, fp8_speedup;
+  /* The read floor: the read peer over the point's weight + scale bytes, one launch per sample as
+   * the GEMM is timed, and that time over ours (1 = the GEMM costs no more than reading its weights). */
+  bench_value read_floor_us, frac_read_floor;
   char peer_note[200];
   /* Auto points: what the tuning cache says for this key and whether auto ran it.
    * cache: "hit" (auto ran the cached winner), "miss" (the cache has a winner but auto ran something

@@ -56,11 +56,11 @@ void bench_print_table(FILE *f, const bench_run *r) {
   for (int i = 0; i < r->npoints; i++) has_auto |= r->points[i].ran[0] != 0;
   fprintf(f, "%-12s %-8s %-5s %5s %6s %6s ", "backend", "op", "fmt", "M", "N", "K");
   if (has_auto) fprintf(f, "%-28s %-5s ", "ran", "cache");
-  fprintf(f, "%10s %8s %8s %6s %9s %9s %9s %6s %9s %6s  %s\n", "median_us", "TFLOP/s", "wGB/s", "%bw", "quant_us",
-          "total_us", "bf16_us", "x_bf16", "fp8_us", "x_fp8", "note");
+  fprintf(f, "%10s %8s %8s %6s %6s %9s %9s %9s %6s %9s %6s  %s\n", "median_us", "TFLOP/s", "wGB/s", "%bw", "%rd",
+          "quant_us", "total_us", "bf16_us", "x_bf16", "fp8_us", "x_fp8", "note");
   for (int i = 0; i < r->npoints; i++) {
     const bench_point *p = &r->points[i];
-    char t[9][32];
+    char t[10][32];
     int ok = !strcmp(status_of(p), "ok");
     fprintf(f, "%-12s %-8s %-5s %5lld %6lld %6lld ", p->backend, bench_op_name(p->op), fp4_format_name(p->format),
             (long long)p->m, (long long)p->n, (long long)p->k);
@@ -69,11 +69,12 @@ void bench_print_table(FILE *f, const bench_run *r) {
       fprintf(f, "%s: %s\n", status_of(p), p->reason);
       continue;
     }
-    fprintf(f, "%10.2f %8s %8s %6s %9s %9s %9s %6s %9s %6s  %s%s%s\n", p->t.median_us,
+    fprintf(f, "%10.2f %8s %8s %6s %6s %9s %9s %9s %6s %9s %6s  %s%s%s\n", p->t.median_us,
             num(t[0], 32, p->tflops, 3), num(t[1], 32, p->weight_gbps, 1),
-            num(t[2], 32, (bench_value){p->frac_bw.ok, 100.0 * p->frac_bw.v}, 1), num(t[3], 32, p->quant_us, 2),
-            num(t[4], 32, p->total_us, 2), num(t[5], 32, p->bf16_us, 2), num(t[6], 32, p->bf16_speedup, 2),
-            num(t[7], 32, p->fp8_us, 2), num(t[8], 32, p->fp8_speedup, 2), p->shape,
+            num(t[2], 32, (bench_value){p->frac_bw.ok, 100.0 * p->frac_bw.v}, 1),
+            num(t[9], 32, (bench_value){p->frac_read_floor.ok, 100.0 * p->frac_read_floor.v}, 1),
+            num(t[3], 32, p->quant_us, 2), num(t[4], 32, p->total_us, 2), num(t[5], 32, p->bf16_us, 2),
+            num(t[6], 32, p->bf16_speedup, 2), num(t[7], 32, p->fp8_us, 2), num(t[8], 32, p->fp8_speedup, 2), p->shape,
             p->quant_reason[0] ? "; quantize: " : "", p->quant_reason);
     if (!strcmp(p->cache, "miss")) fprintf(f, "%*s^ the tuning cache's winner is %s\n", 12, "", p->cache_winner);
   }
@@ -81,9 +82,10 @@ void bench_print_table(FILE *f, const bench_run *r) {
     fprintf(f, "\nran: backend:config auto ran (fp4_run_info). cache: hit = the tuning cache's winner for the key\n"
                "(op, format, activation/output dtype, M bucket, N, K); miss = the cache names another winner;\n"
                "none = no entry, auto used the heuristic.\n");
-  fprintf(f, "\nwGB/s: FP4 weight + scale bytes / median time. %%bw: wGB/s / same-run %s. quant_us: W4A4 activation\n"
-             "quantize alone; total_us: quantize then GEMM. x_bf16, x_fp8: same-run cuBLAS time / ours (total_us for W4A4).\n"
-             "For quantize rows wGB/s counts input + output bytes.\n",
+  fprintf(f, "\nwGB/s: FP4 weight + scale bytes / median time. %%bw: wGB/s / same-run %s. %%rd: the same-run\n"
+             "time of a read-only kernel over the weight + scale bytes (one launch per sample, as ours) / ours: 100 = at\n"
+             "that floor. quant_us: W4A4 activation quantize alone; total_us: quantize then GEMM. x_bf16, x_fp8: same-run\n"
+             "cuBLAS time / ours (total_us for W4A4, also in %%rd). For quantize rows wGB/s counts input + output bytes.\n",
           r->dev.device >= 0 ? "copy bandwidth (read+write)" : "host read bandwidth");
 }
 
@@ -166,6 +168,8 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
   N("cublaslt_fp8_us", p->fp8_us);
   N("cublaslt_fp8_tflops", p->fp8_tflops);
   N("speedup_vs_cublaslt_fp8", p->fp8_speedup);
+  N("read_floor_us", p->read_floor_us);
+  N("frac_of_read_floor", p->frac_read_floor);
   S("peer_note", p->peer_note);
   N("copy_gbps", r->copy_gbps);
   N("read_gbps", r->read_gbps);
@@ -413,6 +417,7 @@ int bench_write_html(FILE *f, const bench_run *r) {
   chart(f, r, FP4_MEMORY_HOST);
   fputs("<h2>Points</h2>\n<table>\n<tr><th>#</th><th class=\"l\">backend</th><th class=\"l\">op</th><th class=\"l\">fmt"
         "</th><th>M</th><th>N</th><th>K</th><th>median us</th><th>TFLOP/s</th><th>weight GB/s</th><th>% of bw peer</th>"
+        "<th>% of read floor</th>"
         "<th>quantize us</th><th>total us</th><th>cuBLAS BF16 us</th><th>x BF16</th><th>cuBLASLt FP8 us</th><th>x FP8</th>"
         "<th class=\"l\">shape / note</th></tr>\n",
         f);
@@ -426,13 +431,15 @@ int bench_write_html(FILE *f, const bench_run *r) {
             bench_op_name(p->op), fp4_format_name(p->format), (long long)p->m, (long long)p->n, (long long)p->k);
     if (ok)
       fprintf(f, "<td>%.2f</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
-                 "<td>%s</td><td class=\"l\">",
+                 "<td>%s</td><td>%s</td><td class=\"l\">",
               p->t.median_us, num(t[0], 32, p->tflops, 3), num(t[1], 32, p->weight_gbps, 1),
-              num(t[2], 32, (bench_value){p->frac_bw.ok, 100.0 * p->frac_bw.v}, 1), num(t[3], 32, p->quant_us, 2),
+              num(t[2], 32, (bench_value){p->frac_bw.ok, 100.0 * p->frac_bw.v}, 1),
+              num(t[9], 32, (bench_value){p->frac_read_floor.ok, 100.0 * p->frac_read_floor.v}, 1),
+              num(t[3], 32, p->quant_us, 2),
               num(t[4], 32, p->total_us, 2), num(t[5], 32, p->bf16_us, 2), num(t[6], 32, p->bf16_speedup, 2),
               num(t[7], 32, p->fp8_us, 2), num(t[8], 32, p->fp8_speedup, 2));
     else
-      fprintf(f, "<td colspan=\"10\" class=\"l\">%s: ", status_of(p));
+      fprintf(f, "<td colspan=\"11\" class=\"l\">%s: ", status_of(p));
     html_str(f, ok ? p->shape : p->reason);
     if (ok && p->quant_reason[0]) {
       fputs("; quantize: ", f);

@@ -86,7 +86,8 @@ static void bench_usage(FILE *f) {
           "Times FP4 GEMMs (W4A16: FP4 weights x 16-bit activations; W4A4: both FP4) and activation\n"
           "quantization for every (shape, M, backend), and measures peers in the same run so every\n"
           "number is also a ratio: the copy bandwidth, cuBLAS BF16 and cuBLASLt FP8 GEMMs on the same\n"
-          "shape (device), or the host read bandwidth and FP32 FMA peak (host backends).\n"
+          "shape and a read-only pass over the same weight bytes, timed like the GEMM (device), or the\n"
+          "host read bandwidth and FP32 FMA peak (host backends).\n"
           "\n"
           "  --backend   'all' (default): every available backend that runs on the chosen device's memory,\n"
           "              except 'ref' (the slow oracle; name it to include it: it is limited to\n"
@@ -692,6 +693,25 @@ static void shape_peers(bench_env *e, bench_point *pt) {
   }
 }
 
+/* The read peer over the point's weight + scale bytes; shared by every point of that (N, K, format). */
+static void read_floor_peer(bench_env *e, bench_point *pt) {
+  for (int i = 0; i < e->run.npoints; i++) {
+    const bench_point *q = &e->run.points[i];
+    if (q != pt && q->memory == FP4_MEMORY_DEVICE && q->read_floor_us.ok && q->n == pt->n && q->k == pt->k &&
+        q->format == pt->format) {
+      pt->read_floor_us = q->read_floor_us;
+      return;
+    }
+  }
+  fp4_timing t;
+  if (peer_rate(e->dctx, FP4_PEER_READ, 1, (int64_t)pt->weight_bytes, 1, e->run.runs_device, 1e-9, NULL, &t).ok)
+    pt->read_floor_us = (bench_value){1, t.median_us};
+  else {
+    size_t len = strlen(pt->peer_note);
+    snprintf(pt->peer_note + len, sizeof pt->peer_note - len, "%sread floor: %.90s", len ? "; " : "", fp4_last_error());
+  }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* One point                                                                                      */
 /* ---------------------------------------------------------------------------------------------- */
@@ -810,6 +830,8 @@ static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b,
     double ours = pt->op == BENCH_W4A4 && pt->total_us.ok ? pt->total_us.v : pt->t.median_us;
     if (pt->bf16_us.ok) pt->bf16_speedup = (bench_value){1, pt->bf16_us.v / ours};
     if (pt->fp8_us.ok) pt->fp8_speedup = (bench_value){1, pt->fp8_us.v / ours};
+    read_floor_peer(e, pt);
+    if (pt->read_floor_us.ok) pt->frac_read_floor = (bench_value){1, pt->read_floor_us.v / ours};
   }
 }
 
