@@ -11,11 +11,13 @@
  * CTA: 128 weight rows x BT tokens (BT = 128 or 256), K tiles of 64, three warpgroups:
  *   - warpgroup 0, the producer (setmaxnreg down to kProducerRegs): per K tile, cp.async copies of
  *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
- *     raw FP4 weight tile (128 rows x 32 bytes) and, for NVFP4 with whole 4-byte scale words, each
- *     row's raw scale word (4-byte cp.async; wgra_raw_async), into a STAGES-deep ring; once a tile
- *     landed, thread pt converts row pt's scales into 16-bit pairs (below: from the raw word, or
- *     from a load issued one tile earlier for MXFP4 and odd K); `full[s]` (128 arrivals) says a slot is
- *     ready, `empty[s]` (256 arrivals, every consumer thread) that it was consumed;
+ *     raw FP4 weight tile (128 rows x 32 bytes) and, where the scale bytes of a row and tile lie in
+ *     one aligned 4-byte word, that raw word (4-byte cp.async; wgra_raw_async), into a STAGES-deep
+ *     ring, addressed once per CTA (wgra_copier). Each thread's copies arrive on `full[s]` when
+ *     they land (cp.async.mbarrier.arrive.noinc); kLag tiles later thread pt converts row pt's
+ *     scales into 16-bit pairs (from the raw word, or with plain loads for odd K) and arrives a
+ *     second time: `full[s]` (256 arrivals) says a slot is ready, `empty[s]` (256 arrivals, every
+ *     consumer thread) that it was consumed;
  *   - warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegs): weight rows 0-63 and
  *     64-127 of the tile, m64nBTk16 wgmma with A from registers, FP32 accumulators
  *     (BT / 2 registers per thread).
@@ -61,14 +63,15 @@
  *   its slot released on `empty`); wait `full` of tile kt + 1; load and decode it into the other
  *   buffer.
  * Ordering of the producer's writes: its cp.async writes and its scale stores are generic-proxy
- * writes; the scales are read by the consumers' generic loads, the activation tile by wgmma through
- * the async proxy: cp.async.wait_group + fence.proxy.async.shared::cta in every producer thread,
- * then its arrival on `full` (release); the consumers' wait acquires.
+ * writes, published by the two arrivals on `full` (the copies' completion, the scale stores'
+ * release); the consumers' wait acquires them. The scales and codes are read by generic loads, the
+ * activation tile by wgmma through the async proxy, so each consumer thread executes
+ * fence.proxy.async.shared::cta after its wait.
  *
  * Epilogue: accumulator register 4 j + 2 h + e holds (weight row 16 w + g + 8 h, token 8 j + 2 q + e)
- * (the wgmma D layout); one shuffle with the lane of the neighbouring row g ^ 1 turns two tokens of
- * one row into one token of two neighbouring rows, which store_pair writes as a pair into out[token]
- * (alpha * multiplier applied there, bf16/f16/f32, masked at M and N).
+ * (the wgmma D layout); the consumers stage the tile in the ring as [token][weight row] and then
+ * write whole token rows with store_pair (alpha * multiplier applied there, bf16/f16/f32, masked at
+ * M and N).
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -87,6 +90,12 @@ constexpr int kWgraBK = 64;               /* K elements per tile */
 /* 128 x 40 + 256 x 232 = 64512 registers = 384 x 168, what __launch_bounds__(384, 1) gives at launch */
 constexpr int kProducerRegs = 88;
 constexpr int kConsumerRegs = 208;
+/* Tiles between a tile's copies and its publication (scale conversion) by the producer: below
+ * STAGES - 1, so that a tile is published before the consumers release the slot the producer waits
+ * for next. */
+constexpr int kLag = 2;
+/* Row stride, in floats, of the epilogue's staging tile [tokens][128 weight rows] (in the ring). */
+constexpr int kStageLd = kWgraRows + 4;
 
 template <int BT, int STAGES, int FMT, int ACT>
 struct wgra_cfg {
@@ -101,7 +110,8 @@ struct wgra_cfg {
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
   static_assert(BT == 128 || BT == 256, "wgmma n128 or n256");
   static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
-  static_assert(STAGES >= 3, "a slot is refilled one tile after its release");
+  static_assert(STAGES >= kLag + 2, "a tile is published before the producer waits for the slot of tile + STAGES");
+  static_assert(BT * kStageLd * 4 <= STAGES * SLOT, "the epilogue's staging tile fits in the ring");
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "16-bit activations (W4A4: the prologue)");
 };
 
@@ -168,6 +178,9 @@ __device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], u
 }
 #undef FP4_WGRA_MMA
 
+/* Named barrier 2 among the 256 consumer threads. */
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 2, 256;" ::: "memory"); }
+
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
@@ -184,28 +197,78 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
                : "memory");
 }
 
-/* NVFP4 weight scales whose four E4M3 bytes per row and K tile form one aligned 32-bit word (in
- * the 128x4 layout always; in the linear one when the row length C is a multiple of 4), with no
- * partial last tile (C % 4 == 0): those are copied asynchronously with the tile (raw_async). The
- * others (MXFP4, odd K) are loaded by the producer one tile ahead. */
-__device__ __forceinline__ bool wgra_raw_async(const lm_params &p, bool nv) {
-  return nv && p.C % 4 == 0 && !(reinterpret_cast<uintptr_t>(p.b_scales) & 3);
+/* Weight scales whose bytes of a row and K tile lie in one aligned 32-bit word: four scale
+ * columns (in the 128x4 layout always; in the linear one when the row length C is a multiple of 4),
+ * which hold one K tile's four E4M3 bytes (NVFP4) or two K tiles' two UE8M0 bytes each (MXFP4).
+ * With C % 4 == 0 there is no partial last tile either. Those words are copied asynchronously with
+ * the tile (raw_async); the others (odd K) are loaded by the producer with plain loads. */
+__device__ __forceinline__ bool wgra_raw_async(const lm_params &p) {
+  return p.C % 4 == 0 && !(reinterpret_cast<uintptr_t>(p.b_scales) & 3);
 }
 
-/* Issues the copies of K tile kt into slot sl (producer thread pt of 128): activations, FP4 codes
- * and, when raw_async, weight row pt's raw scale word (zeros past N). */
-template <class G, int BT>
-__device__ __forceinline__ void wgra_load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt,
-                                          bool raw_async) {
-  const int64_t k0 = (int64_t)kt * kWgraBK;
-  copy_16bit_rows<BT, kWgraWg>(sl, static_cast<const uint16_t *>(p.a), p.lda, p.m, m0, k0, p.k, pt);
-  rd_copy_fp4<kWgraRows, kWgraWg>(sl + G::ACT_BYTES, p.b, p.n, n0, k0, p.k, pt);
-  if (raw_async) {
-    const bool ok = n0 + pt < p.n;
-    cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
-              ok ? p.b_scales + fp4_layout_offset(p.b_layout, p.C, n0 + pt, 4 * (int64_t)kt) : p.b_scales, ok);
-  }
+/* The 16-bit scale pairs of K tile kt from its raw word. */
+template <bool NV, bool F16>
+__device__ __forceinline__ uint4 wgra_raw_pairs(uint32_t raw, int kt) {
+  if (NV) return wgra_scale_pairs<NV, F16>(raw & 0xFFFFu, raw >> 16);
+  const uint32_t b = raw >> (16 * (kt & 1));
+  return wgra_scale_pairs<NV, F16>(b & 0xFFu, (b >> 8) & 0xFFu);
 }
+
+/* Producer thread pt's copies, addressed once per CTA: activation rows pt / 8 + 16 j (j < BT / 16)
+ * at 16-byte chunk pt % 8 (so the swizzled destination, chunk (pt % 8) ^ (row % 8), is the same for
+ * every j), FP4 weight rows pt / 2 and 64 + pt / 2 at 16-byte half pt % 2, and weight row pt's raw
+ * scale word. The loads walk K with one 64-bit add per row and tile. (Recomputing every address
+ * from the tile indices, with its bounds checks and 64-bit products, made the producer warp issue
+ * about 560 instructions per K tile and starved the consumers: 220 TFLOP/s at 128x256.) Tiles at
+ * the M, N or K edge take the bounds-checked copies of large_m_common.cuh. */
+template <class G, int BT>
+struct wgra_copier {
+  const uint16_t *a;   /* activation row m0 + pt / 8, element 8 (pt % 8) */
+  const uint8_t *w;    /* weight row n0 + pt / 2, byte 16 (pt % 2) */
+  const uint8_t *sc;   /* row pt's raw scale word of K tile 0 (raw_async) */
+  int64_t a_step;      /* 16 rows of A, in elements */
+  int64_t w_step;      /* 64 rows of W, in bytes */
+  int64_t sc_step;     /* from one raw word to the next (4 scale columns) */
+  uint32_t a_dst, w_dst0, w_dst1;
+  bool inside;         /* every row of the CTA's tile lies inside A and W */
+  bool sc_ok;          /* row pt lies inside W */
+
+  __device__ __forceinline__ wgra_copier(const lm_params &p, int64_t m0, int64_t n0, int pt) {
+    const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
+    inside = m0 + BT <= p.m && n0 + kWgraRows <= p.n;
+    a = static_cast<const uint16_t *>(p.a) + (m0 + ar) * p.lda + 8 * ac;
+    a_step = 16 * p.lda;
+    w = p.b + (n0 + wr) * (p.k >> 1) + 16 * wh;
+    w_step = 64 * (p.k >> 1);
+    a_dst = (uint32_t)swz(ar, ac);
+    w_dst0 = (uint32_t)rd_fp4_off(wr, wh);
+    w_dst1 = (uint32_t)rd_fp4_off(wr + 64, wh);
+    sc_ok = n0 + pt < p.n;
+    const int64_t o0 = sc_ok ? fp4_layout_offset(p.b_layout, p.C, n0 + pt, 0) : 0;
+    sc = p.b_scales + o0;
+    sc_step = sc_ok ? fp4_layout_offset(p.b_layout, p.C, n0 + pt, 4) - o0 : 0;
+  }
+
+  /* The copies of K tile kt into slot sl. */
+  __device__ __forceinline__ void load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt,
+                                       bool raw_async) const {
+    const int64_t k0 = (int64_t)kt * kWgraBK;
+    if (inside && k0 + kWgraBK <= p.k) {
+      const uint16_t *src = a + k0;
+#pragma unroll
+      for (int j = 0; j < BT / 16; j++, src += a_step) cp_async16(sl + a_dst + j * 16 * 128, src, true);
+      const uint8_t *ws = w + (k0 >> 1);
+      cp_async16(sl + G::ACT_BYTES + w_dst0, ws, true);
+      cp_async16(sl + G::ACT_BYTES + w_dst1, ws + w_step, true);
+    } else {
+      copy_16bit_rows<BT, kWgraWg>(sl, static_cast<const uint16_t *>(p.a), p.lda, p.m, m0, k0, p.k, pt);
+      rd_copy_fp4<kWgraRows, kWgraWg>(sl + G::ACT_BYTES, p.b, p.n, n0, k0, p.k, pt);
+    }
+    if (raw_async)
+      cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
+                sc + (G::NV ? (int64_t)kt : (int64_t)(kt >> 1)) * sc_step, sc_ok);
+  }
+};
 
 /* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
  * them into a. */
@@ -214,6 +277,7 @@ __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt
                                            uint32_t (&a)[4][4]) {
   constexpr int S = G::D + 1;
   mbar_wait(&full[kt % S], (kt / S) & 1);
+  fence_proxy_async(); /* the activation tile's cp.async writes, seen by this thread, reach wgmma's async-proxy reads */
   const uint8_t *sl = ring + (kt % S) * G::SLOT;
   const uint8_t *wt = sl + G::ACT_BYTES, *sc = wt + G::W_BYTES;
   const uint4 lo0 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 0));
@@ -257,7 +321,7 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
-      mbar_init(&full[s], kWgraWg);
+      mbar_init(&full[s], 2 * kWgraWg); /* per producer thread: its copies landed, its scale pairs stored */
       mbar_init(&empty[s], 2 * kWgraWg);
     }
   }
@@ -268,40 +332,38 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x;
-    /* Scales: with raw_async the tile's raw word arrives with its copies and is converted here
-     * once they landed, so no global-memory round trip sits on the loop's dependency chain (loading
-     * them one tile ahead made every iteration wait for one: about 2 us per K tile on the H200,
-     * whatever the tile or M); otherwise they are loaded one tile ahead. */
-    const bool raw_async = wgra_raw_async(p, G::NV);
+    const bool raw_async = wgra_raw_async(p);
+    const wgra_copier<G, BT> copier(p, m0, n0, pt);
+    /* Iteration j publishes tile j - kLag and then issues the copies of tile j. Its copies signal
+     * `full` themselves when they land (cp.async.mbarrier.arrive.noinc), so the producer never waits
+     * for its own copies on the consumers' behalf; it converts a tile's scales kLag tiles later (by
+     * then the copies have usually landed), stores the pairs and arrives a second time. So the only
+     * waits that can hold the producer are for free slots, and the consumers find each tile
+     * published STAGES - 1 - kLag tiles before they need it. (Waiting for tile j's copies before
+     * issuing tile j + STAGES - 1 made producer and consumers take turns, one tile per round trip:
+     * 190 TFLOP/s at 128x256, M = 4096.) */
 #pragma unroll 1
-    for (int j = 0; j < G::D; j++) {
-      if (j < kts) wgra_load<G, BT>(p, ring + j * G::SLOT, m0, n0, j, pt, raw_async);
-      cp_async_commit();
-    }
-    uint4 sc = raw_async ? make_uint4(0u, 0u, 0u, 0u) : wgra_row_scales<G::NV, G::F16>(p, n0 + pt, 0);
-#pragma unroll 1
-    for (int j = 0; j < kts; j++) {
-      uint8_t *sl = ring + (j % STAGES) * G::SLOT;
-      uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
-      /* slot j % STAGES is free: its copies were issued after its previous tile's release */
-      if (!raw_async) {
-        *pairs = sc;
-        if (j + 1 < kts) sc = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, j + 1);
+    for (int j = 0; j < kts + kLag; j++) {
+      const int t = j - kLag;
+      if (t >= 0) {
+        uint8_t *sl = ring + (t % STAGES) * G::SLOT;
+        uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
+        if (raw_async) {
+          cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
+          const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
+          *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, t);
+        } else {
+          *pairs = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, t);
+        }
+        mbar_arrive(&full[t % STAGES]); /* release: the pairs are visible to the consumers' loads */
       }
-      cp_async_wait<G::D - 1>(); /* this thread's copies of tile j have landed */
-      if (raw_async) {
-        const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
-        *pairs = wgra_scale_pairs<G::NV, G::F16>(raw & 0xFFFFu, raw >> 16);
+      if (j < kts) {
+        /* slot j % STAGES last held tile j - STAGES: wait until both consumers released it */
+        if (j >= STAGES) mbar_wait(&empty[j % STAGES], ((j - STAGES) / STAGES) & 1);
+        copier.load(p, ring + (j % STAGES) * G::SLOT, m0, n0, j, pt, raw_async);
+        cp_async_arrive_noinc(&full[j % STAGES]);
       }
-      fence_proxy_async(); /* the copies are visible to wgmma's async-proxy reads */
-      mbar_arrive(&full[j % STAGES]);
-      const int jn = j + G::D;
-      if (jn < kts) {
-        /* slot jn % STAGES last held tile jn - STAGES: wait until both consumers released it */
-        if (jn >= STAGES) mbar_wait(&empty[jn % STAGES], ((jn - STAGES) / STAGES) & 1);
-        wgra_load<G, BT>(p, ring + (jn % STAGES) * G::SLOT, m0, n0, jn, pt, raw_async);
-      }
-      cp_async_commit();
+      cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
     }
     cp_async_wait<0>();
     fp4_pdl_launch_dependents();
@@ -326,20 +388,28 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
     for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
     fp4_pdl_launch_dependents();
 
-    /* register 4j + 2h + e: weight row wr + 8h, token 8j + 2q + e. Lanes g and g ^ 1 swap one
-     * value so that an even-g lane holds token 8j + 2q of rows (wr, wr + 1) and an odd-g lane token
-     * 8j + 2q + 1 of rows (wr - 1, wr): consecutive outputs of one token row. */
-    const bool odd = g & 1;
+    /* Epilogue through shared memory, once both consumers are done with the ring: register
+     * 4j + 2h + e (weight row wr + 8h, token 8j + 2q + e) goes to stage[token][row] (rows padded to
+     * kStageLd floats: a warp's 32 stores of one register hit 32 banks), then each warp writes whole
+     * token rows, lane l the outputs n0 + 4l .. 4l + 3. A loop over token rows keeps the code short:
+     * the unrolled per-register stores it replaces took about 230 KB of SASS, and the instruction
+     * fetches of that one-time code took a third of the kernel's warp time at M = 4096. */
+    consumer_sync();
+    float *stage = reinterpret_cast<float *>(ring);
 #pragma unroll
     for (int j = 0; j < BT / 8; j++)
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
-        const int64_t n = n0 + wr + 8 * h, m = m0 + 8 * j + 2 * q;
-        if (odd) store_pair(p, m + 1, n - 1, got, v1);
-        else store_pair(p, m, n, v0, got);
-      }
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) stage[(8 * j + 2 * q + e) * kStageLd + wr + 8 * h] = acc[4 * j + 2 * h + e];
+    consumer_sync();
+    const int cwarp = (threadIdx.x - kWgraWg) >> 5;
+#pragma unroll 1
+    for (int t = cwarp; t < BT; t += 8) {
+      const float4 v = *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
+      store_pair(p, m0 + t, n0 + 4 * lane, v.x, v.y);
+      store_pair(p, m0 + t, n0 + 4 * lane + 2, v.z, v.w);
+    }
   }
 #elif defined(__CUDA_ARCH__)
   /* referenced here too, or the compiler reports them unused in the passes for other targets */

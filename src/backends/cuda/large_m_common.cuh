@@ -361,6 +361,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
                  : "memory");
   } while (!done);
 }
+/* One arrival on b once every cp.async this thread issued so far has landed; counted in b's
+ * expected arrivals (.noinc). The thread does not wait. */
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t *b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(b)) : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 /* Named barrier 1 among the 128 threads of the producer warpgroup. */
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
