@@ -282,6 +282,29 @@ static const struct cuda_config *cuda_default_config(int act, int64_t m, int64_t
   return c;
 }
 
+/* The large-M configs that can run ga on the context's device, the default first (0 when no large-M
+ * kernel takes the problem): the mma.sync tiles (heuristic order), the register-decode and wgmma
+ * tiles, and the register-A wgmma tiles, which lead where their 256-token tile gives every SM a CTA:
+ * 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 (session 9) against 223-229
+ * for the best mma.sync tile (session 2). On smaller grids each of their CTAs walks all of K at
+ * about 1 us per 64-K tile, so they stay behind the mma.sync tiles there. */
+static int cuda_large_m_candidates(const fp4_cuda_gemm_args *ga, const cuda_state *st, const char *large[16]) {
+  char why[320];
+  if (fp4_cuda_large_m_check(ga, st->device, NULL, why, sizeof why) != 1) return 0;
+  const char *others[16], *wgra[4];
+  int n = fp4_cuda_large_m_configs(ga, st->device, others, 8);
+  if (n < 1) return 0;
+  n += fp4_cuda_rd_configs(ga, st->device, others + n, 16 - n);
+  n += fp4_cuda_wgmma_configs(ga, st->device, others + n, 16 - n);
+  const int nw = fp4_cuda_wgra_configs(ga, st->device, wgra, 4);
+  const int lead = ((ga->m + 255) / 256) * ((ga->n + 127) / 128) >= st->sms;
+  int count = 0;
+  for (int i = 0; lead && i < nw; i++) large[count++] = wgra[i];
+  for (int i = 0; i < n && count < 16; i++) large[count++] = others[i];
+  for (int i = 0; !lead && i < nw && count < 16; i++) large[count++] = wgra[i];
+  return count;
+}
+
 static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
   if (p->op == FP4_OP_QUANTIZE) {
     if (max > 0) names[0] = "quantize";
@@ -298,14 +321,7 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   cuda_gemm_args_of(p, &ga);
   const int small_ok = !cuda_small_m_rule(ga.m, ga.k, why, sizeof why);
   const cuda_state *st = cuda_get_state(ctx, NULL, 0);
-  if (st && fp4_cuda_large_m_check(&ga, st->device, NULL, why, sizeof why) == 1)
-    nlarge = fp4_cuda_large_m_configs(&ga, st->device, large, 8);
-  if (st && nlarge > 0) /* register-decode candidates next: not the default until measured */
-    nlarge += fp4_cuda_rd_configs(&ga, st->device, large + nlarge, 16 - nlarge);
-  if (st && nlarge > 0) /* wgmma candidates after the mma.sync ones: never the default (slower on the H200: 160 vs 225 TFLOP/s) */
-    nlarge += fp4_cuda_wgmma_configs(&ga, st->device, large + nlarge, 16 - nlarge);
-  if (st && nlarge > 0) /* register-A wgmma candidates (SM90, sm_90a code): not the default until measured */
-    nlarge += fp4_cuda_wgra_configs(&ga, st->device, large + nlarge, 16 - nlarge);
+  if (st) nlarge = cuda_large_m_candidates(&ga, st, large);
   const int large_first = !small_ok || ga.m > FP4_CUDA_LARGE_M_FROM;
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
@@ -350,8 +366,8 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     cuda_gemm_args_of(p, &a);
     const int small_ok = !cuda_small_m_rule(a.m, a.k, why, sizeof why);
     if (!config && (!small_ok || a.m > FP4_CUDA_LARGE_M_FROM)) {
-      const char *large[8];
-      if (fp4_cuda_large_m_configs(&a, st->device, large, 8) < 1)
+      const char *large[16];
+      if (cuda_large_m_candidates(&a, st, large) < 1)
         return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
       config = large[0];
     }
