@@ -517,19 +517,24 @@ const wgra_config kWgraConfigs[] = {
 constexpr int kNumWgraConfigs = (int)(sizeof kWgraConfigs / sizeof *kWgraConfigs);
 
 /* CTAs per output tile for a grid of `tiles` output tiles walking `kall` K tiles each on `sms` SMs:
- * the split that minimizes the estimated time, waves x (K tiles per CTA + a fixed cost per CTA:
- * 4 K tiles for the pipeline fill and the epilogue, 8 with a split, whose partial tile also makes a
- * round trip through memory), taking a split only for a 10% gain and keeping at least 8 K tiles
- * per CTA. Large grids keep 1. */
+ * the split that minimizes the estimated time, waves x (K tiles per CTA + a fixed cost per CTA in
+ * K-tile times: 4 for the pipeline fill and the epilogue, 16 with a split, whose partial tile makes
+ * a round trip through memory and whose workspace is allocated and cleared per call), taking a
+ * split (the best one) only for a 20% gain over none, keeping at least 8 K tiles per CTA. Large
+ * grids keep 1.
+ * The constants come from the H200 (session 9, runs 7 and 8, 11 dense shapes at M = 256 and 512):
+ * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
+ * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
+ * the two measured on 20 of the 22 points and 6-7% behind on two. */
 int wgra_splits(int64_t tiles, int64_t kall, int sms) {
   const auto waves = [&](int64_t ctas) { return (double)((ctas + sms - 1) / sms); };
   int best = 1;
-  double best_t = waves(tiles) * ((double)kall + 4.0);
+  double best_t = 0.0;
   for (int s = 2; s <= 8 && kall / s >= 8; s++) {
-    const double t = waves(tiles * s) * ((double)kall / s + 8.0);
-    if (t < 0.9 * best_t) best = s, best_t = t;
+    const double t = waves(tiles * s) * ((double)kall / s + 16.0);
+    if (best == 1 || t < best_t) best = s, best_t = t;
   }
-  return best;
+  return best > 1 && best_t < 0.8 * waves(tiles) * ((double)kall + 4.0) ? best : 1;
 }
 
 template <int BT, int STAGES, int FMT, int ACT>
