@@ -306,17 +306,32 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
 }
 #endif
 
+/* Split-K: `splits` CTAs share an output tile, each taking a contiguous part of its K tiles, where
+ * the grid would otherwise leave SMs idle (wgra_splits). Each writes its FP32 partial tile to ws;
+ * the last to arrive on the tile's counter sums the partials in split order (so the result does not
+ * depend on which finishes first) and writes the output. */
+struct wgra_split {
+  int splits;         /* CTAs per output tile; 1: no split, ws and counters unused */
+  float *ws;          /* [tile][split][BT][128] partial tiles */
+  unsigned *counters; /* per output tile, zero before the launch */
+};
+
 template <int BT, int STAGES, int FMT, int ACT>
-__global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p) {
+__global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p, wgra_split sk) {
 #if FP4_SM90A_BODY
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  __shared__ unsigned last_split;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
   int64_t m0, n0; /* tokens m0 .., weight rows n0 .. */
-  lm_tile_origin(p, BT, kWgraRows, blockIdx.x, &m0, &n0);
-  const int kts = (int)((p.k + kWgraBK - 1) / kWgraBK);
+  const int split = (int)(blockIdx.x % (unsigned)sk.splits);
+  const int64_t tile = blockIdx.x / (unsigned)sk.splits;
+  lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
+  const int kall = (int)((p.k + kWgraBK - 1) / kWgraBK);
+  const int kb = (int)((int64_t)split * kall / sk.splits); /* this CTA's K tiles: kb .. kb + kts - 1 */
+  const int kts = (int)((int64_t)(split + 1) * kall / sk.splits) - kb;
   const int wg = threadIdx.x / kWgraWg;
 
   if (threadIdx.x == 0) {
@@ -351,16 +366,16 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
         if (raw_async) {
           cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
           const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
-          *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, t);
+          *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + t);
         } else {
-          *pairs = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, t);
+          *pairs = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, kb + t);
         }
         mbar_arrive(&full[t % STAGES]); /* release: the pairs are visible to the consumers' loads */
       }
       if (j < kts) {
         /* slot j % STAGES last held tile j - STAGES: wait until both consumers released it */
         if (j >= STAGES) mbar_wait(&empty[j % STAGES], ((j - STAGES) / STAGES) & 1);
-        copier.load(p, ring + (j % STAGES) * G::SLOT, m0, n0, j, pt, raw_async);
+        copier.load(p, ring + (j % STAGES) * G::SLOT, m0, n0, kb + j, pt, raw_async);
         cp_async_arrive_noinc(&full[j % STAGES]);
       }
       cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
@@ -404,6 +419,28 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
         for (int e = 0; e < 2; e++) stage[(8 * j + 2 * q + e) * kStageLd + wr + 8 * h] = acc[4 * j + 2 * h + e];
     consumer_sync();
     const int cwarp = (threadIdx.x - kWgraWg) >> 5;
+    if (sk.splits > 1) {
+      float *part = sk.ws + (size_t)tile * sk.splits * BT * kWgraRows;
+#pragma unroll 1
+      for (int t = cwarp; t < BT; t += 8)
+        *reinterpret_cast<float4 *>(part + ((size_t)split * BT + t) * kWgraRows + 4 * lane) =
+            *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
+      __threadfence(); /* this thread's partial is visible GPU-wide before the tile's counter moves */
+      consumer_sync();
+      if (threadIdx.x == kWgraWg) last_split = atomicAdd(&sk.counters[tile], 1u) == (unsigned)sk.splits - 1;
+      consumer_sync();
+      if (!last_split) return;
+      __threadfence(); /* the other splits' partials, published before their counter increments */
+#pragma unroll 1
+      for (int t = cwarp; t < BT; t += 8) {
+        float4 v = __ldcg(reinterpret_cast<const float4 *>(part + (size_t)t * kWgraRows + 4 * lane));
+        for (int s2 = 1; s2 < sk.splits; s2++) {
+          const float4 w = __ldcg(reinterpret_cast<const float4 *>(part + ((size_t)s2 * BT + t) * kWgraRows + 4 * lane));
+          v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+        }
+        *reinterpret_cast<float4 *>(stage + t * kStageLd + 4 * lane) = v;
+      }
+    }
 #pragma unroll 1
     for (int t = cwarp; t < BT; t += 8) {
       const float4 v = *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
@@ -414,7 +451,7 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p)
 #elif defined(__CUDA_ARCH__)
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
-  (void)p;
+  (void)p, (void)sk;
   (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)kProducerRegs, (void)kConsumerRegs;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
 #else
@@ -479,11 +516,53 @@ const wgra_config kWgraConfigs[] = {
 };
 constexpr int kNumWgraConfigs = (int)(sizeof kWgraConfigs / sizeof *kWgraConfigs);
 
+/* CTAs per output tile for a grid of `tiles` output tiles walking `kall` K tiles each on `sms` SMs:
+ * the split that minimizes the estimated time, waves x (K tiles per CTA + a fixed cost per CTA in
+ * K-tile times: 4 for the pipeline fill and the epilogue, 16 with a split, whose partial tile makes
+ * a round trip through memory and whose workspace is allocated and cleared per call), taking a
+ * split (the best one) only for a 20% gain over none, keeping at least 8 K tiles per CTA. Large
+ * grids keep 1.
+ * The constants come from the H200 (session 9, runs 7 and 8, 11 dense shapes at M = 256 and 512):
+ * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
+ * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
+ * the two measured on 20 of the 22 points and 6-7% behind on two. */
+int wgra_splits(int64_t tiles, int64_t kall, int sms) {
+  const auto waves = [&](int64_t ctas) { return (double)((ctas + sms - 1) / sms); };
+  int best = 1;
+  double best_t = 0.0;
+  for (int s = 2; s <= 8 && kall / s >= 8; s++) {
+    const double t = waves(tiles * s) * ((double)kall / s + 16.0);
+    if (best == 1 || t < best_t) best = s, best_t = t;
+  }
+  return best > 1 && best_t < 0.8 * waves(tiles) * ((double)kall + 4.0) ? best : 1;
+}
+
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t wgra_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
-  /* CTAs over (token tiles of BT) x (weight tiles of 128): lm_launch_tiles' bm x bn */
-  return lm_launch_tiles(gemm_wgra_kernel<BT, STAGES, FMT, ACT>, BT, kWgraRows, kWgraThreads, G::SMEM, p, stream, pdl);
+  auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
+  if (e != cudaSuccess) return e;
+  int dev = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  /* CTAs over (token tiles of BT) x (weight tiles of 128), times the split */
+  const int64_t tiles = ((p.m + BT - 1) / BT) * ((p.n + kWgraRows - 1) / kWgraRows);
+  wgra_split sk = {wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, lm_device_attr(dev, cudaDevAttrMultiProcessorCount, 1)),
+                   NULL, NULL};
+  if (tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  if (sk.splits == 1)
+    return fp4_cuda_launch(kernel, dim3((unsigned)tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
+  /* stream-ordered workspace: the partial tiles and the zeroed counters */
+  const size_t part_bytes = (size_t)tiles * sk.splits * BT * kWgraRows * sizeof(float);
+  void *ws = NULL;
+  if ((e = cudaMallocAsync(&ws, part_bytes + (size_t)tiles * sizeof(unsigned), stream)) != cudaSuccess) return e;
+  sk.ws = static_cast<float *>(ws);
+  sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + part_bytes);
+  e = cudaMemsetAsync(sk.counters, 0, (size_t)tiles * sizeof(unsigned), stream);
+  if (e == cudaSuccess)
+    e = fp4_cuda_launch(kernel, dim3((unsigned)(tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
+  const cudaError_t f = cudaFreeAsync(ws, stream); /* after the GEMM in stream order */
+  return e != cudaSuccess ? e : f;
 }
 
 template <int FMT, int ACT>
