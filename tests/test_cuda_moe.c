@@ -13,7 +13,8 @@
  * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
  * (T 1024 and 1100, skewed and uniform, all activation dtypes); the grouped large-M tiles
  * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 16 rows per expert, W4A16 and W4A4,
- * NVFP4 and MXFP4, random and skewed routing, T >= 1024) and which path runs (the run info's
+ * NVFP4 and MXFP4, random and skewed routing, T >= 1024; on SM90 once on the register-A wgmma form
+ * that 16-bit activations take there and once with FP4KIT_MOE_PREFILL_TILES=mma) and which path runs (the run info's
  * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
  * written out of bounds).
  */
@@ -360,6 +361,13 @@ int main(void) {
   printf("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_grouped_large(ctx);
   printf("+ grouped GEMM on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
+  /* On SM90 (sm_90a code) the 16-bit activations above ran the register-A wgmma tiles; the mma.sync
+   * tiles, which every other GPU runs, stay covered here too. */
+  setenv("FP4KIT_MOE_PREFILL_TILES", "mma", 1);
+  test_moe_large(ctx);
+  test_grouped_large(ctx);
+  unsetenv("FP4KIT_MOE_PREFILL_TILES");
+  printf("+ the same on the mma.sync tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_path_selection(ctx);
   printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);

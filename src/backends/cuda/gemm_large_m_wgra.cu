@@ -80,6 +80,8 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/moe_grouped_tiles.cuh"
+#include "backends/cuda/moe_kernels.h"
 
 namespace {
 
@@ -128,11 +130,13 @@ __device__ __forceinline__ uint4 wgra_scale_pairs(uint32_t c0, uint32_t c1) {
                     pack2<F16>(f1[1], f1[1]));
 }
 
-/* Those of weight row r in K tile kt (0 past N or K, whose codes are zero-filled too). */
+/* Those of weight row r (of rows) in K tile kt from scales in layout with C columns (0 past the rows
+ * or K, whose codes are zero-filled too). */
 template <bool NV, bool F16>
-__device__ __forceinline__ uint4 wgra_row_scales(const lm_params &p, int64_t r, int kt) {
-  return wgra_scale_pairs<NV, F16>(load_chunk_scales<NV>(p.b_scales, p.b_layout, p.C, p.n, r, kt, 0),
-                                   load_chunk_scales<NV>(p.b_scales, p.b_layout, p.C, p.n, r, kt, 1));
+__device__ __forceinline__ uint4 wgra_row_scales(const uint8_t *scales, int layout, int64_t C, int64_t rows, int64_t r,
+                                                 int kt) {
+  return wgra_scale_pairs<NV, F16>(load_chunk_scales<NV>(scales, layout, C, rows, r, kt, 0),
+                                   load_chunk_scales<NV>(scales, layout, C, rows, r, kt, 1));
 }
 
 /* Byte q of each of the four words: [w0.q, w1.q, w2.q, w3.q]; sel = q | (q + 4) << 4. */
@@ -202,8 +206,8 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
  * which hold one K tile's four E4M3 bytes (NVFP4) or two K tiles' two UE8M0 bytes each (MXFP4).
  * With C % 4 == 0 there is no partial last tile either. Those words are copied asynchronously with
  * the tile (raw_async); the others (odd K) are loaded by the producer with plain loads. */
-__device__ __forceinline__ bool wgra_raw_async(const lm_params &p) {
-  return p.C % 4 == 0 && !(reinterpret_cast<uintptr_t>(p.b_scales) & 3);
+__device__ __forceinline__ bool wgra_raw_async(int64_t C, const uint8_t *scales) {
+  return C % 4 == 0 && !(reinterpret_cast<uintptr_t>(scales) & 3);
 }
 
 /* The 16-bit scale pairs of K tile kt from its raw word. */
@@ -229,12 +233,15 @@ struct wgra_copier {
   int64_t a_step;      /* 16 rows of A, in elements */
   int64_t w_step;      /* 64 rows of W, in bytes */
   int64_t sc_step;     /* from one raw word to the next (4 scale columns) */
+  int64_t m0, n0;      /* the CTA's first token and weight row */
   uint32_t a_dst, w_dst0, w_dst1;
   bool inside;         /* every row of the CTA's tile lies inside A and W */
   bool sc_ok;          /* row pt lies inside W */
+  bool raw_async;      /* the scale words travel with the tile (wgra_raw_async) */
 
-  __device__ __forceinline__ wgra_copier(const lm_params &p, int64_t m0, int64_t n0, int pt) {
+  __device__ __forceinline__ wgra_copier(const lm_params &p, int64_t m0_, int64_t n0_, int pt) : m0(m0_), n0(n0_) {
     const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
+    raw_async = wgra_raw_async(p.C, p.b_scales);
     inside = m0 + BT <= p.m && n0 + kWgraRows <= p.n;
     a = static_cast<const uint16_t *>(p.a) + (m0 + ar) * p.lda + 8 * ac;
     a_step = 16 * p.lda;
@@ -250,8 +257,7 @@ struct wgra_copier {
   }
 
   /* The copies of K tile kt into slot sl. */
-  __device__ __forceinline__ void load(const lm_params &p, uint8_t *sl, int64_t m0, int64_t n0, int kt, int pt,
-                                       bool raw_async) const {
+  __device__ __forceinline__ void load(const lm_params &p, uint8_t *sl, int kt, int pt) const {
     const int64_t k0 = (int64_t)kt * kWgraBK;
     if (inside && k0 + kWgraBK <= p.k) {
       const uint16_t *src = a + k0;
@@ -267,6 +273,68 @@ struct wgra_copier {
     if (raw_async)
       cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
                 sc + (G::NV ? (int64_t)kt : (int64_t)(kt >> 1)) * sc_step, sc_ok);
+  }
+
+  /* Row pt's scale pairs of K tile kt with plain loads (when the words do not travel with the tile). */
+  __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
+    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+  }
+};
+
+/* The copies of a grouped (MoE prefill) tile: as wgra_copier, except that activation row r comes
+ * through the CTA's row table (its byte offset in A, -1 past the expert's rows: zero-filled) and the
+ * weights and scales are expert e's. */
+template <class G, int BT>
+struct wgra_gather_copier {
+  const uint8_t *a;        /* A, plus this thread's 16-byte chunk (pt % 8) */
+  const int64_t *row_off;  /* [BT] in shared memory */
+  const uint8_t *w;        /* expert e's weight row n0 + pt / 2, byte 16 (pt % 2) */
+  const uint8_t *scales;   /* expert e's scales */
+  const uint8_t *sc;       /* row pt's raw scale word of K tile 0 (raw_async) */
+  int64_t w_step, sc_step, n0;
+  uint32_t a_dst, w_dst0, w_dst1;
+  bool n_inside, sc_ok, raw_async;
+
+  __device__ __forceinline__ wgra_gather_copier(const glm_params &p, int64_t e, int64_t n0_, const int64_t *rows,
+                                                int pt)
+      : row_off(rows), n0(n0_) {
+    const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
+    a = static_cast<const uint8_t *>(p.a) + 16 * ac;
+    a_dst = (uint32_t)swz(ar, ac);
+    w = p.w + e * p.w_expert_bytes + (n0 + wr) * (p.k >> 1) + 16 * wh;
+    w_step = 64 * (p.k >> 1);
+    w_dst0 = (uint32_t)rd_fp4_off(wr, wh);
+    w_dst1 = (uint32_t)rd_fp4_off(wr + 64, wh);
+    n_inside = n0 + kWgraRows <= p.n;
+    scales = p.w_scales + e * p.w_scale_stride;
+    raw_async = wgra_raw_async(p.C, scales);
+    sc_ok = n0 + pt < p.n;
+    const int64_t o0 = sc_ok ? fp4_layout_offset(p.w_layout, p.C, n0 + pt, 0) : 0;
+    sc = scales + o0;
+    sc_step = sc_ok ? fp4_layout_offset(p.w_layout, p.C, n0 + pt, 4) - o0 : 0;
+  }
+
+  __device__ __forceinline__ void load(const glm_params &p, uint8_t *sl, int kt, int pt) const {
+    const int64_t k0 = (int64_t)kt * kWgraBK;
+    const bool ka = k0 + 8 * (pt & 7) < p.k, kw = k0 + 32 * (pt & 1) < p.k;
+    const int ar = pt >> 3;
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) {
+      const int64_t off = row_off[ar + 16 * j];
+      const bool ok = ka && off >= 0;
+      cp_async16(sl + a_dst + j * 16 * 128, ok ? a + off + 2 * k0 : p.a, ok);
+    }
+    const uint8_t *ws = w + (k0 >> 1);
+    const bool ok0 = kw && (n_inside || n0 + (pt >> 1) < p.n), ok1 = kw && (n_inside || n0 + 64 + (pt >> 1) < p.n);
+    cp_async16(sl + G::ACT_BYTES + w_dst0, ok0 ? ws : p.w, ok0);
+    cp_async16(sl + G::ACT_BYTES + w_dst1, ok1 ? ws + w_step : p.w, ok1);
+    if (raw_async)
+      cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
+                sc + (G::NV ? (int64_t)kt : (int64_t)(kt >> 1)) * sc_step, sc_ok);
+  }
+
+  __device__ __forceinline__ uint4 loaded_pairs(const glm_params &p, int kt, int pt) const {
+    return wgra_row_scales<G::NV, G::F16>(scales, p.w_layout, p.C, p.n, n0 + pt, kt);
   }
 };
 
@@ -303,6 +371,84 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
   wgmma_wait<1>();
   if (kt > 0) mbar_arrive(&empty[(kt - 1) % S]);
   if (kt + 1 < kts) wgra_fetch<G>(ring, full, kt + 1, wr, sel, nxt);
+}
+
+/* The producer warpgroup's loop over K tiles kb .. kb + kts - 1 (thread pt; the copier addresses
+ * the copies: wgra_copier for dense operands, wgra_gather_copier for gathered expert rows).
+ * Iteration j publishes tile j - kLag and then issues the copies of tile j. Its copies signal
+ * `full` themselves when they land (cp.async.mbarrier.arrive.noinc), so the producer never waits
+ * for its own copies on the consumers' behalf; it converts a tile's scales kLag tiles later (by
+ * then the copies have usually landed), stores the pairs and arrives a second time. So the only
+ * waits that can hold the producer are for free slots, and the consumers find each tile published
+ * STAGES - 1 - kLag tiles before they need it. (Waiting for tile j's copies before issuing tile
+ * j + STAGES - 1 made producer and consumers take turns, one tile per round trip: 190 TFLOP/s at
+ * 128x256, M = 4096.) */
+template <class G, int STAGES, class P, class Copier>
+__device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, uint8_t *ring, uint64_t *full,
+                                             uint64_t *empty, int kb, int kts, int pt) {
+#pragma unroll 1
+  for (int j = 0; j < kts + kLag; j++) {
+    const int t = j - kLag;
+    if (t >= 0) {
+      uint8_t *sl = ring + (t % STAGES) * G::SLOT;
+      uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
+      if (copier.raw_async) {
+        cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
+        const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
+        *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + t);
+      } else {
+        *pairs = copier.loaded_pairs(p, kb + t, pt);
+      }
+      mbar_arrive(&full[t % STAGES]); /* release: the pairs are visible to the consumers' loads */
+    }
+    if (j < kts) {
+      /* slot j % STAGES last held tile j - STAGES: wait until both consumers released it */
+      if (j >= STAGES) mbar_wait(&empty[j % STAGES], ((j - STAGES) / STAGES) & 1);
+      copier.load(p, ring + (j % STAGES) * G::SLOT, kb + j, pt);
+      cp_async_arrive_noinc(&full[j % STAGES]);
+    }
+    cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
+  }
+  cp_async_wait<0>();
+}
+
+/* The consumer warpgroups: warpgroup cw (1 or 2) computes weight rows 64 (cw - 1) .. + 63 of the
+ * tile over kts K tiles, then both stage the FP32 result in the ring as [token][weight row] (rows
+ * kStageLd floats apart) and return it. Register 4j + 2h + e (weight row wr + 8h, token 8j + 2q + e)
+ * goes to stage[token][row]; the padding makes a warp's 32 stores of one register hit 32 banks.
+ * Writing the output from there in a loop over token rows keeps the code short: the unrolled
+ * per-register stores it replaces took about 230 KB of SASS, and the instruction fetches of that
+ * one-time code took a third of the kernel's warp time at M = 4096. */
+template <class G, int BT>
+__device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *full, uint64_t *empty, int kts) {
+  const int cw = threadIdx.x / kWgraWg - 1, lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2,
+            q = lane & 3;
+  const int wr = cw * 64 + w * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
+  const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
+  float acc[BT / 2];
+#pragma unroll
+  for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
+  uint32_t fa[4][4], fb[4][4];
+  wgra_fetch<G>(ring, full, 0, wr, sel, fa);
+#pragma unroll 1
+  for (int kt = 0; kt < kts; kt += 2) {
+    wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb);
+    if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
+  fp4_pdl_launch_dependents();
+  consumer_sync(); /* both consumers are done with the ring */
+  float *stage = reinterpret_cast<float *>(ring);
+#pragma unroll
+  for (int j = 0; j < BT / 8; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) stage[(8 * j + 2 * q + e) * kStageLd + wr + 8 * h] = acc[4 * j + 2 * h + e];
+  consumer_sync();
+  return stage;
 }
 #endif
 
@@ -347,77 +493,14 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p,
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<kProducerRegs>();
     const int pt = threadIdx.x;
-    const bool raw_async = wgra_raw_async(p);
     const wgra_copier<G, BT> copier(p, m0, n0, pt);
-    /* Iteration j publishes tile j - kLag and then issues the copies of tile j. Its copies signal
-     * `full` themselves when they land (cp.async.mbarrier.arrive.noinc), so the producer never waits
-     * for its own copies on the consumers' behalf; it converts a tile's scales kLag tiles later (by
-     * then the copies have usually landed), stores the pairs and arrives a second time. So the only
-     * waits that can hold the producer are for free slots, and the consumers find each tile
-     * published STAGES - 1 - kLag tiles before they need it. (Waiting for tile j's copies before
-     * issuing tile j + STAGES - 1 made producer and consumers take turns, one tile per round trip:
-     * 190 TFLOP/s at 128x256, M = 4096.) */
-#pragma unroll 1
-    for (int j = 0; j < kts + kLag; j++) {
-      const int t = j - kLag;
-      if (t >= 0) {
-        uint8_t *sl = ring + (t % STAGES) * G::SLOT;
-        uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
-        if (raw_async) {
-          cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
-          const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
-          *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + t);
-        } else {
-          *pairs = wgra_row_scales<G::NV, G::F16>(p, n0 + pt, kb + t);
-        }
-        mbar_arrive(&full[t % STAGES]); /* release: the pairs are visible to the consumers' loads */
-      }
-      if (j < kts) {
-        /* slot j % STAGES last held tile j - STAGES: wait until both consumers released it */
-        if (j >= STAGES) mbar_wait(&empty[j % STAGES], ((j - STAGES) / STAGES) & 1);
-        copier.load(p, ring + (j % STAGES) * G::SLOT, m0, n0, kb + j, pt, raw_async);
-        cp_async_arrive_noinc(&full[j % STAGES]);
-      }
-      cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
-    }
-    cp_async_wait<0>();
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
     fp4_pdl_launch_dependents();
   } else {
-    /* ---- consumers: warpgroup cw computes weight rows 64 cw .. 64 cw + 63 of the tile ---- */
+    /* ---- consumers, then the epilogue from the staged tile ---- */
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1, lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2, q = lane & 3;
-    const int wr = cw * 64 + w * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
-    const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
-    float acc[BT / 2];
-#pragma unroll
-    for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
-    uint32_t fa[4][4], fb[4][4];
-    wgra_fetch<G>(ring, full, 0, wr, sel, fa);
-#pragma unroll 1
-    for (int kt = 0; kt < kts; kt += 2) {
-      wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb);
-      if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa);
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
-    fp4_pdl_launch_dependents();
-
-    /* Epilogue through shared memory, once both consumers are done with the ring: register
-     * 4j + 2h + e (weight row wr + 8h, token 8j + 2q + e) goes to stage[token][row] (rows padded to
-     * kStageLd floats: a warp's 32 stores of one register hit 32 banks), then each warp writes whole
-     * token rows, lane l the outputs n0 + 4l .. 4l + 3. A loop over token rows keeps the code short:
-     * the unrolled per-register stores it replaces took about 230 KB of SASS, and the instruction
-     * fetches of that one-time code took a third of the kernel's warp time at M = 4096. */
-    consumer_sync();
-    float *stage = reinterpret_cast<float *>(ring);
-#pragma unroll
-    for (int j = 0; j < BT / 8; j++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) stage[(8 * j + 2 * q + e) * kStageLd + wr + 8 * h] = acc[4 * j + 2 * h + e];
-    consumer_sync();
+    float *stage = const_cast<float *>(wgra_consume<G, BT>(ring, full, empty, kts));
+    const int lane = threadIdx.x & 31;
     const int cwarp = (threadIdx.x - kWgraWg) >> 5;
     if (sk.splits > 1) {
       float *part = sk.ws + (size_t)tile * sk.splits * BT * kWgraRows;
@@ -454,6 +537,76 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p,
   (void)p, (void)sk;
   (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)kProducerRegs, (void)kConsumerRegs;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
+#else
+  (void)p;
+#endif
+}
+
+/* ---- grouped (MoE prefill) tiles --------------------------------------------------------------- */
+
+/* The grouped GEMM of moe_grouped_large.cu (same arguments, numbering of an expert's M tiles, row
+ * gathering and numerics: the per-expert scale in double, one rounding) on the register-A tiles:
+ * CTA (M tile j, N tile) computes BT of expert e's rows against 128 of its weight rows. W4A16 with
+ * bf16 activations, or f16 with NVFP4 (W4A4 stays on the mma.sync tiles). */
+template <int BT, int STAGES, int FMT, int ACT>
+__global__ void __launch_bounds__(kWgraThreads, 1) grouped_wgra_kernel(glm_params p) {
+#if FP4_SM90A_BODY
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
+  __shared__ int64_t row_off[BT];
+  __shared__ long long tile_info[3]; /* expert, first row, end row (-1: no tile) */
+  __shared__ double tile_scale;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const int64_t j = (int64_t)blockIdx.x / p.tn, n0 = ((int64_t)blockIdx.x % p.tn) * kWgraRows;
+  const int kts = (int)((p.k + kWgraBK - 1) / kWgraBK), wg = threadIdx.x / kWgraWg;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(&full[s], 2 * kWgraWg);
+      mbar_init(&empty[s], 2 * kWgraWg);
+    }
+  }
+  fp4_pdl_wait(); /* offsets, the permutation and the activations come from earlier kernels */
+  if (threadIdx.x < 32) {
+    const int64_t e = find_tile_expert<BT>(p, j, threadIdx.x);
+    if (threadIdx.x == 0) {
+      const int64_t lo = clamp64(__ldg(p.offsets + e), 0, p.rows), hi = clamp64(__ldg(p.offsets + e + 1), lo, p.rows);
+      const int64_t m0 = lo + (j - (lo / BT + e)) * BT;
+      tile_info[0] = e;
+      tile_info[1] = m0;
+      tile_info[2] = m0 < hi ? hi : -1;
+      tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+    }
+  }
+  __syncthreads(); /* barriers initialized, the tile known */
+  if (tile_info[2] < 0) return; /* uniform across the CTA */
+  for (int r = threadIdx.x; r < BT; r += kWgraThreads) {
+    const int64_t pr = tile_info[1] + r;
+    row_off[r] = pr < tile_info[2] ? (int64_t)(p.a_rows ? __ldg(p.a_rows + pr) / p.a_div : (int32_t)pr) * p.lda * 2 : -1;
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    const int pt = threadIdx.x;
+    const wgra_gather_copier<G, BT> copier(p, tile_info[0], n0, row_off, pt);
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, 0, kts, pt);
+    fp4_pdl_launch_dependents();
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    const float *stage = wgra_consume<G, BT>(ring, full, empty, kts);
+    const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5;
+    const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
+    const int64_t m0 = info[1], hi = info[2], col = n0 + 4 * lane;
+    const double scale = *static_cast<const volatile double *>(&tile_scale);
+#pragma unroll 1
+    for (int t = cwarp; t < BT && m0 + t < hi; t += 8)
+      if (col < p.n) glm_store4(p, m0 + t, col, *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane), scale);
+  }
+#elif defined(__CUDA_ARCH__)
+  (void)p;
+  __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_grouped_wgra_supported) */
 #else
   (void)p;
 #endif
@@ -597,6 +750,37 @@ int wgra_config_index(const char *name) {
 }
 
 
+/* ---- grouped tiles: host ------------------------------------------------------------------------ */
+
+template <int BT, int STAGES, int FMT, int ACT>
+cudaError_t grouped_wgra_launch(const glm_params &p, int64_t ctas, cudaStream_t s, int pdl) {
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  auto kernel = grouped_wgra_kernel<BT, STAGES, FMT, ACT>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
+  if (e != cudaSuccess) return e;
+  return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(kWgraThreads), (size_t)G::SMEM, s, pdl, p);
+}
+
+template <int FMT, int ACT>
+cudaError_t grouped_wgra_tile(const glm_params &p, int bt, int64_t ctas, cudaStream_t s, int pdl) {
+  return bt == 256 ? grouped_wgra_launch<256, 5, FMT, ACT>(p, ctas, s, pdl)
+                   : grouped_wgra_launch<128, 8, FMT, ACT>(p, ctas, s, pdl);
+}
+
+/* Tokens per tile from the mean rows per expert slot (the host knows no more): the tile that pads
+ * a typical expert, mean + sqrt(mean) rows, least, 256 on a tie (its weights are decoded once). */
+int grouped_wgra_bt(int64_t rows, int64_t slots) {
+  const int64_t mean = (rows + slots - 1) / slots;
+  int64_t root = 0;
+  while ((root + 1) * (root + 1) <= mean) root++;
+  const int64_t typical = mean + root;
+  return (typical + 255) / 256 * 256 <= (typical + 127) / 128 * 128 ? 256 : 128;
+}
+
+int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) {
+  return (a->rows / bt + a->experts) * ((a->n + kWgraRows - 1) / kWgraRows);
+}
+
 int wgra_image_ok(int device, char *why, size_t why_size) {
   static lm_sm90a_probe_cache cache;
   return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>),
@@ -673,6 +857,30 @@ extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const char *confi
   case FP4_CUDA_ACT_F16: return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
+}
+
+extern "C" int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *a, int device) {
+  if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->rows < 1 || a->a_div < 1) return 0;
+  if (a->act != FP4_CUDA_ACT_BF16 && !(a->act == FP4_CUDA_ACT_F16 && a->format == FP4_FORMAT_NVFP4)) return 0;
+  if ((uintptr_t)a->a % 16 || (a->lda * 2) % 16 || (uintptr_t)a->w % 16) return 0; /* 16-byte row copies */
+  char why[320];
+  if (!wgra_image_ok(device, why, sizeof why)) return 0;
+  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
+  if (wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM + 4096 > optin) return 0; /* + the row table */
+  return grouped_wgra_ctas(a, 128) <= 0x7FFFFFFF && a->rows <= 0x7FFFFFFF;
+}
+
+extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || !fp4_cuda_grouped_wgra_supported(a, device))
+    return (int)cudaErrorInvalidValue;
+  const glm_params p = glm_params_of(a, kWgraRows);
+  const int bt = grouped_wgra_bt(a->rows, a->slots > 0 ? a->slots : 1);
+  const int64_t ctas = grouped_wgra_ctas(a, bt);
+  cudaStream_t s = (cudaStream_t)stream;
+  if (a->format == FP4_FORMAT_MXFP4) return (int)grouped_wgra_tile<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
+  if (a->act == FP4_CUDA_ACT_F16) return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, bt, ctas, s, pdl);
+  return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
 }
 
 extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {

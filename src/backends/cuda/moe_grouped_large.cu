@@ -29,10 +29,13 @@
  * bounds.
  */
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/moe_grouped_tiles.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "format/codec.h"
 #include "fp4kit.h"
@@ -42,43 +45,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kBK = 64;
 constexpr int kBN = 128;
-
-struct glm_params {
-  const void *a;           /* dense [*, lda] 16-bit, or FP4 codes [*, K/2] */
-  const uint8_t *a_scales; /* W4A4, a_layout */
-  const int32_t *a_rows;   /* NULL: identity */
-  const uint8_t *w;        /* [E, N, K/2] */
-  const uint8_t *w_scales; /* E buffers of w_scale_stride bytes */
-  const float *w_mult;     /* [E] or NULL */
-  const int64_t *offsets;  /* [E+1] */
-  void *out;
-  int64_t lda, ldo, w_expert_bytes, w_scale_stride, experts, rows, n, k, C, a_C, tn;
-  int a_layout, w_layout, out_dtype;
-  int32_t a_div;
-  float alpha, a_mult;
-};
-
-__device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-template <int BM>
-__device__ __forceinline__ int64_t tile_start(const glm_params &p, int64_t e) {
-  return clamp64(__ldg(p.offsets + e), 0, p.rows) / BM + e;
-}
-
-/* Warp 0: the last expert e with start(e) <= j (the CTA then checks that j is one of its tiles). */
-template <int BM>
-__device__ int64_t find_tile_expert(const glm_params &p, int64_t j, int lane) {
-  int64_t a = 0, b = p.experts; /* invariant: start(a) <= j (start(0) = 0), the answer in [a, b) */
-  while (b - a > 1) {
-    const int64_t step = (b - a + 31) / 32, c = a + lane * step;
-    const bool ok = c < b && tile_start<BM>(p, c) <= j;
-    const unsigned m = __ballot_sync(0xFFFFFFFFu, ok); /* lane 0 always: c = a */
-    const int last = 31 - __clz(m);
-    a += last * step;
-    b = min(b, a + step);
-  }
-  return a;
-}
 
 template <class G, int BM>
 __device__ __forceinline__ void load_stage(const glm_params &p, const int32_t *src_rows, int e, uint8_t *st, int n0,
@@ -120,10 +86,6 @@ __device__ __forceinline__ void load_a_scales(const glm_params &p, const int32_t
   }
 }
 
-__device__ __forceinline__ uint16_t to16(int out_dtype, float v) {
-  return out_dtype == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(v) : fp4_f16_from_f32_inline(v);
-}
-
 /* Word offset of column c (a multiple of 2) of row r in the FP32 staging tile [BM][128]: columns
  * XOR-swizzled by 8 words per row (mod 8), so the fragment writes take two wavefronts per warp and
  * 4-column groups stay contiguous for the row-wise reads. */
@@ -148,35 +110,7 @@ __device__ __forceinline__ void store_tile(const glm_params &p, float *tile, con
     const int r = idx / (kBN / 4), c = (idx % (kBN / 4)) * 4;
     const int64_t row = m0 + r, col = n0 + c;
     if (row >= hi || col >= p.n) continue;
-    const float4 a = *reinterpret_cast<const float4 *>(tile + stage_off(r, c));
-    const float v0 = (float)(s * (double)a.x), v1 = (float)(s * (double)a.y), v2 = (float)(s * (double)a.z),
-                v3 = (float)(s * (double)a.w);
-    const int64_t o = row * p.ldo + col;
-    const int64_t nv = p.n - col; /* columns left, >= 1 */
-    if (p.out_dtype == FP4_DTYPE_F32) {
-      float *d = static_cast<float *>(p.out) + o;
-      if (nv >= 4 && !(reinterpret_cast<uintptr_t>(d) & 15)) {
-        *reinterpret_cast<float4 *>(d) = make_float4(v0, v1, v2, v3);
-      } else {
-        d[0] = v0;
-        if (nv > 1) d[1] = v1;
-        if (nv > 2) d[2] = v2;
-        if (nv > 3) d[3] = v3;
-      }
-    } else {
-      uint16_t *d = static_cast<uint16_t *>(p.out) + o;
-      const uint16_t h0 = to16(p.out_dtype, v0), h1 = to16(p.out_dtype, v1), h2 = to16(p.out_dtype, v2),
-                     h3 = to16(p.out_dtype, v3);
-      if (nv >= 4 && !(reinterpret_cast<uintptr_t>(d) & 7)) {
-        *reinterpret_cast<uint2 *>(d) =
-            make_uint2((uint32_t)h0 | ((uint32_t)h1 << 16), (uint32_t)h2 | ((uint32_t)h3 << 16));
-      } else {
-        d[0] = h0;
-        if (nv > 1) d[1] = h1;
-        if (nv > 2) d[2] = h2;
-        if (nv > 3) d[3] = h3;
-      }
-    }
+    glm_store4(p, row, col, *reinterpret_cast<const float4 *>(tile + stage_off(r, c)), s);
   }
 }
 
@@ -365,33 +299,13 @@ extern "C" int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *a) 
 
 extern "C" int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
   if (!fp4_cuda_grouped_large_supported(a)) return (int)cudaErrorInvalidValue;
-  const int bs = a->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK;
-  glm_params p;
-  p.a = a->a;
-  p.a_scales = a->a_scales;
-  p.a_rows = a->a_rows;
-  p.w = a->w;
-  p.w_scales = a->w_scales;
-  p.w_mult = a->w_mult;
-  p.offsets = a->offsets;
-  p.out = a->out;
-  p.lda = a->lda;
-  p.ldo = a->ldo;
-  p.w_expert_bytes = a->n * (a->k / 2);
-  p.w_scale_stride = a->w_scale_stride;
-  p.experts = a->experts;
-  p.rows = a->rows;
-  p.n = a->n;
-  p.k = a->k;
-  p.C = a->k / bs;
-  p.a_C = a->k / bs;
-  p.tn = (a->n + kBN - 1) / kBN;
-  p.a_layout = a->a_layout;
-  p.w_layout = a->w_layout;
-  p.out_dtype = a->out_dtype;
-  p.a_div = a->a_div;
-  p.alpha = a->alpha;
-  p.a_mult = a->a_mult;
+  /* Sm90 with this binary's sm_90a code: the register-A wgmma tiles take 16-bit activations
+   * (gemm_large_m_wgra.cu). FP4KIT_MOE_PREFILL_TILES=mma keeps these tiles, for measuring the two. */
+  const char *env = getenv("FP4KIT_MOE_PREFILL_TILES");
+  int device = 0;
+  if (!(env && !strcmp(env, "mma")) && cudaGetDevice(&device) == cudaSuccess && fp4_cuda_grouped_wgra_supported(a, device))
+    return fp4_cuda_grouped_gemm_wgra(a, stream, pdl);
+  const glm_params p = glm_params_of(a, kBN);
   const int bm = tile_m_for(a->rows, a->slots > 0 ? a->slots : 1, a->act);
   const int64_t ctas = cta_count(a, bm);
   if (ctas > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;

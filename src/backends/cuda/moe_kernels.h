@@ -57,6 +57,11 @@ int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *args, void *stream,
 /* 1 when fp4_cuda_grouped_gemm_large can run args on the current device (activation type, 16-byte
  * aligned activation rows and weights, shared memory, grid size), else 0. */
 int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *args);
+/* The register-A wgmma form of the grouped large-M tiles (gemm_large_m_wgra.cu), which
+ * fp4_cuda_grouped_gemm_large runs when it can: 1 when device is an SM 9.0 GPU running this binary's
+ * sm_90a code and args has bf16 activations (or f16 with NVFP4) in 16-byte aligned rows. */
+int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *args, int device);
+int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
