@@ -285,6 +285,25 @@ int64_t cta_count(const fp4_cuda_grouped_args *a, int bm) {
   return (a->rows / bm + a->experts) * ((a->n + kBN - 1) / kBN);
 }
 
+/* W4A4 on the register-A wgmma tiles: the FP4 source rows (the gathered tokens: rows / a_div of
+ * them when a_rows gathers, as the MoE layer's routing does, else rows) dequantized exactly to bf16
+ * into a stream-ordered temporary, then b (a with bf16 activations) on those rows. */
+int grouped_wgra_fp4(const fp4_cuda_grouped_args *a, fp4_cuda_grouped_args *b, void *stream, int pdl) {
+  cudaStream_t s = (cudaStream_t)stream;
+  const int64_t src_rows = a->a_rows ? (a->rows + a->a_div - 1) / a->a_div : a->rows;
+  void *ws = NULL;
+  cudaError_t e = cudaMallocAsync(&ws, (size_t)src_rows * (size_t)a->k * 2, s);
+  if (e != cudaSuccess) return (int)e;
+  int r = fp4_cuda_dequant_fp4_rows(a->a, a->a_scales, a->format, a->a_layout, src_rows, a->k,
+                                    static_cast<uint16_t *>(ws), stream, pdl);
+  if (r == (int)cudaSuccess) {
+    b->a = ws;
+    r = fp4_cuda_grouped_gemm_wgra(b, stream, pdl);
+  }
+  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
+  return r != (int)cudaSuccess ? r : (int)f;
+}
+
 } // namespace
 
 extern "C" int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *a) {
@@ -299,12 +318,22 @@ extern "C" int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *a) 
 
 extern "C" int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
   if (!fp4_cuda_grouped_large_supported(a)) return (int)cudaErrorInvalidValue;
-  /* Sm90 with this binary's sm_90a code: the register-A wgmma tiles take 16-bit activations
-   * (gemm_large_m_wgra.cu). FP4KIT_MOE_PREFILL_TILES=mma keeps these tiles, for measuring the two. */
+  /* SM90 with this binary's sm_90a code: the register-A wgmma tiles (gemm_large_m_wgra.cu) take
+   * 16-bit activations, and FP4 ones after a pass that writes their exact bf16 values (the
+   * large-m.wgra.pro configs' prologue). FP4KIT_MOE_PREFILL_TILES=mma keeps the tiles below, for
+   * measuring the two. */
   const char *env = getenv("FP4KIT_MOE_PREFILL_TILES");
   int device = 0;
-  if (!(env && !strcmp(env, "mma")) && cudaGetDevice(&device) == cudaSuccess && fp4_cuda_grouped_wgra_supported(a, device))
-    return fp4_cuda_grouped_gemm_wgra(a, stream, pdl);
+  if (!(env && !strcmp(env, "mma")) && cudaGetDevice(&device) == cudaSuccess) {
+    if (a->act != FP4_CUDA_ACT_FP4 && fp4_cuda_grouped_wgra_supported(a, device))
+      return fp4_cuda_grouped_gemm_wgra(a, stream, pdl);
+    fp4_cuda_grouped_args b = *a;
+    b.act = FP4_CUDA_ACT_BF16;
+    b.a = NULL; /* the bf16 rows, allocated below */
+    b.lda = a->k; /* a_mult, the FP4 activations' multiplier, stays in the per-expert scale */
+    if (a->act == FP4_CUDA_ACT_FP4 && fp4_cuda_grouped_wgra_supported(&b, device))
+      return grouped_wgra_fp4(a, &b, stream, pdl);
+  }
   const glm_params p = glm_params_of(a, kBN);
   const int bm = tile_m_for(a->rows, a->slots > 0 ? a->slots : 1, a->act);
   const int64_t ctas = cta_count(a, bm);
