@@ -367,7 +367,8 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     const int small_ok = !cuda_small_m_rule(a.m, a.k, why, sizeof why);
     if (!config && (!small_ok || a.m > FP4_CUDA_LARGE_M_FROM)) {
       const char *large[16];
-      if (cuda_large_m_candidates(&a, st, large) < 1)
+      /* when the large-M kernels refuse the problem, their first tile's check below names the rule */
+      if (cuda_large_m_candidates(&a, st, large) < 1 && fp4_cuda_large_m_configs(&a, st->device, large, 8) < 1)
         return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
       config = large[0];
     }
