@@ -13,8 +13,9 @@
  * case with the real per-expert shapes w13 2048 x 4096, w2 4096 x 1024); prefill-sized layers
  * (T 1024 and 1100, skewed and uniform, all activation dtypes); the grouped large-M tiles
  * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 16 rows per expert, W4A16 and W4A4,
- * NVFP4 and MXFP4, random and skewed routing, T >= 1024; on SM90 once on the register-A wgmma form
- * that 16-bit activations take there and once with FP4KIT_MOE_PREFILL_TILES=mma) and which path runs (the run info's
+ * NVFP4 and MXFP4, random and skewed routing, T >= 1024; on SM90 on the register-A wgmma tiles at the
+ * width the library picks, then at each width (FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256) and on
+ * the mma.sync tiles (=mma)) and which path runs (the run info's
  * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
  * written out of bounds).
  */
@@ -361,13 +362,18 @@ int main(void) {
   printf("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_grouped_large(ctx);
   printf("+ grouped GEMM on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
-  /* On SM90 (sm_90a code) the 16-bit activations above ran the register-A wgmma tiles; the mma.sync
-   * tiles, which every other GPU runs, stay covered here too. */
-  setenv("FP4KIT_MOE_PREFILL_TILES", "mma", 1);
-  test_moe_large(ctx);
-  test_grouped_large(ctx);
+  /* On SM90 (sm_90a code) the cases above ran the register-A wgmma tiles at the token width the
+   * library picks from the mean rows per expert; each width runs them here too (elsewhere the
+   * variable is ignored and they repeat the mma.sync tiles), and so do the mma.sync tiles, which
+   * every other GPU runs. */
+  static const char *const forced[] = {"wgra32", "wgra64", "wgra128", "wgra256", "mma"};
+  for (size_t i = 0; i < sizeof forced / sizeof *forced; i++) {
+    setenv("FP4KIT_MOE_PREFILL_TILES", forced[i], 1);
+    test_moe_large(ctx);
+    test_grouped_large(ctx);
+    printf("+ the same on the %s tiles: %d cases, %d failures\n", forced[i], g_runs, g_failures);
+  }
   unsetenv("FP4KIT_MOE_PREFILL_TILES");
-  printf("+ the same on the mma.sync tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_path_selection(ctx);
   printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);

@@ -8,8 +8,9 @@
  * exactness as the mma.sync family of gemm_large_m.cu (docs/cuda-large-m.md); extra tuner
  * candidates, not the default.
  *
- * CTA: 128 weight rows x BT tokens (BT = 128 or 256), K tiles of 64, three warpgroups:
- *   - warpgroup 0, the producer (setmaxnreg down to kProducerRegs): per K tile, cp.async copies of
+ * CTA: 128 weight rows x BT tokens (BT = 128 or 256; the grouped MoE tiles also 32 or 64, two CTAs per
+ * SM), K tiles of 64, three warpgroups:
+ *   - warpgroup 0, the producer (setmaxnreg down to wgra_producer_regs): per K tile, cp.async copies of
  *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
  *     raw FP4 weight tile (128 rows x 32 bytes) and, where the scale bytes of a row and tile lie in
  *     one aligned 4-byte word, that raw word (4-byte cp.async; wgra_raw_async), into a STAGES-deep
@@ -18,7 +19,7 @@
  *     scales into 16-bit pairs (from the raw word, or with plain loads for odd K) and arrives a
  *     second time: `full[s]` (256 arrivals) says a slot is ready, `empty[s]` (256 arrivals, every
  *     consumer thread) that it was consumed;
- *   - warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegs): weight rows 0-63 and
+ *   - warpgroups 1 and 2, the consumers (setmaxnreg up to wgra_consumer_regs): weight rows 0-63 and
  *     64-127 of the tile, m64nBTk16 wgmma with A from registers, FP32 accumulators
  *     (BT / 2 registers per thread).
  *
@@ -75,6 +76,7 @@
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cuda/cuda_kernels.h"
@@ -89,9 +91,16 @@ constexpr int kWgraWg = 128;              /* threads per warpgroup */
 constexpr int kWgraThreads = 3 * kWgraWg; /* producer + two consumers */
 constexpr int kWgraRows = 128;            /* weight rows per CTA */
 constexpr int kWgraBK = 64;               /* K elements per tile */
-/* 128 x 40 + 256 x 232 = 64512 registers = 384 x 168, what __launch_bounds__(384, 1) gives at launch */
-constexpr int kProducerRegs = 88;
-constexpr int kConsumerRegs = 208;
+/* CTAs per SM: the wide tiles (128 and 256 tokens) need most of the register file for their
+ * accumulators; the narrow ones (32 and 64 tokens, the grouped MoE tiles of experts with few rows)
+ * run two CTAs per SM, so that one CTA's decode and waits overlap the other's MMAs. */
+constexpr int wgra_ctas_per_sm(int bt) { return bt <= 64 ? 2 : 1; }
+/* Registers after setmaxnreg. Their sum over the 384 threads must equal what the launch allocates,
+ * the kernel's register count under __launch_bounds__(384, CTAs per SM):
+ *   1 CTA:  128 x 88 + 256 x 208 = 64512 = 384 x 168;
+ *   2 CTAs: 128 x 48 + 256 x 96  = 30720 = 384 x 80. */
+constexpr int wgra_producer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 88 : 48; }
+constexpr int wgra_consumer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 208 : 96; }
 /* Tiles between a tile's copies and its publication (scale conversion) by the producer: below
  * STAGES - 1, so that a tile is published before the consumers release the slot the producer waits
  * for next. */
@@ -110,10 +119,13 @@ struct wgra_cfg {
   static constexpr int SLOT = ACT_BYTES + W_BYTES + SC_BYTES + RAW_BYTES;
   static constexpr int SMEM = 1024 /* alignment slack */ + STAGES * SLOT;
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
-  static_assert(BT == 128 || BT == 256, "wgmma n128 or n256");
+  static constexpr int CTAS_PER_SM = wgra_ctas_per_sm(BT);
+  static_assert(BT == 32 || BT == 64 || BT == 128 || BT == 256, "wgmma n32, n64, n128 or n256");
   static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
   static_assert(STAGES >= kLag + 2, "a tile is published before the producer waits for the slot of tile + STAGES");
   static_assert(BT * kStageLd * 4 <= STAGES * SLOT, "the epilogue's staging tile fits in the ring");
+  /* 228 KiB per SM, 1 KiB of it reserved per CTA, a few hundred bytes of static barriers and tables */
+  static_assert(CTAS_PER_SM == 1 || SMEM <= 110 * 1024, "two CTAs fit in an SM's shared memory");
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "16-bit activations (W4A4: the prologue)");
 };
 
@@ -172,7 +184,13 @@ __device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u))
 template <int BT, bool F16>
 __device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], uint64_t db) {
-  if constexpr (BT == 128) {
+  if constexpr (BT == 32) {
+    if (F16) FP4_WGRA_MMA("32", "f16", FP4_WG_REGS_16, FP4_WG_OUTS_16, "16", "17", "18", "19", "20", "21");
+    else FP4_WGRA_MMA("32", "bf16", FP4_WG_REGS_16, FP4_WG_OUTS_16, "16", "17", "18", "19", "20", "21");
+  } else if constexpr (BT == 64) {
+    if (F16) FP4_WGRA_MMA("64", "f16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
+    else FP4_WGRA_MMA("64", "bf16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
+  } else if constexpr (BT == 128) {
     if (F16) FP4_WGRA_MMA("128", "f16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
     else FP4_WGRA_MMA("128", "bf16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
   } else {
@@ -463,7 +481,7 @@ struct wgra_split {
 };
 
 template <int BT, int STAGES, int FMT, int ACT>
-__global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p, wgra_split sk) {
+__global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_kernel(lm_params p, wgra_split sk) {
 #if FP4_SM90A_BODY
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -491,14 +509,14 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p,
 
   if (wg == 0) {
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
     const wgra_copier<G, BT> copier(p, m0, n0, pt);
     wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
     fp4_pdl_launch_dependents();
   } else {
     /* ---- consumers, then the epilogue from the staged tile ---- */
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<wgra_consumer_regs(BT)>();
     float *stage = const_cast<float *>(wgra_consume<G, BT>(ring, full, empty, kts));
     const int lane = threadIdx.x & 31;
     const int cwarp = (threadIdx.x - kWgraWg) >> 5;
@@ -535,7 +553,7 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p,
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   (void)p, (void)sk;
-  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)kProducerRegs, (void)kConsumerRegs;
+  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
 #else
   (void)p;
@@ -549,7 +567,7 @@ __global__ void __launch_bounds__(kWgraThreads, 1) gemm_wgra_kernel(lm_params p,
  * CTA (M tile j, N tile) computes BT of expert e's rows against 128 of its weight rows. W4A16 with
  * bf16 activations, or f16 with NVFP4 (W4A4 stays on the mma.sync tiles). */
 template <int BT, int STAGES, int FMT, int ACT>
-__global__ void __launch_bounds__(kWgraThreads, 1) grouped_wgra_kernel(glm_params p) {
+__global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wgra_kernel(glm_params p) {
 #if FP4_SM90A_BODY
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
@@ -588,13 +606,13 @@ __global__ void __launch_bounds__(kWgraThreads, 1) grouped_wgra_kernel(glm_param
   __syncthreads();
 
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
     const wgra_gather_copier<G, BT> copier(p, tile_info[0], n0, row_off, pt);
     wgra_produce<G, STAGES>(p, copier, ring, full, empty, 0, kts, pt);
     fp4_pdl_launch_dependents();
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<wgra_consumer_regs(BT)>();
     const float *stage = wgra_consume<G, BT>(ring, full, empty, kts);
     const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5;
     const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
@@ -763,18 +781,45 @@ cudaError_t grouped_wgra_launch(const glm_params &p, int64_t ctas, cudaStream_t 
 
 template <int FMT, int ACT>
 cudaError_t grouped_wgra_tile(const glm_params &p, int bt, int64_t ctas, cudaStream_t s, int pdl) {
-  return bt == 256 ? grouped_wgra_launch<256, 5, FMT, ACT>(p, ctas, s, pdl)
-                   : grouped_wgra_launch<128, 8, FMT, ACT>(p, ctas, s, pdl);
+  switch (bt) {
+  case 32: return grouped_wgra_launch<32, 8, FMT, ACT>(p, ctas, s, pdl);
+  case 64: return grouped_wgra_launch<64, 6, FMT, ACT>(p, ctas, s, pdl);
+  case 128: return grouped_wgra_launch<128, 8, FMT, ACT>(p, ctas, s, pdl);
+  case 256: return grouped_wgra_launch<256, 5, FMT, ACT>(p, ctas, s, pdl);
+  default: return cudaErrorInvalidValue;
+  }
 }
 
-/* Tokens per tile from the mean rows per expert slot (the host knows no more): the tile that pads
- * a typical expert, mean + sqrt(mean) rows, least, 256 on a tie (its weights are decoded once). */
+/* Tokens per tile from the mean rows per expert slot (the host knows no more). An expert's rows are
+ * padded to whole tiles, and a tile costs about the same whatever its rows hold, so the choice is
+ * the width that covers a typical expert, mean + sqrt(mean) rows (routing counts spread about like
+ * a Poisson count), at the least estimated cost: tiles x the time of one tile. The times per K
+ * tile are relative estimates (the 128- and 256-token ones from the dense kernel at M = 4096; the
+ * narrow ones run two CTAs per SM). FP4KIT_MOE_PREFILL_TILES=wgra32|wgra64|wgra128|wgra256 forces
+ * one, for measuring. */
 int grouped_wgra_bt(int64_t rows, int64_t slots) {
+  if (const char *env = getenv("FP4KIT_MOE_PREFILL_TILES")) {
+    for (int bt = 32; bt <= 256; bt *= 2) {
+      char name[16];
+      snprintf(name, sizeof name, "wgra%d", bt);
+      if (!strcmp(env, name)) return bt;
+    }
+  }
   const int64_t mean = (rows + slots - 1) / slots;
   int64_t root = 0;
   while ((root + 1) * (root + 1) <= mean) root++;
   const int64_t typical = mean + root;
-  return (typical + 255) / 256 * 256 <= (typical + 127) / 128 * 128 ? 256 : 128;
+  static const struct {
+    int bt;
+    double cost;
+  } widths[] = {{32, 0.35}, {64, 0.45}, {128, 0.74}, {256, 0.9}};
+  int best = 256;
+  double best_cost = 0.0;
+  for (const auto &w : widths) {
+    const double c = (double)((typical + w.bt - 1) / w.bt) * w.cost;
+    if (best_cost == 0.0 || c < best_cost) best = w.bt, best_cost = c;
+  }
+  return best;
 }
 
 int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) {
@@ -867,7 +912,7 @@ extern "C" int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *a, i
   if (!wgra_image_ok(device, why, sizeof why)) return 0;
   const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
   if (wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM + 4096 > optin) return 0; /* + the row table */
-  return grouped_wgra_ctas(a, 128) <= 0x7FFFFFFF && a->rows <= 0x7FFFFFFF;
+  return grouped_wgra_ctas(a, 32) <= 0x7FFFFFFF && a->rows <= 0x7FFFFFFF;
 }
 
 extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *stream, int pdl) {

@@ -321,7 +321,7 @@ extern "C" int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *a, void 
   /* SM90 with this binary's sm_90a code: the register-A wgmma tiles (gemm_large_m_wgra.cu) take
    * 16-bit activations, and FP4 ones after a pass that writes their exact bf16 values (the
    * large-m.wgra.pro configs' prologue). FP4KIT_MOE_PREFILL_TILES=mma keeps the tiles below, for
-   * measuring the two. */
+   * measuring the two (=wgra32 .. wgra256 forces a token width of the register-A tiles). */
   const char *env = getenv("FP4KIT_MOE_PREFILL_TILES");
   int device = 0;
   if (!(env && !strcmp(env, "mma")) && cudaGetDevice(&device) == cudaSuccess) {
