@@ -366,7 +366,7 @@ int main(void) {
    * library picks from the mean rows per expert; each width runs them here too (elsewhere the
    * variable is ignored and they repeat the mma.sync tiles), and so do the mma.sync tiles, which
    * every other GPU runs. */
-  static const char *const forced[] = {"wgra32", "wgra64", "wgra128", "wgra256", "mma"};
+  static const char *const forced[] = {"wgra32", "wgra64", "wgra128", "wgra160", "wgra192", "wgra256", "mma"};
   for (size_t i = 0; i < sizeof forced / sizeof *forced; i++) {
     setenv("FP4KIT_MOE_PREFILL_TILES", forced[i], 1);
     test_moe_large(ctx);

@@ -8,8 +8,8 @@
  * exactness as the mma.sync family of gemm_large_m.cu (docs/cuda-large-m.md); extra tuner
  * candidates, not the default.
  *
- * CTA: 128 weight rows x BT tokens (BT = 128 or 256; the grouped MoE tiles also 32 or 64, two CTAs per
- * SM), K tiles of 64, three warpgroups:
+ * CTA: 128 weight rows x BT tokens (BT = 128 or 256; the grouped MoE tiles also 160 and 192, and 32
+ * or 64 at two CTAs per SM), K tiles of 64, three warpgroups:
  *   - warpgroup 0, the producer (setmaxnreg down to wgra_producer_regs): per K tile, cp.async copies of
  *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
  *     raw FP4 weight tile (128 rows x 32 bytes) and, where the scale bytes of a row and tile lie in
@@ -75,6 +75,7 @@
  * M and N).
  */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,8 @@ struct wgra_cfg {
   static constexpr int SMEM = 1024 /* alignment slack */ + STAGES * SLOT;
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
   static constexpr int CTAS_PER_SM = wgra_ctas_per_sm(BT);
-  static_assert(BT == 32 || BT == 64 || BT == 128 || BT == 256, "wgmma n32, n64, n128 or n256");
+  static_assert(BT == 32 || BT == 64 || BT == 128 || BT == 160 || BT == 192 || BT == 256,
+                "wgmma n32, n64, n128, n160, n192 or n256");
   static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
   static_assert(STAGES >= kLag + 2, "a tile is published before the producer waits for the slot of tile + STAGES");
   static_assert(BT * kStageLd * 4 <= STAGES * SLOT, "the epilogue's staging tile fits in the ring");
@@ -190,6 +192,12 @@ __device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], u
   } else if constexpr (BT == 64) {
     if (F16) FP4_WGRA_MMA("64", "f16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
     else FP4_WGRA_MMA("64", "bf16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
+  } else if constexpr (BT == 160) {
+    if (F16) FP4_WGRA_MMA("160", "f16", FP4_WG_REGS_80, FP4_WG_OUTS_80, "80", "81", "82", "83", "84", "85");
+    else FP4_WGRA_MMA("160", "bf16", FP4_WG_REGS_80, FP4_WG_OUTS_80, "80", "81", "82", "83", "84", "85");
+  } else if constexpr (BT == 192) {
+    if (F16) FP4_WGRA_MMA("192", "f16", FP4_WG_REGS_96, FP4_WG_OUTS_96, "96", "97", "98", "99", "100", "101");
+    else FP4_WGRA_MMA("192", "bf16", FP4_WG_REGS_96, FP4_WG_OUTS_96, "96", "97", "98", "99", "100", "101");
   } else if constexpr (BT == 128) {
     if (F16) FP4_WGRA_MMA("128", "f16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
     else FP4_WGRA_MMA("128", "bf16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
@@ -301,11 +309,13 @@ struct wgra_copier {
 
 /* The copies of a grouped (MoE prefill) tile: as wgra_copier, except that activation row r comes
  * through the CTA's row table (its byte offset in A, -1 past the expert's rows: zero-filled) and the
- * weights and scales are expert e's. */
+ * weights and scales are expert e's. The thread's BT / 16 gathered row addresses are read from the
+ * table once and kept in registers (NULL: a padding row), so a K tile costs one add per row as in
+ * the dense copier. (Reading the table in every K tile made the 256-token tile about 1.7x slower
+ * per K tile than the dense one, session 10 run 2.) */
 template <class G, int BT>
 struct wgra_gather_copier {
-  const uint8_t *a;        /* A, plus this thread's 16-byte chunk (pt % 8) */
-  const int64_t *row_off;  /* [BT] in shared memory */
+  const uint8_t *arow[BT / 16]; /* gathered activation rows pt / 8 + 16 j, plus chunk pt % 8; NULL past the rows */
   const uint8_t *w;        /* expert e's weight row n0 + pt / 2, byte 16 (pt % 2) */
   const uint8_t *scales;   /* expert e's scales */
   const uint8_t *sc;       /* row pt's raw scale word of K tile 0 (raw_async) */
@@ -315,9 +325,13 @@ struct wgra_gather_copier {
 
   __device__ __forceinline__ wgra_gather_copier(const glm_params &p, int64_t e, int64_t n0_, const int64_t *rows,
                                                 int pt)
-      : row_off(rows), n0(n0_) {
+      : n0(n0_) {
     const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
-    a = static_cast<const uint8_t *>(p.a) + 16 * ac;
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) {
+      const int64_t off = rows[ar + 16 * j];
+      arow[j] = off >= 0 ? static_cast<const uint8_t *>(p.a) + off + 16 * ac : nullptr;
+    }
     a_dst = (uint32_t)swz(ar, ac);
     w = p.w + e * p.w_expert_bytes + (n0 + wr) * (p.k >> 1) + 16 * wh;
     w_step = 64 * (p.k >> 1);
@@ -335,12 +349,10 @@ struct wgra_gather_copier {
   __device__ __forceinline__ void load(const glm_params &p, uint8_t *sl, int kt, int pt) const {
     const int64_t k0 = (int64_t)kt * kWgraBK;
     const bool ka = k0 + 8 * (pt & 7) < p.k, kw = k0 + 32 * (pt & 1) < p.k;
-    const int ar = pt >> 3;
 #pragma unroll
     for (int j = 0; j < BT / 16; j++) {
-      const int64_t off = row_off[ar + 16 * j];
-      const bool ok = ka && off >= 0;
-      cp_async16(sl + a_dst + j * 16 * 128, ok ? a + off + 2 * k0 : p.a, ok);
+      const bool ok = ka && arow[j];
+      cp_async16(sl + a_dst + j * 16 * 128, ok ? arow[j] + 2 * k0 : p.a, ok);
     }
     const uint8_t *ws = w + (k0 >> 1);
     const bool ok0 = kw && (n_inside || n0 + (pt >> 1) < p.n), ok1 = kw && (n_inside || n0 + 64 + (pt >> 1) < p.n);
@@ -553,7 +565,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   (void)p, (void)sk;
-  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM;
+  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM, (void)wgra_producer_regs(BT), (void)wgra_consumer_regs(BT);
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
 #else
   (void)p;
@@ -623,7 +635,9 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
       if (col < p.n) glm_store4(p, m0 + t, col, *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane), scale);
   }
 #elif defined(__CUDA_ARCH__)
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>; /* referenced, as in gemm_wgra_kernel */
   (void)p;
+  (void)G::NV, (void)G::F16, (void)G::D, (void)G::CTAS_PER_SM;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_grouped_wgra_supported) */
 #else
   (void)p;
@@ -785,39 +799,55 @@ cudaError_t grouped_wgra_tile(const glm_params &p, int bt, int64_t ctas, cudaStr
   case 32: return grouped_wgra_launch<32, 8, FMT, ACT>(p, ctas, s, pdl);
   case 64: return grouped_wgra_launch<64, 6, FMT, ACT>(p, ctas, s, pdl);
   case 128: return grouped_wgra_launch<128, 8, FMT, ACT>(p, ctas, s, pdl);
+  case 160: return grouped_wgra_launch<160, 7, FMT, ACT>(p, ctas, s, pdl);
+  case 192: return grouped_wgra_launch<192, 6, FMT, ACT>(p, ctas, s, pdl);
   case 256: return grouped_wgra_launch<256, 5, FMT, ACT>(p, ctas, s, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
 
+/* Expected tiles of width bt per expert when its rows are a Poisson count of mean m (routing
+ * counts spread about like one): sum over r of P(r) * ceil(r / bt), summed to m + 12 sqrt(m) + 12. */
+double expected_tiles(double m, int bt) {
+  const double limit = m + 12.0 * sqrt(m) + 12.0;
+  double pr = exp(-m), sum = 0.0; /* P(0); large m underflows to 0 and is rebuilt below */
+  if (pr == 0.0) return ceil(m / bt) + 0.5; /* m > ~700: the tile count is about fixed */
+  for (int r = 1; r <= (int)limit; r++) {
+    pr *= m / r;
+    sum += pr * (double)((r + bt - 1) / bt);
+  }
+  return sum;
+}
+
+/* Token widths of the grouped tiles and the time of one tile relative to the 64-token one's,
+ * fitted to the H200 (session 10 run 3: the MoE layer at B = 1024 and 4096 for Qwen3.5 and
+ * DeepSeek-R1 with each width forced, the cost per expected tile taken from each of the four): the
+ * narrow tiles run two CTAs per SM, so 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256
+ * tokens 1.85. 160 and 192 (for experts of about 130-190 rows) are interpolated between 128 and 256. */
+const struct {
+  int bt;
+  double cost;
+} kGroupedWidths[] = {{32, 0.87}, {64, 1.0}, {128, 1.5}, {160, 1.59}, {192, 1.68}, {256, 1.85}};
+
 /* Tokens per tile from the mean rows per expert slot (the host knows no more). An expert's rows are
- * padded to whole tiles, and a tile costs about the same whatever its rows hold, so the choice is
- * the width that covers a typical expert, mean + sqrt(mean) rows (routing counts spread about like
- * a Poisson count), at the least estimated cost: tiles x the time of one tile. The times per K
- * tile are relative estimates (the 128- and 256-token ones from the dense kernel at M = 4096; the
- * narrow ones run two CTAs per SM). FP4KIT_MOE_PREFILL_TILES=wgra32|wgra64|wgra128|wgra256 forces
- * one, for measuring. */
+ * padded to whole tiles, so the choice is the width with the least expected cost: expected tiles
+ * x the time of one tile. FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256 (a width of kGroupedWidths)
+ * forces one, for measuring. */
 int grouped_wgra_bt(int64_t rows, int64_t slots) {
   if (const char *env = getenv("FP4KIT_MOE_PREFILL_TILES")) {
-    for (int bt = 32; bt <= 256; bt *= 2) {
+    for (const auto &w : kGroupedWidths) {
       char name[16];
-      snprintf(name, sizeof name, "wgra%d", bt);
-      if (!strcmp(env, name)) return bt;
+      snprintf(name, sizeof name, "wgra%d", w.bt);
+      if (!strcmp(env, name)) return w.bt;
     }
   }
-  const int64_t mean = (rows + slots - 1) / slots;
-  int64_t root = 0;
-  while ((root + 1) * (root + 1) <= mean) root++;
-  const int64_t typical = mean + root;
-  static const struct {
-    int bt;
-    double cost;
-  } widths[] = {{32, 0.35}, {64, 0.45}, {128, 0.74}, {256, 0.9}};
-  int best = 256;
+  const double mean = (double)rows / (double)slots;
+  const auto &widths = kGroupedWidths;
+  int best = 0;
   double best_cost = 0.0;
   for (const auto &w : widths) {
-    const double c = (double)((typical + w.bt - 1) / w.bt) * w.cost;
-    if (best_cost == 0.0 || c < best_cost) best = w.bt, best_cost = c;
+    const double c = expected_tiles(mean, w.bt) * w.cost;
+    if (!best || c < best_cost) best = w.bt, best_cost = c;
   }
   return best;
 }
