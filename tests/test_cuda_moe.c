@@ -17,7 +17,7 @@
  * width the library picks, then at each width (FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256) and on
  * the mma.sync tiles (=mma)) and which path runs (the run info's
  * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
- * written out of bounds).
+ * written out of bounds). `test_cuda_moe --library-tiles-only` skips the forced-width passes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -334,7 +334,9 @@ static void test_path_selection(fp4_context *ctx) {
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* --library-tiles-only: skip the passes that force each prefill tile (for a quick run) */
+  const int forced_passes = !(argc > 1 && !strcmp(argv[1], "--library-tiles-only"));
   fp4_context *ctx = NULL;
   char reason[256];
   if (fp4_context_create(&ctx, 0) != FP4_OK) {
@@ -367,7 +369,7 @@ int main(void) {
    * variable is ignored and they repeat the mma.sync tiles), and so do the mma.sync tiles, which
    * every other GPU runs. */
   static const char *const forced[] = {"wgra32", "wgra64", "wgra128", "wgra160", "wgra192", "wgra256", "mma"};
-  for (size_t i = 0; i < sizeof forced / sizeof *forced; i++) {
+  for (size_t i = 0; forced_passes && i < sizeof forced / sizeof *forced; i++) {
     setenv("FP4KIT_MOE_PREFILL_TILES", forced[i], 1);
     test_moe_large(ctx);
     test_grouped_large(ctx);
