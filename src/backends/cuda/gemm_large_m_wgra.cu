@@ -722,10 +722,23 @@ int wgra_splits(int64_t tiles, int64_t kall, int sms) {
   return best > 1 && best_t < 0.8 * waves(tiles) * ((double)kall + 4.0) ? best : 1;
 }
 
+/* setmaxnreg.inc waits until the CTA's register pool holds what it claims, so the launch must
+ * allocate at least what the producer and the consumers claim together, or the consumers wait
+ * forever. ptxas gives these kernels the launch-bounds maximum (168 or 80 registers, the sums in
+ * wgra_producer_regs); a build where it did not fails the launch with an error instead of hanging. */
+template <int BT>
+bool wgra_register_pool_ok(const void *kernel) {
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) return false;
+  return fa.numRegs * kWgraThreads >= kWgraWg * wgra_producer_regs(BT) + 2 * kWgraWg * wgra_consumer_regs(BT);
+}
+
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t wgra_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT>;
+  static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
+  if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
   int dev = 0;
@@ -788,6 +801,8 @@ template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t grouped_wgra_launch(const glm_params &p, int64_t ctas, cudaStream_t s, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   auto kernel = grouped_wgra_kernel<BT, STAGES, FMT, ACT>;
+  static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
+  if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
   return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(kWgraThreads), (size_t)G::SMEM, s, pdl, p);
