@@ -107,6 +107,12 @@ static void test_moe_small(fp4_context *ctx) {
           if (!shared && t % 2) c.layout_b = FP4_LAYOUT_LINEAR; /* routed weights in both layouts */
           run_case(ctx, &c, seed++);
         }
+  /* More experts than the routing kernel keeps counters for in shared memory (12032): its
+   * global-memory counters, W4A16 and W4A4, skewed routing. */
+  for (int w4a4 = 0; w4a4 < 2; w4a4++) {
+    fp4h_case c = fp4h_moe_case(300, 32, 64, 13000, 4, w4a4, FP4_FORMAT_NVFP4, 0, 1, FP4_DTYPE_BF16);
+    run_case(ctx, &c, seed++);
+  }
 }
 
 /* Qwen3.5-397B's routed experts are w13 2048 x 4096, w2 4096 x 1024, 512 experts, top-10: the

@@ -1,6 +1,6 @@
 /*
  * The MoE layer's small kernels around the grouped GEMMs: the routing permutation (counting sort
- * on one CTA, counters in its shared memory up to 12288 experts), SiLU(gate) * up, and the weighted combine. Every kernel waits on the previous one
+ * on one CTA, counters in its shared memory up to 12032 experts), SiLU(gate) * up, and the weighted combine. Every kernel waits on the previous one
  * with the PDL pair of launch.cuh, so the layer runs without host synchronization and can be
  * captured in a CUDA graph.
  */
@@ -43,11 +43,12 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
   return v;
 }
 
-/* Experts whose counters fit in the routing CTA's shared memory (48 KiB, no opt-in needed). The
+/* Experts whose counters fit in the routing CTA's shared memory (48 KiB without an opt-in, less 1 KiB
+ * for block_scan's static array). The
  * scatter's atomics return the row they claim, so each thread waits for one per pair it places:
  * on global counters that is an L2 round trip each, 71 us for DeepSeek-R1 at B = 4096 (32768
  * pairs, 32 per thread; session 10 run 5, ncu), on shared ones a few cycles. */
-constexpr int64_t kRouteSmemExperts = 48 * 1024 / sizeof(int32_t);
+constexpr int64_t kRouteSmemExperts = (48 * 1024 - 1024) / sizeof(int32_t);
 
 template <bool SMEM_COUNTS>
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_args a) {
