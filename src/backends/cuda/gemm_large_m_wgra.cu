@@ -96,8 +96,9 @@ constexpr int kWgraBK = 64;               /* K elements per tile */
  * accumulators; the narrow ones (32 and 64 tokens, the grouped MoE tiles of experts with few rows)
  * run two CTAs per SM, so that one CTA's decode and waits overlap the other's MMAs. */
 constexpr int wgra_ctas_per_sm(int bt) { return bt <= 64 ? 2 : 1; }
-/* Registers after setmaxnreg. Their sum over the 384 threads must equal what the launch allocates,
- * the kernel's register count under __launch_bounds__(384, CTAs per SM):
+/* Registers after setmaxnreg. Their sum over the 384 threads must not exceed what the launch
+ * allocates, the kernel's register count under __launch_bounds__(384, CTAs per SM), which they equal
+ * (wgra_register_pool_ok checks it at the first launch):
  *   1 CTA:  128 x 88 + 256 x 208 = 64512 = 384 x 168;
  *   2 CTAs: 128 x 48 + 256 x 96  = 30720 = 384 x 80. */
 constexpr int wgra_producer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 88 : 48; }
@@ -184,28 +185,28 @@ __device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &
                "." T " {" REGS "}, {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" DB ", p, 1, 1, 0;\n}\n"          \
                : OUTS(d)                                                                                    \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1u))
+/* Both 16-bit types of one width: the operand numbers of a0..a3, the descriptor and the predicate
+ * input follow the N / 2 accumulator registers. */
+#define FP4_WGRA_MMA_N(N, REGS, OUTS, A0, A1, A2, A3, DB, ONE)      \
+  if (F16) FP4_WGRA_MMA(N, "f16", REGS, OUTS, A0, A1, A2, A3, DB, ONE); \
+  else FP4_WGRA_MMA(N, "bf16", REGS, OUTS, A0, A1, A2, A3, DB, ONE)
 template <int BT, bool F16>
 __device__ __forceinline__ void wgmma_rs_k16(float *d, const uint32_t (&a)[4], uint64_t db) {
   if constexpr (BT == 32) {
-    if (F16) FP4_WGRA_MMA("32", "f16", FP4_WG_REGS_16, FP4_WG_OUTS_16, "16", "17", "18", "19", "20", "21");
-    else FP4_WGRA_MMA("32", "bf16", FP4_WG_REGS_16, FP4_WG_OUTS_16, "16", "17", "18", "19", "20", "21");
+    FP4_WGRA_MMA_N("32", FP4_WG_REGS_16, FP4_WG_OUTS_16, "16", "17", "18", "19", "20", "21");
   } else if constexpr (BT == 64) {
-    if (F16) FP4_WGRA_MMA("64", "f16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
-    else FP4_WGRA_MMA("64", "bf16", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
-  } else if constexpr (BT == 160) {
-    if (F16) FP4_WGRA_MMA("160", "f16", FP4_WG_REGS_80, FP4_WG_OUTS_80, "80", "81", "82", "83", "84", "85");
-    else FP4_WGRA_MMA("160", "bf16", FP4_WG_REGS_80, FP4_WG_OUTS_80, "80", "81", "82", "83", "84", "85");
-  } else if constexpr (BT == 192) {
-    if (F16) FP4_WGRA_MMA("192", "f16", FP4_WG_REGS_96, FP4_WG_OUTS_96, "96", "97", "98", "99", "100", "101");
-    else FP4_WGRA_MMA("192", "bf16", FP4_WG_REGS_96, FP4_WG_OUTS_96, "96", "97", "98", "99", "100", "101");
+    FP4_WGRA_MMA_N("64", FP4_WG_REGS_32, FP4_WG_OUTS_32, "32", "33", "34", "35", "36", "37");
   } else if constexpr (BT == 128) {
-    if (F16) FP4_WGRA_MMA("128", "f16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
-    else FP4_WGRA_MMA("128", "bf16", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
+    FP4_WGRA_MMA_N("128", FP4_WG_REGS_64, FP4_WG_OUTS_64, "64", "65", "66", "67", "68", "69");
+  } else if constexpr (BT == 160) {
+    FP4_WGRA_MMA_N("160", FP4_WG_REGS_80, FP4_WG_OUTS_80, "80", "81", "82", "83", "84", "85");
+  } else if constexpr (BT == 192) {
+    FP4_WGRA_MMA_N("192", FP4_WG_REGS_96, FP4_WG_OUTS_96, "96", "97", "98", "99", "100", "101");
   } else {
-    if (F16) FP4_WGRA_MMA("256", "f16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
-    else FP4_WGRA_MMA("256", "bf16", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
+    FP4_WGRA_MMA_N("256", FP4_WG_REGS_128, FP4_WG_OUTS_128, "128", "129", "130", "131", "132", "133");
   }
 }
+#undef FP4_WGRA_MMA_N
 #undef FP4_WGRA_MMA
 
 /* Named barrier 2 among the 256 consumer threads. */
@@ -311,8 +312,8 @@ struct wgra_copier {
  * through the CTA's row table (its byte offset in A, -1 past the expert's rows: zero-filled) and the
  * weights and scales are expert e's. The thread's BT / 16 gathered row addresses are read from the
  * table once and kept in registers (NULL: a padding row), so a K tile costs one add per row as in
- * the dense copier. (Reading the table in every K tile made the 256-token tile about 1.7x slower
- * per K tile than the dense one, session 10 run 2.) */
+ * the dense copier. (Reading the table in every K tile made the 256-token tile 1.5x slower:
+ * DeepSeek-R1 at B = 4096, 17.1 -> 11.4 ms, session 10 runs 2-3.) */
 template <class G, int BT>
 struct wgra_gather_copier {
   const uint8_t *arow[BT / 16]; /* gathered activation rows pt / 8 + 16 j, plus chunk pt % 8; NULL past the rows */
