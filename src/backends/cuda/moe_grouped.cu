@@ -545,7 +545,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
-    if (nt == 1 && act16 && a->kernel != FP4_CUDA_GROUPED_MMA_WIDE && !(decode_env && !strcmp(decode_env, "mma"))) {
+    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
       /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
       const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
       const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
@@ -578,7 +578,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
-  if (a->kernel == FP4_CUDA_GROUPED_MMA || a->kernel == FP4_CUDA_GROUPED_MMA_WIDE) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
+  if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);

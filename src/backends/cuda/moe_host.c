@@ -330,9 +330,6 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.out = down_out;
   g.ldo = H;
-  /* MEASURING: FP4KIT_MOE_DOWN_DECODE=mma runs the down GEMM's decode on the 8-warp kernel */
-  const char *down_env = getenv("FP4KIT_MOE_DOWN_DECODE");
-  if (down_env && !strcmp(down_env, "mma")) g.kernel = FP4_CUDA_GROUPED_MMA_WIDE;
   return grouped_run(&g, large, p->stream, m->pdl);
 }
 

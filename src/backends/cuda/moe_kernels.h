@@ -43,10 +43,8 @@ typedef struct fp4_cuda_grouped_args {
   int kernel;                  /* FP4_CUDA_GROUPED_*: AUTO (0) picks tensor cores if K % 128 == 0 */
 } fp4_cuda_grouped_args;
 
-/* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0.
- * FP4_CUDA_GROUPED_MMA_WIDE: tensor cores on the 8-warp kernel also where the lean decode kernel
- * would run (one token tile, bf16/f16 rows). */
-enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA = 2, FP4_CUDA_GROUPED_MMA_WIDE = 3 };
+/* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
+enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA = 2 };
 
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
