@@ -599,15 +599,22 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
     }
   }
   fp4_pdl_wait(); /* offsets, the permutation and the activations come from earlier kernels */
+  /* With the routing kernel's dense tile numbering for this width every M tile below its total has
+   * rows, and the CTAs past it (the grid is sized from a bound) exit after one load. */
+  const bool dense = p.tile_rows == BT;
   if (threadIdx.x < 32) {
-    const int64_t e = find_tile_expert<BT>(p, j, threadIdx.x);
-    if (threadIdx.x == 0) {
-      const int64_t lo = clamp64(__ldg(p.offsets + e), 0, p.rows), hi = clamp64(__ldg(p.offsets + e + 1), lo, p.rows);
-      const int64_t m0 = lo + (j - (lo / BT + e)) * BT;
-      tile_info[0] = e;
-      tile_info[1] = m0;
-      tile_info[2] = m0 < hi ? hi : -1;
-      tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+    if (dense && j >= __ldg(p.tile_starts + p.experts)) {
+      if (threadIdx.x == 0) tile_info[2] = -1;
+    } else {
+      const int64_t e = dense ? find_tile_expert<BT, true>(p, j, threadIdx.x) : find_tile_expert<BT>(p, j, threadIdx.x);
+      if (threadIdx.x == 0) {
+        const int64_t lo = clamp64(__ldg(p.offsets + e), 0, p.rows), hi = clamp64(__ldg(p.offsets + e + 1), lo, p.rows);
+        const int64_t m0 = lo + (j - (dense ? (int64_t)__ldg(p.tile_starts + e) : lo / BT + e)) * BT;
+        tile_info[0] = e;
+        tile_info[1] = m0;
+        tile_info[2] = m0 < hi ? hi : -1;
+        tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+      }
     }
   }
   __syncthreads(); /* barriers initialized, the tile known */
@@ -868,7 +875,7 @@ int grouped_wgra_bt(int64_t rows, int64_t slots) {
   return best;
 }
 
-int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) {
+int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) { /* M tiles: the bound of either numbering */
   return (a->rows / bt + a->experts) * ((a->n + kWgraRows - 1) / kWgraRows);
 }
 
@@ -972,6 +979,10 @@ extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *
   if (a->format == FP4_FORMAT_MXFP4) return (int)grouped_wgra_tile<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
   if (a->act == FP4_CUDA_ACT_F16) return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, bt, ctas, s, pdl);
   return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
+}
+
+extern "C" int fp4_cuda_grouped_wgra_width(int64_t rows, int64_t slots) {
+  return grouped_wgra_bt(rows, slots > 0 ? slots : 1);
 }
 
 extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {

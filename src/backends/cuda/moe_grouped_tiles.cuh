@@ -24,6 +24,8 @@ struct glm_params {
   const uint8_t *w_scales; /* E buffers of w_scale_stride bytes */
   const float *w_mult;     /* [E] or NULL */
   const int64_t *offsets;  /* [E+1] */
+  const int32_t *tile_starts; /* dense M tile numbering ([E+1]) for tiles of tile_rows rows, or NULL */
+  int64_t tile_rows;
   void *out;
   int64_t lda, ldo, w_expert_bytes, w_scale_stride, experts, rows, n, k, C, a_C, tn;
   int a_layout, w_layout, out_dtype;
@@ -42,6 +44,8 @@ inline glm_params glm_params_of(const fp4_cuda_grouped_args *a, int bn) {
   p.w_scales = a->w_scales;
   p.w_mult = a->w_mult;
   p.offsets = a->offsets;
+  p.tile_starts = a->tile_starts;
+  p.tile_rows = a->tile_starts ? a->tile_rows : 0;
   p.out = a->out;
   p.lda = a->lda;
   p.ldo = a->ldo;
@@ -70,13 +74,14 @@ __device__ __forceinline__ int64_t tile_start(const glm_params &p, int64_t e) {
   return clamp64(__ldg(p.offsets + e), 0, p.rows) / BM + e;
 }
 
-/* Warp 0: the last expert e with start(e) <= j (the CTA then checks that j is one of its tiles). */
-template <int BM>
+/* Warp 0: the last expert e with start(e) <= j (the CTA then checks that j is one of its tiles).
+ * DENSE: start(e) from p.tile_starts (the routing kernel's numbering) instead of the bound one. */
+template <int BM, bool DENSE = false>
 __device__ int64_t find_tile_expert(const glm_params &p, int64_t j, int lane) {
   int64_t a = 0, b = p.experts; /* invariant: start(a) <= j (start(0) = 0), the answer in [a, b) */
   while (b - a > 1) {
     const int64_t step = (b - a + 31) / 32, c = a + lane * step;
-    const bool ok = c < b && tile_start<BM>(p, c) <= j;
+    const bool ok = c < b && (DENSE ? (int64_t)__ldg(p.tile_starts + c) : tile_start<BM>(p, c)) <= j;
     const unsigned m = __ballot_sync(0xFFFFFFFFu, ok); /* lane 0 always: c = a */
     const int last = 31 - __clz(m);
     a += last * step;

@@ -185,10 +185,11 @@ const char *fp4_cuda_moe_config(const fp4_problem *p) {
   return grouped_large(&a) ? "grouped.large-m" : "grouped";
 }
 
-/* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets;
- * for W4A4 the quantized hidden rows as exact bf16 [T, H] (fp4_rows_as_bf16). */
+/* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets,
+ * the dense M tile numbering of the prefill tiles [E+1]; for W4A4 the quantized hidden rows as
+ * exact bf16 [T, H] (fp4_rows_as_bf16). */
 typedef struct moe_extra {
-  size_t counts, active, active_count, shared_offsets, hidden_bf16, total;
+  size_t counts, active, active_count, shared_offsets, tile_starts, hidden_bf16, total;
 } moe_extra;
 
 static size_t align_up(size_t x) { return (x + FP4_MOE_WS_ALIGN - 1) / FP4_MOE_WS_ALIGN * FP4_MOE_WS_ALIGN; }
@@ -202,7 +203,8 @@ static moe_extra extra_layout(size_t common, const fp4_moe_layer *layer, int64_t
   x.active = align_up(x.counts + (size_t)experts * sizeof(int32_t));
   x.active_count = align_up(x.active + (size_t)experts * sizeof(int32_t));
   x.shared_offsets = align_up(x.active_count + sizeof(int32_t));
-  x.hidden_bf16 = align_up(x.shared_offsets + 2 * sizeof(int64_t));
+  x.tile_starts = align_up(x.shared_offsets + 2 * sizeof(int64_t));
+  x.hidden_bf16 = align_up(x.tile_starts + (size_t)(experts + 1) * sizeof(int32_t));
   x.total = x.hidden_bf16 + bf16_bytes;
   return x;
 }
@@ -219,6 +221,8 @@ typedef struct moe_launch {
   fp4_moe_ws_layout ws;
   moe_extra x;
   int pdl;
+  const int32_t *tile_starts; /* the routing kernel's dense M tile numbering, or NULL */
+  int64_t tile_rows;
 } moe_launch;
 
 static void *at(const moe_launch *m, size_t off) { return m->base + off; }
@@ -277,6 +281,8 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     g.active_count = at(m, m->x.active_count);
     g.a_rows = at(m, m->ws.sorted);
     g.a_div = (int32_t)k;
+    g.tile_starts = m->tile_starts;
+    g.tile_rows = m->tile_rows;
   } else {
     g.a_div = 1;
   }
@@ -346,6 +352,15 @@ static int moe_launch_layer(const fp4_problem *p, int pdl) {
                            .sorted = at(&m, m.ws.sorted), .inverse = at(&m, m.ws.inverse),
                            .counts = at(&m, m.x.counts), .active = at(&m, m.x.active),
                            .active_count = at(&m, m.x.active_count), .shared_offsets = at(&m, m.x.shared_offsets)};
+  /* Prefill: the routing kernel also numbers the M tiles of the width the register-A tiles will
+   * pick (the same rule, from the same rows and slots), so none of their CTAs finds an empty tile
+   * (docs/moe.md). FP4KIT_MOE_DENSE_TILES=0 keeps the bound numbering, for measuring the two. */
+  const char *dense_env = getenv("FP4KIT_MOE_DENSE_TILES");
+  if (moe_large(p) && !(dense_env && !strcmp(dense_env, "0"))) {
+    const int64_t rows = p->a->rows * rt->top_k;
+    m.tile_rows = r.tile_rows = fp4_cuda_grouped_wgra_width(rows, min64(L->routed.gate_up.experts, rows));
+    m.tile_starts = r.tile_starts = at(&m, m.x.tile_starts);
+  }
   if ((e = fp4_cuda_moe_route(&r, p->stream, pdl))) return e;
   if ((e = run_set(&m, &L->routed, 0, at(&m, m.ws.down_out)))) return e;
   if (L->shared && (e = run_set(&m, L->shared, 1, at(&m, m.ws.shared_out)))) return e;

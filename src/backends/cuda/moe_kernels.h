@@ -41,6 +41,12 @@ typedef struct fp4_cuda_grouped_args {
   int64_t slots;               /* grid.y: an upper bound of the experts with rows            */
   int splits;                  /* grid.z: CTAs sharing one expert's row chunks               */
   int kernel;                  /* FP4_CUDA_GROUPED_*: AUTO (0) picks tensor cores if K % 128 == 0 */
+  /* Optional, from the routing kernel: the first M tile of every expert when each expert's rows
+   * are cut into tiles of tile_rows rows, densely numbered ([E+1], [E] = all tiles; device). The
+   * register-A prefill tiles use it when their width is tile_rows: no M tile is then empty, and
+   * the grid's spare CTAs (the host sizes it from a bound) all come last and exit after one load. */
+  const int32_t *tile_starts;
+  int64_t tile_rows;
 } fp4_cuda_grouped_args;
 
 /* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
@@ -62,16 +68,21 @@ int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *args);
  * sm_90a code and args has bf16 activations (or f16 with NVFP4) in 16-byte aligned rows. */
 int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *args, int device);
 int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *args, void *stream, int pdl);
+/* The token width (rows per M tile) fp4_cuda_grouped_gemm_wgra picks for rows over slots. */
+int fp4_cuda_grouped_wgra_width(int64_t rows, int64_t slots);
 
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
- * shared_offsets = {0, T}. counts is int32 [E] scratch. */
+ * shared_offsets = {0, T}. counts is int32 [E] scratch. With tile_starts (and tile_rows > 0) also
+ * the dense M tile numbering of fp4_cuda_grouped_args.tile_starts: [E+1]. */
 typedef struct fp4_cuda_route_args {
   const int32_t *ids;
   int64_t tokens, top_k, experts;
   int64_t *offsets;
   int32_t *sorted, *inverse, *counts, *active, *active_count;
   int64_t *shared_offsets;
+  int32_t *tile_starts;
+  int64_t tile_rows;
 } fp4_cuda_route_args;
 
 int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);

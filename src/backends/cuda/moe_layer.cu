@@ -73,6 +73,18 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
   const unsigned long long incl = block_scan(mine, &total);
   unsigned long long run = incl - mine;
   int64_t row = (int64_t)(run >> 32), act = (int64_t)(run & 0xFFFFFFFFull);
+  if (a.tile_starts) { /* before counts turns into row cursors below */
+    unsigned long long tiles = 0;
+    for (int64_t e = e0; e < e1; e++) tiles += (unsigned long long)((counts[e] + a.tile_rows - 1) / a.tile_rows);
+    __syncthreads(); /* every thread has read block_scan's total: its scratch is reused */
+    unsigned long long all_tiles;
+    unsigned long long tile = block_scan(tiles, &all_tiles) - tiles;
+    for (int64_t e = e0; e < e1; e++) {
+      a.tile_starts[e] = (int32_t)tile;
+      tile += (unsigned long long)((counts[e] + a.tile_rows - 1) / a.tile_rows);
+    }
+    if (tid == 0) a.tile_starts[E] = (int32_t)all_tiles;
+  }
   for (int64_t e = e0; e < e1; e++) {
     const int c = counts[e];
     a.offsets[e] = row;
