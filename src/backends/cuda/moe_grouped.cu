@@ -476,7 +476,6 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
-  if (p.a.lean_variant == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 4, 2>, grid, block, 0, s, pdl, p);
   if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
@@ -549,7 +548,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
       /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
       const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
-      const int rows = (rows_env && atoi(rows_env) == 16) || a->lean_variant == 1 ? 16 : 32;
+      const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
       const dim3 grid((unsigned)((tiles16 + rows / 16 - 1) / (rows / 16)), (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, grid, s, pdl)
                                                  : launch_lean<FP4_FORMAT_MXFP4>(p, rows, grid, s, pdl));

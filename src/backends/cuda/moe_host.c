@@ -305,8 +305,6 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.out = gate_up;
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
-  const char *gu_env = getenv("FP4KIT_MOE_GATE_UP_LEAN"); /* MEASURING, as FP4KIT_MOE_DOWN_LEAN below */
-  g.lean_variant = gu_env && !strcmp(gu_env, "r16") ? 1 : gu_env && !strcmp(gu_env, "r32u2") ? 2 : 0;
   if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
   /* W4A4 quantizes the f32 act. W4A16: SiLU*up in bf16 for the down GEMM on both paths where the
    * tensor-core kernels can read it (I % 128 == 0 and 16-byte aligned rows, which a caller's
@@ -338,10 +336,6 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.out = down_out;
   g.ldo = H;
-  /* MEASURING: FP4KIT_MOE_DOWN_LEAN=r16 (one 16-row tile, two slabs in flight, 6 CTAs per SM) or
-   * r32u2 (two tiles, two slabs in flight, 4 CTAs per SM) for the down GEMM's lean decode kernel */
-  const char *down_env = getenv("FP4KIT_MOE_DOWN_LEAN");
-  g.lean_variant = down_env && !strcmp(down_env, "r16") ? 1 : down_env && !strcmp(down_env, "r32u2") ? 2 : 0;
   return grouped_run(&g, large, p->stream, m->pdl);
 }
 

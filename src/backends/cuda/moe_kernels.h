@@ -47,7 +47,6 @@ typedef struct fp4_cuda_grouped_args {
    * the grid's spare CTAs (the host sizes it from a bound) all come last and exit after one load. */
   const int32_t *tile_starts;
   int64_t tile_rows;
-  int lean_variant;            /* MEASURING: the lean decode kernel's shape, 0 = its default      */
 } fp4_cuda_grouped_args;
 
 /* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
