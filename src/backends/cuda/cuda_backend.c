@@ -220,12 +220,14 @@ static const struct cuda_config {
     {"small-m.w1", 16, 1, 64, 0},     {"small-m.r32.w8", 32, 8, 32, 0}, {"small-m.r32.w4", 32, 4, 32, 0},
     {"small-m.r64.w8", 64, 8, 16, 0}, {"small-m.r64.w4", 64, 4, 16, 0}, {"small-m.w4.b8", 16, 4, 16, 8},
     {"small-m.w4.b6", 16, 4, 16, 6},  {"small-m.r32.w4.b6", 32, 4, 8, 6},
+    {"small-m.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT},
     {"small-m.pro.w8", 16, 8, 64, 0, 1},     {"small-m.pro.w4", 16, 4, 64, 0, 1},
     {"small-m.pro.w2", 16, 2, 64, 0, 1},     {"small-m.pro.w1", 16, 1, 64, 0, 1},
     {"small-m.pro.r32.w8", 32, 8, 32, 0, 1}, {"small-m.pro.r32.w4", 32, 4, 32, 0, 1},
     {"small-m.pro.r64.w8", 64, 8, 16, 0, 1}, {"small-m.pro.r64.w4", 64, 4, 16, 0, 1},
     {"small-m.pro.w4.b8", 16, 4, 16, 8, 1},  {"small-m.pro.w4.b6", 16, 4, 16, 6, 1},
     {"small-m.pro.r32.w4.b6", 32, 4, 8, 6, 1},
+    {"small-m.pro.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT, 1},
 };
 enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
@@ -329,7 +331,9 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
       if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m &&
-          (!cuda_config_table[i].dequant_a || ga.act == FP4_CUDA_ACT_FP4))
+          (!cuda_config_table[i].dequant_a || ga.act == FP4_CUDA_ACT_FP4) &&
+          !(cuda_config_table[i].min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !cuda_config_table[i].dequant_a &&
+            ga.act != FP4_CUDA_ACT_BF16 && ga.act != FP4_CUDA_ACT_F16))
         names[count++] = cuda_config_table[i].name;
   }
   for (int i = 0; !large_first && i < nlarge && count < max; i++) names[count++] = large[i];
@@ -415,6 +419,13 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
                         "cuda: config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
                         "this W4A16 problem takes the config of the same name without '.pro'",
                         cfg->name);
+      if (cfg->min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !cfg->dequant_a && a.act != FP4_CUDA_ACT_BF16 &&
+          a.act != FP4_CUDA_ACT_F16)
+        return fp4_fail(FP4_ERR_UNSUPPORTED,
+                        "cuda: config %s stages bf16/f16 activation rows in shared memory; %s activations take "
+                        "another small-m config%s",
+                        cfg->name, a.act == FP4_CUDA_ACT_F32 ? "f32" : "FP4",
+                        a.act == FP4_CUDA_ACT_FP4 ? " (or small-m.pro.sa.r64.w8, which dequantizes them to bf16 first)" : "");
       cfg_name = cfg->name;
       a.warps = cfg->warps;
       a.rows = cfg->rows;
