@@ -275,6 +275,14 @@ static const struct cuda_config *cuda_default_w4a16_config(int64_t m, int64_t n,
  * activation decode from 8192 x 4096 weights up (57344x8192 M=1: 89.3 vs 116.1 us; M=16: 129 vs 191
  * us), while on the small shapes (4096 x 128 .. 4096 x 4096) the launch can cost more than it saves. */
 static const struct cuda_config *cuda_default_config(int act, int64_t m, int64_t n, int64_t k, int sms) {
+  /* 17 to 32 tokens of bf16/f16 activations: the shared-activation kernel, from 1.2 of its 64-row
+   * CTAs per SM (bench/results/h200/2026-11-30-session11, run 7, M = 32 against the default in the
+   * same run: 1.20-1.39x on the seven weights with 160 or more CTAs, 0.92-1.03x at 128 and 64, 0.57-
+   * 0.64x on the small ones; at M = 16 it is 0.96-0.99x on the large weights, so it stays off there;
+   * W4A4 keeps its configs until its prologue twin is timed). */
+  if (m > 16 && m <= 32 && (act == FP4_CUDA_ACT_BF16 || act == FP4_CUDA_ACT_F16) &&
+      (n + 63) / 64 * 5 >= (int64_t)sms * 6 && k >= 8 * CUDA_K_SLAB)
+    return cuda_config_named("small-m.sa.r64.w8");
   const struct cuda_config *c = cuda_default_w4a16_config(m, n, k, sms);
   if (act != FP4_CUDA_ACT_FP4 || n * k < ((int64_t)1 << 25)) return c;
   static const char in_loop[] = "small-m.", pro[] = "small-m.pro."; /* twin: same suffix */
