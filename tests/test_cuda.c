@@ -18,16 +18,18 @@
 
 static int g_runs, g_failures;
 
-/* Every GEMM configuration of the cuda backend, the largest M it takes and whether it takes W4A4
- * only (the ".pro" prologue variants) (cuda_backend.c). */
-static const struct { const char *name; int64_t max_m; int w4a4_only; } g_configs[] = {
-    {"small-m.w8", 64, 0},     {"small-m.w4", 64, 0},     {"small-m.w2", 64, 0},     {"small-m.w1", 64, 0},
-    {"small-m.r32.w8", 32, 0}, {"small-m.r32.w4", 32, 0}, {"small-m.r64.w8", 16, 0}, {"small-m.r64.w4", 16, 0},
-    {"small-m.w4.b8", 16, 0},  {"small-m.w4.b6", 16, 0},  {"small-m.r32.w4.b6", 8, 0},
-    {"small-m.pro.w8", 64, 1},     {"small-m.pro.w4", 64, 1},     {"small-m.pro.w2", 64, 1},
-    {"small-m.pro.w1", 64, 1},     {"small-m.pro.r32.w8", 32, 1}, {"small-m.pro.r32.w4", 32, 1},
-    {"small-m.pro.r64.w8", 16, 1}, {"small-m.pro.r64.w4", 16, 1}, {"small-m.pro.w4.b8", 16, 1},
-    {"small-m.pro.w4.b6", 16, 1},  {"small-m.pro.r32.w4.b6", 8, 1},
+/* Every GEMM configuration of the cuda backend, the largest M it takes, whether it takes W4A4
+ * only (the ".pro" prologue variants) and whether it takes only bf16/f16 activations (the
+ * shared-activation kernel; it refuses others, tested below) (cuda_backend.c). */
+static const struct { const char *name; int64_t max_m; int w4a4_only, act16_only; } g_configs[] = {
+    {"small-m.w8", 64, 0, 0},     {"small-m.w4", 64, 0, 0},     {"small-m.w2", 64, 0, 0},     {"small-m.w1", 64, 0, 0},
+    {"small-m.r32.w8", 32, 0, 0}, {"small-m.r32.w4", 32, 0, 0}, {"small-m.r64.w8", 16, 0, 0}, {"small-m.r64.w4", 16, 0, 0},
+    {"small-m.w4.b8", 16, 0, 0},  {"small-m.w4.b6", 16, 0, 0},  {"small-m.r32.w4.b6", 8, 0, 0},
+    {"small-m.pro.w8", 64, 1, 0},     {"small-m.pro.w4", 64, 1, 0},     {"small-m.pro.w2", 64, 1, 0},
+    {"small-m.pro.w1", 64, 1, 0},     {"small-m.pro.r32.w8", 32, 1, 0}, {"small-m.pro.r32.w4", 32, 1, 0},
+    {"small-m.pro.r64.w8", 16, 1, 0}, {"small-m.pro.r64.w4", 16, 1, 0}, {"small-m.pro.w4.b8", 16, 1, 0},
+    {"small-m.pro.w4.b6", 16, 1, 0},  {"small-m.pro.r32.w4.b6", 8, 1, 0},
+    {"small-m.sa.r64.w8", 32, 0, 1}, {"small-m.pro.sa.r64.w8", 32, 1, 0},
 };
 enum { N_CONFIGS = (int)(sizeof g_configs / sizeof *g_configs) };
 static int g_config_runs[N_CONFIGS];
@@ -53,7 +55,9 @@ static void run_configs(fp4_context *ctx, fp4h_case c, uint64_t seed, int all) {
   run_case(ctx, &c, seed);
   int fits[N_CONFIGS], n = 0;
   for (int i = 0; i < N_CONFIGS; i++)
-    if (c.m <= g_configs[i].max_m && (c.op == FP4H_MM || !g_configs[i].w4a4_only)) fits[n++] = i;
+    if (c.m <= g_configs[i].max_m && (c.op == FP4H_MM || !g_configs[i].w4a4_only) &&
+        !(g_configs[i].act16_only && (c.op == FP4H_MM || c.a_dtype == FP4_DTYPE_F32)))
+      fits[n++] = i;
   for (int j = 0; j < n; j++) {
     if (!all && j != rotation % n) continue;
     c.config = g_configs[fits[j]].name;
@@ -156,6 +160,7 @@ static void test_refusals(fp4_context *ctx) {
                {9, 256, "small-m.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
                {9, 256, "small-m.pro.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
                {4, 256, "small-m.pro.w4", "W4A4 prologue", FP4_ERR_UNSUPPORTED}, /* these are W4A16 calls */
+               {33, 256, "small-m.sa.r64.w8", "M <= 32", FP4_ERR_UNSUPPORTED},
                {4, 256, "small-m.nope", "small-m.r32.w8", FP4_ERR_NOT_FOUND}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t m = cases[i].m, n = 32, k = cases[i].k;
@@ -233,7 +238,7 @@ static void test_prologue_bit_identity(fp4_context *ctx) {
       bad = device_operand(ctx, &g, fmt, f ? FP4_LAYOUT_LINEAR : FP4_LAYOUT_8X4, n, k, FP4H_DATA_NORMAL, &b) || bad;
       bad = bad || !got[0] || !got[1] || fp4_alloc(ctx, FP4_MEMORY_DEVICE, sizeof(float) * (size_t)(m * n), &out);
       for (int i = 0; !bad && i < N_CONFIGS; i++) {
-        if (g_configs[i].w4a4_only || m > g_configs[i].max_m) continue;
+        if (g_configs[i].w4a4_only || g_configs[i].act16_only || m > g_configs[i].max_m) continue;
         char twin[64];
         snprintf(twin, sizeof twin, "small-m.pro.%s", g_configs[i].name + strlen("small-m."));
         const char *names[2] = {g_configs[i].name, twin};

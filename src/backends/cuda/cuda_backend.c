@@ -220,12 +220,14 @@ static const struct cuda_config {
     {"small-m.w1", 16, 1, 64, 0},     {"small-m.r32.w8", 32, 8, 32, 0}, {"small-m.r32.w4", 32, 4, 32, 0},
     {"small-m.r64.w8", 64, 8, 16, 0}, {"small-m.r64.w4", 64, 4, 16, 0}, {"small-m.w4.b8", 16, 4, 16, 8},
     {"small-m.w4.b6", 16, 4, 16, 6},  {"small-m.r32.w4.b6", 32, 4, 8, 6},
+    {"small-m.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT},
     {"small-m.pro.w8", 16, 8, 64, 0, 1},     {"small-m.pro.w4", 16, 4, 64, 0, 1},
     {"small-m.pro.w2", 16, 2, 64, 0, 1},     {"small-m.pro.w1", 16, 1, 64, 0, 1},
     {"small-m.pro.r32.w8", 32, 8, 32, 0, 1}, {"small-m.pro.r32.w4", 32, 4, 32, 0, 1},
     {"small-m.pro.r64.w8", 64, 8, 16, 0, 1}, {"small-m.pro.r64.w4", 64, 4, 16, 0, 1},
     {"small-m.pro.w4.b8", 16, 4, 16, 8, 1},  {"small-m.pro.w4.b6", 16, 4, 16, 6, 1},
     {"small-m.pro.r32.w4.b6", 32, 4, 8, 6, 1},
+    {"small-m.pro.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT, 1},
 };
 enum { CUDA_CONFIGS = (int)(sizeof cuda_config_table / sizeof *cuda_config_table) };
 
@@ -273,6 +275,14 @@ static const struct cuda_config *cuda_default_w4a16_config(int64_t m, int64_t n,
  * activation decode from 8192 x 4096 weights up (57344x8192 M=1: 89.3 vs 116.1 us; M=16: 129 vs 191
  * us), while on the small shapes (4096 x 128 .. 4096 x 4096) the launch can cost more than it saves. */
 static const struct cuda_config *cuda_default_config(int act, int64_t m, int64_t n, int64_t k, int sms) {
+  /* 17 to 32 tokens of bf16/f16 activations: the shared-activation kernel, from 1.2 of its 64-row
+   * CTAs per SM (bench/results/h200/2026-11-30-session11, run 7, M = 32 against the default in the
+   * same run: 1.20-1.39x on the seven weights with 160 or more CTAs, 0.92-1.03x at 128 and 64, 0.57-
+   * 0.64x on the small ones; at M = 16 it is 0.96-0.99x on the large weights, so it stays off there;
+   * W4A4 keeps its configs until its prologue twin is timed). */
+  if (m > 16 && m <= 32 && (act == FP4_CUDA_ACT_BF16 || act == FP4_CUDA_ACT_F16) &&
+      (n + 63) / 64 * 5 >= (int64_t)sms * 6 && k >= 8 * CUDA_K_SLAB)
+    return cuda_config_named("small-m.sa.r64.w8");
   const struct cuda_config *c = cuda_default_w4a16_config(m, n, k, sms);
   if (act != FP4_CUDA_ACT_FP4 || n * k < ((int64_t)1 << 25)) return c;
   static const char in_loop[] = "small-m.", pro[] = "small-m.pro."; /* twin: same suffix */
@@ -329,7 +339,9 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     if (count < max) names[count++] = first->name;
     for (int i = 0; i < CUDA_CONFIGS && count < max; i++)
       if (&cuda_config_table[i] != first && ga.m <= cuda_config_table[i].max_m &&
-          (!cuda_config_table[i].dequant_a || ga.act == FP4_CUDA_ACT_FP4))
+          (!cuda_config_table[i].dequant_a || ga.act == FP4_CUDA_ACT_FP4) &&
+          !(cuda_config_table[i].min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !cuda_config_table[i].dequant_a &&
+            ga.act != FP4_CUDA_ACT_BF16 && ga.act != FP4_CUDA_ACT_F16))
         names[count++] = cuda_config_table[i].name;
   }
   for (int i = 0; !large_first && i < nlarge && count < max; i++) names[count++] = large[i];
@@ -415,6 +427,13 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
                         "cuda: config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); "
                         "this W4A16 problem takes the config of the same name without '.pro'",
                         cfg->name);
+      if (cfg->min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !cfg->dequant_a && a.act != FP4_CUDA_ACT_BF16 &&
+          a.act != FP4_CUDA_ACT_F16)
+        return fp4_fail(FP4_ERR_UNSUPPORTED,
+                        "cuda: config %s stages bf16/f16 activation rows in shared memory; %s activations take "
+                        "another small-m config%s",
+                        cfg->name, a.act == FP4_CUDA_ACT_F32 ? "f32" : "FP4",
+                        a.act == FP4_CUDA_ACT_FP4 ? " (or small-m.pro.sa.r64.w8, which dequantizes them to bf16 first)" : "");
       cfg_name = cfg->name;
       a.warps = cfg->warps;
       a.rows = cfg->rows;

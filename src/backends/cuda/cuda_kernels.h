@@ -30,6 +30,10 @@ int fp4_cuda_quantize(const fp4_cuda_quantize_args *args, void *stream, int pdl)
 enum { FP4_CUDA_ACT_BF16 = 0, FP4_CUDA_ACT_F16 = 1, FP4_CUDA_ACT_F32 = 2, FP4_CUDA_ACT_FP4 = 3 };
 
 /* out[M, N] = scale * A[M, K] * dq(B)[N, K]^T for M <= 64, K % 128 == 0 (gemm_small_m.cu). */
+/* fp4_cuda_gemm_args.min_blocks of the shared-activation small-M kernel (8 warps in two K groups,
+ * 64 rows, M <= 32, bf16/f16 activations; gemm_small_m.cu). */
+enum { FP4_CUDA_SMALL_M_SHARED_ACT = 1 };
+
 typedef struct fp4_cuda_gemm_args {
   int format;                /* fp4_format of B (and of A for FP4_CUDA_ACT_FP4)             */
   int act;                   /* FP4_CUDA_ACT_*                                               */
@@ -47,7 +51,8 @@ typedef struct fp4_cuda_gemm_args {
   float scale;               /* alpha times the per-tensor multipliers                        */
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
-  int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM */
+  int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM;
+                                FP4_CUDA_SMALL_M_SHARED_ACT: the shared-activation kernel */
   int dequant_a;             /* small-M W4A4: 1 = FP4 activations dequantized to bf16 once per GEMM,
                                 then the W4A16 bf16 kernel of the same rows/warps/min_blocks     */
 } fp4_cuda_gemm_args;

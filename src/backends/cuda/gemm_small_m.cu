@@ -34,34 +34,13 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/small_m_common.cuh"
+#include "backends/cuda/small_m_gemm.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
 namespace {
 
 constexpr int kMaxWarps = 8;
-
-struct gemm_params {
-  const uint8_t *b;
-  const uint8_t *b_scales;
-  const void *a;
-  const uint8_t *a_scales;
-  void *out;
-  int64_t lda, ldo, m, n, k, C;
-  int b_layout, a_layout, out_dtype;
-  float scale;
-};
-
-__device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, int nt, int c, int l, float v) {
-  const int g = l >> 2, t = l & 3;
-  const int64_t row = row0 + g + (c >= 2 ? 8 : 0), m = (int64_t)nt * 8 + 2 * t + (c & 1);
-  if (row >= p.n || m >= p.m) return;
-  v = __fmul_rn(v, p.scale);
-  const int64_t i = m * p.ldo + row;
-  if (p.out_dtype == FP4_DTYPE_F32) static_cast<float *>(p.out)[i] = v;
-  else if (p.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(p.out)[i] = fp4_bf16_from_f32_inline(v);
-  else static_cast<uint16_t *>(p.out)[i] = fp4_f16_from_f32_inline(v);
-}
 
 /* The CTA's result: one warp stores its accumulators; several add their partial sums through
  * shared memory in warp order (deterministic) and every thread stores some of the sums. */
@@ -280,6 +259,7 @@ cudaError_t launch_lean_rows(const gemm_params &p, int rows, cudaStream_t stream
  * <= 8 keeps the accumulators in registers. */
 template <int FMT, int ACT>
 cudaError_t launch_act(const gemm_params &p, int warps, int rows, int min_blocks, cudaStream_t stream, int pdl) {
+  if (min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT) return fp4_cuda_gemm_small_m_sa(&p, FMT, ACT, stream, pdl);
   if (min_blocks == 6) return launch_lean_rows<FMT, ACT, 6>(p, rows, stream, pdl);
   if (min_blocks == 8) return launch_lean_rows<FMT, ACT, 8>(p, rows, stream, pdl);
   if (rows == 64) {
@@ -334,9 +314,16 @@ extern "C" int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows) { 
 extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, int pdl) {
   if (a->m < 1 || a->m > 64 || a->k % 128 || a->warps < 1 || a->warps > kMaxWarps) return (int)cudaErrorInvalidValue;
   /* Row tiles x token tiles <= 8 keeps the accumulators in registers (ptxas spills beyond). */
-  if (a->rows != 16 && !(a->rows == 32 && a->m <= 32) && !(a->rows == 64 && a->m <= 16)) return (int)cudaErrorInvalidValue;
+  if (a->rows != 16 && !(a->rows == 32 && a->m <= 32) && !(a->rows == 64 && a->m <= 16) &&
+      a->min_blocks != FP4_CUDA_SMALL_M_SHARED_ACT)
+    return (int)cudaErrorInvalidValue;
+  /* The shared-activation kernel: 8 warps, 64 rows, M <= 32, 16-bit activations. */
+  if (a->min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT &&
+      (a->warps != 8 || a->rows != 64 || a->m > 32 ||
+       (a->act != FP4_CUDA_ACT_BF16 && a->act != FP4_CUDA_ACT_F16 && !a->dequant_a)))
+    return (int)cudaErrorInvalidValue;
   /* Lean kernels: 4 warps, 16 rows (M <= 16) or 32 (M <= 8), 6 or 8 CTAs per SM (0: the classic kernels). */
-  if (a->min_blocks != 0 && (a->warps != kLeanWarps || a->rows > 32 || a->m > (a->rows == 32 ? 8 : 16) ||
+  if (a->min_blocks != 0 && a->min_blocks != FP4_CUDA_SMALL_M_SHARED_ACT && (a->warps != kLeanWarps || a->rows > 32 || a->m > (a->rows == 32 ? 8 : 16) ||
                              (a->min_blocks != 6 && a->min_blocks != 8)))
     return (int)cudaErrorInvalidValue;
   gemm_params p;

@@ -182,13 +182,22 @@ struct act_walk {
 
 /* The B fragments of token m = 8 nt + g for 8-group q of slab s (row_slab: that token's slab s at
  * this thread's 32 K elements): pairs (x_i, x_i+4), i = 0..3, in
- * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. */
-template <int FMT, int ACT>
+ * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. SMEM (bf16/f16
+ * only): row_slab points into a shared-memory stage whose 16-byte chunks are swizzled within each
+ * row (gemm_small_m.cu's shared-activation kernel): group q sits at chunk q ^ ((lane >> 1) & 3) of
+ * this thread's 64-byte span. */
+template <int FMT, int ACT, bool SMEM = false>
 __device__ __forceinline__ void activation_group(const char *row_slab, bool valid, int q, uint32_t asc,
                                                  uint32_t x[3][4]) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   const char *src = row_slab + q * act_walk<ACT>::kGroup;
-  if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
+  if (SMEM) {
+    const uint4 w = *reinterpret_cast<const uint4 *>(row_slab + ((q ^ ((threadIdx.x >> 1) & 3)) << 4));
+    x[0][0] = __byte_perm(w.x, w.z, 0x5410);
+    x[0][1] = __byte_perm(w.x, w.z, 0x7632);
+    x[0][2] = __byte_perm(w.y, w.w, 0x5410);
+    x[0][3] = __byte_perm(w.y, w.w, 0x7632);
+  } else if (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
     const uint4 w = valid ? ld_act(src) : make_uint4(0u, 0u, 0u, 0u);
     x[0][0] = __byte_perm(w.x, w.z, 0x5410);
     x[0][1] = __byte_perm(w.x, w.z, 0x7632);
@@ -225,10 +234,11 @@ __device__ __forceinline__ void activation_group(const char *row_slab, bool vali
  * rows may come from anywhere, e.g. gathered by a permutation): R tiles of 16 rows x 128 K of weights times every token tile. Loops
  * run over the four 8-groups q of the thread's 32 K elements so only one group's fragments are live;
  * each activation fragment is loaded (and, for W4A4, decoded) once and used by all R weight tiles. */
-template <int FMT, int ACT, int NT, int R>
+template <int FMT, int ACT, int NT, int R, bool SMEM = false>
 __device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const scale_walk *asw, const bool *valid,
                                               int s, const uint32_t *table, const uint4 *wa, const uint4 *wb,
                                               const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
+  static_assert(!SMEM || ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "shared stages hold 16-bit rows");
   constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int PARTS = ACT == FP4_CUDA_ACT_F32 ? 3 : 1;
@@ -281,7 +291,7 @@ __device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
       uint32_t x[3][4];
-      activation_group<FMT, ACT>(row_slab[nt], valid[nt], q, asc[nt], x);
+      activation_group<FMT, ACT, SMEM>(row_slab[nt], valid[nt], q, asc[nt], x);
 #pragma unroll
       for (int r = 0; r < R; r++) {
         /* NVFP4 with 16-bit activations accumulates straight into acc; the three-part f32 path (and

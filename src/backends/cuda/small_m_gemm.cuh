@@ -1,0 +1,45 @@
+/*
+ * The dense small-M GEMM's kernel parameters and output store, shared by gemm_small_m.cu (the
+ * K-splitting kernels) and gemm_small_m_sa.cu (the shared-activation kernel).
+ */
+#ifndef FP4_BACKENDS_CUDA_SMALL_M_GEMM_CUH
+#define FP4_BACKENDS_CUDA_SMALL_M_GEMM_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backends/cuda/cuda_kernels.h"
+#include "format/codec.h"
+#include "fp4kit.h"
+
+/* Identical in both files (one definition): fp4_cuda_gemm_small_m_sa takes it across them. */
+struct gemm_params {
+  const uint8_t *b;
+  const uint8_t *b_scales;
+  const void *a;
+  const uint8_t *a_scales;
+  void *out;
+  int64_t lda, ldo, m, n, k, C;
+  int b_layout, a_layout, out_dtype;
+  float scale;
+};
+
+namespace {
+
+__device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, int nt, int c, int l, float v) {
+  const int g = l >> 2, t = l & 3;
+  const int64_t row = row0 + g + (c >= 2 ? 8 : 0), m = (int64_t)nt * 8 + 2 * t + (c & 1);
+  if (row >= p.n || m >= p.m) return;
+  v = __fmul_rn(v, p.scale);
+  const int64_t i = m * p.ldo + row;
+  if (p.out_dtype == FP4_DTYPE_F32) static_cast<float *>(p.out)[i] = v;
+  else if (p.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(p.out)[i] = fp4_bf16_from_f32_inline(v);
+  else static_cast<uint16_t *>(p.out)[i] = fp4_f16_from_f32_inline(v);
+}
+
+} // namespace
+
+/* The shared-activation kernel for p (gemm_small_m_sa.cu): bf16/f16 activations, M <= 32. */
+cudaError_t fp4_cuda_gemm_small_m_sa(const gemm_params *p, int format, int act, cudaStream_t stream, int pdl);
+
+#endif
