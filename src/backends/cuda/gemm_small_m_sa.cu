@@ -14,7 +14,7 @@
 
 namespace {
 
-/* The shared-activation kernel ("small-m.sa.r64.w8"; 9 to 32 tokens, bf16/f16 activations). At
+/* The shared-activation kernel ("small-m.sa.r64.w8"; up to 32 tokens of bf16/f16 activations). At
  * M = 16 the K-splitting kernels are bound by activation traffic, not weights: every warp loads
  * its own 16-token activation fragments (4 KB per 128-K slab against 1-2 KB of weights) and every
  * CTA fetches the whole activation matrix from L2 again (ncu at 57344 x 8192, session 5: memory
