@@ -92,11 +92,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
 #pragma unroll
     for (int u = 0; u < U; u++)
       if (i0 + u < ng) {
-        const int s = kg + (i0 + u) * kSaGroups;
-        wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
-        wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
-        sca[u] = load_scales<NV>(swa, s);
-        scb[u] = load_scales<NV>(swb, s);
+        load_slab<NV>(wa_ptr, wb_ptr, swa, swb, kg + (i0 + u) * kSaGroups, wa[u], wb[u], sca[u], scb[u]);
       }
 #pragma unroll
     for (int u = 0; u < U; u++) {

@@ -343,12 +343,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int s = s0 + u * wpt;
-        if (s < nslabs) {
-          wa[u] = ld_stream(wa_ptr + (int64_t)s * 64);
-          wb[u] = ld_stream(wb_ptr + (int64_t)s * 64);
-          sca[u] = load_scales<NV>(swa, s);
-          scb[u] = load_scales<NV>(swb, s);
-        }
+        if (s < nslabs) load_slab<NV>(wa_ptr, wb_ptr, swa, swb, s, wa[u], wb[u], sca[u], scb[u]);
       }
 #pragma unroll
       for (int u = 0; u < U; u++) {

@@ -170,6 +170,18 @@ __device__ __forceinline__ uint32_t load_scales(const scale_walk &w, int s) {
   return __ldg(p);
 }
 
+/* Slab s of a warp's 16-row weight tile: this thread's 16 code bytes of rows g and g + 8 (at
+ * wa_ptr / wb_ptr + 64 s) and their scale bytes. */
+template <bool NV>
+__device__ __forceinline__ void load_slab(const uint8_t *wa_ptr, const uint8_t *wb_ptr, const scale_walk &swa,
+                                          const scale_walk &swb, int s, uint4 &wa, uint4 &wb, uint32_t &sca,
+                                          uint32_t &scb) {
+  wa = ld_stream(wa_ptr + (int64_t)s * 64);
+  wb = ld_stream(wb_ptr + (int64_t)s * 64);
+  sca = load_scales<NV>(swa, s);
+  scb = load_scales<NV>(swb, s);
+}
+
 /* Activation addressing of one thread: token g of tile 0, its 32 K elements of slab 0. */
 template <int ACT>
 struct act_walk {
