@@ -15,9 +15,9 @@
  * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 16 rows per expert, W4A16 and W4A4,
  * NVFP4 and MXFP4, random and skewed routing, T >= 1024; on SM90 on the register-A wgmma tiles at the
  * width the library picks, then at each width (FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256) and on
- * the mma.sync tiles (=mma)) and which path runs (the run info's
- * config); and the device contract for invalid expert ids (a NaN output row, nothing read or
- * written out of bounds). `test_cuda_moe --library-tiles-only` skips the forced-width passes.
+ * the mma.sync tiles (=mma)); the bf16 SiLU*up against the f32 one on edge values, bit for bit; which
+ * path runs (the run info's config); and the device contract for invalid expert ids (a NaN output
+ * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the forced-width passes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,6 +27,11 @@
 #include "fp4kit.h"
 #include "harness.h"
 #include "harness_moe.h"
+#if FP4KIT_HAVE_CUDA
+#include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/moe_kernels.h"
+#include "format/codec.h"
+#endif
 
 static int g_runs, g_failures;
 
@@ -340,6 +345,62 @@ static void test_path_selection(fp4_context *ctx) {
   }
 }
 
+#if FP4KIT_HAVE_CUDA
+/* The bf16 SiLU*up (moe_layer.cu, silu_mul_bf16: single precision where it provably rounds alike,
+ * else the double formula) against the f32 one (the double formula) on the same gate and up values:
+ * every bf16 must be the f32 result rounded to bf16, bit for bit. Values: random bit patterns (every
+ * class: zeros, subnormals, huge, inf, NaN), normal values at several spreads, and |g| in [16, 40]
+ * where __expf is least accurate and the single-precision range ends (32). */
+static void test_silu_bits(fp4_context *ctx) {
+  enum { R = 256, I = 1024 };
+  const size_t n = (size_t)R * I;
+  float *g = malloc(2 * n * sizeof *g), *o32 = malloc(n * sizeof *o32);
+  uint16_t *o16 = malloc(n * sizeof *o16);
+  void *dg = NULL, *d32 = NULL, *d16 = NULL;
+  fp4_status st = g && o32 && o16 ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
+  fp4h_rng rng = {4242};
+  for (size_t r = 0; !st && r < (size_t)R; r++)
+    for (size_t c = 0; c < 2 * (size_t)I; c++) {
+      float v;
+      switch (r % 4) {
+      case 0: { /* any bit pattern */
+        const uint32_t b = (uint32_t)(fp4h_next(&rng) >> 32);
+        memcpy(&v, &b, sizeof v);
+        break;
+      }
+      case 1: v = (float)fp4h_gauss(&rng) * (r % 8 == 1 ? 0.5f : 6.0f); break;
+      case 2: v = (float)((16.0 + 24.0 * fp4h_uniform(&rng)) * (fp4h_uniform(&rng) < 0.5 ? -1.0 : 1.0)); break;
+      default: v = (float)fp4h_gauss(&rng) * 1e-3f; break;
+      }
+      g[r * 2 * I + c] = v;
+    }
+  if (!st) {
+    dg = to_device(ctx, g, 2 * n * sizeof *g);
+    if (!dg || fp4_alloc(ctx, FP4_MEMORY_DEVICE, n * sizeof *o32, &d32) || fp4_alloc(ctx, FP4_MEMORY_DEVICE, n * sizeof *o16, &d16))
+      st = FP4_ERR_OUT_OF_MEMORY;
+  }
+  int e = 0;
+  if (!st) e = fp4_cuda_moe_silu_mul(dg, d32, FP4_CUDA_ACT_F32, R, I, NULL, 0);
+  if (!st && !e) e = fp4_cuda_moe_silu_mul(dg, d16, FP4_CUDA_ACT_BF16, R, I, NULL, 0);
+  EXPECT(!st && !e, "SiLU*up kernels: status %s, CUDA error %d", fp4_status_str(st), e);
+  if (!st && !e && !fp4_copy(ctx, o32, FP4_MEMORY_HOST, d32, FP4_MEMORY_DEVICE, n * sizeof *o32) &&
+      !fp4_copy(ctx, o16, FP4_MEMORY_HOST, d16, FP4_MEMORY_DEVICE, n * sizeof *o16)) {
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+      if (o16[i] != fp4_bf16_from_f32_inline(o32[i]) && bad++ == 0) first = i;
+    EXPECT(bad == 0, "bf16 SiLU*up: %zu of %zu differ from the f32 result rounded, first at %zu (g %a, u %a: %04x, f32 %a)",
+           bad, n, first, first < n ? g[first / I * 2 * I + first % I] : 0.0f,
+           first < n ? g[first / I * 2 * I + I + first % I] : 0.0f, first < n ? o16[first] : 0, first < n ? o32[first] : 0.0f);
+  }
+  void *bufs[] = {dg, d32, d16};
+  for (size_t i = 0; i < 3; i++)
+    if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+  free(g);
+  free(o32);
+  free(o16);
+}
+#endif
+
 int main(int argc, char **argv) {
   /* --library-tiles-only: skip the passes that force each prefill tile (for a quick run) */
   const int forced_passes = !(argc > 1 && !strcmp(argv[1], "--library-tiles-only"));
@@ -382,6 +443,10 @@ int main(int argc, char **argv) {
     printf("+ the same on the %s tiles: %d cases, %d failures\n", forced[i], g_runs, g_failures);
   }
   unsetenv("FP4KIT_MOE_PREFILL_TILES");
+#if FP4KIT_HAVE_CUDA
+  test_silu_bits(ctx);
+  printf("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
+#endif
   test_path_selection(ctx);
   printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);

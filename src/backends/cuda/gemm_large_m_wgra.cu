@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
     const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5;
     const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
     const int64_t m0 = info[1], hi = info[2], col = n0 + 4 * lane;
-    const double scale = *static_cast<const volatile double *>(&tile_scale);
+    const out_scale scale = make_out_scale(*static_cast<const volatile double *>(&tile_scale));
 #pragma unroll 1
     for (int t = cwarp; t < BT && m0 + t < hi; t += 8)
       if (col < p.n) glm_store4(p, m0 + t, col, *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane), scale);

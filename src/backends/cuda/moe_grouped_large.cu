@@ -91,7 +91,7 @@ __device__ __forceinline__ void load_a_scales(const glm_params &p, const int32_t
  * 4-column groups stay contiguous for the row-wise reads. */
 __device__ __forceinline__ int stage_off(int r, int c) { return r * kBN + (c ^ ((r & 7) << 3)); }
 
-/* The epilogue: accumulators -> shared memory -> rows m0 .. hi-1 of out, scaled by s in double and
+/* The epilogue: accumulators -> shared memory -> rows m0 .. hi-1 of out, scaled by s (out_scale) and
  * rounded once; a warp writes 128 consecutive columns of one row (coalesced). */
 template <class G, int BM>
 __device__ __forceinline__ void store_tile(const glm_params &p, float *tile, const float (&acc)[G::MT][G::NT][4],
@@ -106,11 +106,12 @@ __device__ __forceinline__ void store_tile(const glm_params &p, float *tile, con
       *reinterpret_cast<float2 *>(tile + stage_off(r + 8, c)) = make_float2(acc[i][jn][2], acc[i][jn][3]);
     }
   __syncthreads();
+  const out_scale os = make_out_scale(s);
   for (int idx = threadIdx.x; idx < BM * (kBN / 4); idx += kThreads) {
     const int r = idx / (kBN / 4), c = (idx % (kBN / 4)) * 4;
     const int64_t row = m0 + r, col = n0 + c;
     if (row >= hi || col >= p.n) continue;
-    glm_store4(p, row, col, *reinterpret_cast<const float4 *>(tile + stage_off(r, c)), s);
+    glm_store4(p, row, col, *reinterpret_cast<const float4 *>(tile + stage_off(r, c)), os);
   }
 }
 

@@ -94,11 +94,31 @@ __device__ __forceinline__ uint16_t to16(int out_dtype, float v) {
   return out_dtype == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(v) : fp4_f16_from_f32_inline(v);
 }
 
-/* out[row, col .. col + 3] (as far as N goes) = s * v, formed in double and rounded once to the
- * output type. */
-__device__ __forceinline__ void glm_store4(const glm_params &p, int64_t row, int64_t col, float4 a, double s) {
-  const float v0 = (float)(s * (double)a.x), v1 = (float)(s * (double)a.y), v2 = (float)(s * (double)a.z),
-              v3 = (float)(s * (double)a.w);
+/* The per-expert output scale s = alpha * w_mult * a_mult, formed in double. The contract rounds
+ * s * acc once to f32 (docs/moe.md). When s is itself a float, the double product of two floats is
+ * exact and its rounding is the correctly rounded f32 product: one FMUL gives the same bits as the
+ * two conversions and the DMUL, which the H200 issues at an eighth and a half of the FP32 rate
+ * (235 M outputs in DeepSeek-R1's down GEMM at B = 4096). W4A16 layers have s = w_mult. */
+struct out_scale {
+  double d;
+  float f;
+  bool single; /* (double)f == d */
+};
+
+__device__ __forceinline__ out_scale make_out_scale(double s) {
+  const float f = (float)s;
+  const out_scale o = {s, f, (double)f == s};
+  return o;
+}
+
+__device__ __forceinline__ float scaled(const out_scale &s, float v) {
+  return s.single ? __fmul_rn(s.f, v) : (float)(s.d * (double)v);
+}
+
+/* out[row, col .. col + 3] (as far as N goes) = s * v, rounded once to f32 and then to the output
+ * type. */
+__device__ __forceinline__ void glm_store4(const glm_params &p, int64_t row, int64_t col, float4 a, const out_scale &s) {
+  const float v0 = scaled(s, a.x), v1 = scaled(s, a.y), v2 = scaled(s, a.z), v3 = scaled(s, a.w);
   const int64_t o = row * p.ldo + col;
   const int64_t nv = p.n - col; /* columns left, >= 1 */
   if (p.out_dtype == FP4_DTYPE_F32) {
