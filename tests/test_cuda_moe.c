@@ -17,7 +17,8 @@
  * width the library picks, then at each width (FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256) and on
  * the mma.sync tiles (=mma)); the bf16 SiLU*up against the f32 one on edge values, bit for bit; which
  * path runs (the run info's config); and the device contract for invalid expert ids (a NaN output
- * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the forced-width passes.
+ * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the
+ * forced-width passes.
  */
 #include <math.h>
 #include <stdio.h>
