@@ -87,16 +87,30 @@ static void test_grouped(fp4_context *ctx) {
       }
   /* The lean decode kernel (bf16 rows, K % 128 == 0, one token tile) covers two 16-row tiles per
    * CTA: with N % 32 == 16 the last CTA's second tile lies wholly past N. Then the same on its
-   * one-tile variant (FP4KIT_MOE_LEAN_ROWS=16, kept for measuring). */
-  for (int one_tile = 0; one_tile < 2; one_tile++) {
-    if (one_tile) setenv("FP4KIT_MOE_LEAN_ROWS", "16", 1);
+   * one-tile variant (FP4KIT_MOE_LEAN_ROWS=16, kept for measuring), with CTAs walking 3 groups of
+   * 32 rows (7 groups: the last walk is short), and with whole K per warp (NVFP4; 128 rows per CTA,
+   * so warps start past N), alone and walking 3 such blocks: the batches here are too small for the
+   * library's own rules to pick these forms. */
+  static const struct {
+    const char *name, *var[2], *value[2];
+  } lean[] = {
+      {"grouped_lean32", {NULL, NULL}, {NULL, NULL}},
+      {"grouped_lean16", {"FP4KIT_MOE_LEAN_ROWS", NULL}, {"16", NULL}},
+      {"grouped_lean_span3", {"FP4KIT_MOE_LEAN_SPAN", NULL}, {"3", NULL}},
+      {"grouped_lean_whole", {"FP4KIT_MOE_LEAN_WHOLE_K", NULL}, {"1", NULL}},
+      {"grouped_lean_whole_span3", {"FP4KIT_MOE_LEAN_WHOLE_K", "FP4KIT_MOE_LEAN_SPAN"}, {"1", "3"}},
+  };
+  for (size_t v = 0; v < sizeof lean / sizeof *lean; v++) {
+    for (int i = 0; i < 2; i++)
+      if (lean[v].var[i]) setenv(lean[v].var[i], lean[v].value[i], 1);
     for (int f = 0; f < 2; f++)
       for (size_t t = 0; t < 2; t++) {
-        fp4h_case c = grouped_case(one_tile ? "grouped_lean16" : "grouped_lean32", f, 0, (int)(f + t), kTokens[t], 208,
-                                   512, 16, FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_NORMAL);
+        fp4h_case c = grouped_case(lean[v].name, f, 0, (int)(f + t), kTokens[t], 208, 512, 16, FP4_DTYPE_BF16,
+                                   FP4_DTYPE_F32, FP4H_DATA_NORMAL);
         run_case(ctx, &c, seed++);
       }
-    if (one_tile) unsetenv("FP4KIT_MOE_LEAN_ROWS");
+    for (int i = 0; i < 2; i++)
+      if (lean[v].var[i]) unsetenv(lean[v].var[i]);
   }
 }
 

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(p.k >> 7);
-  const lean_weights<NV, R> lw(p.b, p.b_scales, p.b_layout, p.C, p.n, p.k, row0, warp, g, t);
+  const lean_weights<NV, R> lw(p.b, p.b_scales, p.b_layout, p.C, p.n, p.k, row0, warp, kLeanWarps, g, t);
   const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? p.lda : p.lda * act_walk<ACT>::kElem;
   const char *act[NT];
   scale_walk asw[NT];
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   }
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  lean_stream<FMT, ACT, NT, R, U>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
+  lean_stream<FMT, ACT, NT, R, U, (MINB < 6)>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
   fp4_pdl_launch_dependents(); /* every input has been read */
   reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);
 }

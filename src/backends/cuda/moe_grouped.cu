@@ -59,6 +59,7 @@ struct grouped_params {
   int64_t w_expert_bytes; /* N * K / 2 */
   int64_t wC, aC;         /* scale columns of W and of A (K / block)  */
   int warps_per_tile;     /* tensor-core kernel: warps splitting one 16-row tile's K (1-8) */
+  int lean_span;          /* lean decode kernel: consecutive R-tile groups of N per CTA */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -399,46 +400,65 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * CTAs per SM keeps 20-24 warps per SM loading. Two tiles (one slab of each in flight per warp,
  * each activation fragment serving both) at 5 CTAs per SM beat one tile (two slabs in flight) at 6:
  * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 2-10% (session 7); four tiles at 3 were
- * slower at B = 1 (fewer CTAs). Rows past the chunk read the chunk's last row (valid memory; an MMA
- * output column depends only on its own activation row) and are never stored. The warps' partial
- * sums are added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R>
+ * slower at B = 1 (fewer CTAs). With p.lean_span > 1 a CTA walks that many consecutive groups of R
+ * tiles of its expert; WHOLE gives each warp its own R tiles and all of K instead of a quarter of
+ * the CTA's K (the host's rules for both are at the launch). Rows past the chunk read the chunk's
+ * last row (valid memory; an MMA output column depends only on its own activation row) and are never
+ * stored. The warps' partial sums are added in a fixed order (deterministic). */
+template <int FMT, int ACT, int U, int MINB, int R, bool WHOLE = false>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
-  __shared__ float red[kLeanWarps * R * 128];
+  constexpr int kStep = WHOLE ? 1 : kLeanWarps;                    /* slabs between a warp's slabs */
+  constexpr int64_t kGroupRows = 16 * R * (WHOLE ? kLeanWarps : 1); /* weight rows per CTA step */
+  __shared__ float red[WHOLE ? 1 : kLeanWarps * R * 128];
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   int64_t e, lo, hi;
   double scale;
   if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
-  const int64_t K = p.a.k, n0 = (int64_t)blockIdx.x * 16 * R;
+  const int64_t K = p.a.k;
   const int nslabs = (int)(K >> 7);
-  const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
-                               p.wC, p.a.n, K, n0, warp, g, t);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
-  for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
-    const int64_t pr = min(r0 + g, hi - 1);
-    const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
-    const char *act[1] = {static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4) + warp * kSlab};
-    const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
-    float acc[R][1][4];
+  const int span = R == 2 ? p.lean_span : 1; /* the one-tile variant has no registers to spare */
+  const int slab0 = WHOLE ? 0 : warp;
+  const int64_t first = (int64_t)blockIdx.x * span * kGroupRows;
+  for (int64_t n0 = first; n0 < p.a.n && n0 < first + span * kGroupRows; n0 += kGroupRows) {
+    const int64_t row0 = WHOLE ? n0 + warp * 16 * R : n0; /* this warp's first weight row */
+    if (WHOLE && row0 >= p.a.n) break;                    /* no barrier follows in this form */
+    const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
+                                 p.wC, p.a.n, K, row0, slab0, kStep, g, t);
+    for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
+      const int64_t pr = min(r0 + g, hi - 1);
+      const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
+      const char *act[1] = {static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4) + slab0 * kSlab};
+      const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
+      float acc[R][1][4];
 #pragma unroll
-    for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
-    lean_stream<FMT, ACT, 1, R, U>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
+      for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
+      lean_stream<FMT, ACT, 1, R, U, true, kStep>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
+                                                 acc);
+      if (WHOLE) { /* the warp summed all of K: its results are final */
 #pragma unroll
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
-      float v = 0.0f;
-      for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
-      mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
+          for (int c = 0; c < 4; c++) mma_store(p, r0, hi, row0 + 16 * r, 0, c, lane, scale, acc[r][0][c]);
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+          for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
+          float v = 0.0f;
+          for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
+          mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
+        }
+        __syncthreads(); /* red is reused by the next chunk */
+      }
     }
-    __syncthreads(); /* red is reused by the next chunk */
   }
   fp4_pdl_launch_dependents();
 }
@@ -469,16 +489,18 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
  * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
-cudaError_t launch_lean_one(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
+cudaError_t launch_lean_one(const grouped_params &p, int rows, bool whole, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
+  if constexpr (FMT == FP4_FORMAT_NVFP4) /* MXFP4's per-slab scale factoring spills in this form */
+    if (rows == 32 && whole) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, true>, grid, block, 0, s, pdl, p);
   if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
 
 template <int FMT>
-cudaError_t launch_lean(const grouped_params &p, int rows, dim3 grid, cudaStream_t s, int pdl) {
-  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, grid, s, pdl)
-                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, grid, s, pdl);
+cudaError_t launch_lean(const grouped_params &p, int rows, bool whole, dim3 grid, cudaStream_t s, int pdl) {
+  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, whole, grid, s, pdl)
+                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, whole, grid, s, pdl);
 }
 
 template <int FMT>
@@ -518,6 +540,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.wC = a->k / bs;
   p.aC = a->k / bs;
   p.warps_per_tile = 1;
+  p.lean_span = 1;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
   /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
@@ -540,23 +563,46 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
      * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
     const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
     const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
-    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
-      /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
-      const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
-      const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
-      const dim3 grid((unsigned)((tiles16 + rows / 16 - 1) / (rows / 16)), (unsigned)a->slots, (unsigned)splits);
-      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, grid, s, pdl)
-                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, grid, s, pdl));
-    }
-    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
-     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
-     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
     int device = 0, sms = 1;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       sms = 1;
-      cudaGetLastError(); /* a failed query only changes the split choice, it fails nothing */
+      cudaGetLastError(); /* a failed query only changes the split and span choices, it fails nothing */
     }
+    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
+      /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
+      const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
+      const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
+      const int64_t groups = (tiles16 + rows / 16 - 1) / (rows / 16);
+      /* Two 32-row groups of its expert per CTA once that still leaves 4 waves of CTAs (5 per SM):
+       * each CTA pays the routing lookups, the scale table and a reduction before its first and
+       * after its last slab, which the short K of a down GEMM (8 slabs at Qwen3.5's I = 1024) does
+       * not hide. Session 13 run 1, both GEMMs at 2: Qwen3.5 B = 64 1000-1012 against 1038-1048 us,
+       * B = 8 1% faster; B = 1 (1.0-1.9 waves) 16% slower. FP4KIT_MOE_LEAN_SPAN=n replaces it. */
+      p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * 5 * (int64_t)sms ? 2 : 1;
+      if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
+        if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
+      /* Whole K per warp (each warp streams all slabs of its own two tiles, no reduction; a CTA
+       * covers 128 rows) where a split would leave each warp at most 2 slabs between its setup and
+       * the reduction, once the 4x fewer CTAs still fill 2 waves. ncu, session 13 runs 2-3: Qwen3.5's
+       * down GEMM (K = 1024, 8 slabs) at B = 8 75.0 against 88.1 us, at B = 1 (0.5 waves) 18.0
+       * against 15.3; K split stays ahead for 16 slabs and more (DeepSeek-R1's down at B = 8 185.4
+       * against 198.3 us, Qwen3.5's gate_up 132.3 against 162.8). NVFP4 only: MXFP4's per-slab scale
+       * factoring spills in this form. Measured with the span rule above, as it runs here.
+       * FP4KIT_MOE_LEAN_WHOLE_K=0|1 replaces the rule. */
+      bool whole = rows == 32 && a->format == FP4_FORMAT_NVFP4 && nslabs <= 2 * kLeanWarps &&
+                   (groups + kLeanWarps - 1) / kLeanWarps * a->slots * splits >= 2 * 5 * (int64_t)sms;
+      if (const char *env = getenv("FP4KIT_MOE_LEAN_WHOLE_K"))
+        whole = rows == 32 && a->format == FP4_FORMAT_NVFP4 && atoi(env) == 1;
+      const int64_t ctas_x = whole ? (groups + kLeanWarps * p.lean_span - 1) / (kLeanWarps * p.lean_span)
+                                   : (groups + p.lean_span - 1) / p.lean_span;
+      const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
+      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, whole, grid, s, pdl)
+                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, whole, grid, s, pdl));
+    }
+    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
+     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
+     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
     int wpt = 1;
     while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
            (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)

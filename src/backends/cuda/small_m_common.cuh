@@ -103,14 +103,27 @@ __device__ __forceinline__ uint32_t ue8m0_bf16_pair(uint32_t e) {
 /* Weight codes, cheaply: sign to bit 15, the three magnitude bits to the two low exponent bits and
  * the top mantissa bit. That makes the 16-bit value e2m1 * 2^-126 (bf16) or e2m1 * 2^-14 (f16),
  * subnormal for the 0.5 code and exact; the block-scale multiply then removes the power of two.
- * Pairs p[i] = (element i, element i+4) as in decode8. */
-template <bool F16>
+ * Pairs p[i] = (element i, element i+4) as in decode8.
+ * MUL (bf16): one multiply makes two copies of each of a pair's nibbles, 6 bits apart (the
+ * magnitude goes to bits 8:6 and the sign to bit 15: shifts that differ by 6), and one mask keeps
+ * the wanted bits of each copy: 13 instructions per 8 weights instead of 16, the same bits for all
+ * 2^32 words (the copies of a 4-bit nibble 6 apart never overlap, so the sum has no carries). It
+ * needs a register more at times: the dense lean kernels capped at 64 or 80 registers spilled with
+ * it (sm_80 to sm_120a) and keep the shifts (MUL = false). In f16 the two shifts differ by 3 and
+ * the copies would overlap. */
+template <bool F16, bool MUL = true>
 __device__ __forceinline__ void decode8_raw(uint32_t w, uint32_t p[4]) {
   if (F16) {
     p[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
     p[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
     p[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
     p[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+  } else if (MUL) {
+    const uint32_t hi = w >> 8; /* nibbles 2, 3 and 6, 7 down to where 0, 1 and 4, 5 sit */
+    p[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    p[1] = ((w & 0x00F000F0u) * 0x104u) & 0x81C081C0u;
+    p[2] = ((hi & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    p[3] = ((hi & 0x00F000F0u) * 0x104u) & 0x81C081C0u;
   } else {
     p[0] = ((w << 6) & 0x01C001C0u) | ((w << 12) & 0x80008000u);
     p[1] = ((w << 2) & 0x01C001C0u) | ((w << 8) & 0x80008000u);
@@ -246,7 +259,7 @@ __device__ __forceinline__ void activation_group(const char *row_slab, bool vali
  * rows may come from anywhere, e.g. gathered by a permutation): R tiles of 16 rows x 128 K of weights times every token tile. Loops
  * run over the four 8-groups q of the thread's 32 K elements so only one group's fragments are live;
  * each activation fragment is loaded (and, for W4A4, decoded) once and used by all R weight tiles. */
-template <int FMT, int ACT, int NT, int R, bool SMEM = false>
+template <int FMT, int ACT, int NT, int R, bool SMEM = false, bool MUL = true>
 __device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const scale_walk *asw, const bool *valid,
                                               int s, const uint32_t *table, const uint4 *wa, const uint4 *wb,
                                               const uint32_t *sca, const uint32_t *scb, float acc[R][NT][4]) {
@@ -292,8 +305,8 @@ __device__ __forceinline__ void slab_mma_rows(const char *const *row_slab, const
     for (int r = 0; r < R; r++) {
       const uint32_t wa_q = q == 0 ? wa[r].x : q == 1 ? wa[r].y : q == 2 ? wa[r].z : wa[r].w;
       const uint32_t wb_q = q == 0 ? wb[r].x : q == 1 ? wb[r].y : q == 2 ? wb[r].z : wb[r].w;
-      decode8_raw<F16>(wa_q, pa[r]);
-      decode8_raw<F16>(wb_q, pb[r]);
+      decode8_raw<F16, MUL>(wa_q, pa[r]);
+      decode8_raw<F16, MUL>(wb_q, pb[r]);
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         pa[r][i] = hmul2<F16>(pa[r][i], fa[r][q >> 1]);
@@ -344,18 +357,19 @@ __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const s
 }
 
 /* The lean streaming loop (gemm_small_m.cu's lean kernel and the grouped MoE lean kernel): a CTA of
- * kLeanWarps warps covers R 16-row weight tiles, warp w taking slabs w, w + kLeanWarps, ...; UU
- * slabs in flight per warp. The pointers (weights, weight scales, activations) are this warp's at
- * slab s and advance by constant steps, so no layout arithmetic runs in the loop. */
+ * kLeanWarps warps covers R 16-row weight tiles, warp w taking slabs w, w + kLeanWarps, ... (STEP =
+ * kLeanWarps), or each warp its own R tiles and all their slabs (STEP = 1); UU slabs in flight per
+ * warp. The pointers (weights, weight scales, activations) are this warp's at slab s and advance by
+ * constant steps, so no layout arithmetic runs in the loop. */
 constexpr int kLeanWarps = 4;
 
-template <int FMT, int ACT, int NT, int R, int UU>
+template <int FMT, int ACT, int NT, int R, int UU, bool MUL, int STEP>
 __device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const uint8_t *const *wb_ptr,
                                            const uint8_t *const *sa_ptr, const uint8_t *const *sb_ptr, int64_t sstep,
                                            const char *const *act, const scale_walk *asw, int s, const uint32_t *table,
                                            float acc[R][NT][4]) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
-  constexpr int kStep = kLeanWarps * 64; /* weight bytes between one warp's slabs */
+  constexpr int kStep = STEP * 64; /* weight bytes between one warp's slabs */
   uint4 wa[UU][R], wb[UU][R];
   uint32_t sca[UU][R], scb[UU][R];
 #pragma unroll
@@ -375,39 +389,39 @@ __device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const u
   for (int u = 0; u < UU; u++) {
     const char *rows[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) rows[nt] = act[nt] + u * (kLeanWarps * act_walk<ACT>::kSlab);
-    slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s + u * kLeanWarps, table, wa[u], wb[u], sca[u], scb[u], acc);
+    for (int nt = 0; nt < NT; nt++) rows[nt] = act[nt] + u * (STEP * act_walk<ACT>::kSlab);
+    slab_mma_rows<FMT, ACT, NT, R, false, MUL>(rows, asw, valid, s + u * STEP, table, wa[u], wb[u], sca[u], scb[u], acc);
   }
 }
 
 
-/* A lean CTA's weight walk: warp's pointers at its first slab (slab `warp`) for R 16-row tiles from
- * row0 of the [n, k/2] weights w with their scales, and the scale bytes between the warp's slabs.
- * Rows past n read row n-1 (valid memory) and are never stored. */
+/* A lean CTA's weight walk: a warp's pointers at its first slab (slab0) for R 16-row tiles from row0
+ * of the [n, k/2] weights w with their scales, and the scale bytes between the warp's slabs (step
+ * slabs apart). Rows past n read row n-1 (valid memory) and are never stored. */
 template <bool NV, int R>
 struct lean_weights {
   const uint8_t *wa[R], *wb[R], *sa[R], *sb[R];
   int64_t sstep;
   __device__ __forceinline__ lean_weights(const uint8_t *w, const uint8_t *scales, int layout, int64_t C, int64_t n,
-                                          int64_t k, int64_t row0, int warp, int g, int t) {
+                                          int64_t k, int64_t row0, int slab0, int step, int g, int t) {
     sstep = 0;
 #pragma unroll
     for (int r = 0; r < R; r++) {
       const int64_t ra = min(row0 + 16 * r + g, n - 1), rb = min(row0 + 16 * r + g + 8, n - 1);
-      wa[r] = w + ra * (k >> 1) + 16 * t + warp * 64;
-      wb[r] = w + rb * (k >> 1) + 16 * t + warp * 64;
+      wa[r] = w + ra * (k >> 1) + 16 * t + slab0 * 64;
+      wb[r] = w + rb * (k >> 1) + 16 * t + slab0 * 64;
       const scale_walk swa = make_walk<NV>(scales, layout, C, ra, t);
       const scale_walk swb = make_walk<NV>(scales, layout, C, rb, t);
-      sa[r] = swa.base + warp * swa.stride;
-      sb[r] = swb.base + warp * swb.stride;
-      sstep = kLeanWarps * swa.stride;
+      sa[r] = swa.base + slab0 * swa.stride;
+      sb[r] = swb.base + slab0 * swb.stride;
+      sstep = step * swa.stride;
     }
   }
 };
 
-/* Every slab of this warp, from slab s0 on in steps of kLeanWarps: U at a time, then the rest one
- * by one. The pointer arrays are this warp's at slab s0 (copies: advanced here). */
-template <int FMT, int ACT, int NT, int R, int U>
+/* Every slab of this warp, from slab s0 on in steps of STEP: U at a time, then the rest one by one.
+ * The pointer arrays are this warp's at slab s0 (copies: advanced here). */
+template <int FMT, int ACT, int NT, int R, int U, bool MUL = true, int STEP = kLeanWarps>
 __device__ __forceinline__ void lean_stream(const uint8_t *const *wa0, const uint8_t *const *wb0,
                                             const uint8_t *const *sa0, const uint8_t *const *sb0, int64_t sstep,
                                             const char *const *act0, const scale_walk *asw, int s0, int nslabs,
@@ -425,29 +439,29 @@ __device__ __forceinline__ void lean_stream(const uint8_t *const *wa0, const uin
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) act[nt] = act0[nt];
   int s = s0;
-  for (; s + (U - 1) * kLeanWarps < nslabs; s += U * kLeanWarps) {
-    lean_slabs<FMT, ACT, NT, R, U>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+  for (; s + (U - 1) * STEP < nslabs; s += U * STEP) {
+    lean_slabs<FMT, ACT, NT, R, U, MUL, STEP>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      wa_ptr[r] += U * kLeanWarps * 64;
-      wb_ptr[r] += U * kLeanWarps * 64;
+      wa_ptr[r] += U * STEP * 64;
+      wb_ptr[r] += U * STEP * 64;
       sa_ptr[r] += U * sstep;
       sb_ptr[r] += U * sstep;
     }
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) act[nt] += U * kLeanWarps * kSlab;
+    for (int nt = 0; nt < NT; nt++) act[nt] += U * STEP * kSlab;
   }
-  for (; U > 1 && s < nslabs; s += kLeanWarps) { /* the last slabs, fewer than U per warp */
-    lean_slabs<FMT, ACT, NT, R, 1>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
+  for (; U > 1 && s < nslabs; s += STEP) { /* the last slabs, fewer than U per warp */
+    lean_slabs<FMT, ACT, NT, R, 1, MUL, STEP>(wa_ptr, wb_ptr, sa_ptr, sb_ptr, sstep, act, asw, s, table, acc);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      wa_ptr[r] += kLeanWarps * 64;
-      wb_ptr[r] += kLeanWarps * 64;
+      wa_ptr[r] += STEP * 64;
+      wb_ptr[r] += STEP * 64;
       sa_ptr[r] += sstep;
       sb_ptr[r] += sstep;
     }
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) act[nt] += kLeanWarps * kSlab;
+    for (int nt = 0; nt < NT; nt++) act[nt] += STEP * kSlab;
   }
 }
 
