@@ -88,17 +88,19 @@ static void test_grouped(fp4_context *ctx) {
   /* The lean decode kernel (bf16 rows, K % 128 == 0, one token tile) covers two 16-row tiles per
    * CTA: with N % 32 == 16 the last CTA's second tile lies wholly past N. Then the same on its
    * one-tile variant (FP4KIT_MOE_LEAN_ROWS=16, kept for measuring), with CTAs walking 3 groups of
-   * 32 rows (7 groups: the last walk is short), and with whole K per warp (NVFP4; 128 rows per CTA,
-   * so warps start past N), alone and walking 3 such blocks: the batches here are too small for the
-   * library's own rules to pick these forms. */
+   * 32 rows (7 groups: the last walk is short), and with whole K per warp or K split over 2 warps
+   * (NVFP4; 128 or 64 rows per CTA, so groups start past N), alone and walking 3 such blocks: the
+   * batches here are too small for the library's own rules to pick these forms. */
   static const struct {
     const char *name, *var[2], *value[2];
   } lean[] = {
       {"grouped_lean32", {NULL, NULL}, {NULL, NULL}},
       {"grouped_lean16", {"FP4KIT_MOE_LEAN_ROWS", NULL}, {"16", NULL}},
       {"grouped_lean_span3", {"FP4KIT_MOE_LEAN_SPAN", NULL}, {"3", NULL}},
-      {"grouped_lean_whole", {"FP4KIT_MOE_LEAN_WHOLE_K", NULL}, {"1", NULL}},
-      {"grouped_lean_whole_span3", {"FP4KIT_MOE_LEAN_WHOLE_K", "FP4KIT_MOE_LEAN_SPAN"}, {"1", "3"}},
+      {"grouped_lean_whole", {"FP4KIT_MOE_LEAN_KSPLIT", NULL}, {"1", NULL}},
+      {"grouped_lean_whole_span3", {"FP4KIT_MOE_LEAN_KSPLIT", "FP4KIT_MOE_LEAN_SPAN"}, {"1", "3"}},
+      {"grouped_lean_ksplit2", {"FP4KIT_MOE_LEAN_KSPLIT", NULL}, {"2", NULL}},
+      {"grouped_lean_ksplit2_span3", {"FP4KIT_MOE_LEAN_KSPLIT", "FP4KIT_MOE_LEAN_SPAN"}, {"2", "3"}},
   };
   for (size_t v = 0; v < sizeof lean / sizeof *lean; v++) {
     for (int i = 0; i < 2; i++)

@@ -401,18 +401,20 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * each activation fragment serving both) at 5 CTAs per SM beat one tile (two slabs in flight) at 6:
  * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 2-10% (session 7); four tiles at 3 were
  * slower at B = 1 (fewer CTAs). With p.lean_span > 1 a CTA walks that many consecutive groups of R
- * tiles of its expert; WHOLE gives each warp its own R tiles and all of K instead of a quarter of
- * the CTA's K (the host's rules for both are at the launch). Rows past the chunk read the chunk's
+ * tiles of its expert; with KW < kLeanWarps, KW warps share a group's K and the CTA covers
+ * kLeanWarps / KW groups (KW = 1: each warp its own R tiles and all of K; the host's rules for both
+ * are at the launch). Rows past the chunk read the chunk's
  * last row (valid memory; an MMA output column depends only on its own activation row) and are never
  * stored. The warps' partial sums are added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R, bool WHOLE = false>
+template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
-  constexpr int kStep = WHOLE ? 1 : kLeanWarps;                    /* slabs between a warp's slabs */
-  constexpr int64_t kGroupRows = 16 * R * (WHOLE ? kLeanWarps : 1); /* weight rows per CTA step */
-  __shared__ float red[WHOLE ? 1 : kLeanWarps * R * 128];
+  static_assert(KW == 1 || KW == 2 || KW == kLeanWarps, "KW warps split a group's K");
+  constexpr int kGroups = kLeanWarps / KW;          /* groups of R tiles per CTA step */
+  constexpr int64_t kGroupRows = 16 * R * kGroups; /* weight rows per CTA step */
+  __shared__ float red[KW == 1 ? 1 : kLeanWarps * R * 128];
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -423,13 +425,15 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int nslabs = (int)(K >> 7);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   const int span = R == 2 ? p.lean_span : 1; /* the one-tile variant has no registers to spare */
-  const int slab0 = WHOLE ? 0 : warp;
+  const int slab0 = warp % KW; /* slabs slab0, slab0 + KW, ... of the warp's group */
   const int64_t first = (int64_t)blockIdx.x * span * kGroupRows;
   for (int64_t n0 = first; n0 < p.a.n && n0 < first + span * kGroupRows; n0 += kGroupRows) {
-    const int64_t row0 = WHOLE ? n0 + warp * 16 * R : n0; /* this warp's first weight row */
-    if (WHOLE && row0 >= p.a.n) break;                    /* no barrier follows in this form */
+    const int64_t row0 = n0 + (warp / KW) * 16 * R; /* this warp's group's first weight row */
+    /* A group wholly past N: with KW = 1 the warp stops (no barrier follows); with KW = 2 it
+     * streams row N-1 again (lean_weights clamps; nothing is stored), as a branch here spills. */
+    if (KW == 1 && row0 >= p.a.n) break;
     const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
-                                 p.wC, p.a.n, K, row0, slab0, kStep, g, t);
+                                 p.wC, p.a.n, K, row0, slab0, KW, g, t);
     for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
       const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
@@ -438,9 +442,9 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
       float acc[R][1][4];
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
-      lean_stream<FMT, ACT, 1, R, U, true, kStep>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
-                                                 acc);
-      if (WHOLE) { /* the warp summed all of K: its results are final */
+      lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
+                                              acc);
+      if (KW == 1) { /* the warp summed all of K: its results are final */
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
@@ -451,10 +455,11 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
 #pragma unroll
           for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
         __syncthreads();
-        for (int idx = threadIdx.x; idx < R * 128; idx += blockDim.x) { /* (r, c, lane) of warp 0's layout */
+        for (int idx = threadIdx.x; idx < kGroups * R * 128; idx += blockDim.x) {
+          const int gi = idx / (R * 128), in = idx % (R * 128); /* group; (r, c, lane) of a warp's layout */
           float v = 0.0f;
-          for (int w8 = 0; w8 < kLeanWarps; w8++) v = __fadd_rn(v, red[w8 * R * 128 + idx]);
-          mma_store(p, r0, hi, n0 + 16 * (idx >> 7), 0, (idx >> 5) & 3, idx & 31, scale, v);
+          for (int kw = 0; kw < KW; kw++) v = __fadd_rn(v, red[(gi * KW + kw) * R * 128 + in]);
+          mma_store(p, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
         }
         __syncthreads(); /* red is reused by the next chunk */
       }
@@ -489,18 +494,20 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
  * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 template <int FMT, int ACT>
-cudaError_t launch_lean_one(const grouped_params &p, int rows, bool whole, dim3 grid, cudaStream_t s, int pdl) {
+cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
-  if constexpr (FMT == FP4_FORMAT_NVFP4) /* MXFP4's per-slab scale factoring spills in this form */
-    if (rows == 32 && whole) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, true>, grid, block, 0, s, pdl, p);
+  if constexpr (FMT == FP4_FORMAT_NVFP4) { /* MXFP4's per-slab scale factoring spills in these forms */
+    if (rows == 32 && kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, 1>, grid, block, 0, s, pdl, p);
+    if (rows == 32 && kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, 2>, grid, block, 0, s, pdl, p);
+  }
   if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
 
 template <int FMT>
-cudaError_t launch_lean(const grouped_params &p, int rows, bool whole, dim3 grid, cudaStream_t s, int pdl) {
-  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, whole, grid, s, pdl)
-                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, whole, grid, s, pdl);
+cudaError_t launch_lean(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
+  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, kw, grid, s, pdl)
+                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, kw, grid, s, pdl);
 }
 
 template <int FMT>
@@ -582,23 +589,33 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * 5 * (int64_t)sms ? 2 : 1;
       if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
         if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
-      /* Whole K per warp (each warp streams all slabs of its own two tiles, no reduction; a CTA
-       * covers 128 rows) where a split would leave each warp at most 2 slabs between its setup and
-       * the reduction, once the 4x fewer CTAs still fill 2 waves. ncu, session 13 runs 2-3: Qwen3.5's
-       * down GEMM (K = 1024, 8 slabs) at B = 8 75.0 against 88.1 us, at B = 1 (0.5 waves) 18.0
-       * against 15.3; K split stays ahead for 16 slabs and more (DeepSeek-R1's down at B = 8 185.4
-       * against 198.3 us, Qwen3.5's gate_up 132.3 against 162.8). NVFP4 only: MXFP4's per-slab scale
-       * factoring spills in this form. Measured with the span rule above, as it runs here.
-       * FP4KIT_MOE_LEAN_WHOLE_K=0|1 replaces the rule. */
-      bool whole = rows == 32 && a->format == FP4_FORMAT_NVFP4 && nslabs <= 2 * kLeanWarps &&
-                   (groups + kLeanWarps - 1) / kLeanWarps * a->slots * splits >= 2 * 5 * (int64_t)sms;
-      if (const char *env = getenv("FP4KIT_MOE_LEAN_WHOLE_K"))
-        whole = rows == 32 && a->format == FP4_FORMAT_NVFP4 && atoi(env) == 1;
-      const int64_t ctas_x = whole ? (groups + kLeanWarps * p.lean_span - 1) / (kLeanWarps * p.lean_span)
-                                   : (groups + p.lean_span - 1) / p.lean_span;
-      const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
-      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, whole, grid, s, pdl)
-                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, whole, grid, s, pdl));
+      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): the fewest that leave each
+       * warp at most 8 slabs, doubled while the CTAs would fill fewer than 2 waves (5 per SM). A
+       * warp that streams only 2-4 slabs between its setup and the reduction spends much of its
+       * time in neither; one that streams 16 leaves too few CTAs. ncu, session 13 runs 2-5
+       * (gate_up / down, us, KW = 4 / 2 / 1):
+       *   Qwen3.5 down (8 slabs)     B = 1 15.1 / 13.0 / 18.0, B = 8 88.1 / 77.1 / 75.0,
+       *                              B = 64 - / 347.9 / 313.9;
+       *   DeepSeek-R1 down (16)      B = 1 29.6 / 31.2 / -, B = 8 183.4 / 172.8 / 198.3,
+       *                              B = 64 687.9 / 633.0 / -;
+       *   gate_up (32 and 56 slabs)  4 warps ahead or even: Qwen3.5 B = 8 131.0 / 131.2 / 162.8,
+       *                              DeepSeek-R1 B = 8 315.4 / 339.4 / 444.7.
+       * The rule picks the fastest measured but for Qwen3.5's down at B = 1 (4 warps, 2 us behind
+       * 2). NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4. Measured with the
+       * span rule above, as it runs here. FP4KIT_MOE_LEAN_KSPLIT=1|2|4 replaces the rule. */
+      const bool nv32 = rows == 32 && a->format == FP4_FORMAT_NVFP4;
+      int kw = kLeanWarps;
+      if (nv32) {
+        kw = nslabs <= 8 ? 1 : nslabs <= 16 ? 2 : kLeanWarps;
+        const int64_t two_waves = 2 * 5 * (int64_t)sms;
+        while (kw < kLeanWarps && (groups * kw + kLeanWarps - 1) / kLeanWarps * a->slots * splits < two_waves) kw *= 2;
+      }
+      if (const char *env = getenv("FP4KIT_MOE_LEAN_KSPLIT"))
+        kw = nv32 && (atoi(env) == 1 || atoi(env) == 2) ? atoi(env) : kLeanWarps;
+      const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
+      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)a->slots, (unsigned)splits);
+      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, grid, s, pdl)
+                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, grid, s, pdl));
     }
     /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
      * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
