@@ -596,8 +596,8 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
        * (gate_up / down, us, KW = 4 / 2 / 1):
        *   Qwen3.5 down (8 slabs)     B = 1 15.1 / 13.0 / 18.0, B = 8 88.1 / 77.1 / 75.0,
        *                              B = 64 - / 347.9 / 313.9;
-       *   DeepSeek-R1 down (16)      B = 1 29.6 / 31.2 / -, B = 8 183.4 / 172.8 / 198.3,
-       *                              B = 64 687.9 / 633.0 / -;
+       *   DeepSeek-R1 down (16)      B = 1 29.6 / 31.2 / 34.1, B = 8 183.4 / 172.8 / 198.3,
+       *                              B = 64 687.9 / 633.0 / 708.2;
        *   gate_up (32 and 56 slabs)  4 warps ahead or even: Qwen3.5 B = 8 131.0 / 131.2 / 162.8,
        *                              DeepSeek-R1 B = 8 315.4 / 339.4 / 444.7.
        * The rule picks the fastest measured but for Qwen3.5's down at B = 1 (4 warps, 2 us behind
