@@ -403,9 +403,9 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * slower at B = 1 (fewer CTAs). With p.lean_span > 1 a CTA walks that many consecutive groups of R
  * tiles of its expert; with KW < kLeanWarps, KW warps share a group's K and the CTA covers
  * kLeanWarps / KW groups (KW = 1: each warp its own R tiles and all of K; the host's rules for both
- * are at the launch). Rows past the chunk read the chunk's
- * last row (valid memory; an MMA output column depends only on its own activation row) and are never
- * stored. The warps' partial sums are added in a fixed order (deterministic). */
+ * are at the launch). Rows past the chunk read the chunk's last row (valid memory; an MMA output
+ * column depends only on its own activation row) and are never stored. The warps' partial sums are
+ * added in a fixed order (deterministic). */
 template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
