@@ -493,14 +493,21 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 /* The decode kernel: two 16-row tiles at 5 CTAs per SM (96 registers), one slab of each in flight
  * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
  * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
+/* CTAs per SM of the two-tile lean kernel (its launch bounds on sm_90a; 4 elsewhere, see
+ * moe_lean_blocks_here): the wave counts of the host's span and K-split rules below. */
+constexpr int kLeanTwoTileBlocks = 5;
+
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
+  constexpr int B = kLeanTwoTileBlocks;
   if constexpr (FMT == FP4_FORMAT_NVFP4) { /* MXFP4's per-slab scale factoring spills in these forms */
-    if (rows == 32 && kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, 1>, grid, block, 0, s, pdl, p);
-    if (rows == 32 && kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2, 2>, grid, block, 0, s, pdl, p);
+    if (rows == 32 && kw == 1)
+      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1>, grid, block, 0, s, pdl, p);
+    if (rows == 32 && kw == 2)
+      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2>, grid, block, 0, s, pdl, p);
   }
-  if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, 5, 2>, grid, block, 0, s, pdl, p);
+  if (rows == 32) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2>, grid, block, 0, s, pdl, p);
   return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 2, 6, 1>, grid, block, 0, s, pdl, p);
 }
 
@@ -586,7 +593,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
        * after its last slab, which the short K of a down GEMM (8 slabs at Qwen3.5's I = 1024) does
        * not hide. Session 13 run 1, both GEMMs at 2: Qwen3.5 B = 64 1000-1012 against 1038-1048 us,
        * B = 8 1% faster; B = 1 (1.0-1.9 waves) 16% slower. FP4KIT_MOE_LEAN_SPAN=n replaces it. */
-      p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * 5 * (int64_t)sms ? 2 : 1;
+      p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * kLeanTwoTileBlocks * (int64_t)sms ? 2 : 1;
       if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
         if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
       /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): the fewest that leave each
@@ -607,7 +614,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       int kw = kLeanWarps;
       if (nv32) {
         kw = nslabs <= 8 ? 1 : nslabs <= 16 ? 2 : kLeanWarps;
-        const int64_t two_waves = 2 * 5 * (int64_t)sms;
+        const int64_t two_waves = 2 * kLeanTwoTileBlocks * (int64_t)sms;
         while (kw < kLeanWarps && (groups * kw + kLeanWarps - 1) / kLeanWarps * a->slots * splits < two_waves) kw *= 2;
       }
       if (const char *env = getenv("FP4KIT_MOE_LEAN_KSPLIT"))
