@@ -15,7 +15,8 @@
  * (moe_grouped_large.cu: MoE layers and grouped GEMMs with >= 16 rows per expert, W4A16 and W4A4,
  * NVFP4 and MXFP4, random and skewed routing, T >= 1024; on SM90 on the register-A wgmma tiles at the
  * width the library picks, then at each width (FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256) and on
- * the mma.sync tiles (=mma)); the bf16 SiLU*up against the f32 one on edge values, bit for bit; which
+ * the mma.sync tiles (=mma)); the bf16 SiLU*up against the f32 one on edge values, bit for bit; the
+ * W4A4 decode inputs' one-kernel quantize to bf16 against quantize + dequantize, bit for bit; which
  * path runs (the run info's config); and the device contract for invalid expert ids (a NaN output
  * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the
  * forced-width passes.
@@ -416,6 +417,81 @@ static void test_silu_bits(fp4_context *ctx) {
   free(o32);
   free(o16);
 }
+
+/* The W4A4 decode inputs' one-kernel quantize (fp4_cuda_moe_quantize_bf16) against the two kernels
+ * it replaces: fp4_cuda_quantize (128x4 scales) then fp4_cuda_dequant_fp4_rows, from f32, bf16 and
+ * f16 rows (a row stride past the columns) and from a gate_up buffer through the f32 SiLU*up
+ * (fp4_cuda_moe_silu_mul first), NVFP4 and MXFP4: the same bf16 bits. Values of every class: random
+ * bit patterns (zeros, subnormals, huge, inf, NaN), normal values at several spreads, zero blocks. */
+static void test_quantize_bf16_bits(fp4_context *ctx) {
+  enum { R = 70, C = 512, LD = C + 32 };
+  const size_t nx = (size_t)R * 2 * C; /* gate_up [R, 2C] f32 also holds the dense rows [R, LD] */
+  float *x = malloc(nx * sizeof *x);
+  uint16_t *x16 = malloc(nx * sizeof *x16), *want = malloc((size_t)R * C * 2), *got = malloc((size_t)R * C * 2);
+  fp4_status st = x && x16 && want && got ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
+  fp4h_rng rng = {777};
+  for (size_t i = 0; !st && i < nx; i++) {
+    const size_t r = i / (2 * C);
+    float v;
+    switch (r % 5) {
+    case 0: {
+      const uint32_t b = (uint32_t)(fp4h_next(&rng) >> 32);
+      memcpy(&v, &b, sizeof v);
+      break;
+    }
+    case 1: v = (float)fp4h_gauss(&rng) * 3.0f; break;
+    case 2: v = (float)fp4h_gauss(&rng) * 1e-30f; break;
+    case 3: v = i % 64 < 32 ? 0.0f : (float)fp4h_gauss(&rng) * 1e4f; break;
+    default: v = (float)(fp4h_gauss(&rng) * 16.0); break;
+    }
+    x[i] = v;
+  }
+  static const int kSrcs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_CUDA_MOE_SRC_SILU_MUL};
+  static const fp4_format kFormats[] = {FP4_FORMAT_NVFP4, FP4_FORMAT_MXFP4};
+  for (size_t f = 0; !st && f < 2; f++)
+    for (size_t si = 0; si < 4; si++) {
+      const int src = kSrcs[si];
+      const int silu = src == FP4_CUDA_MOE_SRC_SILU_MUL;
+      const size_t elem = src == FP4_DTYPE_F32 || silu ? 4 : 2;
+      const void *host = x;
+      if (src == FP4_DTYPE_BF16 || src == FP4_DTYPE_F16) {
+        for (size_t i = 0; i < nx; i++) x16[i] = src == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(x[i]) : fp4_f16_from_f32_inline(x[i]);
+        host = x16;
+      }
+      const int64_t scale_bytes = fp4_layout_bytes(FP4_LAYOUT_128X4, R, C / (kFormats[f] == FP4_FORMAT_NVFP4 ? 16 : 32));
+      void *dx = to_device(ctx, host, nx * elem), *dact = NULL, *dq = NULL, *dsc = NULL, *dwant = NULL, *dgot = NULL;
+      int e = !dx || fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C * 4, &dact) ||
+              fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C / 2, &dq) ||
+              fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)scale_bytes, &dsc) ||
+              fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C * 2, &dwant) ||
+              fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C * 2, &dgot);
+      const float gs = 37.5f;
+      if (!e && silu) e = fp4_cuda_moe_silu_mul(dx, dact, FP4_CUDA_ACT_F32, R, C, NULL, 0);
+      fp4_cuda_quantize_args q = {.x = silu ? dact : dx, .rows = R, .cols = C, .ld = silu ? C : LD,
+                                  .x_dtype = silu ? FP4_DTYPE_F32 : src, .q = dq, .scales = dsc,
+                                  .format = (int)kFormats[f], .layout = (int)FP4_LAYOUT_128X4, .global_scale = gs};
+      if (!e) e = fp4_cuda_quantize(&q, NULL, 0);
+      if (!e) e = fp4_cuda_dequant_fp4_rows(dq, dsc, (int)kFormats[f], (int)FP4_LAYOUT_128X4, R, C, dwant, NULL, 0);
+      if (!e) e = fp4_cuda_moe_quantize_bf16(dx, src, silu ? 2 * C : LD, R, C, (int)kFormats[f], gs, dgot, NULL, 0);
+      EXPECT(!e, "quantize to bf16 (%s, source %d): CUDA error %d", fp4_format_name(kFormats[f]), src, e);
+      if (!e && !fp4_copy(ctx, want, FP4_MEMORY_HOST, dwant, FP4_MEMORY_DEVICE, (size_t)R * C * 2) &&
+          !fp4_copy(ctx, got, FP4_MEMORY_HOST, dgot, FP4_MEMORY_DEVICE, (size_t)R * C * 2)) {
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < (size_t)R * C; i++)
+          if (want[i] != got[i] && bad++ == 0) first = i;
+        EXPECT(bad == 0, "quantize to bf16 (%s, source %d): %zu of %d differ from quantize + dequantize, first at %zu (%04x, want %04x)",
+               fp4_format_name(kFormats[f]), src, bad, R * C, first, got[first], want[first]);
+      }
+      void *bufs[] = {dx, dact, dq, dsc, dwant, dgot};
+      for (size_t i = 0; i < 6; i++)
+        if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+    }
+  EXPECT(!st, "quantize to bf16: %s", fp4_status_str(st));
+  free(x);
+  free(x16);
+  free(want);
+  free(got);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -463,6 +539,8 @@ int main(int argc, char **argv) {
 #if FP4KIT_HAVE_CUDA
   test_silu_bits(ctx);
   printf("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
+  test_quantize_bf16_bits(ctx);
+  printf("+ W4A4 decode inputs quantized to bf16 in one kernel: %d checks, %d failures\n", g_runs, g_failures);
 #endif
   test_path_selection(ctx);
   printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);

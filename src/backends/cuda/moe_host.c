@@ -187,7 +187,7 @@ const char *fp4_cuda_moe_config(const fp4_problem *p) {
 
 /* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets,
  * the dense M tile numbering of the prefill tiles [E+1]; for W4A4 the quantized hidden rows as
- * exact bf16 [T, H] (fp4_rows_as_bf16). */
+ * exact bf16 [T, H] (quantize_as_bf16). */
 typedef struct moe_extra {
   size_t counts, active, active_count, shared_offsets, tile_starts, hidden_bf16, total;
 } moe_extra;
@@ -246,20 +246,27 @@ static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const v
   return e;
 }
 
-/* W4A4 on the streaming tensor-core kernels (not the large-M tiles, which read FP4 directly): g's
- * quantized rows [rows, cols] written to out as their exact bf16 values, and g pointed at them. The
- * GEMM then multiplies the same bf16 values it would form from the codes in every weight tile (a
- * small-M ".pro" config's reasoning, docs/cuda-small-m.md), once per row instead of once per CTA,
- * and runs the bf16 kernels (the lean decode kernel at one token tile). Rows must stay 16-byte
- * aligned for those kernels: else g keeps its FP4 rows. */
-static int fp4_rows_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, int64_t rows, int64_t cols, void *out) {
-  if (cols % 128 || (uintptr_t)out % 16) return 0;
-  const int e = fp4_cuda_dequant_fp4_rows(g->a, g->a_scales, g->format, g->a_layout, rows, cols, out, m->p->stream,
-                                          m->pdl);
+/* W4A4 on the streaming tensor-core kernels (not the large-M tiles, which read FP4 directly): the
+ * rows [rows, cols] quantized and written to out as the exact bf16 values of the quantized elements
+ * in one kernel (fp4_cuda_moe_quantize_bf16; for down straight from gate_up, src
+ * FP4_CUDA_MOE_SRC_SILU_MUL, so SiLU*up runs inside it), and g pointed at them. The GEMM then
+ * multiplies the same bf16 values it would form from the codes in every weight tile (a small-M
+ * ".pro" config's reasoning, docs/cuda-small-m.md), once per row instead of once per CTA, and runs
+ * the bf16 kernels (the lean decode kernel at one token tile). One launch where quantize, the
+ * dequantize and (for down) SiLU*up took three. 0 when those kernels could not read the rows
+ * (cols % 128, 16-byte aligned rows): then the caller quantizes to FP4 rows. */
+static int bf16_rows_possible(int64_t cols, const void *out) { return cols % 128 == 0 && (uintptr_t)out % 16 == 0; }
+
+static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int src, int64_t rows,
+                            int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, void *out) {
+  const int nv = w->format == FP4_FORMAT_NVFP4;
+  const float gsf = nv ? act_scale : 1.0f;
+  const int e = fp4_cuda_moe_quantize_bf16(x, src, ld, rows, cols, (int)w->format, gsf, out, m->p->stream, m->pdl);
   g->act = FP4_CUDA_ACT_BF16;
   g->a = out;
   g->lda = cols;
   g->a_scales = NULL;
+  g->a_mult = nv ? 1.0f / gsf : 1.0f;
   return e;
 }
 
@@ -290,10 +297,14 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.splits = splits_for(rows, g.slots);
   const int large = large_m_wanted(rows, g.slots);
   if (w4a4) {
-    if ((e = quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, p->a->ld ? p->a->ld : H, &set->gate_up,
-                            set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
-      return e;
-    if (!large && (e = fp4_rows_as_bf16(m, &g, T, H, at(m, m->x.hidden_bf16)))) return e;
+    const int64_t ld = p->a->ld ? p->a->ld : H;
+    void *hidden_bf16 = at(m, m->x.hidden_bf16);
+    e = !large && bf16_rows_possible(H, hidden_bf16)
+            ? quantize_as_bf16(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up, set->gate_up_act_scale,
+                               hidden_bf16)
+            : quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up, set->gate_up_act_scale,
+                             m->ws.hidden_q, m->ws.hidden_q_scales);
+    if (e) return e;
   } else {
     g.act = act_kind(p->a->dtype);
     g.a = p->a->data;
@@ -313,20 +324,24 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
    * kernels would do in every weight tile) and one MMA per step instead of three, so the down GEMM
    * runs on the lean decode kernel. One rounding more than the reference (relative 2^-9 per
    * element), inside the W4A16 tolerance (docs/moe.md, numeric contract). Else f32. */
-  const int bf16_rows = (I % 128 == 0 && (uintptr_t)act % 16 == 0) || large;
+  const int bf16_rows = bf16_rows_possible(I, act) || large;
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
-  if ((e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
+  /* W4A4 decode: SiLU*up runs inside the down input's quantize (quantize_as_bf16) */
+  const int w4a4_bf16 = w4a4 && !large && bf16_rows_possible(I, act);
+  if (!w4a4_bf16 && (e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);
   g.a_rows = NULL;
   g.a_div = 1;
-  if (w4a4) {
+  if (w4a4_bf16) {
+    if ((e = quantize_as_bf16(m, &g, gate_up, FP4_CUDA_MOE_SRC_SILU_MUL, rows, I, 2 * I, &set->down,
+                              set->down_act_scale, act)))
+      return e;
+  } else if (w4a4) {
     if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, &set->down, set->down_act_scale, m->ws.act_q,
                             m->ws.act_q_scales)))
       return e;
-    /* act (f32) has been read by the quantize above: its section takes the bf16 rows */
-    if (!large && (e = fp4_rows_as_bf16(m, &g, rows, I, act))) return e;
   } else {
     g.act = act_kind;
     g.a = act;

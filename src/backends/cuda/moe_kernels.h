@@ -93,6 +93,16 @@ int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
 int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_kind, int64_t rows, int64_t inter, void *stream,
                           int pdl);
 
+/* W4A4 decode inputs: the rows quantized with the runtime recipe (format; NVFP4 global encode scale
+ * global_scale) and written as the exact bf16 values of the quantized elements, out [rows, cols]
+ * (row stride cols, 16-byte aligned): bit for bit fp4_cuda_quantize followed by
+ * fp4_cuda_dequant_fp4_rows, in one launch. src: fp4_dtype F32, BF16 or F16 of x [rows, cols] with
+ * row stride ld, or FP4_CUDA_MOE_SRC_SILU_MUL: x is gate_up [rows, 2 cols] in f32 and the quantized
+ * values are its SiLU*up (the F32 act of fp4_cuda_moe_silu_mul). cols % 32 == 0. */
+enum { FP4_CUDA_MOE_SRC_SILU_MUL = 100 };
+int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
+                               float global_scale, uint16_t *out, void *stream, int pdl);
+
 /* out[t, h] = dtype(f32(sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h])) in
  * double, slots in order; a token with an inverse of -1 (invalid id) gets a NaN row. */
 typedef struct fp4_cuda_combine_args {

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "format/codec.h"
@@ -260,6 +261,73 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combi
   fp4_pdl_launch_dependents();
 }
 
+/* The W4A4 decode GEMMs' input rows in one kernel: quantize (the runtime recipe, codec.h, as
+ * quantize.cu) and write each element as the exact bf16 value of its code times its block scale,
+ * as lm_dequant_a_kernel does from the codes (chunk_factors, decode_word), so the result is that
+ * of fp4_cuda_quantize followed by fp4_cuda_dequant_fp4_rows, bit for bit, without the codes, the
+ * scales or the second launch. SRC: a dense dtype (rows with stride ld), or kSrcSiluMul, the
+ * gate_up output [rows, 2 cols] in f32, whose elements are silu_mul_f32(gate, up) (the f32 act of
+ * fp4_cuda_moe_silu_mul), so SiLU*up needs no launch of its own either. Four elements per thread,
+ * the block's threads (4 or 8 adjacent lanes) combining their maxima by shuffles: decode inputs are
+ * a few rows, and a thread per block left too few threads to hide the double-precision exp of
+ * SiLU*up (6.3 us against 2.6 for the SiLU*up kernel alone at DeepSeek-R1 B = 1; session 14 run 4). */
+constexpr int kSrcSiluMul = -1, kQuantBf16Threads = 256;
+
+template <int SRC>
+__device__ __forceinline__ float quant_src(const void *x, int64_t ld, int64_t cols, int64_t r, int64_t i) {
+  if (SRC == kSrcSiluMul) {
+    const float *g = static_cast<const float *>(x) + r * 2 * cols + i;
+    return silu_mul_f32(__ldg(g), __ldg(g + cols));
+  }
+  if (SRC == FP4_DTYPE_BF16) return fp4_bf16_to_f32_inline(__ldg(static_cast<const uint16_t *>(x) + r * ld + i));
+  if (SRC == FP4_DTYPE_F16) return fp4_f16_to_f32_inline(__ldg(static_cast<const uint16_t *>(x) + r * ld + i));
+  return __ldg(static_cast<const float *>(x) + r * ld + i);
+}
+
+template <int FMT, int SRC>
+__global__ void __launch_bounds__(kQuantBf16Threads)
+    quantize_bf16_kernel(const void *x, int64_t ld, int64_t rows, int64_t cols, float global_scale, uint16_t *out) {
+  constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
+  constexpr int kLanes = (NV ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK) / 4; /* threads per block */
+  fp4_pdl_wait();
+  /* rows * cols / 4 threads: a multiple of 8, so every warp that starts holds whole blocks, and all
+   * of its lanes reach the shuffles (those past the end with zeros) */
+  const int64_t per_row = cols / 4, idx = (int64_t)blockIdx.x * kQuantBf16Threads + threadIdx.x;
+  const bool valid = idx < rows * per_row;
+  const int64_t r = valid ? idx / per_row : 0, c = valid ? idx % per_row * 4 : 0;
+  float v[4], vmax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[i] = valid ? quant_src<SRC>(x, ld, cols, r, c + i) : 0.0f;
+    vmax = fp4_absmax_update(vmax, v[i]);
+  }
+  /* the max of non-negative values (NaNs dropped by fmaxf) in any order: the same as the sequential
+   * fp4_absmax_update over the block */
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, o));
+  float out_scale, f[2];
+  const uint8_t sb = NV ? fp4_nvfp4_block_scale(vmax, fp4_nvfp4_recipe_make(global_scale), &out_scale)
+                        : fp4_mxfp4_block_scale(vmax, &out_scale);
+  chunk_factors<NV>(sb, f);
+  const uint32_t codes = (uint32_t)fp4_e2m1_pack2(v[0], v[1], out_scale) | (uint32_t)fp4_e2m1_pack2(v[2], v[3], out_scale) << 8;
+  const uint4 b = decode_word<false>(codes, f[0]); /* codes 4..7 are zero: .z and .w unused */
+  if (valid) *reinterpret_cast<uint2 *>(out + r * cols + c) = make_uint2(b.x, b.y);
+  fp4_pdl_launch_dependents();
+}
+
+template <int FMT>
+cudaError_t launch_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, float gs,
+                                 uint16_t *out, cudaStream_t s, int pdl) {
+  const dim3 grid((unsigned)((rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads)), block(kQuantBf16Threads);
+  switch (src) {
+  case kSrcSiluMul: return fp4_cuda_launch(quantize_bf16_kernel<FMT, kSrcSiluMul>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
+  case FP4_DTYPE_BF16: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_BF16>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
+  case FP4_DTYPE_F16: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_F16>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
+  case FP4_DTYPE_F32: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_F32>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
+  default: return cudaErrorInvalidValue;
+  }
+}
+
 unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 } // namespace
@@ -297,4 +365,15 @@ extern "C" int fp4_cuda_moe_combine(const fp4_cuda_combine_args *a, void *stream
     return (int)cudaErrorInvalidValue;
   return (int)fp4_cuda_launch(combine_kernel, dim3((unsigned)a->tokens, blocks_for(a->hidden, (int)chunk)),
                               dim3(kCombineThreads), 0, (cudaStream_t)stream, pdl, *a);
+}
+
+extern "C" int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
+                                          float global_scale, uint16_t *out, void *stream, int pdl) {
+  if (rows < 1 || cols < 32 || cols % 32 || (src != FP4_CUDA_MOE_SRC_SILU_MUL && ld < cols) || (uintptr_t)out % 16 ||
+      (rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads > 0x7FFFFFFF)
+    return (int)cudaErrorInvalidValue;
+  const int s = src == FP4_CUDA_MOE_SRC_SILU_MUL ? kSrcSiluMul : src;
+  cudaStream_t st = (cudaStream_t)stream;
+  return (int)(format == FP4_FORMAT_NVFP4 ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl)
+                                          : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl));
 }
