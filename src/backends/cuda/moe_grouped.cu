@@ -596,26 +596,29 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * kLeanTwoTileBlocks * (int64_t)sms ? 2 : 1;
       if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
         if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
-      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): the fewest that leave each
-       * warp at most 8 slabs, doubled while the CTAs would fill fewer than 2 waves (5 per SM). A
-       * warp that streams only 2-4 slabs between its setup and the reduction spends much of its
-       * time in neither; one that streams 16 leaves too few CTAs. ncu, session 13 runs 2-5
-       * (gate_up / down, us, KW = 4 / 2 / 1):
-       *   Qwen3.5 down (8 slabs)     B = 1 15.1 / 13.0 / 18.0, B = 8 88.1 / 77.1 / 75.0,
-       *                              B = 64 - / 347.9 / 313.9;
-       *   DeepSeek-R1 down (16)      B = 1 29.6 / 31.2 / 34.1, B = 8 183.4 / 172.8 / 198.3,
-       *                              B = 64 687.9 / 633.0 / 708.2;
-       *   gate_up (32 and 56 slabs)  4 warps ahead or even: Qwen3.5 B = 8 131.0 / 131.2 / 162.8,
-       *                              DeepSeek-R1 B = 8 315.4 / 339.4 / 444.7.
-       * The rule picks the fastest measured but for Qwen3.5's down at B = 1 (4 warps, 2 us behind
-       * 2). NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4. Measured with the
-       * span rule above, as it runs here. FP4KIT_MOE_LEAN_KSPLIT=1|2|4 replaces the rule. */
+      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): 2; 1 (each warp all of K)
+       * for a short K (<= 8 slabs) while that still fills 2 waves of CTAs (5 per SM); 4 when 2
+       * would fill less than half a wave. With the weight loads' L2 fetch unit (lean_slabs: 256 B
+       * at 4 warps, 128 at 2, none at 1) a split over 2 warps streams as fast as over 4 and pays a
+       * smaller reduction; a warp alone on a long K is slow (one 64-byte stream per row). ncu,
+       * session 14 run 6 (us, KW = 1 / 2 / 4):
+       *   Qwen3.5 gate_up (32 slabs)     B = 1 40.7 / 25.2 / 20.0, B = 8 153.6 / 121.9 / 127.3,
+       *                                  B = 64 717.0 / 542.3 / 570.2;
+       *   Qwen3.5 down (8)               B = 1 16.3 / 12.7 / 15.0, B = 8 74.1 / 75.1 / 87.6,
+       *                                  B = 64 313.7 / 338.1 / 406.8;
+       *   DeepSeek-R1 gate_up (56)       B = 1 74.0 / 47.6 / 50.0, B = 8 435.8 / 302.0 / 302.5,
+       *                                  B = 64 1489 / 1119 / 1126;
+       *   DeepSeek-R1 down (16)          B = 1 32.1 / 29.6 / 29.2, B = 8 202.1 / 166.9 / 181.6,
+       *                                  B = 64 708.7 / 605.2 / 674.2.
+       * The rule picks the fastest measured or within 2%. NVFP4 only: MXFP4's per-slab scale
+       * factoring spills with KW < 4. Measured with the span rule above, as it runs here.
+       * FP4KIT_MOE_LEAN_KSPLIT=1|2|4 replaces the rule. */
       const bool nv32 = rows == 32 && a->format == FP4_FORMAT_NVFP4;
       int kw = kLeanWarps;
       if (nv32) {
-        kw = nslabs <= 8 ? 1 : nslabs <= 16 ? 2 : kLeanWarps;
-        const int64_t two_waves = 2 * kLeanTwoTileBlocks * (int64_t)sms;
-        while (kw < kLeanWarps && (groups * kw + kLeanWarps - 1) / kLeanWarps * a->slots * splits < two_waves) kw *= 2;
+        const int64_t wave = kLeanTwoTileBlocks * (int64_t)sms;
+        const auto ctas = [&](int w) { return (groups * w + kLeanWarps - 1) / kLeanWarps * a->slots * splits; };
+        kw = nslabs <= 8 && ctas(1) >= 2 * wave ? 1 : 2 * ctas(2) < wave ? kLeanWarps : 2;
       }
       if (const char *env = getenv("FP4KIT_MOE_LEAN_KSPLIT"))
         kw = nv32 && (atoi(env) == 1 || atoi(env) == 2) ? atoi(env) : kLeanWarps;
