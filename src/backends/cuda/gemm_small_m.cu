@@ -75,8 +75,10 @@ __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, c
 /* R: 16-row weight tiles per CTA (every warp covers all of them on its slabs, so an activation
  * fragment serves R tiles). U: slabs whose weights one warp keeps in flight (16 B per lane, row and
  * tile each). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
- * several row tiles, the accumulators need more registers. */
-template <int FMT, int ACT, int NT, int U, int R>
+ * several row tiles, the accumulators need more registers. PF: the weight loads' L2 fetch unit
+ * (ld_stream), 256 bytes where 4 or 8 warps read consecutive 64-byte pieces of a row in the same
+ * step (as lean_slabs), none for 1 or 2 warps. */
+template <int FMT, int ACT, int NT, int U, int R, int PF>
 __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_small_m_kernel(gemm_params p) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   extern __shared__ float red[];
@@ -135,8 +137,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
       if (s < nslabs) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
-          wa[u][r] = ld_stream(wa_ptr[r] + (int64_t)s * 64);
-          wb[u][r] = ld_stream(wb_ptr[r] + (int64_t)s * 64);
+          wa[u][r] = ld_stream<PF>(wa_ptr[r] + (int64_t)s * 64);
+          wb[u][r] = ld_stream<PF>(wb_ptr[r] + (int64_t)s * 64);
           sca[u][r] = load_scales<NV>(swa[r], s);
           scb[u][r] = load_scales<NV>(swb[r], s);
         }
@@ -209,17 +211,23 @@ size_t smem_for(int warps, int64_t m, int rows) {
   return warps > 1 ? (size_t)warps * (size_t)(rows / 16) * (size_t)tiles_for(m) * 128 * sizeof(float) : 0;
 }
 
-template <int FMT, int ACT, int NT, int U, int R>
-cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
+template <int FMT, int ACT, int NT, int U, int R, int PF>
+cudaError_t launch_pf(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
   const int64_t ctas = (p.n + 16 * R - 1) / (16 * R);
   const size_t smem = smem_for(warps, p.m, 16 * R);
   if (smem > 48 * 1024) { /* above the default dynamic shared memory limit: opt in */
-    const cudaError_t e = cudaFuncSetAttribute(gemm_small_m_kernel<FMT, ACT, NT, U, R>,
+    const cudaError_t e = cudaFuncSetAttribute(gemm_small_m_kernel<FMT, ACT, NT, U, R, PF>,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
   }
-  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U, R>, dim3((unsigned)ctas), dim3(32 * warps), smem,
+  return fp4_cuda_launch(gemm_small_m_kernel<FMT, ACT, NT, U, R, PF>, dim3((unsigned)ctas), dim3(32 * warps), smem,
                          stream, pdl, p);
+}
+
+template <int FMT, int ACT, int NT, int U, int R>
+cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
+  return warps >= 4 ? launch_pf<FMT, ACT, NT, U, R, 256>(p, warps, stream, pdl)
+                    : launch_pf<FMT, ACT, NT, U, R, 0>(p, warps, stream, pdl);
 }
 
 /* The CTAs per SM a lean variant is compiled for: the configuration's target (6 or 8) where ptxas
