@@ -2,7 +2,8 @@
  * Host code of the cuda backend's grouped GEMM and MoE layer: the rules the kernels need, the
  * workspace they use (the common layout of src/dispatch/moe_workspace.h plus routing scratch after
  * it) and the launch sequence of a layer: route -> [quantize] -> gate_up -> SiLU*up -> [quantize]
- * -> down, again for the shared expert, then the combine. Nothing here reads device data, so a
+ * -> down, again for the shared expert, then the combine (W4A4 decode: each quantize writes bf16
+ * values in one kernel, the second one computing SiLU*up itself). Nothing here reads device data, so a
  * layer call never synchronizes with the host.
  *
  * Two grouped GEMM paths, chosen per call from the mean rows per expert slot (T*k / min(E, T*k):
@@ -317,7 +318,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
   if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
-  /* W4A4 quantizes the f32 act. W4A16: SiLU*up in bf16 for the down GEMM on both paths where the
+  /* W4A4 quantizes the f32 act (in decode straight from gate_up, quantize_as_bf16). W4A16: SiLU*up in bf16 for the down GEMM on both paths where the
    * tensor-core kernels can read it (I % 128 == 0 and 16-byte aligned rows, which a caller's
    * workspace offset by 8 bytes would not give): the large-M tiles take no f32, and in decode bf16
    * rows are a third of the bytes of f32 values split into three exact bf16 parts (which the
