@@ -455,10 +455,12 @@ static void test_quantize_bf16_bits(fp4_context *ctx) {
       const size_t elem = src == FP4_DTYPE_F32 || silu ? 4 : 2;
       const void *host = x;
       if (src == FP4_DTYPE_BF16 || src == FP4_DTYPE_F16) {
-        for (size_t i = 0; i < nx; i++) x16[i] = src == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(x[i]) : fp4_f16_from_f32_inline(x[i]);
+        for (size_t i = 0; i < nx; i++)
+          x16[i] = src == FP4_DTYPE_BF16 ? fp4_bf16_from_f32_inline(x[i]) : fp4_f16_from_f32_inline(x[i]);
         host = x16;
       }
-      const int64_t scale_bytes = fp4_layout_bytes(FP4_LAYOUT_128X4, R, C / (kFormats[f] == FP4_FORMAT_NVFP4 ? 16 : 32));
+      const int64_t block = kFormats[f] == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK;
+      const int64_t scale_bytes = fp4_layout_bytes(FP4_LAYOUT_128X4, R, C / block);
       void *dx = to_device(ctx, host, nx * elem), *dact = NULL, *dq = NULL, *dsc = NULL, *dwant = NULL, *dgot = NULL;
       int e = !dx || fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C * 4, &dact) ||
               fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)R * C / 2, &dq) ||
@@ -479,7 +481,8 @@ static void test_quantize_bf16_bits(fp4_context *ctx) {
         size_t bad = 0, first = 0;
         for (size_t i = 0; i < (size_t)R * C; i++)
           if (want[i] != got[i] && bad++ == 0) first = i;
-        EXPECT(bad == 0, "quantize to bf16 (%s, source %d): %zu of %d differ from quantize + dequantize, first at %zu (%04x, want %04x)",
+        EXPECT(bad == 0,
+               "quantize to bf16 (%s, source %d): %zu of %d differ from quantize + dequantize, first at %zu (%04x, want %04x)",
                fp4_format_name(kFormats[f]), src, bad, R * C, first, got[first], want[first]);
       }
       void *bufs[] = {dx, dact, dq, dsc, dwant, dgot};

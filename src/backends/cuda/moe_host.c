@@ -3,8 +3,8 @@
  * workspace they use (the common layout of src/dispatch/moe_workspace.h plus routing scratch after
  * it) and the launch sequence of a layer: route -> [quantize] -> gate_up -> SiLU*up -> [quantize]
  * -> down, again for the shared expert, then the combine (W4A4 decode: each quantize writes bf16
- * values in one kernel, the second one computing SiLU*up itself). Nothing here reads device data, so a
- * layer call never synchronizes with the host.
+ * values in one kernel, the second one computing SiLU*up itself). Nothing here reads device data,
+ * so a layer call never synchronizes with the host.
  *
  * Two grouped GEMM paths, chosen per call from the mean rows per expert slot (T*k / min(E, T*k):
  * the host knows no more): the streaming kernels of moe_grouped.cu (decode: each active expert's
@@ -254,8 +254,8 @@ static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const v
  * multiplies the same bf16 values it would form from the codes in every weight tile (a small-M
  * ".pro" config's reasoning, docs/cuda-small-m.md), once per row instead of once per CTA, and runs
  * the bf16 kernels (the lean decode kernel at one token tile). One launch where quantize, the
- * dequantize and (for down) SiLU*up took three. 0 when those kernels could not read the rows
- * (cols % 128, 16-byte aligned rows): then the caller quantizes to FP4 rows. */
+ * dequantize and (for down) SiLU*up took three. bf16_rows_possible: whether those kernels can read
+ * such rows (cols % 128 == 0, 16-byte aligned); else the caller quantizes to FP4 rows. */
 static int bf16_rows_possible(int64_t cols, const void *out) { return cols % 128 == 0 && (uintptr_t)out % 16 == 0; }
 
 static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int src, int64_t rows,
@@ -318,13 +318,14 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
   if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
-  /* W4A4 quantizes the f32 act (in decode straight from gate_up, quantize_as_bf16). W4A16: SiLU*up in bf16 for the down GEMM on both paths where the
-   * tensor-core kernels can read it (I % 128 == 0 and 16-byte aligned rows, which a caller's
-   * workspace offset by 8 bytes would not give): the large-M tiles take no f32, and in decode bf16
-   * rows are a third of the bytes of f32 values split into three exact bf16 parts (which the
-   * kernels would do in every weight tile) and one MMA per step instead of three, so the down GEMM
-   * runs on the lean decode kernel. One rounding more than the reference (relative 2^-9 per
-   * element), inside the W4A16 tolerance (docs/moe.md, numeric contract). Else f32. */
+  /* W4A4 quantizes the f32 act (in decode straight from gate_up: quantize_as_bf16). W4A16: SiLU*up
+   * in bf16 for the down GEMM on both paths where the tensor-core kernels can read it (I % 128 == 0
+   * and 16-byte aligned rows, which a caller's workspace offset by 8 bytes would not give): the
+   * large-M tiles take no f32, and in decode bf16 rows are a third of the bytes of f32 values split
+   * into three exact bf16 parts (which the kernels would do in every weight tile) and one MMA per
+   * step instead of three, so the down GEMM runs on the lean decode kernel. One rounding more than
+   * the reference (relative 2^-9 per element), inside the W4A16 tolerance (docs/moe.md, numeric
+   * contract). Else f32. */
   const int bf16_rows = bf16_rows_possible(I, act) || large;
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
   /* W4A4 decode: SiLU*up runs inside the down input's quantize (quantize_as_bf16) */

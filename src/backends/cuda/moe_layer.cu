@@ -270,7 +270,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combi
  * fp4_cuda_moe_silu_mul), so SiLU*up needs no launch of its own either. Four elements per thread,
  * the block's threads (4 or 8 adjacent lanes) combining their maxima by shuffles: decode inputs are
  * a few rows, and a thread per block left too few threads to hide the double-precision exp of
- * SiLU*up (6.3 us against 2.6 for the SiLU*up kernel alone at DeepSeek-R1 B = 1; session 14 run 4). */
+ * SiLU*up (DeepSeek-R1 B = 1, ncu: 6.4 us against 2.6 + 3.3 + 3.1 for the three kernels it
+ * replaces, session 14 run 4; 3.3 us with four per thread, run 7). */
 constexpr int kSrcSiluMul = -1, kQuantBf16Threads = 256;
 
 template <int SRC>
@@ -318,12 +319,14 @@ __global__ void __launch_bounds__(kQuantBf16Threads)
 template <int FMT>
 cudaError_t launch_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, float gs,
                                  uint16_t *out, cudaStream_t s, int pdl) {
-  const dim3 grid((unsigned)((rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads)), block(kQuantBf16Threads);
+  const dim3 grid((unsigned)((rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads));
+  const dim3 block(kQuantBf16Threads);
+  const auto go = [&](auto kernel) { return fp4_cuda_launch(kernel, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out); };
   switch (src) {
-  case kSrcSiluMul: return fp4_cuda_launch(quantize_bf16_kernel<FMT, kSrcSiluMul>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
-  case FP4_DTYPE_BF16: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_BF16>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
-  case FP4_DTYPE_F16: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_F16>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
-  case FP4_DTYPE_F32: return fp4_cuda_launch(quantize_bf16_kernel<FMT, FP4_DTYPE_F32>, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out);
+  case kSrcSiluMul: return go(quantize_bf16_kernel<FMT, kSrcSiluMul>);
+  case FP4_DTYPE_BF16: return go(quantize_bf16_kernel<FMT, FP4_DTYPE_BF16>);
+  case FP4_DTYPE_F16: return go(quantize_bf16_kernel<FMT, FP4_DTYPE_F16>);
+  case FP4_DTYPE_F32: return go(quantize_bf16_kernel<FMT, FP4_DTYPE_F32>);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -369,11 +372,13 @@ extern "C" int fp4_cuda_moe_combine(const fp4_cuda_combine_args *a, void *stream
 
 extern "C" int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
                                           float global_scale, uint16_t *out, void *stream, int pdl) {
-  if (rows < 1 || cols < 32 || cols % 32 || (src != FP4_CUDA_MOE_SRC_SILU_MUL && ld < cols) || (uintptr_t)out % 16 ||
+  const bool silu = src == FP4_CUDA_MOE_SRC_SILU_MUL;
+  if (rows < 1 || cols < 32 || cols % 32 || (!silu && ld < cols) || (uintptr_t)out % 16 ||
       (rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads > 0x7FFFFFFF)
     return (int)cudaErrorInvalidValue;
-  const int s = src == FP4_CUDA_MOE_SRC_SILU_MUL ? kSrcSiluMul : src;
+  const int s = silu ? kSrcSiluMul : src;
   cudaStream_t st = (cudaStream_t)stream;
-  return (int)(format == FP4_FORMAT_NVFP4 ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl)
-                                          : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl));
+  return (int)(format == FP4_FORMAT_NVFP4
+                   ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl)
+                   : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl));
 }
