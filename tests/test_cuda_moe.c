@@ -115,6 +115,20 @@ static void test_grouped(fp4_context *ctx) {
     for (int i = 0; i < 2; i++)
       if (lean[v].var[i]) unsetenv(lean[v].var[i]);
   }
+  /* The lean kernel's compile-time-K walk (lean_stream_fixed_k: the model shapes' K, NVFP4 weights
+   * in the 128x4 layout, N a multiple of 128) at each K split. */
+  static const int64_t kFixedK[] = {1024, 2048, 4096, 7168};
+  static const char *const kSplits[] = {NULL, "1", "2"};
+  for (size_t sp = 0; sp < 3; sp++) {
+    if (kSplits[sp]) setenv("FP4KIT_MOE_LEAN_KSPLIT", kSplits[sp], 1);
+    for (size_t ki = 0; ki < 4; ki++)
+      for (size_t t = 0; t < 2; t++) {
+        fp4h_case c = grouped_case("grouped_lean_fixed_k", FP4_FORMAT_NVFP4, 0, 1, kTokens[t], 256, kFixedK[ki], 16,
+                                   FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_NORMAL);
+        run_case(ctx, &c, seed++);
+      }
+    unsetenv("FP4KIT_MOE_LEAN_KSPLIT");
+  }
 }
 
 static void test_moe_small(fp4_context *ctx) {
