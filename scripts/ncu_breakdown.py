@@ -84,6 +84,9 @@ def breakdown(path):
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1:] == ["--moe-layers"]:
         sys.exit(__doc__)
+    if sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0)
     if sys.argv[1] == "--moe-layers":
         moe_layers(sys.argv[2:])
     else:

@@ -49,6 +49,32 @@ static void run_case(fp4_context *ctx, const fp4h_case *c, uint64_t seed) {
          fp4_dtype_name(c->out_dtype), r.message, fp4_status_str(r.status));
 }
 
+/* A case of the lean kernel's compile-time-K walk, run on both walks with the same data. The walks
+ * add the same products in the same order, so their outputs, and hence their errors against the
+ * reference, must be equal to the last bit; the reference bound is 1e-4 here, not the harness's 1e-5
+ * for f32 outputs: at K = 7168 the tensor cores' FP32 sums reach 1.3e-5 on either walk. */
+static void run_fixed_k_case(fp4_context *ctx, const fp4h_case *c, uint64_t seed) {
+#if FP4KIT_HAVE_CUDA
+  fp4h_result generic, fixed;
+  setenv("FP4KIT_MOE_LEAN_FIXED_K", "0", 1);
+  const int generic_walk = !fp4_cuda_moe_lean_fixed_k(c->format, FP4_CUDA_ACT_BF16, c->layout_b, c->n, c->k);
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &generic);
+  unsetenv("FP4KIT_MOE_LEAN_FIXED_K");
+  const int fixed_walk = fp4_cuda_moe_lean_fixed_k(c->format, FP4_CUDA_ACT_BF16, c->layout_b, c->n, c->k);
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &fixed);
+  g_runs++;
+  const int ok = generic_walk && fixed_walk && generic.status == FP4_OK && fixed.status == FP4_OK &&
+                 fixed.nonfinite == 0 && !fixed.all_zero && fixed.rel_err == generic.rel_err && fixed.rel_err <= 1e-4;
+  if (ok) return;
+  g_failures++;
+  printf("FAIL %s T=%lld N=%lld K=%lld: walks generic %d / fixed %d; rel err %.3g / %.3g (%s / %s); %s\n", c->name,
+         (long long)c->m, (long long)c->n, (long long)c->k, generic_walk, fixed_walk, generic.rel_err, fixed.rel_err,
+         fp4_status_str(generic.status), fp4_status_str(fixed.status), fixed.message);
+#else
+  (void)ctx, (void)c, (void)seed;
+#endif
+}
+
 static const int64_t kTokens[] = {1, 8, 64, 300};
 static const fp4_dtype kDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_F32};
 static const fp4_scale_layout kLayouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
@@ -114,6 +140,20 @@ static void test_grouped(fp4_context *ctx) {
       }
     for (int i = 0; i < 2; i++)
       if (lean[v].var[i]) unsetenv(lean[v].var[i]);
+  }
+  /* The lean kernel's compile-time-K walk (lean_stream_fixed_k: the model shapes' K, NVFP4 weights
+   * in the 128x4 layout, N a multiple of 128) at each K split. */
+  static const int64_t kFixedK[] = {1024, 2048, 4096, 7168};
+  static const char *const kSplits[] = {NULL, "1", "2"};
+  for (size_t sp = 0; sp < 3; sp++) {
+    if (kSplits[sp]) setenv("FP4KIT_MOE_LEAN_KSPLIT", kSplits[sp], 1);
+    for (size_t ki = 0; ki < 4; ki++)
+      for (size_t t = 0; t < 2; t++) {
+        fp4h_case c = grouped_case("grouped_lean_fixed_k", FP4_FORMAT_NVFP4, 0, 1, kTokens[t], 256, kFixedK[ki], 16,
+                                   FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_NORMAL);
+        run_fixed_k_case(ctx, &c, seed++);
+      }
+    unsetenv("FP4KIT_MOE_LEAN_KSPLIT");
   }
 }
 

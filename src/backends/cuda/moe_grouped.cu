@@ -406,7 +406,7 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * are at the launch). Rows past the chunk read the chunk's last row (valid memory; an MMA output
  * column depends only on its own activation row) and are never stored. The warps' partial sums are
  * added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps>
+template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
@@ -442,8 +442,11 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
       float acc[R][1][4];
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
-      lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
-                                              acc);
+      if constexpr (KC != 0) /* the host checked K == KC, the 128x4 layout and whole 32-row groups */
+        lean_stream_fixed_k<ACT, R, true, KW, KC>(lw.wa[0], lw.sa[0], act[0], slab0, nslabs, table, acc);
+      else
+        lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
+                                                acc);
       if (KW == 1) { /* the warp summed all of K: its results are final */
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -497,11 +500,35 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * moe_lean_blocks_here): the wave counts of the host's span and K-split rules below. */
 constexpr int kLeanTwoTileBlocks = 5;
 
+} // namespace
+
+extern "C" int fp4_cuda_moe_lean_fixed_k(int format, int act, int layout, int64_t n, int64_t k) {
+  const char *env = getenv("FP4KIT_MOE_LEAN_FIXED_K");
+  return format == FP4_FORMAT_NVFP4 && act == FP4_CUDA_ACT_BF16 && layout == (int)FP4_LAYOUT_128X4 && n % 128 == 0 &&
+         (k == 1024 || k == 2048 || k == 4096 || k == 7168) && !(env && !strcmp(env, "0"));
+}
+
+namespace {
+
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
   if constexpr (FMT == FP4_FORMAT_NVFP4) { /* MXFP4's per-slab scale factoring spills in these forms */
+    /* Whole 32-row groups in every CTA at any K split (N % 128 == 0): the addressing of
+     * lean_stream_fixed_k (fp4_cuda_moe_lean_fixed_k), which takes bf16 activations only. */
+    if constexpr (ACT == FP4_CUDA_ACT_BF16) {
+      if (rows == 32 && fp4_cuda_moe_lean_fixed_k(FMT, ACT, p.a.w_layout, p.a.n, p.a.k)) {
+#define LEAN_FIXED_K(KC_)                                                                                       \
+  if (p.a.k == KC_) {                                                                                          \
+    if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, KC_>, grid, block, 0, s, pdl, p); \
+    if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, KC_>, grid, block, 0, s, pdl, p); \
+    return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_>, grid, block, 0, s, pdl, p);    \
+  }
+        LEAN_FIXED_K(1024) LEAN_FIXED_K(2048) LEAN_FIXED_K(4096) LEAN_FIXED_K(7168)
+#undef LEAN_FIXED_K
+      }
+    }
     if (rows == 32 && kw == 1)
       return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1>, grid, block, 0, s, pdl, p);
     if (rows == 32 && kw == 2)

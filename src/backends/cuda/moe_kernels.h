@@ -54,6 +54,12 @@ enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA
 
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
+/* 1 when the decode (lean) kernel of fp4_cuda_grouped_gemm walks these weights with a compile-time K
+ * (lean_stream_fixed_k): NVFP4 in the 128x4 layout, bf16 activations, N a multiple of 128, K one of
+ * 1024, 2048, 4096, 7168 (the model shapes'), and FP4KIT_MOE_LEAN_FIXED_K not set to 0 (the generic
+ * walk, kept for measuring the two). Both walks compute the same sums in the same order. */
+int fp4_cuda_moe_lean_fixed_k(int format, int act, int layout, int64_t n, int64_t k);
+
 /* The grouped large-M (prefill) GEMM of moe_grouped_large.cu: BM x 128 tensor-core tiles with a
  * cp.async pipeline, one CTA per (expert M tile, N tile), grid bounded by floor(rows / BM) + E M
  * tiles (offsets stay on the device). Same arguments and result as fp4_cuda_grouped_gemm (slots:

@@ -478,6 +478,40 @@ __device__ __forceinline__ void lean_stream(const uint8_t *const *wa0, const uin
   }
 }
 
+/* lean_stream for one token tile, a compile-time K (KC) and the 128x4 scale layout, on whole 32-row
+ * groups (no row clamped): the 2R rows of a warp lie 8 rows apart, so their code addresses are one
+ * pointer plus immediates (j * 8 * KC / 2 bytes) and their scale bytes one pointer plus j * 128
+ * (rows g + 8j of a 32-row block of the 128x4 layout), and the next slab's scales lie 1024 bytes on
+ * (NVFP4: two 4-column tiles of 512). The loop then advances three pointers instead of 4R + 1 and
+ * ptxas has no 64-bit pairs to copy (the generic walk spends 30-38 of its 375-383 instructions per
+ * slab group on them, sm_90a). w0 / s0 / act0: this warp's row g codes, scale bytes and activation
+ * row at slab s_begin. */
+template <int ACT, int R, bool MUL, int STEP, int KC>
+__device__ __forceinline__ void lean_stream_fixed_k(const uint8_t *w0, const uint8_t *s0, const char *act0,
+                                                    int s_begin, int nslabs, const uint32_t *table,
+                                                    float acc[R][1][4]) {
+  static_assert(KC % 128 == 0 && KC > 0, "K: whole slabs");
+  constexpr int64_t kRow8 = 8 * (KC / 2); /* code bytes between rows g and g + 8 */
+  constexpr int kScaleRow8 = 128, kScaleSlab = 1024;
+  const scale_walk asw[1] = {{NULL, 0}};
+  const uint8_t *w = w0, *sc = s0;
+  const char *act = act0;
+  for (int s = s_begin; s < nslabs; s += STEP) {
+    const uint8_t *wa[R], *wb[R], *sa[R], *sb[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      wa[r] = w + 2 * r * kRow8;
+      wb[r] = w + (2 * r + 1) * kRow8;
+      sa[r] = sc + 2 * r * kScaleRow8;
+      sb[r] = sc + (2 * r + 1) * kScaleRow8;
+    }
+    lean_slabs<FP4_FORMAT_NVFP4, ACT, 1, R, 1, MUL, STEP>(wa, wb, sa, sb, 0, &act, asw, s, table, acc);
+    w += STEP * 64;
+    sc += STEP * kScaleSlab;
+    act += STEP * act_walk<ACT>::kSlab;
+  }
+}
+
 } // namespace
 
 #endif
