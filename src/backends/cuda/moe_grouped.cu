@@ -615,40 +615,44 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
       const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
       const int64_t groups = (tiles16 + rows / 16 - 1) / (rows / 16);
-      /* Two 32-row groups of its expert per CTA once that still leaves 4 waves of CTAs (5 per SM):
-       * each CTA pays the routing lookups, the scale table and a reduction before its first and
-       * after its last slab, which the short K of a down GEMM (8 slabs at Qwen3.5's I = 1024) does
-       * not hide. Session 13 run 1, both GEMMs at 2: Qwen3.5 B = 64 1000-1012 against 1038-1048 us,
-       * B = 8 1% faster; B = 1 (1.0-1.9 waves) 16% slower. FP4KIT_MOE_LEAN_SPAN=n replaces it. */
-      p.lean_span = rows == 32 && groups * a->slots * splits >= 2 * 4 * kLeanTwoTileBlocks * (int64_t)sms ? 2 : 1;
-      if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
-        if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
-      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): 2; 1 (each warp all of K)
-       * for a short K (<= 8 slabs) while that still fills 2 waves of CTAs (5 per SM); 4 when 2
-       * would fill less than half a wave. With the weight loads' L2 fetch unit (lean_slabs: 256 B
-       * at 4 warps, 128 at 2, none at 1) a split over 2 warps streams as fast as over 4 and pays a
-       * smaller reduction; a warp alone on a long K is slow (one 64-byte stream per row). ncu,
-       * session 14 run 6 (us, KW = 1 / 2 / 4):
-       *   Qwen3.5 gate_up (32 slabs)     B = 1 40.7 / 25.2 / 20.0, B = 8 153.6 / 121.9 / 127.3,
-       *                                  B = 64 717.0 / 542.3 / 570.2;
-       *   Qwen3.5 down (8)               B = 1 16.3 / 12.7 / 15.0, B = 8 74.1 / 75.1 / 87.6,
-       *                                  B = 64 313.7 / 338.1 / 406.8;
-       *   DeepSeek-R1 gate_up (56)       B = 1 74.0 / 47.6 / 50.0, B = 8 435.8 / 302.0 / 302.5,
-       *                                  B = 64 1489 / 1119 / 1126;
-       *   DeepSeek-R1 down (16)          B = 1 32.1 / 29.6 / 29.2, B = 8 202.1 / 166.9 / 181.6,
-       *                                  B = 64 708.7 / 605.2 / 674.2.
-       * The rule picks the fastest measured or within 2%. NVFP4 only: MXFP4's per-slab scale
-       * factoring spills with KW < 4. Measured with the span rule above, as it runs here.
+      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): 2, or 4 when 2 would fill
+       * less than half a wave of CTAs (5 per SM). With the weight loads' L2 fetch unit (lean_slabs:
+       * 256 B at 4 warps, 128 at 2, none at 1) a split over 2 warps streams as fast as over 4 and
+       * pays a smaller reduction; a warp alone on a long K is slow (one 64-byte stream per row).
+       * ncu, session 15 run 4, the fixed-K walk (us, KW = 1 / 2 / 4 forced, session 14's span rule):
+       *   Qwen3.5 gate_up (32 slabs)     B = 1 37.8 / 23.6 / 18.7, B = 8 151.2 / 116.3 / 118.5,
+       *                                  B = 64 713.9 / 515.8 / 525.6;
+       *   Qwen3.5 down (8)               B = 1 15.2 / 11.8 / 13.5, B = 8 71.2 / 67.2 / 73.2,
+       *                                  B = 64 301.5 / 301.6 / 338.1;
+       *   DeepSeek-R1 gate_up (56)       B = 1 70.0 / 44.9 / 46.8, B = 8 422.0 / 294.1 / 285.5,
+       *                                  B = 64 1485 / 1083 / 1064;
+       *   DeepSeek-R1 down (16)          B = 1 30.3 / 27.6 / 26.8, B = 8 197.0 / 154.0 / 161.2,
+       *                                  B = 64 703.5 / 560.4 / 598.2.
+       * The rule picks the fastest measured or within 3%. Under the generic walk (session 14) one
+       * warp per row won for down at B = 8 and 64; with the fixed-K walk it ties at B = 64 and
+       * loses at B = 8. NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4.
        * FP4KIT_MOE_LEAN_KSPLIT=1|2|4 replaces the rule. */
       const bool nv32 = rows == 32 && a->format == FP4_FORMAT_NVFP4;
+      const int64_t wave = kLeanTwoTileBlocks * (int64_t)sms;
       int kw = kLeanWarps;
       if (nv32) {
-        const int64_t wave = kLeanTwoTileBlocks * (int64_t)sms;
         const auto ctas = [&](int w) { return (groups * w + kLeanWarps - 1) / kLeanWarps * a->slots * splits; };
-        kw = nslabs <= 8 && ctas(1) >= 2 * wave ? 1 : 2 * ctas(2) < wave ? kLeanWarps : 2;
+        kw = 2 * ctas(2) < wave ? kLeanWarps : 2;
       }
       if (const char *env = getenv("FP4KIT_MOE_LEAN_KSPLIT"))
         kw = nv32 && (atoi(env) == 1 || atoi(env) == 2) ? atoi(env) : kLeanWarps;
+      /* Two spans of 4 / KW groups of its expert per CTA when one span holds under 64 KiB of codes
+       * (NVFP4: a short K, Qwen3.5's down at 32 KiB; MXFP4: every CTA of its 4-warp split) and the
+       * grid still has 8 waves of groups: each CTA pays the routing lookups, the scale table and a
+       * reduction before its first and after its last slab, which a short stream does not hide.
+       * Longer CTAs lose: ncu (run 4, span 1 / 2 forced) Qwen3.5 gate_up B = 64 510.9 / 516.1 us,
+       * DeepSeek-R1 gate_up B = 8 280.0 / 289.2, B = 64 1043.8 / 1082.3; DeepSeek-R1 down (64 KiB)
+       * B = 8 153.0 / 154.7, B = 64 568.9 / 560.7. At B = 1 (1-2 waves) two spans were 16% slower
+       * (session 13). FP4KIT_MOE_LEAN_SPAN=n replaces it. */
+      const int64_t span_bytes = (int64_t)(kLeanWarps / kw) * rows * (a->k / 2);
+      p.lean_span = rows == 32 && (!nv32 || span_bytes < (64 << 10)) && groups * a->slots * splits >= 8 * wave ? 2 : 1;
+      if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
+        if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
       const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, grid, s, pdl)
