@@ -7,9 +7,9 @@ executed ("?" where the log lacks a metric).
     python3 scripts/ncu_breakdown.py LOG [LOG ...]
 
 With --moe-layers, logs of `fp4kit bench --moe` under ncu (gpu__time_duration.sum) are cut into
-layer calls at each routing kernel instead, and each distinct layer (its kernels and grids) is
-printed once: the median time (us) of every kernel over the calls, one column per log (logs of the
-same layers, e.g. one per setting).
+layer calls at each routing kernel instead (route_kernel, or route_quantize_kernel in W4A4
+decode), and each distinct layer (its kernels and grids) is printed once: the median time (us) of
+every kernel over the calls, one column per log (logs of the same layers, e.g. one per setting).
 
     python3 scripts/ncu_breakdown.py --moe-layers LOG [LOG ...]
 """
@@ -56,7 +56,7 @@ def moe_layers(paths):
     for path in paths:
         calls = []
         for (_, name, grid), metrics in load(path).items():
-            if "route_kernel" in name or not calls:
+            if "route_kernel" in name or "route_quantize_kernel" in name or not calls:  # a layer's first launch
                 calls.append([])
             calls[-1].append((short_name(name), grid, float(metrics.get("gpu__time_duration.sum", "nan").replace(",", "")) / 1000))
         layers = collections.OrderedDict()

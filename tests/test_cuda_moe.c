@@ -463,6 +463,50 @@ static void test_silu_bits(fp4_context *ctx) {
  * f16 rows (a row stride past the columns) and from a gate_up buffer through the f32 SiLU*up
  * (fp4_cuda_moe_silu_mul first), NVFP4 and MXFP4: the same bf16 bits. Values of every class: random
  * bit patterns (zeros, subnormals, huge, inf, NaN), normal values at several spreads, zero blocks. */
+/* fp4_cuda_moe_route_quantize_bf16 writing the bf16 rows to out (NaN-filled first), with a routing
+ * problem of its own (ids with an invalid one) whose offsets, active list and count must equal
+ * fp4_cuda_moe_route's (the order of rows inside an expert is the atomics'). Returns a CUDA error,
+ * or -1 for a routing mismatch (reported here). */
+static int route_quantize_matches(fp4_context *ctx, const void *dx, int src, int64_t ld, int64_t rows, int64_t cols,
+                                  int format, float gs, void *out) {
+  enum { T = 9, K = 3, E = 40 };
+  int32_t ids[T * K];
+  fp4h_rng g = {4242};
+  for (int i = 0; i < T * K; i++) ids[i] = i == 7 ? E + 3 : (int32_t)(fp4h_next(&g) % E);
+  int64_t off[2][E + 1];
+  int32_t act[2][E], count[2] = {-1, -2};
+  void *did = to_device(ctx, ids, sizeof ids), *dbuf = NULL;
+  const size_t per = (E + 1) * 8 + 2 * T * K * 4 + 3 * E * 4 + 16; /* one routing's outputs */
+  int e = !did || fp4_alloc(ctx, FP4_MEMORY_DEVICE, 2 * per, &dbuf) ? 2 : 0;
+  void *nan = malloc((size_t)(rows * cols * 2)); /* 0xFFFF: a bf16 NaN */
+  if (nan) memset(nan, 0xFF, (size_t)(rows * cols * 2));
+  e = e ? e : !nan || fp4_copy(ctx, out, FP4_MEMORY_DEVICE, nan, FP4_MEMORY_HOST, (size_t)(rows * cols * 2)) ? 2 : 0;
+  free(nan);
+  for (int pass = 0; pass < 2 && !e; pass++) {
+    uint8_t *b = (uint8_t *)dbuf + pass * per;
+    fp4_cuda_route_args r = {.ids = did, .tokens = T, .top_k = K, .experts = E, .offsets = (int64_t *)b,
+                             .sorted = (int32_t *)(b + (E + 1) * 8), .inverse = (int32_t *)(b + (E + 1) * 8 + T * K * 4),
+                             .counts = (int32_t *)(b + (E + 1) * 8 + 2 * T * K * 4),
+                             .active = (int32_t *)(b + (E + 1) * 8 + 2 * T * K * 4 + E * 4),
+                             .active_count = (int32_t *)(b + (E + 1) * 8 + 2 * T * K * 4 + 2 * E * 4)};
+    e = pass ? fp4_cuda_moe_route_quantize_bf16(&r, dx, src, ld, rows, cols, format, gs, out, NULL, 0)
+             : fp4_cuda_moe_route(&r, NULL, 0);
+    if (!e && (fp4_copy(ctx, off[pass], FP4_MEMORY_HOST, r.offsets, FP4_MEMORY_DEVICE, sizeof off[pass]) ||
+               fp4_copy(ctx, act[pass], FP4_MEMORY_HOST, r.active, FP4_MEMORY_DEVICE, sizeof act[pass]) ||
+               fp4_copy(ctx, &count[pass], FP4_MEMORY_HOST, r.active_count, FP4_MEMORY_DEVICE, sizeof count[pass])))
+      e = 2;
+  }
+  if (!e) {
+    const int same = count[0] == count[1] && count[0] >= 0 && count[0] <= E && !memcmp(off[0], off[1], sizeof off[0]) &&
+                     !memcmp(act[0], act[1], (size_t)count[0] * sizeof act[0][0]);
+    EXPECT(same, "routing with the quantize (source %d): offsets, active list or count differ from the routing kernel's", src);
+    e = same ? 0 : -1;
+  }
+  if (did) fp4_free(ctx, FP4_MEMORY_DEVICE, did);
+  if (dbuf) fp4_free(ctx, FP4_MEMORY_DEVICE, dbuf);
+  return e;
+}
+
 static void test_quantize_bf16_bits(fp4_context *ctx) {
   enum { R = 70, C = 512, LD = C + 32 };
   const size_t nx = (size_t)R * 2 * C; /* gate_up [R, 2C] f32 also holds the dense rows [R, LD] */
@@ -514,16 +558,22 @@ static void test_quantize_bf16_bits(fp4_context *ctx) {
                                   .format = (int)kFormats[f], .layout = (int)FP4_LAYOUT_128X4, .global_scale = gs};
       if (!e) e = fp4_cuda_quantize(&q, NULL, 0);
       if (!e) e = fp4_cuda_dequant_fp4_rows(dq, dsc, (int)kFormats[f], (int)FP4_LAYOUT_128X4, R, C, dwant, NULL, 0);
-      if (!e) e = fp4_cuda_moe_quantize_bf16(dx, src, silu ? 2 * C : LD, R, C, (int)kFormats[f], gs, dgot, NULL, 0);
-      EXPECT(!e, "quantize to bf16 (%s, source %d): CUDA error %d", fp4_format_name(kFormats[f]), src, e);
-      if (!e && !fp4_copy(ctx, want, FP4_MEMORY_HOST, dwant, FP4_MEMORY_DEVICE, (size_t)R * C * 2) &&
-          !fp4_copy(ctx, got, FP4_MEMORY_HOST, dgot, FP4_MEMORY_DEVICE, (size_t)R * C * 2)) {
-        size_t bad = 0, first = 0;
-        for (size_t i = 0; i < (size_t)R * C; i++)
-          if (want[i] != got[i] && bad++ == 0) first = i;
-        EXPECT(bad == 0,
-               "quantize to bf16 (%s, source %d): %zu of %d differ from quantize + dequantize, first at %zu (%04x, want %04x)",
-               fp4_format_name(kFormats[f]), src, bad, R * C, first, got[first], want[first]);
+      /* two passes: the quantize kernel, then (dense sources) the routing launch's quantize */
+      for (int fused = 0; fused <= !silu && !e; fused++) {
+        if (!fused) e = fp4_cuda_moe_quantize_bf16(dx, src, silu ? 2 * C : LD, R, C, (int)kFormats[f], gs, dgot, NULL, 0);
+        else e = route_quantize_matches(ctx, dx, src, LD, R, C, (int)kFormats[f], gs, dgot);
+        EXPECT(!e, "quantize to bf16 (%s, source %d%s): CUDA error %d", fp4_format_name(kFormats[f]), src,
+               fused ? ", with the routing" : "", e);
+        if (!e && !fp4_copy(ctx, want, FP4_MEMORY_HOST, dwant, FP4_MEMORY_DEVICE, (size_t)R * C * 2) &&
+            !fp4_copy(ctx, got, FP4_MEMORY_HOST, dgot, FP4_MEMORY_DEVICE, (size_t)R * C * 2)) {
+          size_t bad = 0, first = 0;
+          for (size_t i = 0; i < (size_t)R * C; i++)
+            if (want[i] != got[i] && bad++ == 0) first = i;
+          EXPECT(bad == 0,
+                 "quantize to bf16 (%s, source %d%s): %zu of %d differ from quantize + dequantize, first at %zu (%04x, want %04x)",
+                 fp4_format_name(kFormats[f]), src, fused ? ", with the routing" : "", bad, R * C, first, got[first],
+                 want[first]);
+        }
       }
       void *bufs[] = {dx, dact, dq, dsc, dwant, dgot};
       for (size_t i = 0; i < 6; i++)

@@ -224,6 +224,7 @@ typedef struct moe_launch {
   int pdl;
   const int32_t *tile_starts; /* the routing kernel's dense M tile numbering, or NULL */
   int64_t tile_rows;
+  int hidden_bf16_done; /* W4A4 decode: the routing launch also wrote the routed set's bf16 rows */
 } moe_launch;
 
 static void *at(const moe_launch *m, size_t off) { return m->base + off; }
@@ -258,16 +259,26 @@ static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const v
  * such rows (cols % 128 == 0, 16-byte aligned); else the caller quantizes to FP4 rows. */
 static int bf16_rows_possible(int64_t cols, const void *out) { return cols % 128 == 0 && (uintptr_t)out % 16 == 0; }
 
-static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int src, int64_t rows,
-                            int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, void *out) {
-  const int nv = w->format == FP4_FORMAT_NVFP4;
-  const float gsf = nv ? act_scale : 1.0f;
-  const int e = fp4_cuda_moe_quantize_bf16(x, src, ld, rows, cols, (int)w->format, gsf, out, m->p->stream, m->pdl);
+/* The NVFP4 global encode scale the runtime recipe quantizes w's inputs with (1 for MXFP4). */
+static float input_gsf(const fp4_grouped_qmatrix *w, float act_scale) {
+  return w->format == FP4_FORMAT_NVFP4 ? act_scale : 1.0f;
+}
+
+/* Points g's activations at bf16 rows [*, cols] quantized with input_gsf(w, act_scale). */
+static void use_bf16_rows(fp4_cuda_grouped_args *g, const fp4_grouped_qmatrix *w, float act_scale, void *rows,
+                          int64_t cols) {
   g->act = FP4_CUDA_ACT_BF16;
-  g->a = out;
+  g->a = rows;
   g->lda = cols;
   g->a_scales = NULL;
-  g->a_mult = nv ? 1.0f / gsf : 1.0f;
+  g->a_mult = 1.0f / input_gsf(w, act_scale);
+}
+
+static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int src, int64_t rows,
+                            int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, void *out) {
+  const int e = fp4_cuda_moe_quantize_bf16(x, src, ld, rows, cols, (int)w->format, input_gsf(w, act_scale), out,
+                                           m->p->stream, m->pdl);
+  use_bf16_rows(g, w, act_scale, out, cols);
   return e;
 }
 
@@ -300,12 +311,14 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   if (w4a4) {
     const int64_t ld = p->a->ld ? p->a->ld : H;
     void *hidden_bf16 = at(m, m->x.hidden_bf16);
-    e = !large && bf16_rows_possible(H, hidden_bf16)
-            ? quantize_as_bf16(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up, set->gate_up_act_scale,
-                               hidden_bf16)
-            : quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up, set->gate_up_act_scale,
-                             m->ws.hidden_q, m->ws.hidden_q_scales);
-    if (e) return e;
+    if (!shared && m->hidden_bf16_done) /* moe_launch_layer: in the routing launch */
+      use_bf16_rows(&g, &set->gate_up, set->gate_up_act_scale, hidden_bf16, H);
+    else if ((e = !large && bf16_rows_possible(H, hidden_bf16)
+                      ? quantize_as_bf16(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up,
+                                         set->gate_up_act_scale, hidden_bf16)
+                      : quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up,
+                                       set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
+      return e;
   } else {
     g.act = act_kind(p->a->dtype);
     g.a = p->a->data;
@@ -378,7 +391,20 @@ static int moe_launch_layer(const fp4_problem *p, int pdl) {
     m.tile_rows = r.tile_rows = fp4_cuda_grouped_wgra_width(rows, min64(L->routed.gate_up.experts, rows));
     m.tile_starts = r.tile_starts = at(&m, m.x.tile_starts);
   }
-  if ((e = fp4_cuda_moe_route(&r, p->stream, pdl))) return e;
+  /* W4A4 decode: the routed set's hidden rows are quantized (to their exact bf16 values, as run_set
+   * would) by the routing launch's other CTAs: one dependent launch fewer. The condition is
+   * run_set's for that form. */
+  const int64_t H = L->routed.gate_up.cols, ld = p->a->ld ? p->a->ld : H;
+  void *hidden_bf16 = at(&m, m.x.hidden_bf16);
+  if (L->mode == FP4_MOE_W4A4 && !moe_large(p) && bf16_rows_possible(H, hidden_bf16)) {
+    const fp4_grouped_qmatrix *w = &L->routed.gate_up;
+    e = fp4_cuda_moe_route_quantize_bf16(&r, p->a->data, (int)p->a->dtype, ld, p->a->rows, H, (int)w->format,
+                                         input_gsf(w, L->routed.gate_up_act_scale), hidden_bf16, p->stream, pdl);
+    m.hidden_bf16_done = 1;
+  } else {
+    e = fp4_cuda_moe_route(&r, p->stream, pdl);
+  }
+  if (e) return e;
   if ((e = run_set(&m, &L->routed, 0, at(&m, m.ws.down_out)))) return e;
   if (L->shared && (e = run_set(&m, L->shared, 1, at(&m, m.ws.shared_out)))) return e;
   const fp4_matrix *w = &rt->topk_weights;

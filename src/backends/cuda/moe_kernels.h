@@ -109,6 +109,13 @@ enum { FP4_CUDA_MOE_SRC_SILU_MUL = 100 };
 int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
                                float global_scale, uint16_t *out, void *stream, int pdl);
 
+/* fp4_cuda_moe_route(route) and fp4_cuda_moe_quantize_bf16(x, src, ...) in one launch (src: an
+ * fp4_dtype; the W4A4 decode layer's hidden rows, which need no routing): the same results, one
+ * kernel fewer in the layer's chain of dependent launches. */
+int fp4_cuda_moe_route_quantize_bf16(const fp4_cuda_route_args *route, const void *x, int src, int64_t ld,
+                                     int64_t rows, int64_t cols, int format, float global_scale, uint16_t *out,
+                                     void *stream, int pdl);
+
 /* out[t, h] = dtype(f32(sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h])) in
  * double, slots in order; a token with an inverse of -1 (invalid id) gets a NaN row. */
 typedef struct fp4_cuda_combine_args {

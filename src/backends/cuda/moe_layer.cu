@@ -51,13 +51,14 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
  * pairs, 32 per thread; session 10 run 5, ncu), on shared ones a few cycles. */
 constexpr int64_t kRouteSmemExperts = (48 * 1024 - 1024) / sizeof(int32_t);
 
+/* The routing of route_kernel by one CTA (after the PDL wait: the ids may come from the previous
+ * kernel, the router). */
 template <bool SMEM_COUNTS>
-__global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_args a) {
+__device__ __forceinline__ void route_cta(const fp4_cuda_route_args &a) {
   extern __shared__ int32_t smem_counts[];
   int32_t *counts = SMEM_COUNTS ? smem_counts : a.counts;
   const int tid = threadIdx.x, nt = blockDim.x;
   const int64_t E = a.experts, P = a.tokens * a.top_k;
-  fp4_pdl_wait(); /* the ids may come from the previous kernel (the router) */
   for (int64_t e = tid; e < E; e += nt) counts[e] = 0;
   __syncthreads();
   for (int64_t i = tid; i < P; i += nt) {
@@ -113,6 +114,12 @@ __global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_arg
       a.inverse[i] = -1;
     }
   }
+}
+
+template <bool SMEM_COUNTS>
+__global__ void __launch_bounds__(kRouteThreads) route_kernel(fp4_cuda_route_args a) {
+  fp4_pdl_wait();
+  route_cta<SMEM_COUNTS>(a);
   fp4_pdl_launch_dependents();
 }
 
@@ -285,15 +292,16 @@ __device__ __forceinline__ float quant_src(const void *x, int64_t ld, int64_t co
   return __ldg(static_cast<const float *>(x) + r * ld + i);
 }
 
+/* Thread idx of quantize_bf16_kernel's work: elements 4 (idx % (cols / 4)) .. + 3 of row
+ * idx / (cols / 4). */
 template <int FMT, int SRC>
-__global__ void __launch_bounds__(kQuantBf16Threads)
-    quantize_bf16_kernel(const void *x, int64_t ld, int64_t rows, int64_t cols, float global_scale, uint16_t *out) {
+__device__ __forceinline__ void quantize_bf16_at(const void *x, int64_t ld, int64_t rows, int64_t cols,
+                                                 float global_scale, uint16_t *out, int64_t idx) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kLanes = (NV ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK) / 4; /* threads per block */
-  fp4_pdl_wait();
   /* rows * cols / 4 threads: a multiple of 8, so every warp that starts holds whole blocks, and all
    * of its lanes reach the shuffles (those past the end with zeros) */
-  const int64_t per_row = cols / 4, idx = (int64_t)blockIdx.x * kQuantBf16Threads + threadIdx.x;
+  const int64_t per_row = cols / 4;
   const bool valid = idx < rows * per_row;
   const int64_t r = valid ? idx / per_row : 0, c = valid ? idx % per_row * 4 : 0;
   float v[4], vmax = 0.0f;
@@ -313,6 +321,28 @@ __global__ void __launch_bounds__(kQuantBf16Threads)
   const uint32_t codes = (uint32_t)fp4_e2m1_pack2(v[0], v[1], out_scale) | (uint32_t)fp4_e2m1_pack2(v[2], v[3], out_scale) << 8;
   const uint4 b = decode_word<false>(codes, f[0]); /* codes 4..7 are zero: .z and .w unused */
   if (valid) *reinterpret_cast<uint2 *>(out + r * cols + c) = make_uint2(b.x, b.y);
+}
+
+template <int FMT, int SRC>
+__global__ void __launch_bounds__(kQuantBf16Threads)
+    quantize_bf16_kernel(const void *x, int64_t ld, int64_t rows, int64_t cols, float global_scale, uint16_t *out) {
+  fp4_pdl_wait();
+  quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, out, (int64_t)blockIdx.x * kQuantBf16Threads + threadIdx.x);
+  fp4_pdl_launch_dependents();
+}
+
+/* fp4_cuda_moe_route_quantize_bf16: CTA 0 routes, the others quantize the hidden rows (independent
+ * work, one launch in the chain instead of two). */
+template <bool SMEM_COUNTS, int FMT, int SRC>
+__global__ void __launch_bounds__(kRouteThreads)
+    route_quantize_kernel(fp4_cuda_route_args a, const void *x, int64_t ld, int64_t rows, int64_t cols,
+                          float global_scale, uint16_t *out) {
+  fp4_pdl_wait(); /* the ids and the hidden rows may come from earlier kernels */
+  if (blockIdx.x == 0)
+    route_cta<SMEM_COUNTS>(a);
+  else
+    quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, out,
+                               (int64_t)(blockIdx.x - 1) * kRouteThreads + threadIdx.x);
   fp4_pdl_launch_dependents();
 }
 
@@ -381,4 +411,34 @@ extern "C" int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, in
   return (int)(format == FP4_FORMAT_NVFP4
                    ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl)
                    : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl));
+}
+
+extern "C" int fp4_cuda_moe_route_quantize_bf16(const fp4_cuda_route_args *a, const void *x, int src, int64_t ld,
+                                                int64_t rows, int64_t cols, int format, float global_scale,
+                                                uint16_t *out, void *stream, int pdl) {
+  const int64_t quant_ctas = (rows * (cols / 4) + kRouteThreads - 1) / kRouteThreads;
+  if (a->tokens < 1 || a->top_k < 1 || a->experts < 1 || rows < 1 || cols < 32 || cols % 32 || ld < cols ||
+      (uintptr_t)out % 16 || quant_ctas > 0x7FFFFFFE ||
+      (src != FP4_DTYPE_BF16 && src != FP4_DTYPE_F16 && src != FP4_DTYPE_F32))
+    return (int)cudaErrorInvalidValue;
+  const bool smem = a->experts <= kRouteSmemExperts, nv = format == FP4_FORMAT_NVFP4;
+  const dim3 grid((unsigned)(1 + quant_ctas)), block(kRouteThreads);
+  const size_t dyn = smem ? (size_t)a->experts * sizeof(int32_t) : 0;
+  cudaStream_t s = (cudaStream_t)stream;
+  const auto go = [&](auto kernel) {
+    return (int)fp4_cuda_launch(kernel, grid, block, dyn, s, pdl, *a, x, ld, rows, cols, global_scale, out);
+  };
+#define ROUTE_QUANT(SMEM_, FMT_)                                                                        \
+  switch (src) {                                                                                        \
+  case FP4_DTYPE_BF16: return go(route_quantize_kernel<SMEM_, FMT_, FP4_DTYPE_BF16>);                   \
+  case FP4_DTYPE_F16: return go(route_quantize_kernel<SMEM_, FMT_, FP4_DTYPE_F16>);                     \
+  default: return go(route_quantize_kernel<SMEM_, FMT_, FP4_DTYPE_F32>);                                \
+  }
+  if (smem) {
+    if (nv) ROUTE_QUANT(true, FP4_FORMAT_NVFP4)
+    ROUTE_QUANT(true, FP4_FORMAT_MXFP4)
+  }
+  if (nv) ROUTE_QUANT(false, FP4_FORMAT_NVFP4)
+  ROUTE_QUANT(false, FP4_FORMAT_MXFP4)
+#undef ROUTE_QUANT
 }
