@@ -200,6 +200,16 @@ typedef struct fp4_options {
   int enable_pdl;         /* launch own CUDA kernels with programmatic dependent launch (SM90+) */
   void *stream;           /* cudaStream_t for device operands; NULL = legacy default stream      */
   fp4_run_info *info;     /* optional: receives what ran                                        */
+  /* Device-resident scalars, as engines keep their scales (cuBLASLt's pointer mode device). NULL:
+   * the by-value argument applies. Otherwise one f32 in device memory on the context's device, read
+   * by the kernels on the GPU after the launch's dependencies, never copied to the host, so the call
+   * neither synchronizes nor breaks a CUDA-graph capture. A host pointer, or memory of another
+   * device, is refused with FP4_ERR_INVALID_ARGUMENT. Device backends only. */
+  const float *alpha_device;        /* fp4_mm, fp4_mm_w4a16, grouped GEMMs, fp4_moe_forward: multiplies
+                                       the alpha argument (pass alpha = 1.0f to use it alone)        */
+  const float *global_scale_device; /* fp4_quantize: the NVFP4 encode scale, replacing the
+                                       global_scale argument; out->multiplier is then set to 1.0f
+                                       (fold 1/global_scale into alpha, as FlashInfer's callers do) */
 } fp4_options;
 
 /* Memory helpers for tools and bindings that hold no CUDA runtime of their own. Host memory comes
@@ -211,6 +221,18 @@ FP4_API fp4_status fp4_copy(fp4_context *ctx, void *dst, fp4_memory dst_memory, 
                             fp4_memory src_memory, size_t bytes);
 /* Waits for all work queued on the context's device (no-op for host-only contexts). */
 FP4_API fp4_status fp4_synchronize(fp4_context *ctx);
+
+/* The context's device workspace. Some GPU paths need temporary device memory (W4A4 through a bf16
+ * prologue, split-K partial sums, vendor-library scratch). It never comes from an allocation hidden
+ * in the call: it is the context's workspace, reserved ahead with fp4_context_reserve_workspace (the
+ * size from fp4_mm_workspace_size / fp4_mm_w4a16_workspace_size), and grown by a call only outside
+ * CUDA-graph capture, in stream order (cudaMallocAsync on the call's stream). A call that would have
+ * to grow it while its stream is capturing fails with FP4_ERR_UNSUPPORTED naming the bytes to
+ * reserve, and the capture is left intact. Work queued on one stream only: the workspace is shared
+ * by every call on the context. */
+FP4_API fp4_status fp4_context_reserve_workspace(fp4_context *ctx, size_t bytes);
+/* Bytes the context's workspace holds now (0 for host-only contexts or before any reservation). */
+FP4_API size_t fp4_context_workspace_bytes(const fp4_context *ctx);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Quantization and dequantization                                                             */
@@ -249,6 +271,15 @@ FP4_API fp4_status fp4_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmat
 /* W4A16: out[M, N] = alpha * b.multiplier * a[M, K] * dq(b)[N, K]^T with a in f32, bf16 or f16. */
 FP4_API fp4_status fp4_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b,
                                 float alpha, fp4_matrix *out, const fp4_options *options);
+
+/* Device workspace (fp4_context_reserve_workspace) the call with these operands and options would
+ * use on the backend and config that options selects (auto: the one auto would run); 0 when it needs
+ * none. The operands are validated as for the call; their data is not read. */
+FP4_API fp4_status fp4_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b,
+                                         const fp4_matrix *out, const fp4_options *options, size_t *bytes);
+FP4_API fp4_status fp4_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b,
+                                               const fp4_matrix *out, const fp4_options *options,
+                                               size_t *bytes);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Backends                                                                                    */
@@ -398,6 +429,9 @@ typedef struct fp4_moe_experts {
    * input of gate_up and of down. Finite and positive; ignored for W4A16 and MXFP4. */
   float gate_up_act_scale;
   float down_act_scale;
+  /* NULL, or [2] f32 in device memory: the gate_up and down encode scales above, read on the GPU in
+   * their place (W4A4 NVFP4 on device backends; engines keep them as tensors). */
+  const float *act_scales_device;
 } fp4_moe_experts;
 
 typedef struct fp4_moe_layer {

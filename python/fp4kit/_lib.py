@@ -102,6 +102,8 @@ class Options(ctypes.Structure):
         ("enable_pdl", ctypes.c_int),
         ("stream", ctypes.c_void_p),
         ("info", ctypes.POINTER(RunInfo)),
+        ("alpha_device", ctypes.c_void_p),
+        ("global_scale_device", ctypes.c_void_p),
     ]
 
 

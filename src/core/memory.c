@@ -84,3 +84,30 @@ fp4_status fp4_synchronize(fp4_context *ctx) {
 #endif
   return FP4_OK;
 }
+
+fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const char *fn, const char *what) {
+  if (!ptr) return FP4_OK;
+  const int device = fp4_context_device(ctx);
+  if (device < 0)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is a device scalar but the context is %s", fn, what,
+                    ctx ? "host-only (device -1)" : "NULL");
+#if FP4KIT_HAVE_CUDA
+  struct cudaPointerAttributes attr;
+  cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not a pointer the CUDA runtime knows: %s", fn, what,
+                    (const void *)ptr, cudaGetErrorString(e));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: %s (%p) is %s memory; a device scalar must live in device memory of device %d", fn, what,
+                    (const void *)ptr, attr.type == cudaMemoryTypeHost ? "pinned host" : "host", device);
+  if (attr.device != device)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s lives on device %d but the context is on device %d", fn, what,
+                    attr.device, device);
+  return FP4_OK;
+#else
+  return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s is a device scalar but this fp4kit was built without CUDA", fn, what);
+#endif
+}

@@ -31,8 +31,10 @@ typedef struct fp4_problem {
   const fp4_matrix *a;    /* FP4_OP_MM_W4A16 activations; FP4_OP_QUANTIZE input    */
   const fp4_qmatrix *b;   /* weights [N, K]                                         */
   float alpha;
+  const float *alpha_device; /* NULL, or a device f32 multiplying alpha (fp4_options)  */
   fp4_matrix *out;        /* [M, N]                                                 */
   float global_scale;     /* FP4_OP_QUANTIZE: NVFP4 encode scale                    */
+  const float *global_scale_device; /* FP4_OP_QUANTIZE: NULL, or the device encode scale */
   fp4_qmatrix *q_out;     /* FP4_OP_QUANTIZE output                                 */
   fp4_memory memory;      /* where every operand lives                              */
   int enable_pdl;
@@ -89,6 +91,12 @@ typedef struct fp4_backend {
   /* 1 when every kernel of the backend is launched through the PDL launch helper and executes
    * griddepcontrol.wait before reading its inputs, so enable_pdl is honoured on SM90+. */
   int honours_pdl;
+  /* Device workspace (fp4_context_workspace) run() takes for p with config (NULL: the default);
+   * NULL: the backend needs none. */
+  size_t (*workspace_size)(fp4_context *ctx, const fp4_problem *p, const char *config);
+  /* 1 when run() reads fp4_problem.alpha_device / global_scale_device (and the MoE layer's
+   * act_scales_device) on the GPU; the dispatcher refuses device scalars for other backends. */
+  int device_scalars;
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */

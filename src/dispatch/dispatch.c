@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
@@ -21,8 +22,8 @@ fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reaso
   return b->available(ctx, reason, reason_size);
 }
 
-fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p, char *reason,
-                                 size_t reason_size) {
+static fp4_status fp4_problem_supported_plain(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p,
+                                              char *reason, size_t reason_size) {
   fp4_status st = b->available(ctx, reason, reason_size);
   if (st) return st;
   if (p->op > FP4_OP_MM_W4A16 && !(b->extra_ops & FP4_OP_BIT(p->op))) {
@@ -34,26 +35,96 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
   return b->supports(ctx, p, reason, reason_size);
 }
 
-fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn) {
-  const fp4_options *o = options ? options : &default_options;
-  p->enable_pdl = o->enable_pdl;
-  p->stream = o->stream;
-  if (o->info) memset(o->info, 0, sizeof *o->info);
-  char reason[256];
+/* The device scalars of p (fp4_options.alpha_device / global_scale_device, the MoE layer's
+ * act_scales_device): each must be device memory of ctx's device, and the operands too. */
+static fp4_status check_device_scalars(fp4_context *ctx, const fp4_problem *p, const char *fn) {
+  const float *scalars[4] = {p->alpha_device, p->global_scale_device, NULL, NULL};
+  static const char *const names[4] = {"options->alpha_device", "options->global_scale_device",
+                                       "routed.act_scales_device", "shared->act_scales_device"};
+  if (p->op == FP4_OP_MOE) {
+    scalars[2] = p->moe->routed.act_scales_device;
+    scalars[3] = p->moe->shared ? p->moe->shared->act_scales_device : NULL;
+  }
+  for (int i = 0; i < 4; i++) {
+    if (!scalars[i]) continue;
+    if (p->memory != FP4_MEMORY_DEVICE)
+      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is a device scalar but the operands are in host memory", fn,
+                      names[i]);
+    fp4_status st = fp4_check_device_scalar(ctx, scalars[i], fn, names[i]);
+    if (st) return st;
+  }
+  return FP4_OK;
+}
 
+static int has_device_scalars(const fp4_problem *p) {
+  return p->alpha_device || p->global_scale_device ||
+         (p->op == FP4_OP_MOE && (p->moe->routed.act_scales_device || (p->moe->shared && p->moe->shared->act_scales_device)));
+}
+
+fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p, char *reason,
+                                 size_t reason_size) {
+  if (has_device_scalars(p) && !b->device_scalars) {
+    fp4_reason(reason, reason_size, "backend '%s' does not read device scalars (alpha_device, global_scale_device, act_scales_device)",
+               b->name);
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return fp4_problem_supported_plain(ctx, b, p, reason, reason_size);
+}
+
+/* The backend and config the options select for p (auto: the tuning cache's or the heuristic's). */
+static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_options *o, const char *fn,
+                          const fp4_backend **backend, const char **config, char *config_buf, size_t config_size) {
+  char reason[256];
   if (o->backend && strcmp(o->backend, "auto") != 0) {
     const fp4_backend *b = fp4_registry_find(o->backend);
     if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, o->backend);
     fp4_status st = fp4_problem_supported(ctx, b, p, reason, sizeof reason);
     if (st) return fp4_fail(st, "%s: backend '%s' cannot run this problem: %s", fn, b->name, reason);
-    return b->run(ctx, p, o->config, o->info);
+    *backend = b;
+    *config = o->config;
+    return FP4_OK;
   }
-
   if (o->config) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
-  char config[64];
-  const fp4_backend *b = fp4_select_backend_config(ctx, p, config, sizeof config, reason, sizeof reason);
+  const fp4_backend *b = fp4_select_backend_config(ctx, p, config_buf, config_size, reason, sizeof reason);
   if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
-  return b->run(ctx, p, config[0] ? config : NULL, o->info);
+  *backend = b;
+  *config = config_buf[0] ? config_buf : NULL;
+  return FP4_OK;
+}
+
+static void problem_take_options(fp4_problem *p, const fp4_options *o) {
+  p->enable_pdl = o->enable_pdl;
+  p->stream = o->stream;
+  p->alpha_device = o->alpha_device;
+  p->global_scale_device = p->op == FP4_OP_QUANTIZE ? o->global_scale_device : NULL;
+}
+
+fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn) {
+  const fp4_options *o = options ? options : &default_options;
+  problem_take_options(p, o);
+  if (o->info) memset(o->info, 0, sizeof *o->info);
+  fp4_status st = check_device_scalars(ctx, p, fn);
+  if (st) return st;
+  const fp4_backend *b = NULL;
+  const char *config = NULL;
+  char config_buf[64];
+  if ((st = resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf))) return st;
+  return b->run(ctx, p, config, o->info);
+}
+
+fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn,
+                                      size_t *bytes) {
+  if (!bytes) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
+  *bytes = 0;
+  const fp4_options *o = options ? options : &default_options;
+  problem_take_options(p, o);
+  const fp4_backend *b = NULL;
+  const char *config = NULL;
+  char config_buf[64];
+  fp4_status st = resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf);
+  if (st) return st;
+  *bytes = b->workspace_size ? b->workspace_size(ctx, p, config) : 0;
+  return FP4_OK;
 }
 
 /* Auto selection: the tuning cache's winner for p's (M bucket, N, K, formats, out dtype) when the
@@ -118,8 +189,10 @@ fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scal
   if (out) out->multiplier = 1.0f;
   fp4_status st = fp4_check_quantize_io(fn, x, out);
   if (st) return st;
-  if (out->format == FP4_FORMAT_NVFP4 && !(isfinite(global_scale) && global_scale > 0.0f))
+  const int device_scale = options && options->global_scale_device && out->format == FP4_FORMAT_NVFP4;
+  if (out->format == FP4_FORMAT_NVFP4 && !device_scale && !(isfinite(global_scale) && global_scale > 0.0f))
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: global_scale (%g) must be finite and positive", fn, (double)global_scale);
+  if (device_scale) global_scale = 1.0f; /* unused: the kernel reads the device value; multiplier stays 1 */
   if (out->format == FP4_FORMAT_MXFP4) global_scale = 1.0f;
   if ((st = check_memory(fn, ctx, x->memory))) return st;
   fp4_problem p = {.op = FP4_OP_QUANTIZE, .a = x, .global_scale = global_scale, .q_out = out, .memory = x->memory};
@@ -181,4 +254,32 @@ const char *fp4_backend_name(int index) {
 const char *fp4_backend_summary(int index) {
   const fp4_backend *b = fp4_registry_get(index);
   return b ? b->summary : NULL;
+}
+
+fp4_status fp4_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b, const fp4_matrix *out,
+                                 const fp4_options *options, size_t *bytes) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_mm_workspace_size";
+  if (bytes) *bytes = 0;
+  fp4_status st = fp4_check_qmatrix(fn, "a", a);
+  if (st) return st;
+  if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, 1.0f, out))) return st;
+  if ((st = check_memory(fn, ctx, a->memory))) return st;
+  fp4_problem p = {.op = FP4_OP_MM, .a_q = a, .b = b, .alpha = 1.0f,
+                   .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
+  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+}
+
+fp4_status fp4_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b,
+                                       const fp4_matrix *out, const fp4_options *options, size_t *bytes) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_mm_w4a16_workspace_size";
+  if (bytes) *bytes = 0;
+  fp4_status st = fp4_check_matrix(fn, "a", a);
+  if (st) return st;
+  if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, 1.0f, out))) return st;
+  if ((st = check_memory(fn, ctx, a->memory))) return st;
+  fp4_problem p = {.op = FP4_OP_MM_W4A16, .a = a, .b = b, .alpha = 1.0f,
+                   .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
+  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
 }

@@ -17,6 +17,9 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
                                              char *reason, size_t reason_size);
 /* Runs a validated problem on the backend the options name (or auto). */
 fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn);
+/* The device workspace that fp4_problem_run would take for p with these options (0: none). */
+fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn,
+                                      size_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -92,10 +92,10 @@ static fp4_status check_experts(const char *fn, const char *name, const fp4_moe_
     return BAD("%s: %s is in %s memory but %s in %s memory", fn, gname, fp4_memory_name(gu->memory), dname,
                fp4_memory_name(dn->memory));
   if (mode == FP4_MOE_W4A4) {
-    if (gu->format == FP4_FORMAT_NVFP4 && !(isfinite(x->gate_up_act_scale) && x->gate_up_act_scale > 0.0f))
+    if (gu->format == FP4_FORMAT_NVFP4 && !x->act_scales_device && !(isfinite(x->gate_up_act_scale) && x->gate_up_act_scale > 0.0f))
       return BAD("%s: %s.gate_up_act_scale (%g) must be finite and positive for W4A4 NVFP4", fn, name,
                  (double)x->gate_up_act_scale);
-    if (dn->format == FP4_FORMAT_NVFP4 && !(isfinite(x->down_act_scale) && x->down_act_scale > 0.0f))
+    if (dn->format == FP4_FORMAT_NVFP4 && !x->act_scales_device && !(isfinite(x->down_act_scale) && x->down_act_scale > 0.0f))
       return BAD("%s: %s.down_act_scale (%g) must be finite and positive for W4A4 NVFP4", fn, name,
                  (double)x->down_act_scale);
   }

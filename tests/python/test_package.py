@@ -70,7 +70,8 @@ class CM(ctypes.Structure):
 
 class COpts(ctypes.Structure):
     _fields_ = [("backend", ctypes.c_char_p), ("config", ctypes.c_char_p), ("enable_pdl", ctypes.c_int),
-                ("stream", ctypes.c_void_p), ("info", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("info", ctypes.c_void_p), ("alpha_device", ctypes.c_void_p),
+                ("global_scale_device", ctypes.c_void_p)]
 
 
 C.fp4_quantize.argtypes = [ctypes.c_void_p, ctypes.POINTER(CM), ctypes.c_float, ctypes.POINTER(CQ), ctypes.POINTER(COpts)]
