@@ -24,6 +24,7 @@ void fp4_context_destroy(fp4_context *ctx) {
     if (ctx->backend_state[i] && b->release_state) b->release_state(ctx->backend_state[i]);
   }
   fp4_tuning_state_release(ctx->tuning);
+  fp4_selection_release(ctx->selection);
   fp4_context_workspace_release(ctx);
   free(ctx);
 }

@@ -13,10 +13,13 @@ struct fp4_context {
   int device;                                /* CUDA ordinal, -1 host-only                       */
   void *backend_state[FP4_MAX_BACKENDS];     /* per backend, indexed by registry position        */
   struct fp4_tuning_state *tuning;           /* auto selection's cache (src/tune/tuner.c)        */
+  struct fp4_selection_table *selection;     /* remembered dispatch decisions (dispatch/selection_cache.c) */
   void *workspace;                           /* device workspace (src/core/workspace.c)          */
   size_t workspace_bytes;
 };
 
+/* Frees the context's remembered dispatch decisions (src/dispatch/selection_cache.c). */
+void fp4_selection_release(struct fp4_selection_table *table);
 /* Frees the context's tuning state (src/tune/tuner.c). */
 void fp4_tuning_state_release(struct fp4_tuning_state *tuning);
 

@@ -8,6 +8,7 @@
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/heuristic.h"
+#include "dispatch/selection_cache.h"
 #include "dispatch/validate.h"
 #include "tune/tuning.h"
 
@@ -72,23 +73,46 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
 }
 
 /* The backend and config the options select for p (auto: the tuning cache's or the heuristic's). */
+/* What the tuning cache attached to ctx looks like now, for remembered decisions of auto: a new
+ * cache or a changed one must not be answered from decisions made under the old. */
+static uint64_t tuning_generation(fp4_context *ctx) {
+  const fp4_tuning_cache *c = fp4_context_tuning_cache(ctx);
+  fp4_clear_error();
+  return c ? (uint64_t)(uintptr_t)c ^ (uint64_t)fp4_tuning_cache_count(c) << 48 : 0;
+}
+
 static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_options *o, const char *fn,
                           const fp4_backend **backend, const char **config, char *config_buf, size_t config_size) {
   char reason[256];
-  if (o->backend && strcmp(o->backend, "auto") != 0) {
-    const fp4_backend *b = fp4_registry_find(o->backend);
-    if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, o->backend);
+  const int named = o->backend && strcmp(o->backend, "auto") != 0;
+  const fp4_backend *b = named ? fp4_registry_find(o->backend) : NULL;
+  if (named && !b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, o->backend);
+  if (!named && o->config)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
+  /* A decision made before for the same key is the same decision: skip asking every backend. */
+  fp4_selection_key key;
+  const int keyed = ctx && fp4_selection_key_of(p, named ? fp4_registry_index(b) : -1, o->config,
+                                                named ? 0 : tuning_generation(ctx), &key);
+  if (keyed) {
+    const char *remembered = NULL;
+    const fp4_backend *hit = fp4_selection_find(ctx, &key, &remembered);
+    if (hit) {
+      *backend = hit;
+      *config = remembered;
+      return FP4_OK;
+    }
+  }
+  if (named) {
     fp4_status st = fp4_problem_supported(ctx, b, p, reason, sizeof reason);
     if (st) return fp4_fail(st, "%s: backend '%s' cannot run this problem: %s", fn, b->name, reason);
-    *backend = b;
     *config = o->config;
-    return FP4_OK;
+  } else {
+    b = fp4_select_backend_config(ctx, p, config_buf, config_size, reason, sizeof reason);
+    if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
+    *config = config_buf[0] ? config_buf : NULL;
   }
-  if (o->config) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
-  const fp4_backend *b = fp4_select_backend_config(ctx, p, config_buf, config_size, reason, sizeof reason);
-  if (!b) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: no backend can run this problem (%s)", fn, reason);
   *backend = b;
-  *config = config_buf[0] ? config_buf : NULL;
+  if (keyed) fp4_selection_store(ctx, &key, b, *config);
   return FP4_OK;
 }
 
