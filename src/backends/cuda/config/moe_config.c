@@ -1,0 +1,335 @@
+/*
+ * The MoE kernel variants by name and the default choice (moe_config.h). Pure functions of the
+ * problem's shape, formats and the device facts: no CUDA call, no environment.
+ */
+#include "backends/cuda/config/moe_config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/config/moe_sm90.h"
+#include "backends/cuda/cuda_kernels.h"
+
+static const struct {
+  const char *name;
+  fp4_moe_variant v;
+} kVariants[] = {
+    {"moe.lean.r32.k1.s1", {FP4_MOE_KERNEL_LEAN, 32, 1, 1, 1, 0, 0, 0}},
+    {"moe.lean.r32.k1.s2", {FP4_MOE_KERNEL_LEAN, 32, 1, 2, 1, 0, 0, 0}},
+    {"moe.lean.r32.k1.s3", {FP4_MOE_KERNEL_LEAN, 32, 1, 3, 1, 0, 0, 0}},
+    {"moe.lean.r32.k1.s4", {FP4_MOE_KERNEL_LEAN, 32, 1, 4, 1, 0, 0, 0}},
+    {"moe.lean.r32.k2.s1", {FP4_MOE_KERNEL_LEAN, 32, 2, 1, 1, 0, 0, 0}},
+    {"moe.lean.r32.k2.s2", {FP4_MOE_KERNEL_LEAN, 32, 2, 2, 1, 0, 0, 0}},
+    {"moe.lean.r32.k2.s3", {FP4_MOE_KERNEL_LEAN, 32, 2, 3, 1, 0, 0, 0}},
+    {"moe.lean.r32.k2.s4", {FP4_MOE_KERNEL_LEAN, 32, 2, 4, 1, 0, 0, 0}},
+    {"moe.lean.r32.k4.s1", {FP4_MOE_KERNEL_LEAN, 32, 4, 1, 1, 0, 0, 0}},
+    {"moe.lean.r32.k4.s2", {FP4_MOE_KERNEL_LEAN, 32, 4, 2, 1, 0, 0, 0}},
+    {"moe.lean.r32.k4.s3", {FP4_MOE_KERNEL_LEAN, 32, 4, 3, 1, 0, 0, 0}},
+    {"moe.lean.r32.k4.s4", {FP4_MOE_KERNEL_LEAN, 32, 4, 4, 1, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k1.s1", {FP4_MOE_KERNEL_LEAN, 32, 1, 1, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k1.s2", {FP4_MOE_KERNEL_LEAN, 32, 1, 2, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k1.s3", {FP4_MOE_KERNEL_LEAN, 32, 1, 3, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k1.s4", {FP4_MOE_KERNEL_LEAN, 32, 1, 4, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k2.s1", {FP4_MOE_KERNEL_LEAN, 32, 2, 1, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k2.s2", {FP4_MOE_KERNEL_LEAN, 32, 2, 2, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k2.s3", {FP4_MOE_KERNEL_LEAN, 32, 2, 3, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k2.s4", {FP4_MOE_KERNEL_LEAN, 32, 2, 4, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k4.s1", {FP4_MOE_KERNEL_LEAN, 32, 4, 1, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k4.s2", {FP4_MOE_KERNEL_LEAN, 32, 4, 2, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k4.s3", {FP4_MOE_KERNEL_LEAN, 32, 4, 3, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r32.k4.s4", {FP4_MOE_KERNEL_LEAN, 32, 4, 4, 0, 0, 0, 0}},
+    {"moe.lean.generic-k.r16.k4.s1", {FP4_MOE_KERNEL_LEAN, 16, 4, 1, 0, 0, 0, 0}},
+    {"moe.mma.w1", {FP4_MOE_KERNEL_MMA, 0, 0, 0, 0, 1, 0, 0}},
+    {"moe.mma.w2", {FP4_MOE_KERNEL_MMA, 0, 0, 0, 0, 2, 0, 0}},
+    {"moe.mma.w4", {FP4_MOE_KERNEL_MMA, 0, 0, 0, 0, 4, 0, 0}},
+    {"moe.mma.w8", {FP4_MOE_KERNEL_MMA, 0, 0, 0, 0, 8, 0, 0}},
+    {"moe.fma", {FP4_MOE_KERNEL_FMA, 0, 0, 0, 0, 0, 0, 0}},
+    {"moe.prefill.mma64", {FP4_MOE_KERNEL_PREFILL_MMA, 0, 0, 0, 0, 0, 64, 0}},
+    {"moe.prefill.mma128", {FP4_MOE_KERNEL_PREFILL_MMA, 0, 0, 0, 0, 0, 128, 0}},
+    {"moe.prefill.wgra32", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 32, 0}},
+    {"moe.prefill.wgra64", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 64, 0}},
+    {"moe.prefill.wgra128", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 128, 0}},
+    {"moe.prefill.wgra160", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 160, 0}},
+    {"moe.prefill.wgra192", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 192, 0}},
+    {"moe.prefill.wgra256", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 256, 0}},
+    {"moe.prefill.wgra32.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 32, 1}},
+    {"moe.prefill.wgra64.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 64, 1}},
+    {"moe.prefill.wgra128.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 128, 1}},
+    {"moe.prefill.wgra160.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 160, 1}},
+    {"moe.prefill.wgra192.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 192, 1}},
+    {"moe.prefill.wgra256.bound-tiles", {FP4_MOE_KERNEL_PREFILL_WGRA, 0, 0, 0, 0, 0, 256, 1}},
+};
+enum { VARIANTS = (int)(sizeof kVariants / sizeof *kVariants) };
+
+const char *const *fp4_moe_variant_names(int *count) {
+  static const char *names[VARIANTS];
+  if (!names[0]) /* benign race: every writer stores the same pointers */
+    for (int i = VARIANTS - 1; i >= 0; i--) names[i] = kVariants[i].name;
+  *count = VARIANTS;
+  return names;
+}
+
+int fp4_moe_variant_parse(const char *name, fp4_moe_variant *v) {
+  for (int i = 0; name && i < VARIANTS; i++)
+    if (!strcmp(name, kVariants[i].name)) {
+      *v = kVariants[i].v;
+      return 0;
+    }
+  return -1;
+}
+
+const char *fp4_moe_variant_name(const fp4_moe_variant *v) {
+  for (int i = 0; i < VARIANTS; i++)
+    if (!memcmp(v, &kVariants[i].v, sizeof *v)) return kVariants[i].name;
+  return "?";
+}
+
+static const fp4_moe_rules *rules_of(const fp4_moe_arch *arch) {
+  return arch->major >= 9 ? &fp4_moe_rules_sm90 : &fp4_moe_rules_sm80;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t slots_of(int64_t rows, int64_t experts) { return min64(experts, rows) > 0 ? min64(experts, rows) : 1; }
+static int act16(int act) { return act == FP4_CUDA_ACT_BF16 || act == FP4_CUDA_ACT_F16; }
+
+int fp4_moe_prefill_wanted(int64_t rows, int64_t experts, const fp4_moe_arch *arch) {
+  const int64_t slots = min64(experts, rows);
+  return slots > 0 && cdiv(rows, slots) >= rules_of(arch)->prefill_min_rows;
+}
+
+int fp4_moe_bf16_rows_possible(int64_t cols, int aligned) { return cols % 128 == 0 && aligned; }
+
+/* ---- streaming kernels ------------------------------------------------------------------------- */
+
+/* Token tiles per chunk of the tensor-core kernel and the CTAs sharing an expert's row chunks, as
+ * moe_grouped.cu derives them from the mean rows per expert slot. */
+static int mma_token_tiles(int64_t mean) { return mean <= 8 ? 1 : mean <= 16 ? 2 : 8; }
+static int64_t row_splits(int64_t rows, int64_t slots, int nt) {
+  const int64_t mean = cdiv(rows, slots), chunks = cdiv(mean, 8);
+  const int64_t splits = chunks < 1 ? 1 : chunks > 16 ? 16 : chunks, cap = 2 * cdiv(mean, 8 * (int64_t)nt);
+  return splits < cap ? splits : cap < 1 ? 1 : cap;
+}
+
+static int lean_fixed_k_possible(const fp4_moe_gemm_shape *s) {
+  return s->format == FP4_FORMAT_NVFP4 && s->act == FP4_CUDA_ACT_BF16 && s->w_layout == (int)FP4_LAYOUT_128X4 &&
+         s->n % 128 == 0 && (s->k == 1024 || s->k == 2048 || s->k == 4096 || s->k == 7168);
+}
+
+static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch) {
+  const fp4_moe_rules *r = rules_of(arch);
+  fp4_moe_variant v;
+  memset(&v, 0, sizeof v);
+  const int rows_aligned = s->act == FP4_CUDA_ACT_FP4 || s->aligned;
+  if (s->k % 128 || !rows_aligned) {
+    v.kernel = FP4_MOE_KERNEL_FMA;
+    return v;
+  }
+  const int64_t slots = slots_of(s->rows, s->experts), tiles16 = cdiv(s->n, 16), nslabs = s->k / 128;
+  const int nt = mma_token_tiles(cdiv(s->rows, slots));
+  const int64_t splits = row_splits(s->rows, slots, nt);
+  if (nt == 1 && act16(s->act)) {
+    /* The lean decode kernel: K split over 2 warps, over 4 when 2 would fill less than half a wave;
+     * two spans per CTA when a span holds under 64 KiB of codes and the grid still has 8 waves of
+     * row groups (docs/moe.md). NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4. */
+    const int nv = s->format == FP4_FORMAT_NVFP4;
+    const int64_t groups = cdiv(tiles16, 2), wave = (int64_t)r->lean_wave_ctas * arch->sms;
+    v.kernel = FP4_MOE_KERNEL_LEAN;
+    v.rows = 32;
+    v.ksplit = 4;
+    if (nv) v.ksplit = 2 * (cdiv(groups * 2, 4) * slots * splits) < wave ? 4 : 2;
+    const int64_t span_bytes = (int64_t)(4 / v.ksplit) * 32 * (s->k / 2);
+    v.span = (!nv || span_bytes < r->lean_span_max_bytes) && groups * slots * splits >= r->lean_span_waves * wave ? 2 : 1;
+    v.fixed_k = lean_fixed_k_possible(s);
+    return v;
+  }
+  /* One warp per 16-row tile unless that leaves fewer than mma_min_ctas_per_sm CTAs per SM. */
+  int wpt = 1;
+  while (wpt < 8 && 2 * wpt <= nslabs &&
+         cdiv(tiles16, 8 / wpt) * slots * splits < (int64_t)r->mma_min_ctas_per_sm * arch->sms)
+    wpt *= 2;
+  v.kernel = FP4_MOE_KERNEL_MMA;
+  v.warps_per_tile = wpt;
+  return v;
+}
+
+/* ---- prefill tiles ----------------------------------------------------------------------------- */
+
+int fp4_moe_prefill_mma_smem(int tile_m, int act) {
+  /* 4 stages of 64-element K tiles (A tile + 128 FP4 weight rows) + the 16-bit weight tile (+ the
+   * 16-bit A tile for FP4 activations), as lm_tile_cfg<tile_m, 128, 4, ...>::SMEM, plus the row
+   * table and the tile header (moe_grouped_large.cu checks these numbers at compile time). */
+  const int fp4 = act == FP4_CUDA_ACT_FP4;
+  const int stage = (fp4 ? tile_m * 32 : tile_m * 128) + 128 * 32;
+  return 4 * stage + 128 * 128 + (fp4 ? tile_m * 128 : 0) + tile_m * 4 + 256;
+}
+
+enum { PREFILL_N_TILE = 128 /* both families: 128 weight rows per CTA */ };
+
+static int prefill_common(const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch, char *why, size_t why_size) {
+  if (s->act == FP4_CUDA_ACT_F32)
+    return snprintf(why, why_size, "the prefill tiles take bf16, f16 (NVFP4) or FP4 activations, not f32"), -1;
+  if (s->act == FP4_CUDA_ACT_F16 && s->format != FP4_FORMAT_NVFP4)
+    return snprintf(why, why_size, "the prefill tiles take f16 activations with NVFP4 only (MXFP4 values overflow f16)"), -1;
+  if (s->act != FP4_CUDA_ACT_FP4 && !s->aligned)
+    return snprintf(why, why_size, "the prefill tiles copy 16-byte pieces of activation rows: rows must start 16-byte aligned"), -1;
+  if (fp4_moe_prefill_mma_smem(64, s->act) > arch->smem_optin)
+    return snprintf(why, why_size, "the prefill tiles need %d bytes of shared memory per block; the device allows %d",
+                    fp4_moe_prefill_mma_smem(64, s->act), arch->smem_optin), -1;
+  if (s->rows > 0x7FFFFFFF || (s->rows / 32 + s->experts) * cdiv(s->n, PREFILL_N_TILE) > 0x7FFFFFFF)
+    return snprintf(why, why_size, "the prefill tiles' grid would exceed 2^31 CTAs"), -1;
+  return 0;
+}
+
+/* Expected tiles of width bt per expert when its rows are a Poisson count of mean m (routing counts
+ * spread about like one): sum over r of P(r) * ceil(r / bt), summed to m + 12 sqrt(m) + 12. */
+static double expected_tiles(double m, int bt) {
+  const double limit = m + 12.0 * sqrt(m) + 12.0;
+  double pr = exp(-m), sum = 0.0; /* P(0); large m underflows to 0 */
+  if (pr == 0.0) return ceil(m / bt) + 0.5; /* m > ~700: the tile count is about fixed */
+  for (int r = 1; r <= (int)limit; r++) {
+    pr *= m / r;
+    sum += pr * (double)((r + bt - 1) / bt);
+  }
+  return sum;
+}
+
+/* The register-A width with the least expected cost: an expert's rows are padded to whole tiles. */
+static int wgra_width(int64_t rows, int64_t slots, const fp4_moe_rules *r) {
+  const double mean = (double)rows / (double)slots;
+  int best = 0;
+  double best_cost = 0.0;
+  for (int i = 0; i < r->widths; i++) {
+    const double c = expected_tiles(mean, r->width_cost[i].tokens) * r->width_cost[i].cost;
+    if (!best || c < best_cost) best = r->width_cost[i].tokens, best_cost = c;
+  }
+  return best;
+}
+
+/* The mma.sync tile from the mean rows per expert slot: tiles are padded per expert, so the one that
+ * pads a typical expert (m + sqrt(m) rows, a Poisson count) least: 128 rows unless they pad over 1/8
+ * more than 64-row tiles. */
+static int mma_tile_m(int64_t rows, int64_t slots, int act, const fp4_moe_arch *arch) {
+  const int64_t mean = cdiv(rows, slots);
+  int64_t root = 0;
+  while ((root + 1) * (root + 1) <= mean) root++;
+  const int64_t typical = mean + root, pad128 = cdiv(typical, 128) * 128, pad64 = cdiv(typical, 64) * 64;
+  return pad128 * 8 <= pad64 * 9 && fp4_moe_prefill_mma_smem(128, act) <= arch->smem_optin ? 128 : 64;
+}
+
+static int wgra_act_ok(const fp4_moe_gemm_shape *s) {
+  return s->act == FP4_CUDA_ACT_BF16 || s->act == FP4_CUDA_ACT_FP4 ||
+         (s->act == FP4_CUDA_ACT_F16 && s->format == FP4_FORMAT_NVFP4);
+}
+
+fp4_moe_variant fp4_moe_choose_gemm(const fp4_moe_gemm_shape *s, int prefill, const fp4_moe_arch *arch) {
+  char why[200];
+  if (!prefill || prefill_common(s, arch, why, sizeof why)) return choose_streaming(s, arch);
+  const fp4_moe_rules *r = rules_of(arch);
+  const int64_t slots = slots_of(s->rows, s->experts);
+  fp4_moe_variant v;
+  memset(&v, 0, sizeof v);
+  if (r->prefill_wgra && arch->wgra && wgra_act_ok(s)) {
+    v.kernel = FP4_MOE_KERNEL_PREFILL_WGRA;
+    v.tile_m = wgra_width(s->rows, slots, r);
+  } else {
+    v.kernel = FP4_MOE_KERNEL_PREFILL_MMA;
+    v.tile_m = mma_tile_m(s->rows, slots, s->act, arch);
+  }
+  return v;
+}
+
+int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch, char *why,
+                          size_t why_size) {
+  const char *name = fp4_moe_variant_name(v);
+  const int rows_aligned = s->act == FP4_CUDA_ACT_FP4 || s->aligned;
+  char rule[200];
+  switch (v->kernel) {
+  case FP4_MOE_KERNEL_FMA: return 0;
+  case FP4_MOE_KERNEL_MMA:
+  case FP4_MOE_KERNEL_LEAN:
+    if (s->k % 128)
+      return snprintf(why, why_size, "%s needs K %% 128 == 0 (K = %lld; moe.fma takes K %% 32 == 0)", name, (long long)s->k), -1;
+    if (!rows_aligned)
+      return snprintf(why, why_size, "%s reads activation rows with 16-byte loads: they must start 16-byte aligned", name), -1;
+    if (v->kernel == FP4_MOE_KERNEL_MMA) {
+      if (v->warps_per_tile > s->k / 128)
+        return snprintf(why, why_size, "%s splits K over %d warps but K = %lld has %lld 128-element slabs", name,
+                        v->warps_per_tile, (long long)s->k, (long long)(s->k / 128)), -1;
+      return 0;
+    }
+    if (!act16(s->act))
+      return snprintf(why, why_size, "%s takes bf16/f16 activation rows (this GEMM's are %s)", name,
+                      s->act == FP4_CUDA_ACT_F32 ? "f32" : "FP4"), -1;
+    if (v->ksplit < 4 && s->format != FP4_FORMAT_NVFP4)
+      return snprintf(why, why_size, "%s: a K split below 4 warps is compiled for NVFP4 only (MXFP4 spills)", name), -1;
+    if (v->fixed_k && !lean_fixed_k_possible(s))
+      return snprintf(why, why_size,
+                      "%s walks a compile-time K: NVFP4 weights in the 128x4 layout, bf16 rows, N %% 128 == 0 and K "
+                      "one of 1024, 2048, 4096, 7168 (here N = %lld, K = %lld); the moe.lean.generic-k forms take any K",
+                      name, (long long)s->n, (long long)s->k), -1;
+    return 0;
+  case FP4_MOE_KERNEL_PREFILL_MMA:
+    if (prefill_common(s, arch, rule, sizeof rule)) return snprintf(why, why_size, "%s: %s", name, rule), -1;
+    if (fp4_moe_prefill_mma_smem(v->tile_m, s->act) > arch->smem_optin)
+      return snprintf(why, why_size, "%s needs %d bytes of shared memory per block; the device allows %d", name,
+                      fp4_moe_prefill_mma_smem(v->tile_m, s->act), arch->smem_optin), -1;
+    return 0;
+  case FP4_MOE_KERNEL_PREFILL_WGRA:
+    if (!arch->wgra)
+      return snprintf(why, why_size, "%s runs on SM90 with this binary's sm_90a code only (device is SM%d%d)", name,
+                      arch->major, arch->minor), -1;
+    if (prefill_common(s, arch, rule, sizeof rule)) return snprintf(why, why_size, "%s: %s", name, rule), -1;
+    if (!wgra_act_ok(s)) return snprintf(why, why_size, "%s takes bf16, FP4 or (NVFP4) f16 activations", name), -1;
+    return 0;
+  default: return snprintf(why, why_size, "unknown MoE kernel %d", v->kernel), -1;
+  }
+}
+
+/* ---- the layer --------------------------------------------------------------------------------- */
+
+static int act_of(fp4_dtype dtype) {
+  return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
+}
+
+int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, const fp4_moe_arch *arch,
+                       fp4_moe_layer_plan *plan, char *why, size_t why_size) {
+  static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "the shared expert's gate_up",
+                                                  "the shared expert's down"};
+  memset(plan, 0, sizeof *plan);
+  plan->sets = L->shared_inter > 0 ? 2 : 1;
+  const int w4a4 = L->mode == FP4_MOE_W4A4;
+  for (int set = 0; set < plan->sets; set++) {
+    const int64_t rows = set ? L->tokens : L->tokens * L->top_k, experts = set ? 1 : L->experts;
+    const int64_t inter = set ? L->shared_inter : L->inter;
+    const int prefill = forced ? forced->kernel >= FP4_MOE_KERNEL_PREFILL_MMA : fp4_moe_prefill_wanted(rows, experts, arch);
+    plan->prefill[set] = prefill;
+    fp4_moe_gemm_shape *gu = &plan->gemm[2 * set], *dn = &plan->gemm[2 * set + 1];
+    const int format = set ? L->shared_format : L->format, layout = set ? L->shared_layout : L->layout;
+    *gu = (fp4_moe_gemm_shape){2 * inter, L->hidden, rows, experts, 0, format, layout, 0};
+    *dn = (fp4_moe_gemm_shape){L->hidden, inter, rows, experts, 0, format, layout, L->workspace_aligned};
+    if (w4a4) { /* bf16 rows of the quantized values in the workspace, or FP4 rows */
+      gu->act = !prefill && fp4_moe_bf16_rows_possible(L->hidden, L->workspace_aligned) ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_FP4;
+      gu->aligned = L->workspace_aligned;
+      dn->act = !prefill && fp4_moe_bf16_rows_possible(inter, L->workspace_aligned) ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_FP4;
+    } else { /* the hidden states as given; SiLU*up in bf16 where the kernels read it (always on prefill) */
+      gu->act = act_of(L->hidden_dtype);
+      gu->aligned = L->hidden_aligned;
+      dn->act = fp4_moe_bf16_rows_possible(inter, L->workspace_aligned) || prefill ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
+    }
+    for (int g = 2 * set; g < 2 * set + 2; g++) {
+      if (!forced) {
+        plan->variant[g] = fp4_moe_choose_gemm(&plan->gemm[g], prefill, arch);
+        continue;
+      }
+      char rule[320];
+      if (fp4_moe_variant_check(forced, &plan->gemm[g], arch, rule, sizeof rule)) {
+        snprintf(why, why_size, "%s: %s", what[g], rule);
+        return -1;
+      }
+      plan->variant[g] = *forced;
+    }
+  }
+  return 0;
+}

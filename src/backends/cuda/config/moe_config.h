@@ -1,0 +1,134 @@
+/*
+ * The cuda backend's grouped GEMM and MoE kernel variants as named configs, and the pure function
+ * that picks the default one. Plain C without CUDA (the host-only build tests the chooser).
+ *
+ * Names (fp4_options.config of fp4_grouped_mm, fp4_grouped_mm_w4a16 and fp4_moe_forward):
+ *   moe.lean.r32.k<W>.s<S>            decode kernel (moe_grouped.cu, grouped_lean_kernel): CTAs of
+ *                                     4 warps over 32 weight rows ("r32") of one expert, W warps
+ *                                     sharing a row group's K ("k1" / "k2" / "k4": K split), S
+ *                                     consecutive row groups per CTA ("s": span), K walked with a
+ *                                     compile-time trip count (K 1024 / 2048 / 4096 / 7168, NVFP4 in
+ *                                     the 128x4 layout, bf16 rows, N % 128 == 0)
+ *   moe.lean.generic-k.r32.k<W>.s<S>  the same with the run-time K walk (any K % 128 == 0)
+ *   moe.lean.generic-k.r16.k4.s1      one 16-row tile per CTA (kept for measuring)
+ *   moe.mma.w<W>                      streaming tensor-core kernel (grouped_mma_kernel), W warps per
+ *                                     16-row weight tile splitting its K (token tiles follow the rows)
+ *   moe.fma                           CUDA-core kernel (any K % 32 == 0)
+ *   moe.prefill.mma<M>                large-M mma.sync tiles of M tokens (moe_grouped_large.cu)
+ *   moe.prefill.wgra<M>               SM90 register-A wgmma tiles ("wgra": the FP4 weights decoded into
+ *                                     wgmma's register A operand) of M tokens, FP4 activations through
+ *                                     a bf16 prologue (gemm_large_m_wgra.cu); in the MoE layer the
+ *                                     routed experts' M tiles are numbered densely by the routing kernel
+ *   moe.prefill.wgra<M>.bound-tiles   the same with the M tiles numbered from a bound (empty ones exit)
+ *
+ * A grouped GEMM runs the named variant; an MoE layer runs it for each of its GEMMs (routed and
+ * shared gate_up and down). "moe.default" (or no config) runs the chooser's variant per GEMM. A variant
+ * that cannot run a problem is refused with the rule it needs, never replaced by another.
+ */
+#ifndef FP4_BACKENDS_CUDA_CONFIG_MOE_CONFIG_H
+#define FP4_BACKENDS_CUDA_CONFIG_MOE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fp4kit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum fp4_moe_kernel {
+  FP4_MOE_KERNEL_FMA = 0,
+  FP4_MOE_KERNEL_MMA = 1,
+  FP4_MOE_KERNEL_LEAN = 2,
+  FP4_MOE_KERNEL_PREFILL_MMA = 3,
+  FP4_MOE_KERNEL_PREFILL_WGRA = 4
+} fp4_moe_kernel;
+
+/* One grouped GEMM kernel variant; fields not of its kernel are 0. */
+typedef struct fp4_moe_variant {
+  int kernel;         /* fp4_moe_kernel                                               */
+  int rows;           /* lean: weight rows per CTA (16 or 32)                          */
+  int ksplit;         /* lean: warps sharing a row group's K (1, 2 or 4)              */
+  int span;           /* lean: consecutive row groups per CTA                          */
+  int fixed_k;        /* lean: the compile-time-K walk                                 */
+  int warps_per_tile; /* mma: warps splitting one 16-row tile's K (1, 2, 4, 8)         */
+  int tile_m;         /* prefill: tokens per tile (mma 64 / 128; wgra 32 .. 256)       */
+  int bound_tiles;    /* prefill wgra: M tiles numbered from a bound, never densely    */
+} fp4_moe_variant;
+
+/* Facts of the device the chooser and the rules need (gathered once per device). */
+typedef struct fp4_moe_arch {
+  int major, minor;
+  int sms;        /* multiprocessors                                                     */
+  int smem_optin; /* bytes of shared memory a block may opt in to                         */
+  int wgra;       /* 1: the register-A wgmma tiles run here (SM 9.0, sm_90a code present) */
+} fp4_moe_arch;
+
+/* One grouped GEMM as the chooser sees it: out [rows, n] over experts, K, activations. */
+typedef struct fp4_moe_gemm_shape {
+  int64_t n, k, rows, experts;
+  int act;            /* FP4_CUDA_ACT_* (backends/cuda/cuda_kernels.h)                              */
+  int format;         /* fp4_format                                                                 */
+  int w_layout;       /* fp4_scale_layout of the weights                                            */
+  int aligned;        /* 1: activation rows and weights start 16-byte aligned (16-byte loads)       */
+} fp4_moe_gemm_shape;
+
+/* The MoE layer as the chooser sees it. */
+typedef struct fp4_moe_layer_shape {
+  int64_t tokens, top_k, experts, hidden, inter;
+  int64_t shared_inter;          /* 0: no shared expert                                          */
+  fp4_moe_mode mode;
+  int format, layout;            /* of the routed experts                                        */
+  int shared_format, shared_layout;
+  fp4_dtype hidden_dtype;
+  int hidden_aligned;            /* hidden rows and every expert weight 16-byte aligned          */
+  int workspace_aligned;         /* the workspace starts 16-byte aligned                         */
+} fp4_moe_layer_shape;
+
+/* The layer's GEMMs, in the order fp4_moe_choose_layer fills them. */
+enum { FP4_MOE_GATE_UP = 0, FP4_MOE_DOWN = 1, FP4_MOE_SHARED_GATE_UP = 2, FP4_MOE_SHARED_DOWN = 3, FP4_MOE_GEMMS = 4 };
+
+/* Every variant name, in the order configs() offers them after the default. */
+const char *const *fp4_moe_variant_names(int *count);
+/* The variant a name denotes: 0, or -1 for an unknown name. */
+int fp4_moe_variant_parse(const char *name, fp4_moe_variant *v);
+/* The name of a variant (a static string; "?" for a variant without one). */
+const char *fp4_moe_variant_name(const fp4_moe_variant *v);
+
+/* 1 when the grouped GEMM's mean rows per active expert take the prefill tiles by default. */
+int fp4_moe_prefill_wanted(int64_t rows, int64_t experts, const fp4_moe_arch *arch);
+/* The default variant of one grouped GEMM: the prefill tiles when prefill is set and they can run
+ * it, else the streaming kernels (decode kernel, tensor cores, CUDA cores, as the shape allows). */
+fp4_moe_variant fp4_moe_choose_gemm(const fp4_moe_gemm_shape *s, int prefill, const fp4_moe_arch *arch);
+/* 0 when v can run s on arch; else -1 with the rule it needs in why. */
+int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch, char *why,
+                          size_t why_size);
+
+/* How the layer runs each expert set: its GEMMs' shapes follow from whether the set runs the prefill
+ * tiles (their activations: bf16 rows or FP4 rows for W4A4, bf16 or f32 SiLU*up for W4A16). */
+typedef struct fp4_moe_layer_plan {
+  int sets;                            /* 1, or 2 with a shared expert                      */
+  int prefill[2];                      /* per set: the GEMMs run the prefill tiles          */
+  fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
+  fp4_moe_variant variant[FP4_MOE_GEMMS];
+} fp4_moe_layer_plan;
+
+/* The layer's plan with the default variant of every GEMM (forced NULL) or the variant forced on
+ * all of them; returns -1 with the rule in why when forced cannot run one of them. */
+int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, const fp4_moe_arch *arch,
+                       fp4_moe_layer_plan *plan, char *why, size_t why_size);
+
+/* The W4A4 inputs of a GEMM set on the streaming kernels are bf16 rows (the exact values of the
+ * quantized elements) when the kernels can read them: cols % 128 == 0 and 16-byte aligned. */
+int fp4_moe_bf16_rows_possible(int64_t cols, int aligned);
+
+/* Shared memory of a prefill mma.sync tile (tile_m 64 or 128) for these activations, with its row
+ * table and header: the constants are checked against the kernels' at compile time. */
+int fp4_moe_prefill_mma_smem(int tile_m, int act);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

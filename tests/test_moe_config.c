@@ -1,0 +1,116 @@
+/*
+ * The cuda backend's MoE config chooser (src/backends/cuda/config/moe_config.h) without a GPU: the
+ * default variant of every GEMM of the Qwen3.5-397B and DeepSeek-R1 layers at B = 1-4096 equals the
+ * choice recorded from the rules it replaced (moe_recorded_choices.h); every name parses back to
+ * itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/config/moe_config.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "moe_recorded_choices.h"
+
+static int g_checks, g_failures;
+
+#define EXPECT(cond, ...)                 \
+  do {                                    \
+    g_checks++;                           \
+    if (!(cond)) {                        \
+      g_failures++;                       \
+      printf("FAIL: " __VA_ARGS__);       \
+      printf("\n");                       \
+    }                                     \
+  } while (0)
+
+static fp4_moe_layer_shape layer_of(const struct moe_recorded_choice *c) {
+  const int format = c->mxfp4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+  return (fp4_moe_layer_shape){.tokens = c->tokens, .top_k = c->top_k, .experts = c->experts, .hidden = c->hidden,
+                               .inter = c->inter, .shared_inter = c->inter, .mode = c->mode, .format = format,
+                               .layout = FP4_LAYOUT_128X4, .shared_format = format, .shared_layout = FP4_LAYOUT_128X4,
+                               .hidden_dtype = FP4_DTYPE_BF16, .hidden_aligned = 1, .workspace_aligned = 1};
+}
+
+static void test_recorded(void) {
+  const size_t n = sizeof kMoeRecordedChoices / sizeof *kMoeRecordedChoices;
+  for (size_t i = 0; i < n; i++) {
+    const struct moe_recorded_choice *c = &kMoeRecordedChoices[i];
+    const fp4_moe_arch arch = {c->major, c->minor, c->sms, c->smem_optin, c->wgra};
+    const fp4_moe_layer_shape L = layer_of(c);
+    fp4_moe_layer_plan plan;
+    char why[320] = "";
+    const int rc = fp4_moe_plan_layer(&L, NULL, &arch, &plan, why, sizeof why);
+    EXPECT(rc == 0 && plan.sets == 2, "%s E=%lld B=%lld: plan failed: %s", c->device, (long long)c->experts,
+           (long long)c->tokens, why);
+    for (int g = 0; rc == 0 && g < FP4_MOE_GEMMS; g++) {
+      const char *got = fp4_moe_variant_name(&plan.variant[g]);
+      EXPECT(!strcmp(got, c->variant[g]), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s", c->device,
+             (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", c->mxfp4 ? "mxfp4" : "nvfp4",
+             (long long)c->tokens, g, got, c->variant[g]);
+    }
+  }
+}
+
+static void test_names(void) {
+  int count = 0;
+  const char *const *names = fp4_moe_variant_names(&count);
+  EXPECT(count >= 40, "only %d variant names", count);
+  for (int i = 0; i < count; i++) {
+    fp4_moe_variant v;
+    EXPECT(fp4_moe_variant_parse(names[i], &v) == 0, "%s does not parse", names[i]);
+    EXPECT(!strcmp(fp4_moe_variant_name(&v), names[i]), "%s parses to %s", names[i], fp4_moe_variant_name(&v));
+    for (int j = 0; j < i; j++) EXPECT(strcmp(names[i], names[j]), "%s listed twice", names[i]);
+  }
+  fp4_moe_variant v;
+  EXPECT(fp4_moe_variant_parse("moe.lean.r32.k3.s1", &v) == -1, "an unknown name parsed");
+  EXPECT(fp4_moe_variant_parse("moe.default", &v) == -1, "moe.default is the chooser, not a variant");
+}
+
+/* Forced variants on shapes they cannot run: refused with the rule. */
+static void test_refusals(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
+  const fp4_moe_gemm_shape qwen_gu = {2048, 4096, 10, 512, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1};
+  fp4_moe_gemm_shape s = qwen_gu;
+  fp4_moe_variant v;
+  char why[320];
+  fp4_moe_variant_parse("moe.lean.r32.k2.s1", &v);
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == 0, "fixed-K lean on Qwen3.5 gate_up: %s", why);
+  s.k = 1536;
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == -1 && strstr(why, "compile-time K"),
+         "fixed-K lean at K = 1536 not refused (%s)", why);
+  fp4_moe_variant_parse("moe.lean.generic-k.r32.k2.s1", &v);
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == 0, "generic-K lean at K = 1536: %s", why);
+  s.format = FP4_FORMAT_MXFP4;
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == -1, "MXFP4 K split 2 not refused");
+  s = qwen_gu;
+  s.act = FP4_CUDA_ACT_F32;
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == -1, "lean with f32 rows not refused");
+  fp4_moe_variant_parse("moe.prefill.wgra128", &v);
+  EXPECT(fp4_moe_variant_check(&v, &qwen_gu, &a100, why, sizeof why) == -1 && strstr(why, "SM90"),
+         "register-A tiles on SM80 not refused (%s)", why);
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == -1, "prefill with f32 rows not refused");
+  fp4_moe_variant_parse("moe.mma.w8", &v);
+  s = qwen_gu;
+  s.k = 512;
+  EXPECT(fp4_moe_variant_check(&v, &s, &h200, why, sizeof why) == -1, "8 warps over 4 slabs not refused");
+  /* a forced layer variant must run every GEMM: f32 hidden states cannot take the lean kernel */
+  const fp4_moe_layer_shape L = {.tokens = 4, .top_k = 10, .experts = 512, .hidden = 4096, .inter = 1024,
+                                 .mode = FP4_MOE_W4A16, .format = FP4_FORMAT_NVFP4, .layout = FP4_LAYOUT_128X4,
+                                 .hidden_dtype = FP4_DTYPE_F32, .hidden_aligned = 1, .workspace_aligned = 1};
+  fp4_moe_layer_plan plan;
+  fp4_moe_variant_parse("moe.lean.r32.k2.s1", &v);
+  EXPECT(fp4_moe_plan_layer(&L, &v, &h200, &plan, why, sizeof why) == -1 && strstr(why, "gate_up"),
+         "lean forced on f32 hidden states not refused (%s)", why);
+  EXPECT(fp4_moe_plan_layer(&L, NULL, &h200, &plan, why, sizeof why) == 0 &&
+             plan.variant[FP4_MOE_GATE_UP].kernel == FP4_MOE_KERNEL_MMA,
+         "f32 hidden states: gate_up default is %s, not the tensor-core kernel",
+         fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));
+}
+
+int main(void) {
+  test_recorded();
+  test_names();
+  test_refusals();
+  printf("test_moe_config: %d checks, %d failures\n", g_checks, g_failures);
+  return g_failures ? 1 : 0;
+}
