@@ -2,8 +2,9 @@
  * GPU tests of the cuda backend (skipped with exit 77 and the reason when it cannot run here):
  * quantize bit-exact against the reference on random and edge data for every format, layout and
  * input dtype; every small-M GEMM variant against the reference for M = 1..64 and model shapes;
- * refusals that name their rule; and the PDL stress test (dependent quantize -> GEMM chains on two
- * streams, PDL on must equal PDL off bit for bit).
+ * refusals that name their rule; device scalars (alpha_device on every kernel family,
+ * global_scale_device on quantize) bit-identical to the same scalars by value; and the PDL stress
+ * test (dependent quantize -> GEMM chains on two streams, PDL on must equal PDL off bit for bit).
  */
 #include <math.h>
 #include <stdio.h>
@@ -281,6 +282,195 @@ static void test_prologue_bit_identity(fp4_context *ctx) {
 }
 
 #if FP4KIT_HAVE_CUDA
+/* v in device memory (NULL, counted as a failure of test, when that fails). */
+static float *device_scalar(float v, const char *test) {
+  float *d = NULL;
+  if (cudaMalloc((void **)&d, sizeof v) == cudaSuccess && cudaMemcpy(d, &v, sizeof v, cudaMemcpyHostToDevice) == cudaSuccess)
+    return d;
+  cudaFree(d);
+  g_runs++;
+  g_failures++;
+  printf("FAIL %s: cannot place the device scalar\n", test);
+  return NULL;
+}
+
+/* Device bf16 rows x k of fresh random values (0 on success). */
+static int device_bf16(fp4_context *ctx, fp4h_rng *g, int64_t rows, int64_t k, void **ptr) {
+  float *x = malloc(sizeof *x * (size_t)(rows * k));
+  uint16_t *h = malloc(2 * (size_t)(rows * k));
+  *ptr = NULL;
+  int bad = !x || !h;
+  if (!bad) {
+    fp4h_fill(g, x, rows * k, FP4H_DATA_NORMAL, 16);
+    bad = fp4_convert(x, FP4_DTYPE_F32, h, FP4_DTYPE_BF16, (size_t)(rows * k)) ||
+          fp4_alloc(ctx, FP4_MEMORY_DEVICE, 2 * (size_t)(rows * k), ptr) ||
+          fp4_copy(ctx, *ptr, FP4_MEMORY_DEVICE, h, FP4_MEMORY_HOST, 2 * (size_t)(rows * k));
+  }
+  free(x);
+  free(h);
+  return bad;
+}
+
+/* f32 out[m, n] of one GEMM (W4A4 when a16 is NULL) on the named backend and config, the device
+ * output NaN-prefilled, copied to host. */
+static fp4_status gemm_f32(fp4_context *ctx, const char *backend, const char *config, const fp4_qmatrix *aq,
+                           const fp4_matrix *a16, const fp4_qmatrix *b, float alpha, const float *alpha_device, void *out,
+                           float *host) {
+  const int64_t m = aq ? aq->rows : a16->rows, n = b->rows;
+  fp4h_fill_nan(host, FP4_DTYPE_F32, m * n);
+  fp4_status st = fp4_copy(ctx, out, FP4_MEMORY_DEVICE, host, FP4_MEMORY_HOST, sizeof(float) * (size_t)(m * n));
+  fp4_matrix om = {out, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+  fp4_options o = {.backend = backend, .config = config, .alpha_device = alpha_device};
+  if (!st) st = aq ? fp4_mm(ctx, aq, b, alpha, &om, &o) : fp4_mm_w4a16(ctx, a16, b, alpha, &om, &o);
+  if (!st) st = fp4_synchronize(ctx);
+  if (!st) st = fp4_copy(ctx, host, FP4_MEMORY_HOST, out, FP4_MEMORY_DEVICE, sizeof(float) * (size_t)(m * n));
+  return st;
+}
+
+/* alpha given as a device scalar (fp4_options.alpha_device, alpha argument 1) must give the bits of
+ * the same alpha by value, on every kernel family: small-M classic, lean, shared-activation and
+ * prologue, large-M mma.sync, register-decode (and its prologue), wgmma and register-A wgmma (and
+ * its prologue; the 128 x 8192 case takes its split-K path), and cuda-sm120. The multipliers are 1,
+ * so the by-value scale is alpha itself. */
+static void test_device_alpha(fp4_context *ctx, int major, int minor) {
+  static const struct {
+    const char *backend, *config;
+    int w4a4;
+    int64_t m, n, k;
+  } cases[] = {
+      {"cuda", NULL, 0, 1, 200, 1152},
+      {"cuda", "small-m.w4", 0, 5, 200, 1152},
+      {"cuda", "small-m.w4", 1, 5, 200, 1152},
+      {"cuda", "small-m.r32.w4.b6", 0, 3, 200, 1152},
+      {"cuda", "small-m.w4.b8", 1, 9, 200, 1152},
+      {"cuda", "small-m.sa.r64.w8", 0, 20, 200, 1152},
+      {"cuda", "small-m.pro.w4", 1, 7, 200, 1152},
+      {"cuda", NULL, 1, 300, 520, 1152},
+      {"cuda", "large-m.128x128.s4", 0, 300, 520, 1152},
+      {"cuda", "large-m.64x128.s4", 1, 300, 520, 1152},
+      {"cuda", "large-m.rd.128x128", 0, 300, 520, 1152},
+      {"cuda", "large-m.rd.pro.128x128", 1, 300, 520, 1152},
+      {"cuda", "large-m.wgmma.128x128", 0, 300, 520, 1152},
+      {"cuda", "large-m.wgra.128x128", 0, 300, 520, 1152},
+      {"cuda", "large-m.wgra.pro.128x256", 1, 300, 520, 1152},
+      {"cuda", "large-m.wgra.128x128", 0, 128, 256, 8192},
+      {"cuda-sm120", "m16n64", 1, 5, 200, 1152},
+      {"cuda-sm120", "m64n128", 1, 70, 200, 1152},
+      {"cuda-sm120", "m128n128", 1, 300, 520, 1152},
+  };
+  const float alpha = 0.3712f;
+  float *d_alpha = device_scalar(alpha, "device alpha");
+  if (!d_alpha) return;
+  fp4h_rng g = {9090};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int f = 0; f < 2; f++) {
+      const fp4_format fmt = (fp4_format)f;
+      const int64_t m = cases[i].m, n = cases[i].n, k = cases[i].k;
+      const char *cfg = cases[i].config;
+      const int sm90_only = cfg && !strncmp(cfg, "large-m.wg", 10);
+      const int sm120 = !strcmp(cases[i].backend, "cuda-sm120");
+      const int must = sm120 ? (major == 12 || (major == 9 && minor == 0)) : !sm90_only || (major == 9 && minor == 0);
+      fp4_qmatrix aq, b;
+      memset(&aq, 0, sizeof aq);
+      memset(&b, 0, sizeof b);
+      void *a16 = NULL, *out = NULL;
+      float *got[2] = {malloc(sizeof(float) * (size_t)(m * n)), malloc(sizeof(float) * (size_t)(m * n))};
+      int bad = device_operand(ctx, &g, fmt, FP4_LAYOUT_128X4, n, k, FP4H_DATA_NORMAL, &b);
+      if (cases[i].w4a4) bad = device_operand(ctx, &g, fmt, FP4_LAYOUT_128X4, m, k, FP4H_DATA_NORMAL, &aq) || bad;
+      else bad = device_bf16(ctx, &g, m, k, &a16) || bad;
+      bad = bad || !got[0] || !got[1] || fp4_alloc(ctx, FP4_MEMORY_DEVICE, sizeof(float) * (size_t)(m * n), &out);
+      b.multiplier = 1.0f;
+      aq.multiplier = 1.0f;
+      const fp4_matrix am = {a16, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+      const fp4_qmatrix *ap = cases[i].w4a4 ? &aq : NULL;
+      fp4_status st = bad ? FP4_ERR_INVALID_ARGUMENT
+                          : gemm_f32(ctx, cases[i].backend, cfg, ap, ap ? NULL : &am, &b, alpha, NULL, out, got[0]);
+      if (!bad && st == FP4_ERR_UNSUPPORTED && !must) {
+        printf("SKIP device alpha %s %s: %s\n", cases[i].backend, cfg ? cfg : "(default)", fp4_last_error());
+      } else {
+        if (!st) st = gemm_f32(ctx, cases[i].backend, cfg, ap, ap ? NULL : &am, &b, 1.0f, d_alpha, out, got[1]);
+        int64_t diff = 0, nan = 0;
+        for (int64_t j = 0; !st && j < m * n; j++) {
+          nan += isnan(got[0][j]);
+          diff += memcmp(&got[0][j], &got[1][j], sizeof(float)) != 0;
+        }
+        g_runs++;
+        if (bad || st || diff || nan) {
+          g_failures++;
+          printf("FAIL device alpha %s %s %s %s M=%lld N=%lld K=%lld: %s%lld of %lld outputs differ, %lld NaN\n",
+                 cases[i].backend, cfg ? cfg : "(default)", cases[i].w4a4 ? "W4A4" : "W4A16", fp4_format_name(fmt),
+                 (long long)m, (long long)n, (long long)k, bad || st ? fp4_last_error() : "", (long long)diff,
+                 (long long)(m * n), (long long)nan);
+        }
+      }
+      if (cases[i].w4a4) {
+        fp4_free(ctx, FP4_MEMORY_DEVICE, aq.data);
+        fp4_free(ctx, FP4_MEMORY_DEVICE, aq.scales);
+      }
+      fp4_free(ctx, FP4_MEMORY_DEVICE, a16);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, b.data);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, b.scales);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, out);
+      free(got[0]);
+      free(got[1]);
+    }
+  cudaFree(d_alpha);
+}
+
+/* NVFP4 quantize with the encode scale as a device scalar (fp4_options.global_scale_device) writes
+ * the codes and scale bytes of the same scale by value, and sets the output multiplier to 1. */
+static void test_device_global_scale(fp4_context *ctx) {
+  static const fp4_dtype dtypes[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
+  const int64_t rows = 37, cols = 288;
+  const float gs = 448.0f * 6.0f / 3.7f;
+  float *d_gs = device_scalar(gs, "device global scale");
+  if (!d_gs) return;
+  fp4h_rng g = {5151};
+  for (int d = 0; d < 3; d++)
+    for (int l = 0; l < 3; l++) {
+      const size_t esz = fp4_dtype_size(dtypes[d]), codes = (size_t)(rows * cols) / 2;
+      size_t ss = 0;
+      fp4_scales_size(FP4_FORMAT_NVFP4, (fp4_scale_layout)l, rows, cols, &ss);
+      float *xf = malloc(sizeof *xf * (size_t)(rows * cols));
+      void *xh = malloc(esz * (size_t)(rows * cols));
+      uint8_t *host[2][2] = {{malloc(codes), malloc(ss)}, {malloc(codes), malloc(ss)}};
+      void *x = NULL, *q = NULL, *sc = NULL;
+      int ok = xf && xh && host[0][0] && host[0][1] && host[1][0] && host[1][1];
+      float mult[2] = {0.0f, 0.0f};
+      if (ok) {
+        fp4h_fill(&g, xf, rows * cols, FP4H_DATA_NORMAL, 16);
+        ok = !fp4_convert(xf, FP4_DTYPE_F32, xh, dtypes[d], (size_t)(rows * cols)) &&
+             !fp4_alloc(ctx, FP4_MEMORY_DEVICE, esz * (size_t)(rows * cols), &x) &&
+             !fp4_copy(ctx, x, FP4_MEMORY_DEVICE, xh, FP4_MEMORY_HOST, esz * (size_t)(rows * cols)) &&
+             !fp4_alloc(ctx, FP4_MEMORY_DEVICE, codes, &q) && !fp4_alloc(ctx, FP4_MEMORY_DEVICE, ss, &sc);
+      }
+      for (int v = 0; v < 2 && ok; v++) { /* 0: by value, 1: device scalar (the argument is then ignored) */
+        fp4_matrix xm = {x, rows, cols, 0, dtypes[d], FP4_MEMORY_DEVICE};
+        fp4_qmatrix qm = {q, sc, rows, cols, FP4_FORMAT_NVFP4, (fp4_scale_layout)l, 0.0f, FP4_MEMORY_DEVICE};
+        fp4_options o = {.backend = "cuda", .global_scale_device = v ? d_gs : NULL};
+        ok = !cudaMemset(q, 0xA5, codes) && !cudaMemset(sc, 0xA5, ss) &&
+             !fp4_quantize(ctx, &xm, v ? -1.0f : gs, &qm, &o) && !fp4_synchronize(ctx) &&
+             !fp4_copy(ctx, host[v][0], FP4_MEMORY_HOST, q, FP4_MEMORY_DEVICE, codes) &&
+             !fp4_copy(ctx, host[v][1], FP4_MEMORY_HOST, sc, FP4_MEMORY_DEVICE, ss);
+        mult[v] = qm.multiplier;
+      }
+      g_runs++;
+      if (!ok || memcmp(host[0][0], host[1][0], codes) || memcmp(host[0][1], host[1][1], ss) || mult[1] != 1.0f) {
+        g_failures++;
+        printf("FAIL device global scale %s %s: %s (multiplier %g)\n", fp4_dtype_name(dtypes[d]),
+               fp4_layout_name((fp4_scale_layout)l), ok ? "codes or scales differ from the by-value call" : fp4_last_error(),
+               (double)mult[1]);
+      }
+      fp4_free(ctx, FP4_MEMORY_DEVICE, x);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, q);
+      fp4_free(ctx, FP4_MEMORY_DEVICE, sc);
+      free(xf);
+      free(xh);
+      for (int v = 0; v < 2; v++) free(host[v][0]), free(host[v][1]);
+    }
+  cudaFree(d_gs);
+}
+
 /* One chain per stream: x -> quantize -> fp4_mm with W -> y, and y is the next x. */
 typedef struct chain {
   int64_t m, k;
@@ -429,11 +619,15 @@ int main(void) {
   test_prologue_bit_identity(ctx);
   printf("+ refusals and W4A4 prologue bit identity: %d checks, %d failures\n", g_runs, g_failures);
 #if FP4KIT_HAVE_CUDA
-  int major = 0;
+  int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  test_device_alpha(ctx, major, minor);
+  test_device_global_scale(ctx);
+  printf("+ device scalars (alpha_device, global_scale_device) bit identity: %d checks, %d failures\n", g_runs, g_failures);
   test_pdl_stress(ctx, major >= 9);
 #else
-  printf("SKIP pdl stress: the test was built without the CUDA runtime header\n");
+  printf("SKIP device scalars and pdl stress: the test was built without the CUDA runtime header\n");
 #endif
   printf("test_cuda: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);

@@ -142,6 +142,7 @@ static void cuda_gemm_args_of(const fp4_problem *p, fp4_cuda_gemm_args *a) {
   a->m = fp4_problem_m(p);
   a->n = b->rows;
   a->k = b->cols;
+  a->alpha_device = p->alpha_device;
   if (p->op == FP4_OP_MM) {
     a->act = FP4_CUDA_ACT_FP4;
     a->a = p->a_q->data;
@@ -172,7 +173,15 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
   if (p->memory != FP4_MEMORY_DEVICE)
     return refuse(reason, reason_size, "the cuda backend runs on device memory; the operands are in host memory");
   if (p->op == FP4_OP_QUANTIZE) return FP4_OK; /* any validated shape, dtype and layout */
-  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_supports(p, reason, reason_size);
+  if (p->op >= FP4_OP_GROUPED_MM) {
+    /* The grouped and MoE launchers (moe_host.c) take every scalar by value so far. */
+    if (p->alpha_device || (p->op == FP4_OP_MOE && (p->moe->routed.act_scales_device ||
+                                                    (p->moe->shared && p->moe->shared->act_scales_device))))
+      return refuse(reason, reason_size,
+                    "the cuda grouped GEMM and MoE kernels take alpha and the activation scales by value, not as "
+                    "device scalars (alpha_device, act_scales_device)");
+    return fp4_cuda_moe_supports(p, reason, reason_size);
+  }
   const int64_t M = fp4_problem_m(p), K = fp4_problem_k(p);
   if (cuda_small_m_rule(M, K, why, sizeof why)) { /* then the large-M kernels must take it */
     const cuda_state *st = cuda_get_state(ctx, reason, reason_size);
@@ -364,7 +373,8 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     fp4_cuda_quantize_args a = {
         .x = p->a->data, .rows = p->a->rows, .cols = p->a->cols, .ld = p->a->ld ? p->a->ld : p->a->cols,
         .x_dtype = (int)p->a->dtype, .q = p->q_out->data, .scales = p->q_out->scales, .format = (int)p->q_out->format,
-        .layout = (int)p->q_out->layout, .global_scale = p->global_scale};
+        .layout = (int)p->q_out->layout, .global_scale = p->global_scale,
+        .global_scale_device = p->global_scale_device};
     e = fp4_cuda_quantize(&a, p->stream, pdl);
     if (e == cudaSuccess) p->q_out->multiplier = p->q_out->format == FP4_FORMAT_NVFP4 ? 1.0f / p->global_scale : 1.0f;
   } else if (p->op >= FP4_OP_GROUPED_MM) {
@@ -492,4 +502,5 @@ const fp4_backend fp4_backend_cuda = {
     .honours_pdl = 1,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
+    .device_scalars = 1,
 };

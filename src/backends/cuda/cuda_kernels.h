@@ -22,6 +22,8 @@ typedef struct fp4_cuda_quantize_args {
   int format;          /* fp4_format                                                 */
   int layout;          /* fp4_scale_layout                                           */
   float global_scale;  /* NVFP4 encode scale                                         */
+  const float *global_scale_device; /* NULL, or the encode scale in device memory, read on the GPU
+                                       in place of global_scale (after the launch's dependencies) */
 } fp4_cuda_quantize_args;
 
 int fp4_cuda_quantize(const fp4_cuda_quantize_args *args, void *stream, int pdl);
@@ -49,6 +51,8 @@ typedef struct fp4_cuda_gemm_args {
   int out_dtype;             /* fp4_dtype: F32, BF16 or F16                                   */
   int64_t m, n, k;
   float scale;               /* alpha times the per-tensor multipliers                        */
+  const float *alpha_device; /* NULL, or a device f32 the kernels multiply scale by on the GPU,
+                                read after griddepcontrol.wait (a producer kernel may write it) */
   int warps;                 /* warps per CTA splitting K (1, 2, 4, 8)                        */
   int rows;                  /* weight rows per CTA: 16, 32 (M <= 32) or 64 (M <= 16)         */
   int min_blocks;            /* 0, or 6/8: the lean 4-warp kernel capped for that many CTAs/SM;

@@ -57,6 +57,7 @@ struct lm_params {
   int64_t lda, ldo, m, n, k, C; /* C: scale columns (K / block) */
   int a_layout, b_layout, out_dtype;
   float scale;
+  const float *alpha_device; /* NULL, or multiplies scale on the GPU (fp4_cuda_gemm_args) */
 };
 
 /* ---- small PTX helpers ------------------------------------------------------------------------- */
@@ -241,10 +242,11 @@ __device__ __forceinline__ void load_scales(const uint8_t *scales, int layout, i
   }
 }
 
-__device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int64_t col, float v0, float v1) {
+__device__ __forceinline__ void store_pair(const lm_params &p, float scale, int64_t row, int64_t col, float v0,
+                                           float v1) {
   if (row >= p.m || col >= p.n) return;
-  v0 = __fmul_rn(v0, p.scale);
-  v1 = __fmul_rn(v1, p.scale);
+  v0 = __fmul_rn(v0, scale);
+  v1 = __fmul_rn(v1, scale);
   const int64_t i = row * p.ldo + col;
   const bool two = col + 1 < p.n;
   if (p.out_dtype == FP4_DTYPE_F32) {
@@ -363,13 +365,15 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
   fp4_pdl_launch_dependents(); /* every input has been read */
 
   const int g = lane >> 2, t = lane & 3;
+  /* the device alpha (if any) is read after griddepcontrol.wait: a producer may have written it */
+  const float scale = p.alpha_device ? __fmul_rn(p.scale, *p.alpha_device) : p.scale;
 #pragma unroll
   for (int i = 0; i < G::MT; i++)
 #pragma unroll
     for (int j = 0; j < G::NT; j++) {
       const int64_t row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-      store_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      store_pair(p, scale, row, col, acc[i][j][0], acc[i][j][1]);
+      store_pair(p, scale, row + 8, col, acc[i][j][2], acc[i][j][3]);
     }
 }
 
@@ -530,6 +534,7 @@ extern "C" int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *a, const char *co
   p.b_layout = a->b_layout;
   p.out_dtype = a->out_dtype;
   p.scale = a->scale;
+  p.alpha_device = a->alpha_device;
   cudaStream_t s = (cudaStream_t)stream;
   cudaError_t e;
   const bool nv = a->format == FP4_FORMAT_NVFP4;

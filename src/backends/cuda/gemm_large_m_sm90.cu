@@ -213,11 +213,12 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
      * 8j + 2t + (q & 1) of its warp's 16 rows */
     const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
     const int64_t row = m0 + cw * 64 + wq * 16 + g;
+    const float scale = lm_out_scale(p);
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
       const int64_t col = n0 + 8 * j + 2 * t;
-      store_pair(p, row, col, acc[4 * j + 0], acc[4 * j + 1]);
-      store_pair(p, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+      store_pair(p, scale, row, col, acc[4 * j + 0], acc[4 * j + 1]);
+      store_pair(p, scale, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
     }
   }
 #elif defined(__CUDA_ARCH__)

@@ -555,11 +555,12 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
         *reinterpret_cast<float4 *>(stage + t * kStageLd + 4 * lane) = v;
       }
     }
+    const float scale = lm_out_scale(p);
 #pragma unroll 1
     for (int t = cwarp; t < BT; t += 8) {
       const float4 v = *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
-      store_pair(p, m0 + t, n0 + 4 * lane, v.x, v.y);
-      store_pair(p, m0 + t, n0 + 4 * lane + 2, v.z, v.w);
+      store_pair(p, scale, m0 + t, n0 + 4 * lane, v.x, v.y);
+      store_pair(p, scale, m0 + t, n0 + 4 * lane + 2, v.z, v.w);
     }
   }
 #elif defined(__CUDA_ARCH__)

@@ -31,6 +31,7 @@ struct lm_params {
   int64_t lda, ldo, m, n, k, C; /* C: scale columns (K / block) */
   int a_layout, b_layout, out_dtype;
   float scale;
+  const float *alpha_device; /* NULL, or multiplies scale on the GPU (fp4_cuda_gemm_args) */
 };
 
 /* The kernel parameters of a GEMM call (the caller validated the arguments). */
@@ -51,6 +52,7 @@ inline lm_params lm_params_of(const fp4_cuda_gemm_args *a) {
   p.b_layout = a->b_layout;
   p.out_dtype = a->out_dtype;
   p.scale = a->scale;
+  p.alpha_device = a->alpha_device;
   return p;
 }
 
@@ -225,10 +227,18 @@ __device__ __forceinline__ void copy_16bit_rows(uint8_t *dst, const uint16_t *sr
   }
 }
 
-__device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int64_t col, float v0, float v1) {
+/* The multiplier of the FP32 results: scale, times *alpha_device when one is given. Called in the
+ * epilogue, after griddepcontrol.wait, so a producer kernel may have written the device scalar. */
+__device__ __forceinline__ float lm_out_scale(const lm_params &p) {
+  return p.alpha_device ? __fmul_rn(p.scale, *p.alpha_device) : p.scale;
+}
+
+/* Stores two adjacent outputs times scale (lm_out_scale). */
+__device__ __forceinline__ void store_pair(const lm_params &p, float scale, int64_t row, int64_t col, float v0,
+                                           float v1) {
   if (row >= p.m || col >= p.n) return;
-  v0 = __fmul_rn(v0, p.scale);
-  v1 = __fmul_rn(v1, p.scale);
+  v0 = __fmul_rn(v0, scale);
+  v1 = __fmul_rn(v1, scale);
   const int64_t i = row * p.ldo + col;
   const bool two = col + 1 < p.n;
   if (p.out_dtype == FP4_DTYPE_F32) {
@@ -257,13 +267,14 @@ __device__ __forceinline__ void store_pair(const lm_params &p, int64_t row, int6
 template <int MT, int NT>
 __device__ __forceinline__ void lm_store_mma_acc(const lm_params &p, const float (&acc)[MT][NT][4], int64_t row0,
                                                  int64_t col0, int g, int t) {
+  const float scale = lm_out_scale(p);
 #pragma unroll
   for (int i = 0; i < MT; i++)
 #pragma unroll
     for (int j = 0; j < NT; j++) {
       const int64_t row = row0 + i * 16 + g, col = col0 + j * 8 + 2 * t;
-      store_pair(p, row, col, acc[i][j][0], acc[i][j][1]);
-      store_pair(p, row + 8, col, acc[i][j][2], acc[i][j][3]);
+      store_pair(p, scale, row, col, acc[i][j][0], acc[i][j][1]);
+      store_pair(p, scale, row + 8, col, acc[i][j][2], acc[i][j][3]);
     }
 }
 

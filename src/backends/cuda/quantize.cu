@@ -24,6 +24,7 @@ struct quantize_params {
   uint8_t *scales;
   int format, layout;
   float global_scale;
+  const float *global_scale_device; /* NULL, or read in place of global_scale (after the PDL wait) */
   int64_t C, Rp, Cp; /* scale columns, padded rows and columns of the layout */
 };
 
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(256) quantize_kernel(quantize_params p) {
         for (int i = 0; i < kBlock; i++) vmax = fp4_absmax_update(vmax, load_x<DT>(p, base + i));
       }
       float out_scale;
-      sb = FMT == FP4_FORMAT_NVFP4 ? fp4_nvfp4_block_scale(vmax, fp4_nvfp4_recipe_make(p.global_scale), &out_scale)
+      const float global_scale = p.global_scale_device ? *p.global_scale_device : p.global_scale;
+      sb = FMT == FP4_FORMAT_NVFP4 ? fp4_nvfp4_block_scale(vmax, fp4_nvfp4_recipe_make(global_scale), &out_scale)
                                    : fp4_mxfp4_block_scale(vmax, &out_scale);
       uint8_t *dst = p.q + r * (p.cols / 2) + c * kBlock / 2;
       if constexpr (VEC) {
@@ -141,6 +143,7 @@ extern "C" int fp4_cuda_quantize(const fp4_cuda_quantize_args *a, void *stream, 
   p.format = a->format;
   p.layout = a->layout;
   p.global_scale = a->global_scale;
+  p.global_scale_device = a->format == FP4_FORMAT_NVFP4 ? a->global_scale_device : NULL;
   p.C = a->cols / (a->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
   p.Cp = a->layout == FP4_LAYOUT_LINEAR ? p.C : fp4_round_up(p.C, 4);
   p.Rp = a->layout == FP4_LAYOUT_128X4 ? fp4_round_up(a->rows, 128)

@@ -22,15 +22,24 @@ struct gemm_params {
   int64_t lda, ldo, m, n, k, C;
   int b_layout, a_layout, out_dtype;
   float scale;
+  const float *alpha_device; /* NULL, or multiplies scale on the GPU (fp4_cuda_gemm_args) */
 };
 
 namespace {
 
-__device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, int nt, int c, int l, float v) {
+/* The multiplier of the FP32 results: scale, times *alpha_device when one is given. Called in the
+ * epilogue, after griddepcontrol.wait, so a producer kernel may have written the device scalar; with
+ * scale = 1 (x 2^8 for NVFP4, exact) it is the float the by-value path multiplies by. */
+__device__ __forceinline__ float out_scale(const gemm_params &p) {
+  return p.alpha_device ? __fmul_rn(p.scale, *p.alpha_device) : p.scale;
+}
+
+__device__ __forceinline__ void store_out(const gemm_params &p, float scale, int64_t row0, int nt, int c, int l,
+                                          float v) {
   const int g = l >> 2, t = l & 3;
   const int64_t row = row0 + g + (c >= 2 ? 8 : 0), m = (int64_t)nt * 8 + 2 * t + (c & 1);
   if (row >= p.n || m >= p.m) return;
-  v = __fmul_rn(v, p.scale);
+  v = __fmul_rn(v, scale);
   const int64_t i = m * p.ldo + row;
   if (p.out_dtype == FP4_DTYPE_F32) static_cast<float *>(p.out)[i] = v;
   else if (p.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(p.out)[i] = fp4_bf16_from_f32_inline(v);

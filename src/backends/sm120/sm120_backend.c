@@ -151,7 +151,8 @@ static fp4_status sm120_run(fp4_context *ctx, const fp4_problem *p, const char *
       .a = a->data, .b = b->data, .sfa = a->scales, .sfb = b->scales, .out = p->out->data,
       .m = a->rows, .n = b->rows, .k = a->cols, .ldo = p->out->ld ? p->out->ld : p->out->cols,
       .out_dtype = (int)p->out->dtype, .format = (int)a->format, .layout_a = (int)a->layout,
-      .layout_b = (int)b->layout, .alpha = p->alpha * a->multiplier * b->multiplier, .config = cfg,
+      .layout_b = (int)b->layout, .alpha = p->alpha * a->multiplier * b->multiplier,
+      .alpha_device = p->alpha_device, .config = cfg,
       .pdl = p->enable_pdl ? 1 : 0, .stream = p->stream, .device = fp4_context_device(ctx)};
   if (fp4_problem_m(p) == 0 || fp4_problem_n(p) == 0) return FP4_OK;
   char err[160] = "";
@@ -176,4 +177,5 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .run = sm120_run,
     .release_state = NULL,
     .honours_pdl = 1,
+    .device_scalars = 1,
 };

@@ -58,6 +58,7 @@ struct params {
   int vec16;           /* every row of A and B starts 16-byte aligned: 16-byte cp.async */
   int sfa_words, sfb_words; /* 128x4 scales at a 4-byte aligned address: 4-byte cp.async */
   float alpha;
+  const float *alpha_device; /* NULL, or multiplies alpha on the GPU (fp4_sm120_args) */
 };
 
 constexpr int kStages = 3;
@@ -225,10 +226,10 @@ __device__ __forceinline__ void mma_step(float (&acc)[MT][NT][4], const uint8_t 
       mma<KIND, KIND == FP4_SM120_NVF4 ? 0 : 2 * KS>(acc[mt][nt], af[mt], bf[nt], sfa[mt], sfb[nt]);
 }
 
-__device__ __forceinline__ void store_out(const params &p, int row, int col, float v) {
+__device__ __forceinline__ void store_out(const params &p, float alpha, int row, int col, float v) {
   if (row >= p.m || col >= p.n) return;
   const int64_t idx = (int64_t)row * p.ldo + col;
-  const float x = FP4_MUL(v, p.alpha);
+  const float x = FP4_MUL(v, alpha);
   if (p.out_dtype == 1) ((uint16_t *)p.out)[idx] = fp4_bf16_from_f32_inline(x);
   else if (p.out_dtype == 2) ((uint16_t *)p.out)[idx] = fp4_f16_from_f32_inline(x);
   else ((float *)p.out)[idx] = x;
@@ -291,13 +292,15 @@ __global__ void __launch_bounds__(tile<BM, BN, WM, WN, KIND>::kThreads, 1) gemm_
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  /* the device alpha (if any) is read after griddepcontrol.wait: a producer may have written it */
+  const float alpha = p.alpha_device ? FP4_MUL(p.alpha, *p.alpha_device) : p.alpha;
 #pragma unroll
   for (int mt = 0; mt < T::kMT; mt++)
 #pragma unroll
     for (int nt = 0; nt < T::kNT; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++)
-        store_out(p, m0 + wm0 + 16 * mt + g + 8 * (e >> 1), n0 + wn0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
+        store_out(p, alpha, m0 + wm0 + 16 * mt + g + 8 * (e >> 1), n0 + wn0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
 #else
   (void)p;
   __trap(); /* no device code of this build for this architecture */
@@ -367,6 +370,7 @@ extern "C" int FP4_SM120_LAUNCH(const fp4_sm120_args *args, char *err, size_t er
     p.sfa_words = ((uintptr_t)args->sfa % 4) == 0;
     p.sfb_words = ((uintptr_t)args->sfb % 4) == 0;
     p.alpha = args->alpha;
+    p.alpha_device = args->alpha_device;
     cudaStream_t stream = (cudaStream_t)args->stream;
     e = args->format == 1 ? launch_config<FP4_SM120_MXF4>(args->config, p, args->pdl, stream)
                           : launch_config<FP4_SM120_NVF4>(args->config, p, args->pdl, stream);

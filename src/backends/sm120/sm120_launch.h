@@ -33,6 +33,7 @@ typedef struct fp4_sm120_args {
   int format;                /* fp4_format: NVFP4 or MXFP4                              */
   int layout_a, layout_b;
   float alpha;               /* alpha * a.multiplier * b.multiplier                     */
+  const float *alpha_device; /* NULL, or a device f32 multiplying alpha, read on the GPU   */
   int config;                /* FP4_SM120_CONFIG_*                                      */
   int pdl;                   /* launch with programmatic dependent launch               */
   void *stream;              /* cudaStream_t                                            */
