@@ -593,15 +593,32 @@ FP4_API fp4_status fp4_tuning_cache_create(fp4_context *ctx, fp4_tuning_cache **
 FP4_API void fp4_tuning_cache_destroy(fp4_tuning_cache *cache);
 /* Replaces the entries with a file's. A missing, truncated, malformed or mismatched file (another
  * library version, device or vendor-library version) leaves the cache empty and returns
- * FP4_ERR_NOT_FOUND, FP4_ERR_FORMAT or FP4_ERR_UNSUPPORTED with the reason: callers warn and go on. */
+ * FP4_ERR_NOT_FOUND, FP4_ERR_FORMAT or FP4_ERR_UNSUPPORTED with the reason: callers warn and go on.
+ * In a usable file, each invalid entry (a field missing or of the wrong type, an unknown op, format
+ * or dtype, an M that is not a bucket, a time that is not finite and positive) is skipped alone,
+ * with a warning naming it (fp4_log); the others load, and on FP4_OK fp4_last_error() says how many
+ * were skipped ("" when none). An entry naming a backend this build lacks loads: auto ignores it. */
 FP4_API fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path);
-/* Writes the cache as JSON atomically: a temporary file in the same folder, then rename, so
- * concurrent readers see the old or the new file, never a mix. Creates the folder if needed. */
+/* Writes the cache as JSON, merged with the file already at path: under an advisory lock on
+ * <path>.lock (created beside it and kept), the file's entries are read again; entries set on this
+ * cache since it was created or loaded replace the file's, the file's other entries are kept, and
+ * this cache's remaining entries fill keys the file lacks. Concurrent writers therefore keep every
+ * entry. A file that is not a usable cache (another version or device, malformed) is replaced. The
+ * text goes to a new file created exclusively (never through a link) under an unpredictable name in
+ * path's folder, mode 0600 less the umask, which is renamed over path: readers see the old or the
+ * new file, never a mix, and a link planted at path is replaced, never written through. Creates the
+ * folder if needed; a folder that cannot be written fails with FP4_ERR_IO naming it. */
 FP4_API fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path);
-/* Records a winner (replaces an entry with the same key). config may be NULL (backend default). */
+/* Records a winner (replaces an entry with the same key). config may be NULL (backend default).
+ * median_us must be a plausible time (finite, from 0.001 us to 1e10 us), else FP4_ERR_INVALID_ARGUMENT. */
 FP4_API fp4_status fp4_tuning_cache_set(fp4_tuning_cache *cache, const fp4_tune_key *key, const char *backend,
                                         const char *config, double median_us);
-/* The winner for a key: FP4_OK, or FP4_ERR_NOT_FOUND. backend/config receive NUL-terminated names. */
+/* The winner for a key: FP4_OK, or FP4_ERR_NOT_FOUND. backend/config receive NUL-terminated names;
+ * either may be NULL (not wanted). A buffer too small for its name gives FP4_ERR_INVALID_ARGUMENT
+ * and "" (never a truncated name). Auto selection does not follow an entry whose backend this
+ * build lacks, whose config the backend does not offer for the problem, whose backend exists only
+ * to check others (the reference), or that names a host backend for device operands: it warns once
+ * per entry and uses the heuristic. */
 FP4_API fp4_status fp4_tuning_cache_lookup(const fp4_tuning_cache *cache, const fp4_tune_key *key, char *backend,
                                            size_t backend_size, char *config, size_t config_size);
 FP4_API int fp4_tuning_cache_count(const fp4_tuning_cache *cache);

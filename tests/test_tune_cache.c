@@ -1,8 +1,12 @@
 /* The tuning cache: M buckets, round trip, atomic saves under concurrent readers, and every way a
- * file can be unusable (missing, empty, truncated, garbage, another version or device, a bad
- * entry) is refused whole with a reason, never fatal; the tuner fills the cache on the host. */
+ * file can be unusable (missing, empty, truncated, garbage, another version or device) is refused
+ * whole with a reason, never fatal; an invalid entry in a usable file is skipped alone, with a
+ * warning naming it; auto never follows an entry it cannot trust; the tuner fills the cache on the
+ * host. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,12 @@ static int failures;
   } while (0)
 
 static char dir[256];
+
+static int cli_count_in(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = s; s && (p = strstr(p, needle)); p += strlen(needle)) n++;
+  return n;
+}
 
 static void path_of(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", dir, name); }
 
@@ -90,14 +100,17 @@ static void test_round_trip(fp4_context *ctx) {
   other = k3;
   other.m = 17;
   CHECK(fp4_tuning_cache_lookup(d, &other, be, sizeof be, cfg, sizeof cfg) == FP4_ERR_NOT_FOUND, "M bucket is in the key");
-  /* No temporary file is left behind. */
+  /* No temporary file is left behind: the cache and its lock file only. */
   char sub[512];
   path_of(sub, sizeof sub, "sub/dir");
   DIR *dd = opendir(sub);
-  int files = 0;
-  for (struct dirent *e; dd && (e = readdir(dd));) files += e->d_name[0] != '.';
+  int files = 0, lock = 0;
+  for (struct dirent *e; dd && (e = readdir(dd));) {
+    files += e->d_name[0] != '.';
+    lock += !strcmp(e->d_name, "cache.json.lock");
+  }
   if (dd) closedir(dd);
-  CHECK(files == 1, "%d files in the cache folder", files);
+  CHECK(files == 2 && lock == 1, "%d files in the cache folder", files);
   fp4_tuning_cache_destroy(c);
   fp4_tuning_cache_destroy(d);
 }
@@ -169,15 +182,151 @@ static void test_refused_files(fp4_context *ctx) {
   expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other cuDNN");
   replace_in(good, bad, "\"format_version\":\t1", "\"format_version\":\t2");
   expect_refused(ctx, bad, FP4_ERR_UNSUPPORTED, "other format version");
-  replace_in(good, bad, "\"backend\":\t\"ref\"", "\"backend\":\t\"no-such-backend\"");
-  expect_refused(ctx, bad, FP4_ERR_FORMAT, "unknown backend");
-  replace_in(good, bad, "\"m_bucket\":\t1,", "\"m_bucket\":\t3,");
-  expect_refused(ctx, bad, FP4_ERR_FORMAT, "not a bucket");
-  replace_in(good, bad, "\"n\":\t4096", "\"n\":\t-4096");
-  expect_refused(ctx, bad, FP4_ERR_FORMAT, "negative N");
-  replace_in(good, bad, "\"out_dtype\":\t\"bf16\"", "\"out_dtype\":\t\"bf17\"");
-  expect_refused(ctx, bad, FP4_ERR_FORMAT, "unknown dtype");
+  write_text(bad, "{\"format\": \"fp4kit-tuning-cache\"} x", 35);
+  expect_refused(ctx, bad, FP4_ERR_FORMAT, "trailing garbage");
   free(text);
+}
+
+/* Everything fp4_log writes to stderr while a function runs (FP4KIT_LOG=warn is set in main). */
+static char *logged(void (*fn)(void *), void *arg) {
+  char log[512];
+  path_of(log, sizeof log, "stderr.log");
+  fflush(stdout);
+  fflush(stderr);
+  int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fd, 2);
+  close(fd);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  size_t len = 0;
+  return read_text(log, &len);
+}
+
+typedef struct load_call {
+  fp4_tuning_cache *cache;
+  const char *path;
+  fp4_status st;
+  char detail[512];
+} load_call;
+
+static void do_load(void *arg) {
+  load_call *l = arg;
+  l->st = fp4_tuning_cache_load(l->cache, l->path);
+  snprintf(l->detail, sizeof l->detail, "%s", fp4_last_error());
+}
+
+/* One invalid entry costs only itself: each is skipped with a warning naming it, the valid ones load,
+ * and a save writes only what loads again (never inf or NaN as null). */
+static void test_invalid_entries_skipped(fp4_context *ctx) {
+  char good[512], bad[512];
+  path_of(good, sizeof good, "good.json");
+  path_of(bad, sizeof bad, "bad.json");
+  static const struct {
+    const char *from, *to, *what, *named;
+  } cases[] = {
+      {"\"median_us\":\t12.5", "\"median_us\":\t1e999", "infinite time", "median_us"},
+      {"\"median_us\":\t12.5", "\"median_us\":\t-12.5", "negative time", "median_us"},
+      {"\"median_us\":\t12.5", "\"median_us\":\t0", "zero time", "median_us"},
+      {"\"median_us\":\t12.5", "\"median_us\":\t\"fast\"", "time of the wrong type", "median_us"},
+      {"\"median_us\":\t12.5", "\"nothing\":\t12.5", "time missing", "median_us"},
+      {"\"m_bucket\":\t1,", "\"m_bucket\":\t3,", "not a bucket", "m_bucket"},
+      {"\"n\":\t4096", "\"n\":\t-4096", "negative N", "'n'"},
+      {"\"n\":\t4096", "\"n\":\t\"4096\"", "N of the wrong type", "'n'"},
+      {"\"out_dtype\":\t\"bf16\"", "\"out_dtype\":\t\"bf17\"", "unknown dtype", "bf17"},
+      {"\"backend\":\t\"ref\"", "\"backend\":\t7", "backend of the wrong type", "backend"},
+      {"\"op\":\t\"mm\",", "", "op missing", "'op'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fp4_tuning_cache *c = filled_cache(ctx); /* k1 (ref, 12.5 us, M bucket 1, N 4096) is the one spoiled */
+    CHECK(fp4_tuning_cache_save(c, good) == FP4_OK, "save: %s", fp4_last_error());
+    replace_in(good, bad, cases[i].from, cases[i].to);
+    load_call l = {c, bad, FP4_OK, ""};
+    char *log = logged(do_load, &l);
+    CHECK(l.st == FP4_OK, "%s: the file loads (%s)", cases[i].what, l.detail);
+    CHECK(fp4_tuning_cache_count(c) == 2, "%s: the 2 valid entries load, got %d", cases[i].what, fp4_tuning_cache_count(c));
+    CHECK(strstr(l.detail, "1 invalid entry skipped") && strstr(l.detail, cases[i].named), "%s: detail '%s'",
+          cases[i].what, l.detail);
+    CHECK(log && strstr(log, "entry 0 skipped") && strstr(log, cases[i].named) && strstr(log, "bad.json"),
+          "%s: a warning names the entry:\n%s", cases[i].what, log ? log : "");
+    printf("  %-26s %s", cases[i].what, log ? log : "(no warning)\n");
+    free(log);
+    /* saved again and reloaded: still the 2 entries, no null, inf or nan in the file */
+    CHECK(fp4_tuning_cache_save(c, bad) == FP4_OK, "%s: save: %s", cases[i].what, fp4_last_error());
+    size_t len = 0;
+    char *text = read_text(bad, &len);
+    CHECK(text && !strstr(text, "null") && !strstr(text, "inf") && !strstr(text, "nan"), "%s: saved:\n%s", cases[i].what,
+          text ? text : "");
+    free(text);
+    fp4_tuning_cache *d = NULL;
+    fp4_tuning_cache_create(ctx, &d);
+    CHECK(fp4_tuning_cache_load(d, bad) == FP4_OK && fp4_tuning_cache_count(d) == 2 && !fp4_last_error()[0],
+          "%s: the saved file reloads whole: %d entries, '%s'", cases[i].what, fp4_tuning_cache_count(d), fp4_last_error());
+    fp4_tuning_cache_destroy(d);
+    fp4_tuning_cache_destroy(c);
+    remove(good);
+    remove(bad);
+  }
+  /* An entry naming a backend this build lacks loads (another build may have it): auto decides. */
+  fp4_tuning_cache *c = filled_cache(ctx);
+  CHECK(fp4_tuning_cache_save(c, good) == FP4_OK, "save");
+  replace_in(good, bad, "\"backend\":\t\"ref\"", "\"backend\":\t\"no-such-backend\"");
+  CHECK(fp4_tuning_cache_load(c, bad) == FP4_OK && fp4_tuning_cache_count(c) == 3, "unknown backend loads: %s",
+        fp4_last_error());
+  fp4_tuning_cache_destroy(c);
+}
+
+/* The public setter refuses what the file must never hold. */
+static void test_set_refuses_bad_values(fp4_context *ctx) {
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(ctx, &c);
+  const fp4_tune_key k = {FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 1, 64, 64};
+  const double bad[] = {INFINITY, -INFINITY, NAN, -1.0, 0.0, 1e300};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, bad[i]) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "median_us"),
+          "set with median %g: %s", bad[i], fp4_last_error());
+  CHECK(fp4_tuning_cache_count(c) == 0, "nothing stored");
+  fp4_tuning_cache_destroy(c);
+}
+
+/* A name that does not fit the caller's buffer is an error, never a truncated name. */
+static void test_lookup_buffer_too_small(fp4_context *ctx) {
+  fp4_tuning_cache *c = filled_cache(ctx);
+  const fp4_tune_key k2 = {FP4_TUNE_MM, FP4_FORMAT_MXFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_F16, 3000, 4096, 4096};
+  char be[32] = "x", cfg[64] = "x", small[2] = "x";
+  CHECK(fp4_tuning_cache_lookup(c, &k2, small, sizeof small, cfg, sizeof cfg) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "cublas-dequant") && !small[0],
+        "2-byte backend buffer: '%s' (%s)", small, fp4_last_error());
+  CHECK(fp4_tuning_cache_lookup(c, &k2, be, sizeof be, small, sizeof small) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "heur1") && !small[0],
+        "2-byte config buffer: '%s' (%s)", small, fp4_last_error());
+  CHECK(fp4_tuning_cache_lookup(c, &k2, be, 14, cfg, 5) == FP4_ERR_INVALID_ARGUMENT, "one byte short for 'cublas-dequant'");
+  CHECK(fp4_tuning_cache_lookup(c, &k2, be, 15, cfg, 6) == FP4_OK && !strcmp(be, "cublas-dequant") && !strcmp(cfg, "heur1"),
+        "exact fit: %s/%s", be, cfg);
+  CHECK(fp4_tuning_cache_lookup(c, &k2, NULL, 0, NULL, 0) == FP4_OK, "NULL buffers: only whether the key is there");
+  fp4_tuning_cache_destroy(c);
+}
+
+/* A host W4A4 GEMM (M 16, N 8, K 32, NVFP4, f32 out) through auto; info receives what ran. */
+static const fp4_tune_key auto_key = {FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_F32, 16, 8, 32};
+
+static fp4_status run_auto(fp4_context *ctx, fp4_run_info *info) {
+  float x[16 * 32], out[16 * 8];
+  uint8_t q[16 * 16], s[16 * 2], wq[8 * 16], ws[8 * 2];
+  for (int i = 0; i < 16 * 32; i++) x[i] = (float)(i % 9) - 4.0f;
+  for (int i = 0; i < 16 * 8; i++) out[i] = NAN;
+  fp4_matrix xm = {x, 16, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, wm = {x, 8, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix a = {q, s, 16, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix b = {wq, ws, 8, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_matrix o = {out, 16, 8, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_status st = fp4_quantize(ctx, &xm, 1.0f, &a, NULL);
+  if (!st) st = fp4_quantize(ctx, &wm, 1.0f, &b, NULL);
+  fp4_options opts = {.backend = "auto", .info = info};
+  if (!st) st = fp4_mm(ctx, &a, &b, 1.0f, &o, &opts);
+  for (int i = 0; i < 16 * 8 && !st; i++)
+    if (!isfinite(out[i])) st = FP4_ERR_INTERNAL;
+  return st;
 }
 
 /* Auto selection with a default cache that cannot be used still runs (one warning, no failure). */
@@ -190,15 +339,65 @@ static void test_default_cache_never_fatal(void) {
   fp4_context_create(&ctx, -1);
   CHECK(fp4_context_tuning_cache(ctx) == NULL, "garbage default cache not used");
   CHECK(strstr(fp4_context_tuning_note(ctx), "ignored") != NULL, "note: %s", fp4_context_tuning_note(ctx));
-  float x[16 * 32], out[16 * 8];
-  uint8_t q[16 * 16], s[16 * 2], wq[8 * 16], ws[8 * 2];
-  for (int i = 0; i < 16 * 32; i++) x[i] = (float)(i % 9) - 4.0f;
-  fp4_matrix xm = {x, 16, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, wm = {x, 8, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  fp4_qmatrix a = {q, s, 16, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
-  fp4_qmatrix b = {wq, ws, 8, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
-  fp4_matrix o = {out, 16, 8, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  CHECK(fp4_quantize(ctx, &xm, 1.0f, &a, NULL) == FP4_OK && fp4_quantize(ctx, &wm, 1.0f, &b, NULL) == FP4_OK, "quantize");
-  CHECK(fp4_mm(ctx, &a, &b, 1.0f, &o, NULL) == FP4_OK, "auto runs despite the bad cache: %s", fp4_last_error());
+  fp4_run_info info;
+  CHECK(run_auto(ctx, &info) == FP4_OK, "auto runs despite the bad cache: %s", fp4_last_error());
+  fp4_context_destroy(ctx);
+  setenv("FP4KIT_TUNING_CACHE", "/nonexistent/fp4kit-test.json", 1);
+}
+
+typedef struct auto_call {
+  fp4_context *ctx;
+  fp4_status st[2];
+  fp4_run_info info[2];
+  char detail[512];
+} auto_call;
+
+static void do_auto_twice(void *arg) {
+  auto_call *a = arg;
+  for (int i = 0; i < 2; i++) {
+    a->st[i] = run_auto(a->ctx, &a->info[i]);
+    if (a->st[i]) snprintf(a->detail, sizeof a->detail, "%s", fp4_last_error());
+  }
+}
+
+/* A cache entry auto cannot trust (a config the backend does not offer, a backend this build lacks,
+ * the reference oracle) is not followed: auto warns once per entry and runs the heuristic's choice. */
+static void test_auto_distrusts_entries(void) {
+  static const struct {
+    const char *backend, *config, *what, *named;
+  } cases[] = {
+      {"cpu", "bogus", "config the backend does not offer", "bogus"},
+      {"no-such-backend", NULL, "backend this build lacks", "no-such-backend"},
+      {"ref", NULL, "the oracle", "ref"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    fp4_context *ctx = NULL;
+    fp4_context_create(&ctx, -1);
+    fp4_tuning_cache *c = NULL;
+    fp4_tuning_cache_create(ctx, &c);
+    CHECK(fp4_tuning_cache_set(c, &auto_key, cases[i].backend, cases[i].config, 12.5) == FP4_OK, "set");
+    fp4_context_set_tuning_cache(ctx, c);
+    auto_call a = {ctx, {FP4_OK, FP4_OK}, {{{0}}}, ""};
+    char *log = logged(do_auto_twice, &a);
+    CHECK(a.st[0] == FP4_OK && a.st[1] == FP4_OK, "%s: auto runs (%s)", cases[i].what, a.detail);
+    CHECK(!strcmp(a.info[0].backend, "cpu") && !strcmp(a.info[1].backend, "cpu") &&
+              !strstr(a.info[0].config, "bogus"),
+          "%s: the heuristic's choice ran: %s/%s", cases[i].what, a.info[0].backend, a.info[0].config);
+    CHECK(log && cli_count_in(log, "not followed") == 1 && strstr(log, cases[i].named),
+          "%s: one warning naming the entry:\n%s", cases[i].what, log ? log : "");
+    printf("  %-34s %s", cases[i].what, log ? log : "(no warning)\n");
+    free(log);
+    fp4_context_destroy(ctx);
+  }
+  /* A trusted entry is followed, config and all. */
+  fp4_context *ctx = NULL;
+  fp4_context_create(&ctx, -1);
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(ctx, &c);
+  fp4_tuning_cache_set(c, &auto_key, "cpu", NULL, 12.5);
+  fp4_context_set_tuning_cache(ctx, c);
+  fp4_run_info info;
+  CHECK(run_auto(ctx, &info) == FP4_OK && !strcmp(info.backend, "cpu"), "a valid entry is followed: %s", fp4_last_error());
   fp4_context_destroy(ctx);
 }
 
@@ -271,6 +470,7 @@ static void test_tuner_host(void) {
 }
 
 int main(void) {
+  setenv("FP4KIT_LOG", "warn", 1); /* read once, at the first message: the warnings are checked */
   snprintf(dir, sizeof dir, "/tmp/fp4kit-test-tune-%ld", (long)getpid());
   setenv("FP4KIT_TUNING_CACHE", "/nonexistent/fp4kit-test.json", 1);
   fp4_context *ctx = NULL;
@@ -278,8 +478,12 @@ int main(void) {
   test_buckets();
   test_round_trip(ctx);
   test_refused_files(ctx);
+  test_invalid_entries_skipped(ctx);
+  test_set_refuses_bad_values(ctx);
+  test_lookup_buffer_too_small(ctx);
   test_concurrent_readers(ctx);
   test_default_cache_never_fatal();
+  test_auto_distrusts_entries();
   test_tuner_host();
   fp4_context_destroy(ctx);
   char cmd[600];

@@ -20,7 +20,9 @@ static void tune_usage(FILE *f) {
           "format asked for, on random data in the device's memory (host memory with --device -1; a\n"
           "device run never times host backends), rejecting candidates that fail or return NaN or\n"
           "zeros, and writes the winners to the tuning cache (atomically: temporary file + rename),\n"
-          "merged with the cache already there when it belongs to this library version and device.\n"
+          "merged under a lock with the cache already there when it belongs to this library version\n"
+          "and device, so concurrent tune runs keep every entry. The cache path is checked by writing\n"
+          "it before any tuning.\n"
           "Auto selection (backend NULL or \"auto\") then runs the cached winner for each key: op,\n"
           "format, activation dtype, output dtype, M bucket, N, K.\n"
           "Candidates run in heuristic order; one slower than 20x the best median so far after its\n"
@@ -229,9 +231,22 @@ int fp4cli_tune(int argc, char **argv) {
     rc = fp4cli_report(device >= 0 ? "opening the device to tune" : "preparing to tune", st);
     goto done;
   }
-  /* Merge with the cache already there; one that cannot be used is replaced, with one warning. */
-  if (access(path, F_OK) == 0 && fp4_tuning_cache_load(cache, path) != FP4_OK)
-    fprintf(stderr, "fp4kit tune: warning: %s; it will be replaced\n", fp4_last_error());
+  /* Merge with the cache already there; one that cannot be used is replaced, with one warning, and
+   * invalid entries of a usable one are dropped, said here. */
+  if (access(path, F_OK) == 0) {
+    if (fp4_tuning_cache_load(cache, path) != FP4_OK)
+      fprintf(stderr, "fp4kit tune: warning: %s; it will be replaced\n", fp4_last_error());
+    else if (fp4_last_error()[0])
+      fprintf(stderr, "fp4kit tune: warning: %s\n", fp4_last_error());
+  }
+  /* The cache is written once before any tuning (the same locked merge as at the end, so nothing
+   * changes in a usable file): a path that cannot be written fails now, not after the work. */
+  if ((st = fp4_tuning_cache_save(cache, path))) {
+    fprintf(stderr, "fp4kit tune: cannot write the tuning cache %s; nothing was tuned (give a writable --cache "
+                    "FILE or set FP4KIT_TUNING_CACHE)\n", path);
+    rc = fp4cli_report("writing the cache", st);
+    goto done;
+  }
   int k = 0;
   for (int s = 0; s < nshapes; s++)
     for (int f = 0; f < 2; f++)

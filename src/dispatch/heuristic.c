@@ -26,7 +26,7 @@ int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op
   if (!backend) return UNKNOWN_RANK;
   if (memory == FP4_MEMORY_HOST) {
     if (!strcmp(backend, "cpu")) return 0;
-    if (!strcmp(backend, "ref")) return 90; /* the oracle: correct everywhere, fast nowhere */
+    if (!strcmp(backend, "ref")) return FP4_RANK_CHECK_ONLY; /* the oracle */
     return UNKNOWN_RANK;
   }
   /* cuda-sm120 is the native W4A4 path on SM120/121; elsewhere it can only run as the SM90

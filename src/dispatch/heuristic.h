@@ -14,6 +14,10 @@ int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op
 /* The rank of a build that runs only to verify a kernel (the emulated SM120 kernel on SM90): auto
  * takes it only when nothing else can run, and the tuner does not time it. */
 #define FP4_RANK_VERIFICATION_ONLY 99
+/* Ranks from here up belong to backends that exist to check others: the reference oracle (correct
+ * everywhere, fast nowhere) and verification builds. Auto takes one only when nothing else can run
+ * and never follows a tuning cache entry that names one. */
+#define FP4_RANK_CHECK_ONLY 90
 /* The rank of a backend the heuristic does not know for a memory: a host backend asked about device
  * memory, or a device backend asked about host memory. */
 #define FP4_RANK_UNKNOWN 50

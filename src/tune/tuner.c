@@ -81,7 +81,13 @@ static void load_default(fp4_context *ctx, struct fp4_tuning_state *t) {
     return;
   }
   t->cache = c;
-  fp4_reason(t->note, sizeof t->note, "tuning cache %s (%d entries)", path, fp4_tuning_cache_count(c));
+  /* a usable file may have had invalid entries: load skipped them and says so */
+  if (fp4_last_error()[0])
+    fp4_reason(t->note, sizeof t->note, "tuning cache %s (%d entries; %s)", path, fp4_tuning_cache_count(c),
+               fp4_last_error());
+  else
+    fp4_reason(t->note, sizeof t->note, "tuning cache %s (%d entries)", path, fp4_tuning_cache_count(c));
+  fp4_clear_error();
 }
 
 const fp4_tuning_cache *fp4_context_tuning_cache(fp4_context *ctx) {
@@ -111,15 +117,60 @@ int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key) {
   return 1;
 }
 
+/* Why auto must not follow a cache entry for p ("" when it may): the rules of tuning.h. */
+static void distrust(fp4_context *ctx, const fp4_problem *p, const fp4_tuning_hit *hit, char *why, size_t why_size) {
+  why[0] = 0;
+  const fp4_backend *b = fp4_registry_find(hit->backend);
+  if (!b) {
+    fp4_reason(why, why_size, "this build has no backend '%s'", hit->backend);
+    return;
+  }
+  if (!fp4_tuning_time_plausible(hit->median_us)) {
+    fp4_reason(why, why_size, "implausible time %g us", hit->median_us);
+    return;
+  }
+  if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) {
+    fp4_reason(why, why_size, "'%s' is a host backend and the operands are in device memory", b->name);
+    return;
+  }
+  const int device = fp4_context_device(ctx);
+  const int cc = p->memory == FP4_MEMORY_DEVICE && device >= 0 ? fp4_device_cc(device) : 0;
+  if (fp4_heuristic_rank(b->name, cc, p->memory, p->op, fp4_problem_m(p)) >= FP4_RANK_CHECK_ONLY) {
+    fp4_reason(why, why_size, "'%s' runs here only to check other backends, never as a fast path", b->name);
+    return;
+  }
+  if (!hit->config[0]) return; /* the backend's own choice */
+  const char *names[64];
+  const int n = b->configs ? b->configs(ctx, p, names, 64) : 0;
+  for (int i = 0; i < n; i++)
+    if (names[i] && !strcmp(names[i], hit->config)) return;
+  fp4_reason(why, why_size, "backend '%s' offers no config '%s' for this problem", b->name, hit->config);
+}
+
 fp4_status fp4_tuning_lookup(fp4_context *ctx, const fp4_problem *p, char *backend, size_t backend_size,
                              char *config, size_t config_size) {
   fp4_tune_key key;
   if (!ctx || !fp4_tune_key_of_problem(p, &key)) return FP4_ERR_NOT_FOUND;
   const fp4_tuning_cache *c = fp4_context_tuning_cache(ctx);
   if (!c) return FP4_ERR_NOT_FOUND;
-  fp4_status st = fp4_tuning_cache_lookup(c, &key, backend, backend_size, config, config_size);
+  fp4_tuning_hit hit;
+  fp4_status st = fp4_tuning_cache_find(c, &key, &hit);
   fp4_clear_error(); /* a miss is not an error of the caller's call */
-  return st;
+  if (st) return FP4_ERR_NOT_FOUND;
+  char why[256];
+  distrust(ctx, p, &hit, why, sizeof why);
+  fp4_clear_error();
+  if (why[0]) {
+    if (fp4_tuning_cache_first_warning(c, hit.index))
+      fp4_log(FP4_LOG_WARN, "auto: tuning cache entry %s%s%s (%s %s M bucket %lld, N %lld, K %lld) not followed: %s; "
+              "using the heuristic", hit.backend, hit.config[0] ? ":" : "", hit.config,
+              key.op == FP4_TUNE_MM ? "w4a4" : "w4a16", fp4_format_name(key.format),
+              (long long)fp4_tune_m_bucket(key.m), (long long)key.n, (long long)key.k, why);
+    return FP4_ERR_NOT_FOUND;
+  }
+  fp4_reason(backend, backend_size, "%s", hit.backend);
+  fp4_reason(config, config_size, "%s", hit.config);
+  return FP4_OK;
 }
 
 /* ---- the tuner ---------------------------------------------------------------------------------- */
@@ -378,7 +429,14 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
     }
   }
   fp4_clear_error();
-  if (res->backend[0] && cache) st = fp4_tuning_cache_set(cache, &res->key, res->backend, res->config[0] ? res->config : NULL, res->median_us);
+  /* A checking build (the oracle) wins only when it alone runs; auto reaches it then by the heuristic
+   * and never follows a cache entry naming it, so it is not stored. */
+  const int check_only = res->backend[0] && fp4_heuristic_rank(res->backend, cc, mem, p.op, M) >= FP4_RANK_CHECK_ONLY;
+  if (check_only)
+    fp4_log(FP4_LOG_INFO, "fp4_tune: M=%lld N=%lld K=%lld: only %s ran; not cached (auto falls back to it anyway)",
+            (long long)M, (long long)N, (long long)K, res->backend);
+  if (res->backend[0] && cache && !check_only)
+    st = fp4_tuning_cache_set(cache, &res->key, res->backend, res->config[0] ? res->config : NULL, res->median_us);
 done:
   free(got);
   free(baseline);

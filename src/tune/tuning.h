@@ -8,13 +8,41 @@
 extern "C" {
 #endif
 
+/* The times a cache entry may hold, in microseconds: from one nanosecond to about three hours. A
+ * time outside (zero, negative, infinite, NaN) is never stored, loaded or followed. */
+#define FP4_TUNE_MIN_US 1e-3
+#define FP4_TUNE_MAX_US 1e10
+int fp4_tuning_time_plausible(double median_us);
+
 /* The tuning key of a GEMM problem; 0 for problems that are not tuned (quantize). */
 int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key);
 
 /* The cached winner for p on ctx (loading the default cache file on first use): FP4_OK with the
- * backend and config names, else FP4_ERR_NOT_FOUND. Never fails otherwise. */
+ * backend and config names, else FP4_ERR_NOT_FOUND. Never fails otherwise. An entry that auto must
+ * not follow (a backend this build lacks, a config the backend does not offer for p, an implausible
+ * time, a checking build such as the reference oracle, a host backend for device operands) is
+ * FP4_ERR_NOT_FOUND, with one warning per entry. */
 fp4_status fp4_tuning_lookup(fp4_context *ctx, const fp4_problem *p, char *backend, size_t backend_size,
                              char *config, size_t config_size);
+
+/* One entry as stored: names, time, and its index for fp4_tuning_cache_first_warning. */
+typedef struct fp4_tuning_hit {
+  char backend[32];
+  char config[64];
+  double median_us;
+  int index;
+} fp4_tuning_hit;
+
+/* The entry for key (its M bucketed): FP4_OK, FP4_ERR_NOT_FOUND or FP4_ERR_INVALID_ARGUMENT. */
+fp4_status fp4_tuning_cache_find(const fp4_tuning_cache *cache, const fp4_tune_key *key, fp4_tuning_hit *hit);
+/* 1 the first time it is asked about an entry, 0 afterwards (thread-safe): one warning per entry. */
+int fp4_tuning_cache_first_warning(const fp4_tuning_cache *cache, int index);
+
+/* fp4_tuning_cache_load on a file's text (len bytes; no NUL terminator needed); name is for messages.
+ * The fuzz target's entry point. */
+fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, size_t len, const char *name);
+/* The JSON text a save writes for cache (malloc'd; NULL when out of memory). */
+char *fp4_tuning_cache_text(const fp4_tuning_cache *cache);
 
 #ifdef __cplusplus
 }

@@ -1,31 +1,47 @@
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* flock */
 /*
  * The persistent tuning cache: winners per (M bucket, N, K, formats, output dtype), stamped with the
  * library version, the device (name, compute capability) and the vendor-library versions. A file
  * that is missing, truncated, malformed or from another version or device is never trusted: load
- * leaves the cache empty and says why. Saves go to a temporary file renamed over the target, so a
- * concurrent reader sees one whole file.
+ * leaves the cache empty and says why. Inside a usable file, each invalid entry is skipped on its
+ * own with a warning and the others load.
+ *
+ * Saves take an advisory lock on <path>.lock, merge with the entries the file holds by then, write
+ * a temporary file created exclusively (never through a link) under an unpredictable name beside
+ * the target, and rename it over the target: concurrent tuners keep every entry and concurrent
+ * readers see one whole file.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "core/error.h"
 #include "dispatch/backend.h"
+#include "tune/tuning.h"
 
 #define CACHE_FORMAT "fp4kit-tuning-cache"
 #define CACHE_FORMAT_VERSION 1
+/* Invalid entries named one by one in warnings; the rest are counted. */
+#define CACHE_WARN_ENTRIES 20
 
 typedef struct cache_entry {
   fp4_tune_key key; /* m holds the bucket */
   char backend[32];
   char config[64];
   double median_us;
+  int dirty;  /* set by this process (fp4_tuning_cache_set), not read from a file: wins a merge */
+  int warned; /* auto has warned that it does not follow this entry (atomic flag) */
 } cache_entry;
 
 struct fp4_tuning_cache {
@@ -50,6 +66,10 @@ int64_t fp4_tune_m_bucket(int64_t m) {
   int64_t b = 4096;
   while (b < m && b < ((int64_t)1 << 62)) b <<= 1;
   return b;
+}
+
+int fp4_tuning_time_plausible(double median_us) {
+  return isfinite(median_us) && median_us >= FP4_TUNE_MIN_US && median_us <= FP4_TUNE_MAX_US;
 }
 
 fp4_status fp4_tuning_cache_create(fp4_context *ctx, fp4_tuning_cache **cache) {
@@ -91,16 +111,61 @@ static int same_key(const fp4_tune_key *a, const fp4_tune_key *b) {
          a->m == b->m && a->n == b->n && a->k == b->k;
 }
 
+/* Index of the entry with key k (k.m already a bucket), or -1. */
+static int find_entry(const fp4_tuning_cache *c, const fp4_tune_key *k) {
+  for (int i = 0; i < c->count; i++)
+    if (same_key(&c->entries[i].key, k)) return i;
+  return -1;
+}
+
+/* Why a key cannot be stored or looked up ("" when it can). */
+static void key_problem(const fp4_tune_key *key, char *why, size_t why_size) {
+  why[0] = 0;
+  if (key->op != FP4_TUNE_MM && key->op != FP4_TUNE_MM_W4A16)
+    fp4_reason(why, why_size, "op (%d) is not a tuned operation", (int)key->op);
+  else if (!fp4_format_name(key->format) || !fp4_dtype_name(key->a_dtype) || !fp4_dtype_name(key->out_dtype))
+    fp4_reason(why, why_size, "an unknown format or dtype");
+  else if (key->m < 1 || key->n < 1 || key->k < 1)
+    fp4_reason(why, why_size, "shape [%lld, %lld, %lld] is not positive", (long long)key->m, (long long)key->n,
+               (long long)key->k);
+}
+
 static fp4_status check_key(const char *fn, const fp4_tune_key *key) {
   if (!key) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key is NULL", fn);
-  if (key->op != FP4_TUNE_MM && key->op != FP4_TUNE_MM_W4A16)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key->op (%d) is not a tuned operation", fn, (int)key->op);
-  if (!fp4_format_name(key->format) || !fp4_dtype_name(key->a_dtype) || !fp4_dtype_name(key->out_dtype))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key has an unknown format or dtype", fn);
-  if (key->m < 1 || key->n < 1 || key->k < 1)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key shape [%lld, %lld, %lld] must be positive", fn,
-                    (long long)key->m, (long long)key->n, (long long)key->k);
+  char why[128];
+  key_problem(key, why, sizeof why);
+  return why[0] ? fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key has %s", fn, why) : FP4_OK;
+}
+
+/* Stores e (its key's m a bucket) over the entry with the same key, or appends it. */
+static fp4_status put_entry(fp4_tuning_cache *c, const cache_entry *e, const char *fn) {
+  int i = find_entry(c, &e->key);
+  if (i < 0) {
+    if (c->count == c->capacity) {
+      int cap = c->capacity ? 2 * c->capacity : 16;
+      cache_entry *grown = realloc(c->entries, sizeof *grown * (size_t)cap);
+      if (!grown) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+      c->entries = grown;
+      c->capacity = cap;
+    }
+    i = c->count++;
+  }
+  c->entries[i] = *e;
+  c->entries[i].warned = 0;
   return FP4_OK;
+}
+
+/* Why an entry's names and time cannot be stored ("" when they can). */
+static void value_problem(const char *backend, const char *config, double median_us, char *why, size_t why_size) {
+  why[0] = 0;
+  if (!backend || !*backend || strlen(backend) >= sizeof ((cache_entry *)0)->backend)
+    fp4_reason(why, why_size, "backend name is missing, empty or longer than %zu bytes",
+               sizeof ((cache_entry *)0)->backend - 1);
+  else if (config && strlen(config) >= sizeof ((cache_entry *)0)->config)
+    fp4_reason(why, why_size, "config name is longer than %zu bytes", sizeof ((cache_entry *)0)->config - 1);
+  else if (!fp4_tuning_time_plausible(median_us))
+    fp4_reason(why, why_size, "median_us (%g) is not a time between %g and %g us", median_us, FP4_TUNE_MIN_US,
+               FP4_TUNE_MAX_US);
 }
 
 fp4_status fp4_tuning_cache_set(fp4_tuning_cache *cache, const fp4_tune_key *key, const char *backend,
@@ -110,51 +175,65 @@ fp4_status fp4_tuning_cache_set(fp4_tuning_cache *cache, const fp4_tune_key *key
   if (!cache) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
   fp4_status st = check_key(fn, key);
   if (st) return st;
-  if (!backend || !*backend || strlen(backend) >= sizeof cache->entries->backend)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: backend name is NULL, empty or too long", fn);
-  if (config && strlen(config) >= sizeof cache->entries->config)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: config name '%s' is too long", fn, config);
-  fp4_tune_key k = *key;
-  k.m = fp4_tune_m_bucket(key->m);
-  cache_entry *e = NULL;
-  for (int i = 0; i < cache->count && !e; i++)
-    if (same_key(&cache->entries[i].key, &k)) e = &cache->entries[i];
-  if (!e) {
-    if (cache->count == cache->capacity) {
-      int cap = cache->capacity ? 2 * cache->capacity : 16;
-      cache_entry *grown = realloc(cache->entries, sizeof *grown * (size_t)cap);
-      if (!grown) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-      cache->entries = grown;
-      cache->capacity = cap;
-    }
-    e = &cache->entries[cache->count++];
-  }
-  memset(e, 0, sizeof *e);
-  e->key = k;
-  fp4_reason(e->backend, sizeof e->backend, "%s", backend);
-  fp4_reason(e->config, sizeof e->config, "%s", config ? config : "");
-  e->median_us = median_us;
-  return FP4_OK;
+  char why[160];
+  value_problem(backend, config, median_us, why, sizeof why);
+  if (why[0]) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s", fn, why);
+  cache_entry e;
+  memset(&e, 0, sizeof e);
+  e.key = *key;
+  e.key.m = fp4_tune_m_bucket(key->m);
+  fp4_reason(e.backend, sizeof e.backend, "%s", backend);
+  fp4_reason(e.config, sizeof e.config, "%s", config ? config : "");
+  e.median_us = median_us;
+  e.dirty = 1;
+  return put_entry(cache, &e, fn);
 }
 
-fp4_status fp4_tuning_cache_lookup(const fp4_tuning_cache *cache, const fp4_tune_key *key, char *backend,
-                                   size_t backend_size, char *config, size_t config_size) {
-  fp4_clear_error();
+fp4_status fp4_tuning_cache_find(const fp4_tuning_cache *cache, const fp4_tune_key *key, fp4_tuning_hit *hit) {
   static const char fn[] = "fp4_tuning_cache_lookup";
   if (!cache) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
   fp4_status st = check_key(fn, key);
   if (st) return st;
   fp4_tune_key k = *key;
   k.m = fp4_tune_m_bucket(key->m);
-  for (int i = 0; i < cache->count; i++) {
-    const cache_entry *e = &cache->entries[i];
-    if (!same_key(&e->key, &k)) continue;
-    fp4_reason(backend, backend_size, "%s", e->backend);
-    fp4_reason(config, config_size, "%s", e->config);
-    return FP4_OK;
-  }
-  return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no entry for M bucket %lld, N %lld, K %lld", fn, (long long)k.m,
-                  (long long)k.n, (long long)k.k);
+  const int i = find_entry(cache, &k);
+  if (i < 0)
+    return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no entry for M bucket %lld, N %lld, K %lld", fn, (long long)k.m,
+                    (long long)k.n, (long long)k.k);
+  const cache_entry *e = &cache->entries[i];
+  memcpy(hit->backend, e->backend, sizeof hit->backend);
+  memcpy(hit->config, e->config, sizeof hit->config);
+  hit->median_us = e->median_us;
+  hit->index = i;
+  return FP4_OK;
+}
+
+int fp4_tuning_cache_first_warning(const fp4_tuning_cache *cache, int index) {
+  if (!cache || index < 0 || index >= cache->count) return 0;
+  /* The flag is the entry's own; lookups through a const cache may race on it, hence atomic. */
+  int *flag = (int *)&cache->entries[index].warned;
+  return __atomic_exchange_n(flag, 1, __ATOMIC_RELAXED) == 0;
+}
+
+fp4_status fp4_tuning_cache_lookup(const fp4_tuning_cache *cache, const fp4_tune_key *key, char *backend,
+                                   size_t backend_size, char *config, size_t config_size) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_tuning_cache_lookup";
+  fp4_reason(backend, backend_size, "%s", "");
+  fp4_reason(config, config_size, "%s", "");
+  fp4_tuning_hit hit;
+  fp4_status st = fp4_tuning_cache_find(cache, key, &hit);
+  if (st) return st;
+  /* A name that does not fit is an error, never a truncated name that looks like another. */
+  if (backend && strlen(hit.backend) >= backend_size)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: backend name '%s' needs %zu bytes, the buffer has %zu", fn,
+                    hit.backend, strlen(hit.backend) + 1, backend_size);
+  if (config && strlen(hit.config) >= config_size)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: config name '%s' needs %zu bytes, the buffer has %zu", fn,
+                    hit.config, strlen(hit.config) + 1, config_size);
+  fp4_reason(backend, backend_size, "%s", hit.backend);
+  fp4_reason(config, config_size, "%s", hit.config);
+  return FP4_OK;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------------ */
@@ -182,6 +261,7 @@ static int parse_dtype(const char *s, fp4_dtype *d) {
 
 static cJSON *to_json(const fp4_tuning_cache *c) {
   cJSON *root = cJSON_CreateObject();
+  if (!root) return NULL;
   cJSON_AddStringToObject(root, "format", CACHE_FORMAT);
   cJSON_AddNumberToObject(root, "format_version", CACHE_FORMAT_VERSION);
   cJSON_AddStringToObject(root, "library_version", c->library_version);
@@ -194,6 +274,8 @@ static cJSON *to_json(const fp4_tuning_cache *c) {
   cJSON *arr = cJSON_AddArrayToObject(root, "entries");
   for (int i = 0; i < c->count; i++) {
     const cache_entry *e = &c->entries[i];
+    /* set and load admit plausible times only; a number JSON cannot hold is never written */
+    if (!fp4_tuning_time_plausible(e->median_us)) continue;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "op", op_name(e->key.op));
     cJSON_AddStringToObject(o, "format", fp4_format_name(e->key.format));
@@ -208,6 +290,13 @@ static cJSON *to_json(const fp4_tuning_cache *c) {
     cJSON_AddItemToArray(arr, o);
   }
   return root;
+}
+
+char *fp4_tuning_cache_text(const fp4_tuning_cache *cache) {
+  cJSON *root = to_json(cache);
+  char *text = root ? cJSON_Print(root) : NULL;
+  cJSON_Delete(root);
+  return text;
 }
 
 static const char *str_field(const cJSON *o, const char *name) {
@@ -225,30 +314,76 @@ static int int_field(const cJSON *o, const char *name, double lo, double hi, int
   return 1;
 }
 
-static fp4_status entries_from_json(fp4_tuning_cache *c, const cJSON *arr, const char *path) {
+/* One entry of the file into e; "" in why when it is valid, else the first thing wrong. */
+static void entry_from_json(const cJSON *o, cache_entry *e, char *why, size_t why_size) {
+  memset(e, 0, sizeof *e);
+  why[0] = 0;
+  if (!cJSON_IsObject(o)) {
+    fp4_reason(why, why_size, "not a JSON object");
+    return;
+  }
+  static const char *const strings[] = {"op", "format", "a_dtype", "out_dtype", "backend", "config"};
+  const char *s[6];
+  for (int i = 0; i < 6; i++)
+    if (!(s[i] = str_field(o, strings[i]))) {
+      fp4_reason(why, why_size, "'%s' is missing or not a string", strings[i]);
+      return;
+    }
+  static const char *const ints[] = {"m_bucket", "n", "k"};
+  int64_t *dims[3] = {&e->key.m, &e->key.n, &e->key.k};
+  for (int i = 0; i < 3; i++)
+    if (!int_field(o, ints[i], 1, 9e15, dims[i])) {
+      fp4_reason(why, why_size, "'%s' is missing or not an integer from 1 to 9e15", ints[i]);
+      return;
+    }
+  const cJSON *us = cJSON_GetObjectItemCaseSensitive(o, "median_us");
+  if (!parse_op(s[0], &e->key.op)) fp4_reason(why, why_size, "unknown op '%.40s'", s[0]);
+  else if (!parse_format(s[1], &e->key.format)) fp4_reason(why, why_size, "unknown format '%.40s'", s[1]);
+  else if (!parse_dtype(s[2], &e->key.a_dtype)) fp4_reason(why, why_size, "unknown a_dtype '%.40s'", s[2]);
+  else if (!parse_dtype(s[3], &e->key.out_dtype)) fp4_reason(why, why_size, "unknown out_dtype '%.40s'", s[3]);
+  else if (fp4_tune_m_bucket(e->key.m) != e->key.m)
+    fp4_reason(why, why_size, "m_bucket %lld is not an M bucket", (long long)e->key.m);
+  else if (!cJSON_IsNumber(us)) fp4_reason(why, why_size, "'median_us' is missing or not a number");
+  else value_problem(s[4], s[5], us->valuedouble, why, why_size);
+  if (!why[0]) key_problem(&e->key, why, why_size);
+  if (why[0]) return;
+  fp4_reason(e->backend, sizeof e->backend, "%s", s[4]);
+  fp4_reason(e->config, sizeof e->config, "%s", s[5]);
+  e->median_us = us->valuedouble;
+}
+
+/* Loads each valid entry; each invalid one is skipped with a warning naming it (index and text).
+ * *skipped receives how many were skipped and first_why the first one's reason. */
+static fp4_status entries_from_json(fp4_tuning_cache *c, const cJSON *arr, const char *path, int *skipped,
+                                    char *first_why, size_t first_why_size) {
   if (!cJSON_IsArray(arr)) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: 'entries' is not an array", path);
   int i = 0;
   const cJSON *o;
   cJSON_ArrayForEach(o, arr) {
-    fp4_tune_key k = {0};
-    const char *op = str_field(o, "op"), *fmt = str_field(o, "format"), *ad = str_field(o, "a_dtype"),
-               *od = str_field(o, "out_dtype"), *be = str_field(o, "backend"), *cfg = str_field(o, "config");
-    const cJSON *us = cJSON_GetObjectItemCaseSensitive(o, "median_us");
-    int ok = op && fmt && ad && od && be && cfg && cJSON_IsNumber(us) && parse_op(op, &k.op) &&
-             parse_format(fmt, &k.format) && parse_dtype(ad, &k.a_dtype) && parse_dtype(od, &k.out_dtype) &&
-             int_field(o, "m_bucket", 1, 9e15, &k.m) && int_field(o, "n", 1, 9e15, &k.n) &&
-             int_field(o, "k", 1, 9e15, &k.k) && fp4_tune_m_bucket(k.m) == k.m && *be &&
-             strlen(be) < sizeof c->entries->backend && strlen(cfg) < sizeof c->entries->config &&
-             fp4_registry_find(be) != NULL;
-    if (!ok) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: entry %d is malformed or names an unknown backend", path, i);
-    if (fp4_tuning_cache_set(c, &k, be, *cfg ? cfg : NULL, us->valuedouble))
-      return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: entry %d: %s", path, i, fp4_last_error());
+    cache_entry e;
+    char why[200];
+    entry_from_json(o, &e, why, sizeof why);
+    if (why[0]) {
+      if (!*skipped) fp4_reason(first_why, first_why_size, "entry %d: %s", i, why);
+      if (++*skipped <= CACHE_WARN_ENTRIES) {
+        char *text = cJSON_PrintUnformatted(o);
+        fp4_log(FP4_LOG_WARN, "tuning cache %s: entry %d skipped (%s): %.200s%s", path, i, why, text ? text : "?",
+                text && strlen(text) > 200 ? "..." : "");
+        free(text);
+      }
+    } else {
+      fp4_status st = put_entry(c, &e, "fp4_tuning_cache_load");
+      if (st) return st;
+    }
     i++;
   }
+  if (*skipped > CACHE_WARN_ENTRIES)
+    fp4_log(FP4_LOG_WARN, "tuning cache %s: %d more invalid entries skipped", path, *skipped - CACHE_WARN_ENTRIES);
   return FP4_OK;
 }
 
-static fp4_status from_json(fp4_tuning_cache *c, const cJSON *root, const char *path) {
+static fp4_status from_json(fp4_tuning_cache *c, const cJSON *root, const char *path, int *skipped, char *first_why,
+                            size_t first_why_size) {
   if (!cJSON_IsObject(root)) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: not a JSON object", path);
   const char *fmt = str_field(root, "format");
   int64_t fv = 0;
@@ -260,8 +395,8 @@ static fp4_status from_json(fp4_tuning_cache *c, const cJSON *root, const char *
   const char *lib = str_field(root, "library_version");
   if (!lib) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: no library_version", path);
   if (strcmp(lib, c->library_version))
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "tuning cache %s: written by fp4kit %s, this is %s; re-run fp4kit tune", path,
-                    lib, c->library_version);
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "tuning cache %s: written by fp4kit %.40s, this is %s; re-run fp4kit tune",
+                    path, lib, c->library_version);
   const cJSON *dev = cJSON_GetObjectItemCaseSensitive(root, "device");
   const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "versions");
   const char *name = str_field(dev, "name");
@@ -270,14 +405,53 @@ static fp4_status from_json(fp4_tuning_cache *c, const cJSON *root, const char *
       !int_field(ver, "cudnn", 0, 1e9, &dnn))
     return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: device or versions missing", path);
   if (strcmp(name, c->device_name) || cc != c->cc)
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "tuning cache %s: tuned on '%s' (cc %lld), this is '%s' (cc %d)", path, name,
-                    (long long)cc, c->device_name, c->cc);
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "tuning cache %s: tuned on '%.128s' (cc %lld), this is '%s' (cc %d)", path,
+                    name, (long long)cc, c->device_name, c->cc);
   if (lt != c->cublaslt_version || dnn != c->cudnn_version)
     return fp4_fail(FP4_ERR_UNSUPPORTED,
                     "tuning cache %s: tuned with cuBLASLt %lld / cuDNN %lld, this process has %d / %d", path,
                     (long long)lt, (long long)dnn, c->cublaslt_version, c->cudnn_version);
-  return entries_from_json(c, cJSON_GetObjectItemCaseSensitive(root, "entries"), path);
+  return entries_from_json(c, cJSON_GetObjectItemCaseSensitive(root, "entries"), path, skipped, first_why,
+                           first_why_size);
 }
+
+fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, size_t len, const char *name) {
+  cache->count = 0;
+  if (len == 0) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: empty file", name);
+  if (memchr(text, 0, len)) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: binary data (NUL bytes), not JSON", name);
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (root && end && (size_t)(end - text) < len) {
+    /* what follows the value may only be white space */
+    for (const char *p = end; p < text + len && root; p++)
+      if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+        cJSON_Delete(root);
+        root = NULL;
+        end = p;
+      }
+  }
+  if (!root) {
+    long off = end ? (long)(end - text) : -1;
+    return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: not valid JSON (truncated or garbage) near byte %ld", name, off);
+  }
+  int skipped = 0;
+  char first_why[256] = "";
+  fp4_status st = from_json(cache, root, name, &skipped, first_why, sizeof first_why);
+  cJSON_Delete(root);
+  if (st) {
+    cache->count = 0; /* a file that is not a usable cache is never half-trusted */
+    return st;
+  }
+  fp4_clear_error();
+  /* Success; the detail says what was skipped, for callers that report it. */
+  if (skipped)
+    fp4_fail(FP4_OK, "tuning cache %s: %d invalid %s skipped (first: %s)", name, skipped,
+             skipped == 1 ? "entry" : "entries", first_why);
+  return FP4_OK;
+}
+
+/* A cache is small; anything past 64 MiB is not one. */
+enum { CACHE_MAX_BYTES = 64 << 20 };
 
 fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   fp4_clear_error();
@@ -286,39 +460,23 @@ fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   cache->count = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
-  /* A cache is small; anything past 64 MiB is not one. */
-  enum { MAX_BYTES = 64 << 20 };
-  char *text = malloc(MAX_BYTES + 1);
+  char *text = malloc((size_t)CACHE_MAX_BYTES + 1);
   if (!text) {
     fclose(f);
     return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   }
-  size_t n = fread(text, 1, MAX_BYTES + 1, f);
+  size_t n = fread(text, 1, (size_t)CACHE_MAX_BYTES + 1, f);
   int err = ferror(f);
   fclose(f);
-  fp4_status st = FP4_OK;
+  fp4_status st;
   if (err) st = fp4_fail(FP4_ERR_IO, "tuning cache %s: read error", path);
-  else if (n > MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, MAX_BYTES);
-  else if (n == 0) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: empty file", path);
-  if (st) {
-    free(text);
-    return st;
-  }
-  text[n] = 0;
-  const char *end = NULL;
-  cJSON *root = strlen(text) == n ? cJSON_ParseWithOpts(text, &end, 1) : NULL; /* a NUL byte: garbage */
-  if (!root) {
-    long off = end ? (long)(end - text) : -1;
-    free(text);
-    if (off < 0) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: binary data (NUL bytes), not JSON", path);
-    return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: not valid JSON (truncated or garbage) near byte %ld", path, off);
-  }
+  else if (n > CACHE_MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, CACHE_MAX_BYTES);
+  else st = fp4_tuning_cache_parse(cache, text, n, path);
   free(text);
-  st = from_json(cache, root, path);
-  cJSON_Delete(root);
-  if (st) cache->count = 0; /* never half-trusted */
   return st;
 }
+
+/* ---- saving ---------------------------------------------------------------------------------------- */
 
 /* mkdir -p of the folder holding path. */
 static fp4_status make_parent(const char *path) {
@@ -339,33 +497,138 @@ static fp4_status make_parent(const char *path) {
   return FP4_OK;
 }
 
+/* Takes the advisory lock of path (<path>.lock beside it, created if missing, never through a
+ * link); *fd receives the descriptor to close, which releases it. */
+static fp4_status lock_cache(const char *path, int *fd) {
+  static const char fn[] = "fp4_tuning_cache_save";
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  *fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (*fd < 0) return fp4_fail(FP4_ERR_IO, "%s: cannot open the lock file %s: %s", fn, lock, strerror(errno));
+  struct stat sb;
+  if (fstat(*fd, &sb) || !S_ISREG(sb.st_mode)) {
+    close(*fd);
+    *fd = -1;
+    return fp4_fail(FP4_ERR_IO, "%s: the lock file %s is not a regular file", fn, lock);
+  }
+  int r;
+  while ((r = flock(*fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (r && (errno == ENOLCK || errno == EOPNOTSUPP)) {
+    /* a file system without locks: the save still replaces the file atomically */
+    fp4_log(FP4_LOG_WARN, "%s: %s cannot be locked here (%s): a concurrent save may lose entries", fn, lock,
+            strerror(errno));
+  } else if (r) {
+    int e = errno;
+    close(*fd);
+    *fd = -1;
+    return fp4_fail(FP4_ERR_IO, "%s: cannot lock %s: %s", fn, lock, strerror(e));
+  }
+  return FP4_OK;
+}
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Creates a new file beside path under an unpredictable name (<path>.tmp.XXXXXXXXXXXX), exclusively
+ * and never through a link; mode 0600 less the umask. */
+static int create_temporary(const char *path, char *tmp, size_t tmp_size) {
+  static const char digits[] = "abcdefghijklmnopqrstuvwxyz012345";
+  static uint64_t counter;
+  for (int attempt = 0; attempt < 100; attempt++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t r = mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 40) ^
+                       (uint64_t)(uintptr_t)&ts ^ mix64(__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED)));
+    char name[13];
+    for (int i = 0; i < 12; i++, r >>= 5) name[i] = digits[r & 31];
+    name[12] = 0;
+    if (snprintf(tmp, tmp_size, "%s.tmp.%s", path, name) >= (int)tmp_size) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return 0;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 1;
+}
+
+/* text into a temporary file beside path, then renamed over path. */
+static fp4_status replace_file(const char *path, const char *text) {
+  static const char fn[] = "fp4_tuning_cache_save";
+  char tmp[4200];
+  int fd = create_temporary(path, tmp, sizeof tmp);
+  if (fd < 0) return fp4_fail(FP4_ERR_IO, "%s: cannot create a temporary file beside %s: %s", fn, path, strerror(errno));
+  int ok = write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) && fsync(fd) == 0;
+  int e = errno;
+  if (close(fd) != 0 && ok) ok = 0, e = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
+  if (!ok) {
+    unlink(tmp);
+    return fp4_fail(FP4_ERR_IO, "%s: writing %s: %s", fn, path, strerror(e));
+  }
+  return FP4_OK;
+}
+
+/* The cache to write: the entries the file at path holds now (when it is a usable cache of the same
+ * library, device and versions), overridden by cache's entries set in this process, plus cache's
+ * other entries whose keys the file lacks. */
+static fp4_status merged_with_file(const fp4_tuning_cache *cache, const char *path, fp4_tuning_cache **out) {
+  *out = NULL;
+  fp4_tuning_cache *m = calloc(1, sizeof *m);
+  if (!m) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_tuning_cache_save: out of host memory");
+  *m = *cache;
+  m->entries = NULL;
+  m->count = m->capacity = 0;
+  fp4_status st = fp4_tuning_cache_load(m, path);
+  if (st && st != FP4_ERR_NOT_FOUND)
+    fp4_log(FP4_LOG_WARN, "fp4_tuning_cache_save: replacing %s, which is not a usable cache: %s", path, fp4_last_error());
+  st = FP4_OK;
+  for (int i = 0; i < cache->count && !st; i++) {
+    const cache_entry *e = &cache->entries[i];
+    if (e->dirty || find_entry(m, &e->key) < 0) st = put_entry(m, e, "fp4_tuning_cache_save");
+  }
+  if (st) {
+    fp4_tuning_cache_destroy(m);
+    return st;
+  }
+  *out = m;
+  return FP4_OK;
+}
+
 fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path) {
   fp4_clear_error();
   static const char fn[] = "fp4_tuning_cache_save";
   if (!cache || !path || !*path) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL or empty", fn, cache ? "path" : "cache");
+  if (strlen(path) >= 4096) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: path longer than 4095 bytes", fn);
   fp4_status st = make_parent(path);
   if (st) return st;
-  cJSON *root = to_json(cache);
-  char *text = root ? cJSON_Print(root) : NULL;
-  cJSON_Delete(root);
-  if (!text) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    free(text);
-    return fp4_fail(FP4_ERR_IO, "%s: cannot create %s: %s", fn, tmp, strerror(errno));
-  }
-  size_t len = strlen(text);
-  int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = (fclose(f) == 0) && ok;
+  int lock = -1;
+  if ((st = lock_cache(path, &lock))) return st;
+  fp4_tuning_cache *merged = NULL;
+  st = merged_with_file(cache, path, &merged);
+  char *text = NULL;
+  if (!st && !(text = fp4_tuning_cache_text(merged))) st = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+  if (!st) st = replace_file(path, text);
   free(text);
-  if (!ok || rename(tmp, path) != 0) {
-    int e = errno;
-    remove(tmp);
-    return fp4_fail(FP4_ERR_IO, "%s: writing %s: %s", fn, path, strerror(e));
-  }
-  return FP4_OK;
+  fp4_tuning_cache_destroy(merged);
+  close(lock);
+  if (!st) fp4_clear_error();
+  return st;
 }
 
 fp4_status fp4_tuning_cache_default_path(char *path, size_t path_size) {

@@ -1,0 +1,146 @@
+#define _POSIX_C_SOURCE 200809L
+/* `fp4kit tune` and its cache file, end to end on the host: 8 tune processes on distinct shapes
+ * into one cache keep all 8 entries; an invalid entry in the cache costs only itself (the valid
+ * ones and the new one are written back, never as null); a cache path that cannot be written fails
+ * before any tuning, saying which path. No timing is asserted. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+#ifndef FP4KIT_CLI
+int main(void) {
+  printf("skip: the fp4kit command is not built (FP4KIT_BUILD_TOOLS=OFF)\n");
+  return 77;
+}
+#else
+
+#include "cli_testing.h"
+
+static int tune(const char *cache, const char *args, const char *name) {
+  char env[300], all[600];
+  snprintf(env, sizeof env, "FP4KIT_TUNING_CACHE='%s'", cache);
+  snprintf(all, sizeof all, "tune --device -1 --op w4a16 --m 1 --runs 1 %s", args);
+  return cli_run(env, all, name);
+}
+
+static int count_entries(const char *cache_path, int *count) {
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(NULL, &c);
+  fp4_status st = fp4_tuning_cache_load(c, cache_path);
+  *count = fp4_tuning_cache_count(c);
+  fp4_tuning_cache_destroy(c);
+  return st;
+}
+
+static void eight_tune_processes(void) {
+  char cache[128];
+  snprintf(cache, sizeof cache, "%s/shared.json", dir);
+  pid_t pids[8];
+  for (int i = 0; i < 8; i++) {
+    if ((pids[i] = fork()) == 0) {
+      char args[64], name[32];
+      snprintf(args, sizeof args, "--shape %dx128", 64 * (i + 1));
+      snprintf(name, sizeof name, "tune%d", i);
+      _exit(tune(cache, args, name));
+    }
+  }
+  for (int i = 0; i < 8; i++) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    char name[32];
+    snprintf(name, sizeof name, "tune%d.err", i);
+    char *err = cli_slurp(name);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "tune %d exit %d:\n%s", i, WEXITSTATUS(status), err ? err : "");
+    free(err);
+  }
+  int n = 0;
+  CHECK(count_entries(cache, &n) == FP4_OK && n == 8, "%d of 8 entries survived 8 concurrent tune runs (%s)", n,
+        fp4_last_error());
+}
+
+static void invalid_entry_costs_only_itself(void) {
+  char cache[128];
+  snprintf(cache, sizeof cache, "%s/three.json", dir);
+  CHECK(tune(cache, "--shapes 64x128,128x128,192x128", "three") == 0, "tune three shapes");
+  char *text = cli_slurp("three.json");
+  char *hit = text ? strstr(text, "\"median_us\":") : NULL;
+  CHECK(hit != NULL, "a saved time");
+  if (!hit) {
+    free(text);
+    return;
+  }
+  /* the first entry's time becomes 1e999 (infinite when read) */
+  char *end = strpbrk(hit + 12, ",\n}");
+  FILE *f = fopen(cache, "wb");
+  fwrite(text, 1, (size_t)(hit - text), f);
+  fputs("\"median_us\": 1e999", f);
+  fputs(end, f);
+  fclose(f);
+  free(text);
+  int rc = tune(cache, "--shape 256x128", "fourth");
+  char *err = cli_slurp("fourth.err");
+  CHECK(rc == 0, "tune exit %d:\n%s", rc, err ? err : "");
+  CHECK(err && strstr(err, "1 invalid entry skipped") && strstr(err, "median_us"), "the skipped entry is named:\n%s",
+        err ? err : "");
+  free(err);
+  int n = 0;
+  CHECK(count_entries(cache, &n) == FP4_OK && n == 3, "2 valid + 1 new entries, got %d (%s)", n, fp4_last_error());
+  text = cli_slurp("three.json");
+  CHECK(text && !strstr(text, "null") && !strstr(text, "inf"), "no non-finite number is written:\n%s", text ? text : "");
+  free(text);
+}
+
+static void unwritable_cache_fails_first(void) {
+  char file[128], cache[200];
+  snprintf(file, sizeof file, "%s/plain-file", dir);
+  FILE *f = fopen(file, "w");
+  fputs("x", f);
+  fclose(f);
+  snprintf(cache, sizeof cache, "%s/sub/tuning.json", file);
+  /* many keys: were they tuned first, the progress lines would show it */
+  int rc = tune(cache, "--shapes 64x128,128x128,192x128,256x128 --m 1,2,4,8", "unwritable");
+  char *out = cli_slurp("unwritable"), *err = cli_slurp("unwritable.err");
+  CHECK(rc == 3, "exit %d (expected 3):\n%s", rc, err ? err : "");
+  CHECK(err && strstr(err, "cannot write the tuning cache") && strstr(err, cache) && strstr(err, "nothing was tuned"),
+        "the message names the path:\n%s", err ? err : "");
+  CHECK(err && cli_count(err, "fp4kit tune: [") == 0, "no key was tuned:\n%s", err ? err : "");
+  free(out);
+  free(err);
+  /* a read-only folder (root writes anyway, so only checked as another user) */
+  if (geteuid() != 0) {
+    char ro[128];
+    snprintf(ro, sizeof ro, "%s/readonly", dir);
+    mkdir(ro, 0500);
+    snprintf(cache, sizeof cache, "%s/tuning.json", ro);
+    rc = tune(cache, "--shapes 64x128,128x128 --m 1,2", "readonly");
+    err = cli_slurp("readonly.err");
+    CHECK(rc == 3 && err && strstr(err, "nothing was tuned") && !cli_count(err, "fp4kit tune: ["),
+          "read-only folder: exit %d:\n%s", rc, err ? err : "");
+    free(err);
+    chmod(ro, 0700);
+  } else {
+    printf("note: running as root; the read-only folder case did not run\n");
+  }
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/fp4kit_tune_cache_XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  eight_tune_processes();
+  invalid_entry_costs_only_itself();
+  unwritable_cache_fails_first();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return TEST_SUMMARY();
+}
+#endif

@@ -1,0 +1,232 @@
+/* How the tuning cache is written: never through a link planted at the target, at a temporary name
+ * or at the lock file, with no temporary file left behind; concurrent writers in 8 processes keep
+ * every entry (load, set, save merge under the lock); an entry set here wins over the file's, and
+ * the file's other entries survive a save of an older copy. */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+static char dir[64];
+
+static void path_of(char *buf, size_t size, const char *name) { snprintf(buf, size, "%s/%s", dir, name); }
+
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *t = calloc(1, 1 << 20);
+  size_t n = fread(t, 1, (1 << 20) - 1, f);
+  t[n] = 0;
+  fclose(f);
+  return t;
+}
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  fputs(text, f);
+  fclose(f);
+}
+
+static fp4_tune_key key_of(int writer, int j) {
+  return (fp4_tune_key){FP4_TUNE_MM_W4A16, FP4_FORMAT_NVFP4, FP4_DTYPE_BF16, FP4_DTYPE_BF16, 16, 64 * (writer + 1), 64 * (j + 1)};
+}
+
+static fp4_tuning_cache *new_cache(void) {
+  fp4_tuning_cache *c = NULL;
+  CHECK(fp4_tuning_cache_create(NULL, &c) == FP4_OK, "create: %s", fp4_last_error());
+  return c;
+}
+
+static int is_symlink_to(const char *link, const char *target) {
+  char buf[512];
+  ssize_t n = readlink(link, buf, sizeof buf - 1);
+  if (n < 0) return 0;
+  buf[n] = 0;
+  return !strcmp(buf, target);
+}
+
+/* Files in dir whose names start with prefix. */
+static int count_files(const char *prefix) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+  if (d) closedir(d);
+  return n;
+}
+
+/* Links planted at the target, at the temporary name earlier versions used (<path>.tmp.<pid>) and
+ * at names of the form temporaries take: the files they point at are never written. */
+static void test_no_write_through_links(void) {
+  static const char secret[] = "precious contents\n";
+  char victim[256], path[256], link[300];
+  path_of(victim, sizeof victim, "victim.txt");
+  path_of(path, sizeof path, "linked.json");
+  write_text(victim, secret);
+  snprintf(link, sizeof link, "%s.tmp.%ld", path, (long)getpid());
+  CHECK(symlink(victim, link) == 0, "symlink %s: %s", link, strerror(errno));
+  static const char *const guesses[] = {"aaaaaaaaaaaa", "000000000000", "tmp", "1", "XXXXXX"};
+  for (size_t i = 0; i < sizeof guesses / sizeof *guesses; i++) {
+    snprintf(link, sizeof link, "%s.tmp.%s", path, guesses[i]);
+    CHECK(symlink(victim, link) == 0, "symlink %s", link);
+  }
+  CHECK(symlink(victim, path) == 0, "symlink at the target");
+  fp4_tuning_cache *c = new_cache();
+  fp4_tune_key k = key_of(0, 0);
+  CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, 3.0) == FP4_OK, "set");
+  /* The target is a link to a file that is not a cache: it is replaced, the victim kept. */
+  CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "save beside planted links: %s", fp4_last_error());
+  char *v = read_text(victim);
+  CHECK(v && !strcmp(v, secret), "the linked file is untouched: '%s'", v ? v : "(gone)");
+  free(v);
+  struct stat sb;
+  CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "the target is now a regular file, not the link");
+  const mode_t um = umask(0);
+  umask(um);
+  CHECK((sb.st_mode & 0777) == (0600 & ~um), "mode %o: 0600 less the umask", (unsigned)(sb.st_mode & 0777));
+  fp4_tuning_cache *d = new_cache();
+  CHECK(fp4_tuning_cache_load(d, path) == FP4_OK && fp4_tuning_cache_count(d) == 1, "the cache was written: %s",
+        fp4_last_error());
+  fp4_tuning_cache_destroy(d);
+  /* the planted temporaries are still the links they were, and no new temporary is left */
+  snprintf(link, sizeof link, "%s.tmp.%ld", path, (long)getpid());
+  CHECK(is_symlink_to(link, victim), "the link at the old temporary name is left alone");
+  CHECK(count_files("linked.json.tmp.") == 1 + (int)(sizeof guesses / sizeof *guesses), "%d temporaries",
+        count_files("linked.json.tmp."));
+
+  /* A link at the lock file: the save fails cleanly and writes nothing through it. */
+  char lpath[256], lock[300];
+  path_of(lpath, sizeof lpath, "locklinked.json");
+  snprintf(lock, sizeof lock, "%s.lock", lpath);
+  CHECK(symlink(victim, lock) == 0, "symlink at the lock");
+  CHECK_ERROR(fp4_tuning_cache_save(c, lpath), FP4_ERR_IO, "lock");
+  v = read_text(victim);
+  CHECK(v && !strcmp(v, secret), "the linked file is untouched by the lock: '%s'", v ? v : "(gone)");
+  free(v);
+  CHECK(access(lpath, F_OK) != 0, "nothing was written");
+  fp4_tuning_cache_destroy(c);
+}
+
+/* 8 processes, each loading, adding its own keys one at a time and saving into one file. */
+enum { WRITERS = 8, KEYS_PER_WRITER = 6 };
+
+static int writer(const char *path, int id, int start_fd) {
+  char go;
+  if (read(start_fd, &go, 1) < 0) return 2; /* all start together (EOF when the parent closes) */
+  for (int j = 0; j < KEYS_PER_WRITER; j++) {
+    fp4_tuning_cache *c = NULL;
+    if (fp4_tuning_cache_create(NULL, &c)) return 3;
+    fp4_status st = fp4_tuning_cache_load(c, path); /* missing at first */
+    if (st && st != FP4_ERR_NOT_FOUND) fprintf(stderr, "writer %d: load: %s\n", id, fp4_last_error());
+    fp4_tune_key k = key_of(id, j);
+    if (fp4_tuning_cache_set(c, &k, "cpu", NULL, 1.0 + id) || fp4_tuning_cache_save(c, path)) {
+      fprintf(stderr, "writer %d: %s\n", id, fp4_last_error());
+      return 4;
+    }
+    fp4_tuning_cache_destroy(c);
+  }
+  return 0;
+}
+
+static void test_concurrent_writers_keep_every_entry(void) {
+  char path[256];
+  path_of(path, sizeof path, "shared.json");
+  int pipefd[2];
+  CHECK(pipe(pipefd) == 0, "pipe");
+  pid_t pids[WRITERS];
+  for (int i = 0; i < WRITERS; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      close(pipefd[1]);
+      _exit(writer(path, i, pipefd[0]));
+    }
+  }
+  close(pipefd[0]);
+  close(pipefd[1]); /* go */
+  for (int i = 0; i < WRITERS; i++) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d exit %d", i, WEXITSTATUS(status));
+  }
+  fp4_tuning_cache *c = new_cache();
+  CHECK(fp4_tuning_cache_load(c, path) == FP4_OK, "load: %s", fp4_last_error());
+  CHECK(fp4_tuning_cache_count(c) == WRITERS * KEYS_PER_WRITER, "%d of %d entries survived", fp4_tuning_cache_count(c),
+        WRITERS * KEYS_PER_WRITER);
+  int missing = 0;
+  for (int i = 0; i < WRITERS; i++)
+    for (int j = 0; j < KEYS_PER_WRITER; j++) {
+      fp4_tune_key k = key_of(i, j);
+      char be[32], cfg[64];
+      missing += fp4_tuning_cache_lookup(c, &k, be, sizeof be, cfg, sizeof cfg) != FP4_OK;
+    }
+  CHECK(missing == 0, "%d keys missing", missing);
+  CHECK(count_files("shared.json.tmp.") == 0, "no temporary file is left");
+  fp4_tuning_cache_destroy(c);
+}
+
+/* A save merges: the file's entries that this cache lacks are kept, and a stale copy of an entry
+ * (loaded earlier, not set since) does not undo a newer one another writer saved. */
+static void test_merge_rules(void) {
+  char path[256], be[32], cfg[64];
+  path_of(path, sizeof path, "merge.json");
+  const fp4_tune_key x = key_of(0, 0), y = key_of(1, 0), z = key_of(2, 0);
+  fp4_tuning_cache *a = new_cache(), *b = new_cache();
+  CHECK(fp4_tuning_cache_set(a, &x, "cpu", NULL, 5.0) == FP4_OK && fp4_tuning_cache_save(a, path) == FP4_OK, "first save");
+  CHECK(fp4_tuning_cache_load(a, path) == FP4_OK && fp4_tuning_cache_load(b, path) == FP4_OK, "both load x");
+  CHECK(fp4_tuning_cache_set(b, &x, "ref", NULL, 4.0) == FP4_OK && fp4_tuning_cache_set(b, &z, "cpu", NULL, 2.0) == FP4_OK,
+        "b retunes x, adds z");
+  CHECK(fp4_tuning_cache_save(b, path) == FP4_OK, "b saves");
+  CHECK(fp4_tuning_cache_set(a, &y, "cpu", NULL, 3.0) == FP4_OK && fp4_tuning_cache_save(a, path) == FP4_OK, "a adds y, saves");
+  fp4_tuning_cache *r = new_cache();
+  CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 3, "x, y and z: %d entries",
+        fp4_tuning_cache_count(r));
+  CHECK(fp4_tuning_cache_lookup(r, &x, be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, "ref"),
+        "b's newer x survives a's stale copy: %s", be);
+  /* An entry set again in this process wins over the file's. */
+  CHECK(fp4_tuning_cache_set(a, &x, "cpu", NULL, 1.0) == FP4_OK && fp4_tuning_cache_save(a, path) == FP4_OK, "a retunes x");
+  CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 3 &&
+            fp4_tuning_cache_lookup(r, &x, be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, "cpu"),
+        "a's newer x wins: %s", be);
+  /* A file that is not a usable cache is replaced. */
+  write_text(path, "{\"format\": \"fp4kit-tuning-cache\", \"format_version\": 1, \"library_version\": \"0.0.0\"}");
+  CHECK(fp4_tuning_cache_save(b, path) == FP4_OK && fp4_tuning_cache_load(r, path) == FP4_OK &&
+            fp4_tuning_cache_count(r) == 2,
+        "another version's file is replaced: %d entries (%s)", fp4_tuning_cache_count(r), fp4_last_error());
+  fp4_tuning_cache_destroy(a);
+  fp4_tuning_cache_destroy(b);
+  fp4_tuning_cache_destroy(r);
+}
+
+/* A folder that cannot hold the file: a clean error naming the path, nothing written. */
+static void test_unwritable(void) {
+  char file[256], path[300];
+  path_of(file, sizeof file, "plain-file");
+  write_text(file, "x");
+  snprintf(path, sizeof path, "%s/sub/tuning.json", file);
+  fp4_tuning_cache *c = new_cache();
+  CHECK_ERROR(fp4_tuning_cache_save(c, path), FP4_ERR_IO, "plain-file");
+  fp4_tuning_cache_destroy(c);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/fp4kit_cache_writes_XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_no_write_through_links();
+  test_concurrent_writers_keep_every_entry();
+  test_merge_rules();
+  test_unwritable();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return TEST_SUMMARY();
+}
