@@ -357,6 +357,32 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
   return count;
 }
 
+/* The config a dense GEMM runs: config, or the default for a on st's device (NULL when no kernel
+ * takes the problem). */
+static const char *cuda_gemm_config(const cuda_state *st, const fp4_cuda_gemm_args *a, const char *config) {
+  if (config) return config;
+  char why[320];
+  if (cuda_small_m_rule(a->m, a->k, why, sizeof why) || a->m > FP4_CUDA_LARGE_M_FROM) {
+    const char *large[16];
+    /* when the large-M kernels refuse the problem, their first tile's check in run names the rule */
+    if (cuda_large_m_candidates(a, st, large) < 1 && fp4_cuda_large_m_configs(a, st->device, large, 8) < 1) return NULL;
+    return large[0];
+  }
+  return cuda_default_config(a->act, a->m, a->n, a->k, st->sms)->name;
+}
+
+/* Device workspace a launch of the dense GEMM config takes for a: the bf16 activations of the W4A4
+ * prologue configs, the register-A tiles' split-K partial sums. */
+static size_t cuda_gemm_workspace(const fp4_cuda_gemm_args *a, const char *config) {
+  if (!strncmp(config, "large-m.wgra.", 13)) return fp4_cuda_wgra_workspace(a, config);
+  if (!strncmp(config, "large-m.rd.", 11)) return fp4_cuda_rd_workspace(a, config);
+  if (!strncmp(config, "large-m.", 8)) return 0;
+  for (int i = 0; i < CUDA_CONFIGS; i++)
+    if (!strcmp(config, cuda_config_table[i].name))
+      return cuda_config_table[i].dequant_a ? fp4_cuda_bf16_a_bytes(a->m, a->k) : 0;
+  return 0;
+}
+
 static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
   char reason[256];
   const cuda_state *st = cuda_get_state(ctx, reason, sizeof reason);
@@ -386,37 +412,37 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     fp4_cuda_gemm_args a;
     char why[320];
     cuda_gemm_args_of(p, &a);
+    a.sms = st->sms;
     const int small_ok = !cuda_small_m_rule(a.m, a.k, why, sizeof why);
-    if (!config && (!small_ok || a.m > FP4_CUDA_LARGE_M_FROM)) {
-      const char *large[16];
-      /* when the large-M kernels refuse the problem, their first tile's check below names the rule */
-      if (cuda_large_m_candidates(&a, st, large) < 1 && fp4_cuda_large_m_configs(&a, st->device, large, 8) < 1)
-        return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
-      config = large[0];
-    }
-    if (config && !strncmp(config, "large-m.wgra.", 13)) {
+    config = cuda_gemm_config(st, &a, config);
+    if (!config) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: no large-M tile fits device %d", st->device);
+    /* The workspace is taken before any launch: a call that cannot have it (graph capture) queues nothing. */
+    char who[96];
+    snprintf(who, sizeof who, "cuda %s", config);
+    if ((s = fp4_context_workspace(ctx, cuda_gemm_workspace(&a, config), p->stream, who, &a.workspace))) return s;
+    if (!strncmp(config, "large-m.wgra.", 13)) {
       const int ok = fp4_cuda_wgra_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;
       e = fp4_cuda_gemm_wgra(&a, config, p->stream, pdl);
-    } else if (config && !strncmp(config, "large-m.wgmma.", 14)) {
+    } else if (!strncmp(config, "large-m.wgmma.", 14)) {
       const int ok = fp4_cuda_wgmma_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;
       e = fp4_cuda_gemm_wgmma(&a, config, p->stream, pdl);
-    } else if (config && !strncmp(config, "large-m.rd.", 11)) {
+    } else if (!strncmp(config, "large-m.rd.", 11)) {
       const int ok = fp4_cuda_rd_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;
       e = fp4_cuda_gemm_large_m_rd(&a, config, p->stream, pdl);
-    } else if (config && !strncmp(config, "large-m.", 8)) {
+    } else if (!strncmp(config, "large-m.", 8)) {
       const int ok = fp4_cuda_large_m_check(&a, st->device, config, why, sizeof why);
       if (ok != 1) return fp4_fail(ok < 0 ? FP4_ERR_NOT_FOUND : FP4_ERR_UNSUPPORTED, "cuda: %s", why);
       cfg_name = config;
       e = fp4_cuda_gemm_large_m(&a, config, p->stream, pdl);
     } else {
-      const struct cuda_config *cfg = config ? NULL : cuda_default_config(a.act, a.m, a.n, a.k, st->sms);
-      for (int i = 0; config && i < CUDA_CONFIGS; i++)
+      const struct cuda_config *cfg = NULL;
+      for (int i = 0; i < CUDA_CONFIGS; i++)
         if (!strcmp(config, cuda_config_table[i].name)) cfg = &cuda_config_table[i];
       if (!cfg) {
         char list[320] = "";
@@ -465,6 +491,20 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
   return FP4_OK;
 }
 
+/* Context workspace run() takes (fp4_context_workspace) for p with config (NULL: the default):
+ * the grouped GEMMs' (moe_host.c), or the dense GEMM config's. */
+static size_t cuda_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
+  if (p->op >= FP4_OP_GROUPED_MM) return 0 /* the grouped and MoE launchers take none */;
+  if (p->op == FP4_OP_QUANTIZE) return 0;
+  const cuda_state *st = cuda_get_state(ctx, NULL, 0);
+  if (!st) return 0;
+  fp4_cuda_gemm_args a;
+  cuda_gemm_args_of(p, &a);
+  a.sms = st->sms;
+  const char *name = cuda_gemm_config(st, &a, config);
+  return name ? cuda_gemm_workspace(&a, name) : 0;
+}
+
 #else /* !FP4KIT_HAVE_CUDA */
 
 static fp4_status cuda_available(fp4_context *ctx, char *reason, size_t reason_size) {
@@ -487,6 +527,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 }
 
 #define cuda_configs NULL
+#define cuda_workspace_size NULL
 #define cuda_release_state NULL
 
 #endif
@@ -502,5 +543,6 @@ const fp4_backend fp4_backend_cuda = {
     .honours_pdl = 1,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
+    .workspace_size = cuda_workspace_size,
     .device_scalars = 1,
 };

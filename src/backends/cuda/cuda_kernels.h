@@ -59,14 +59,23 @@ typedef struct fp4_cuda_gemm_args {
                                 FP4_CUDA_SMALL_M_SHARED_ACT: the shared-activation kernel */
   int dequant_a;             /* small-M W4A4: 1 = FP4 activations dequantized to bf16 once per GEMM,
                                 then the W4A16 bf16 kernel of the same rows/warps/min_blocks     */
+  void *workspace;           /* the context's device workspace, at least the bytes the config's
+                                workspace function names (NULL when it names none)               */
+  int sms;                   /* SMs of the device (the context's cached count): split-K choices  */
 } fp4_cuda_gemm_args;
+
+/* Bytes of the bf16 copy of W4A4 activations the prologue configs stage in the workspace (M x K x 2,
+ * rounded up to 256 so what follows it stays aligned). */
+static inline size_t fp4_cuda_bf16_a_bytes(int64_t m, int64_t k) {
+  return ((size_t)m * (size_t)k * 2 + 255) & ~(size_t)255;
+}
 
 int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *args, void *stream, int pdl);
 /* W4A4 through a bf16 prologue, shared by the small-M and the register-decode large-M families
- * (gemm_large_m_rd.cu): dequantizes the FP4 activations of a (exactly, K % 32 == 0) into a
- * stream-ordered temporary (M x K x 2 bytes), calls gemm(w4a16, user) where w4a16 is a with those
- * bf16 rows as activations (act BF16, lda K, dequant_a 0), then frees the temporary in stream order.
- * The prologue kernel waits for its producers (PDL). Returns the first cudaError_t. */
+ * (gemm_large_m_rd.cu): dequantizes the FP4 activations of a (exactly, K % 32 == 0) into the first
+ * fp4_cuda_bf16_a_bytes(M, K) of a->workspace, then calls gemm(w4a16, user) where w4a16 is a with
+ * those bf16 rows as activations (act BF16, lda K, dequant_a 0). The prologue kernel waits for its
+ * producers (PDL). Returns the first cudaError_t (cudaErrorInvalidValue without a workspace). */
 int fp4_cuda_gemm_via_bf16_a(const fp4_cuda_gemm_args *a, int (*gemm)(const fp4_cuda_gemm_args *w4a16, void *user),
                              void *user, void *stream, int pdl);
 /* out[rows, k] (row stride k) = the exact bf16 values of FP4 rows (codes [rows, k/2], scales in
@@ -96,6 +105,8 @@ int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const char *config, void
  * on device, else 0 with the rule in why (-1: not an rd config name). configs: the runnable names. */
 int fp4_cuda_rd_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
 int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+/* Workspace the config takes for args: the bf16 activations of the prologue configs, else 0. */
+size_t fp4_cuda_rd_workspace(const fp4_cuda_gemm_args *args, const char *config);
 int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
 /* The sm_90a register-A wgmma large-M GEMMs (gemm_large_m_wgra.cu): out^T = dq(W) * A^T with the FP4
  * weights decoded into wgmma's register operand; same arguments and operand rules as the large-M
@@ -105,6 +116,9 @@ int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const char *config,
  * (4096 x 16 words, see gemm_large_m_wgra.cu). */
 int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
 int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
+/* Workspace the config takes for args (args->sms decides the split): the prologue's bf16
+ * activations, then the split-K partial tiles and their counters; 0 when neither applies. */
+size_t fp4_cuda_wgra_workspace(const fp4_cuda_gemm_args *args, const char *config);
 int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
 int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out);
 /* M above which the default configuration is a large-M tile rather than a small-M kernel: measured on

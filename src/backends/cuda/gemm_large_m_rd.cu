@@ -48,7 +48,7 @@
  * overflow to inf as in FP32; 0xFF stays NaN. MXFP4 with f16 activations is refused as in the family.
  *
  * W4A4 ("large-m.rd.pro.*"): a prologue kernel dequantizes the FP4 activations once per GEMM to
- * bf16 (exactly, the decode of large_m_common.cuh) into a stream-ordered temporary, then the W4A16
+ * bf16 (exactly, the decode of large_m_common.cuh) into the context workspace, then the W4A16
  * tile runs on them. Decoding the activation fragments in registers as well (ldmatrix of raw
  * codes, the same decode) was written and spilled on sm_80 .. sm_90a next to the 128 accumulators,
  * so the in-register tiles take 16-bit activations only.
@@ -263,8 +263,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
 
 /* Tiles: 0 = 128 x 128 (2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows),
  * 1 = 128 x 256 (2 x 4 warps, 3 stages), 2 = 256 x 128 (4 x 2 warps, 3 stages). A prologue config
- * takes W4A4 only: the activations are dequantized to bf16 into a stream-ordered temporary
- * (cudaMallocAsync, M x K x 2 bytes), then the tile runs as W4A16 on them. */
+ * takes W4A4 only: the activations are dequantized to bf16 into the context workspace (M x K x 2
+ * bytes, fp4_cuda_rd_workspace), then the tile runs as W4A16 on them. */
 struct rd_config {
   const char *name;
   int tile;
@@ -380,6 +380,11 @@ extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, cons
     if (!rd_act_rule(order[i], a->act, why, sizeof why) && rd_smem_of(order[i]) <= optin)
       names[out++] = kRdConfigs[order[i]].name;
   return out;
+}
+
+extern "C" size_t fp4_cuda_rd_workspace(const fp4_cuda_gemm_args *a, const char *config) {
+  const int cfg = config ? rd_config_index(config) : -1;
+  return cfg >= 0 && kRdConfigs[cfg].prologue ? fp4_cuda_bf16_a_bytes(a->m, a->k) : 0;
 }
 
 extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {

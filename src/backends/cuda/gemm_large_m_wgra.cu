@@ -696,7 +696,8 @@ __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out
 
 /* Tiles: 0 = 128 weight rows x 128 tokens (8 stages), 1 = 128 x 256 (5 stages: 5 x 38 KiB). A
  * prologue config takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM
- * (lm_run_with_dequant_a, as the large-m.rd.pro.* configs), then the tile runs as W4A16. */
+ * (lm_run_with_dequant_a, as the large-m.rd.pro.* configs), then the tile runs as W4A16. The tile
+ */
 struct wgra_config {
   const char *name;
   int tile;
@@ -742,41 +743,53 @@ bool wgra_register_pool_ok(const void *kernel) {
   return fa.numRegs * kWgraThreads >= kWgraWg * wgra_producer_regs(BT) + 2 * kWgraWg * wgra_consumer_regs(BT);
 }
 
+/* The split of an m x n x k problem on tiles of bt tokens (wgra_splits) and the workspace it takes:
+ * the FP32 partial tiles, then one counter per output tile (0 bytes without a split). */
+struct wgra_split_plan {
+  int64_t tiles;
+  int splits;
+  size_t part_bytes, bytes;
+};
+
+wgra_split_plan wgra_plan(int64_t m, int64_t n, int64_t k, int bt, int sms) {
+  wgra_split_plan s;
+  /* CTAs over (token tiles of bt) x (weight tiles of 128), times the split */
+  s.tiles = ((m + bt - 1) / bt) * ((n + kWgraRows - 1) / kWgraRows);
+  s.splits = wgra_splits(s.tiles, (k + kWgraBK - 1) / kWgraBK, sms > 0 ? sms : 1);
+  s.part_bytes = s.splits > 1 ? (size_t)s.tiles * s.splits * bt * kWgraRows * sizeof(float) : 0;
+  s.bytes = s.splits > 1 ? s.part_bytes + (size_t)s.tiles * sizeof(unsigned) : 0;
+  return s;
+}
+
+/* ws: the split-K part of the context workspace (wgra_plan(...).bytes; unused without a split). */
 template <int BT, int STAGES, int FMT, int ACT>
-cudaError_t wgra_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
+cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT>;
   static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
   if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
-  int dev = 0;
-  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-  /* CTAs over (token tiles of BT) x (weight tiles of 128), times the split */
-  const int64_t tiles = ((p.m + BT - 1) / BT) * ((p.n + kWgraRows - 1) / kWgraRows);
-  wgra_split sk = {wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, lm_device_attr(dev, cudaDevAttrMultiProcessorCount, 1)),
-                   NULL, NULL};
-  if (tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  const wgra_split_plan plan = wgra_plan(p.m, p.n, p.k, BT, sms);
+  wgra_split sk = {plan.splits, NULL, NULL};
+  if (plan.tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
   if (sk.splits == 1)
-    return fp4_cuda_launch(kernel, dim3((unsigned)tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
-  /* stream-ordered workspace: the partial tiles and the zeroed counters */
-  const size_t part_bytes = (size_t)tiles * sk.splits * BT * kWgraRows * sizeof(float);
-  void *ws = NULL;
-  if ((e = cudaMallocAsync(&ws, part_bytes + (size_t)tiles * sizeof(unsigned), stream)) != cudaSuccess) return e;
+    return fp4_cuda_launch(kernel, dim3((unsigned)plan.tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
+  if (!ws) return cudaErrorInvalidValue;
+  /* the partial tiles and the counters, zeroed in stream order (a memset node under capture) */
   sk.ws = static_cast<float *>(ws);
-  sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + part_bytes);
-  e = cudaMemsetAsync(sk.counters, 0, (size_t)tiles * sizeof(unsigned), stream);
-  if (e == cudaSuccess)
-    e = fp4_cuda_launch(kernel, dim3((unsigned)(tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
-  const cudaError_t f = cudaFreeAsync(ws, stream); /* after the GEMM in stream order */
-  return e != cudaSuccess ? e : f;
+  sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + plan.part_bytes);
+  e = cudaMemsetAsync(sk.counters, 0, (size_t)plan.tiles * sizeof(unsigned), stream);
+  if (e != cudaSuccess) return e;
+  return fp4_cuda_launch(kernel, dim3((unsigned)(plan.tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream,
+                         pdl, p, sk);
 }
 
 template <int FMT, int ACT>
-cudaError_t wgra_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl) {
+cudaError_t wgra_launch_cfg(const lm_params &p, int tile, int sms, void *ws, cudaStream_t s, int pdl) {
   switch (tile) {
-  case 0: return wgra_launch_tile<128, 8, FMT, ACT>(p, s, pdl);
-  case 1: return wgra_launch_tile<256, 5, FMT, ACT>(p, s, pdl);
+  case 0: return wgra_launch_tile<128, 8, FMT, ACT>(p, sms, ws, s, pdl);
+  case 1: return wgra_launch_tile<256, 5, FMT, ACT>(p, sms, ws, s, pdl);
   default: return cudaErrorInvalidValue;
   }
 }
@@ -932,6 +945,13 @@ extern "C" int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *a, int device, co
   return out;
 }
 
+extern "C" size_t fp4_cuda_wgra_workspace(const fp4_cuda_gemm_args *a, const char *config) {
+  const int cfg = config ? wgra_config_index(config) : -1;
+  if (cfg < 0) return 0;
+  const size_t bf16 = kWgraConfigs[cfg].prologue ? fp4_cuda_bf16_a_bytes(a->m, a->k) : 0;
+  return bf16 + wgra_plan(a->m, a->n, a->k, kWgraConfigs[cfg].tile ? 256 : 128, a->sms).bytes;
+}
+
 extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
   const int cfg = wgra_config_index(config);
   char why[320];
@@ -941,19 +961,23 @@ extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const char *confi
   cudaStream_t s = (cudaStream_t)stream;
   const bool nv = a->format == FP4_FORMAT_NVFP4;
   const int tile = kWgraConfigs[cfg].tile;
-  if (kWgraConfigs[cfg].prologue) {
+  if (kWgraConfigs[cfg].prologue) { /* the split-K part of the workspace follows the bf16 activations */
+    void *ws = a->workspace ? static_cast<char *>(a->workspace) + fp4_cuda_bf16_a_bytes(a->m, a->k) : NULL;
     if (nv)
-      return (int)lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(
-          a, s, pdl, [&](const lm_params &p) { return wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
-    return (int)lm_run_with_dequant_a<FP4_FORMAT_MXFP4>(
-        a, s, pdl, [&](const lm_params &p) { return wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
+      return (int)lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(a, s, pdl, [&](const lm_params &p) {
+        return wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, ws, s, pdl);
+      });
+    return (int)lm_run_with_dequant_a<FP4_FORMAT_MXFP4>(a, s, pdl, [&](const lm_params &p) {
+      return wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, ws, s, pdl);
+    });
   }
   const lm_params p = lm_params_of(a);
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    return (int)(nv ? wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl)
-                    : wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl));
-  case FP4_CUDA_ACT_F16: return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
+    return (int)(nv ? wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, a->workspace, s, pdl)
+                    : wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, a->workspace, s, pdl));
+  case FP4_CUDA_ACT_F16:
+    return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, a->sms, a->workspace, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
 }

@@ -298,8 +298,8 @@ cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int m
 }
 
 /* W4A4 through a prologue ("small-m.pro.*"): the FP4 activations are dequantized once per GEMM to
- * bf16 (M x K x 2 bytes, at most 1 MB at M = 64, K = 8192: it stays in L2) in a stream-ordered
- * temporary, then the W4A16 bf16 kernel of the same rows, warps and register cap runs on them
+ * bf16 (M x K x 2 bytes, at most 1 MB at M = 64, K = 8192: it stays in L2) in the context
+ * workspace, then the W4A16 bf16 kernel of the same rows, warps and register cap runs on them
  * unchanged. The in-loop path decodes every activation element once per CTA (and 8 token rows per
  * tile even at M = 1); the prologue decodes it once per GEMM, leaving the streaming loop the
  * W4A16 instruction mix. Exact: e2m1 x E4M3 has at most 6 significant bits, e2m1 x 2^(e-127) at

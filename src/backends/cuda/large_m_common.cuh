@@ -564,23 +564,20 @@ cudaError_t lm_launch_dequant_a(const lm_params &p, uint16_t *out, cudaStream_t 
                          out);
 }
 
-/* W4A4 through a prologue: the FP4 activations of a are dequantized to bf16 into a stream-ordered
- * temporary (cudaMallocAsync, M x K x 2 bytes), then launch(p) runs a W4A16 bf16 tile on them (p: the
- * parameters with A replaced by the temporary); the temporary is freed after it in stream order. */
+/* W4A4 through a prologue: the FP4 activations of a are dequantized to bf16 into the start of the
+ * context workspace (a->workspace, fp4_cuda_bf16_a_bytes(M, K)), then launch(p) runs a W4A16 bf16
+ * tile on them (p: the parameters with A replaced by the bf16 rows). Nothing is allocated here, so
+ * the pair can be captured in a CUDA graph. */
 template <int FMT, class Launch>
 cudaError_t lm_run_with_dequant_a(const fp4_cuda_gemm_args *a, cudaStream_t s, int pdl, Launch launch) {
+  if (!a->workspace) return cudaErrorInvalidValue;
   lm_params p = lm_params_of(a);
-  void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, (size_t)a->m * (size_t)a->k * 2, s);
+  uint16_t *bf16 = static_cast<uint16_t *>(a->workspace);
+  cudaError_t e = lm_launch_dequant_a<FMT>(p, bf16, s, pdl);
   if (e != cudaSuccess) return e;
-  e = lm_launch_dequant_a<FMT>(p, static_cast<uint16_t *>(ws), s, pdl);
-  if (e == cudaSuccess) {
-    p.a = ws;
-    p.lda = a->k;
-    e = launch(p);
-  }
-  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
-  return e != cudaSuccess ? e : f;
+  p.a = bf16;
+  p.lda = a->k;
+  return launch(p);
 }
 /* ---- host: does a device run this binary's sm_90a code? ----------------------------------------- */
 

@@ -9,9 +9,11 @@
  *   - anywhere else: unavailable, with the reason.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/sm120/sm120_launch.h"
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #if FP4KIT_HAVE_CUDA
@@ -75,8 +77,32 @@ static sm120_path sm120_probe(fp4_context *ctx, char *reason, size_t reason_size
 #endif
 }
 
+/* The probe's answer for a context, kept in its state slot: the probe asks the device and the
+ * binary (cudaFuncGetAttributes), which a call on the hot path must not repeat. */
+typedef struct sm120_state {
+  sm120_path path;
+  char note[200];
+} sm120_state;
+
+static void sm120_release_state(void *state) { free(state); }
+
+static sm120_path sm120_probe_cached(fp4_context *ctx, char *reason, size_t reason_size) {
+  void **slot = fp4_context_device(ctx) >= 0 ? fp4_context_state(ctx, "cuda-sm120") : NULL;
+  if (slot && *slot) {
+    const sm120_state *st = *slot;
+    fp4_reason(reason, reason_size, "%s", st->note);
+    return st->path;
+  }
+  sm120_state *st = slot ? calloc(1, sizeof *st) : NULL;
+  if (!st) return sm120_probe(ctx, reason, reason_size);
+  st->path = sm120_probe(ctx, st->note, sizeof st->note);
+  fp4_reason(reason, reason_size, "%s", st->note);
+  *slot = st;
+  return st->path;
+}
+
 static fp4_status sm120_available(fp4_context *ctx, char *reason, size_t reason_size) {
-  return sm120_probe(ctx, reason, reason_size) == SM120_NONE ? FP4_ERR_UNSUPPORTED : FP4_OK;
+  return sm120_probe_cached(ctx, reason, reason_size) == SM120_NONE ? FP4_ERR_UNSUPPORTED : FP4_OK;
 }
 
 static fp4_status sm120_supports(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
@@ -137,7 +163,7 @@ static fp4_status sm120_run(fp4_context *ctx, const fp4_problem *p, const char *
                       config_names[0], config_names[1], config_names[2]);
   }
   char note[160];
-  sm120_path path = sm120_probe(ctx, note, sizeof note);
+  sm120_path path = sm120_probe_cached(ctx, note, sizeof note);
   if (path == SM120_NONE) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda-sm120: %s", note);
   if (info) {
     snprintf(info->backend, sizeof info->backend, "cuda-sm120");
@@ -175,7 +201,7 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .supports = sm120_supports,
     .configs = sm120_configs,
     .run = sm120_run,
-    .release_state = NULL,
+    .release_state = sm120_release_state,
     .honours_pdl = 1,
     .device_scalars = 1,
 };
