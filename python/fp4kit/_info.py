@@ -109,14 +109,39 @@ _FORMATS = {"nvfp4": _lib.FORMAT_NVFP4, "mxfp4": _lib.FORMAT_MXFP4}
 _OPS = {"w4a4": 0, "w4a16": 1}
 
 
+def reserve_workspace(device, bytes):
+    """Reserves at least `bytes` of CUDA device `device`'s workspace ahead of a CUDA-graph capture
+    (the calls also reserve what they need on their first eager run with a shape); returns the bytes
+    the workspace holds."""
+    if not isinstance(device, int) or device < 0:
+        raise InvalidArgumentError("reserve_workspace: device must be a CUDA device ordinal, not %r" % (device,))
+    reserve = _need("fp4_context_reserve_workspace", "reserve_workspace")
+    ctx = T.context(device)
+    with ctx.lock:
+        _lib.check(reserve(ctx.handle, int(bytes)), "fp4_context_reserve_workspace")
+        return _lib.LIB.fp4_context_workspace_bytes(ctx.handle)
+
+
+def _default_tune_device():
+    """tune()'s device when none is given: CUDA device 0 when the library sees one, else the host."""
+    count = _lib.LIB.fp4_probe_device_count() if _lib.has_symbol("fp4_probe_device_count") else 0
+    return 0 if count > 0 else None
+
+
 def tune(shapes, m=(1, 16, 128, 1024), format="nvfp4", op="w4a4", out_dtype="bfloat16", a_dtype="bfloat16",
-         runs=20, cache_path=None, device=0):
+         runs=20, cache_path=None, device="auto"):
     """Times every supported (backend, config) for each GEMM shape (N, K) at each M bucket and
     records the winners in the tuning cache that backend='auto' reads (merged with the cache file
     already there when it belongs to this library version and device). cache_path: None for the
     library's default file. Returns a list of dicts (m, n, k, backend, config, median_us,
-    candidates, rejected, cut). device: a CUDA ordinal, or None to tune the host backends."""
+    candidates, rejected, cut). device: a CUDA ordinal, None to tune the host backends, or 'auto'
+    (the default): CUDA device 0 when the library sees a GPU, else the host."""
     _need("fp4_tune", "tune")
+    if device == "auto":
+        device = _default_tune_device()
+    elif device is not None and (not isinstance(device, int) or device < 0):
+        raise InvalidArgumentError("tune: device must be 'auto', None (the host) or a CUDA device ordinal, not %r"
+                                   % (device,))
     lib = _lib.LIB
     if format not in _FORMATS:
         raise InvalidArgumentError("tune: format must be 'nvfp4' or 'mxfp4', not %r" % (format,))

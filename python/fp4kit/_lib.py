@@ -107,7 +107,50 @@ class Options(ctypes.Structure):
     ]
 
 
+class GroupedQMatrix(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("scales", ctypes.c_void_p),
+        ("multipliers", ctypes.c_void_p),
+        ("experts", ctypes.c_int64),
+        ("rows", ctypes.c_int64),
+        ("cols", ctypes.c_int64),
+        ("format", ctypes.c_int),
+        ("layout", ctypes.c_int),
+        ("memory", ctypes.c_int),
+    ]
+
+
+class MoeExperts(ctypes.Structure):
+    _fields_ = [
+        ("gate_up", GroupedQMatrix),
+        ("down", GroupedQMatrix),
+        ("gate_up_act_scale", ctypes.c_float),
+        ("down_act_scale", ctypes.c_float),
+        ("act_scales_device", ctypes.c_void_p),
+    ]
+
+
+class MoeLayer(ctypes.Structure):
+    _fields_ = [
+        ("mode", ctypes.c_int),
+        ("routed", MoeExperts),
+        ("shared", ctypes.POINTER(MoeExperts)),
+    ]
+
+
+class MoeRouting(ctypes.Structure):
+    _fields_ = [
+        ("topk_ids", ctypes.c_void_p),
+        ("tokens", ctypes.c_int64),
+        ("top_k", ctypes.c_int64),
+        ("topk_weights", Matrix),
+        ("shared_weights", ctypes.c_void_p),
+    ]
+
+
 FORMAT_NVFP4, FORMAT_MXFP4 = 0, 1
+MOE_W4A16, MOE_W4A4 = 0, 1
 LAYOUT_LINEAR, LAYOUT_128X4, LAYOUT_8X4 = 0, 1, 2
 DTYPE_F32, DTYPE_BF16, DTYPE_F16, DTYPE_E2M1X2, DTYPE_E4M3, DTYPE_UE8M0 = range(6)
 MEMORY_HOST, MEMORY_DEVICE = 0, 1
@@ -118,6 +161,9 @@ _vp = ctypes.c_void_p
 _QP = ctypes.POINTER(QMatrix)
 _MP = ctypes.POINTER(Matrix)
 _OP = ctypes.POINTER(Options)
+_SZP = ctypes.POINTER(ctypes.c_size_t)
+_LP = ctypes.POINTER(MoeLayer)
+_RP = ctypes.POINTER(MoeRouting)
 
 # name -> (restype, argtypes) of every symbol the package calls. Symbols of later library versions
 # (probe, tune) are bound only when present; see OPTIONAL_SYMBOLS.
@@ -210,6 +256,13 @@ OPTIONAL_SYMBOLS = {
     "fp4_tuning_cache_default_path": (_c_status, [ctypes.c_char_p, ctypes.c_size_t]),
     "fp4_tune": (_c_status, [_vp, ctypes.POINTER(TuneKey), ctypes.c_int, ctypes.c_int, _vp,
                              ctypes.POINTER(TuneResult), _vp, _vp]),
+    # the MoE layer, the context workspace and the workspace queries
+    "fp4_moe_workspace_size": (_c_status, [_LP, _i64, _i64, _OP, _SZP]),
+    "fp4_moe_forward": (_c_status, [_vp, _LP, _MP, _RP, _vp, ctypes.c_size_t, _MP, _OP]),
+    "fp4_context_reserve_workspace": (_c_status, [_vp, ctypes.c_size_t]),
+    "fp4_context_workspace_bytes": (ctypes.c_size_t, [_vp]),
+    "fp4_mm_workspace_size": (_c_status, [_vp, _QP, _QP, _MP, _OP, _SZP]),
+    "fp4_mm_w4a16_workspace_size": (_c_status, [_vp, _MP, _QP, _MP, _OP, _SZP]),
 }
 
 
@@ -286,7 +339,9 @@ def _share_torch_runtime(path):
 # The C name of every struct mirrored above: load() compares their sizes with the library's.
 MIRRORED_STRUCTS = {"fp4_qmatrix": QMatrix, "fp4_matrix": Matrix, "fp4_run_info": RunInfo, "fp4_options": Options,
                     "fp4_capability": Capability, "fp4_backend_probe": BackendProbe,
-                    "fp4_device_probe": DeviceProbe, "fp4_tune_key": TuneKey, "fp4_tune_result": TuneResult}
+                    "fp4_device_probe": DeviceProbe, "fp4_tune_key": TuneKey, "fp4_tune_result": TuneResult,
+                    "fp4_grouped_qmatrix": GroupedQMatrix, "fp4_moe_experts": MoeExperts, "fp4_moe_layer": MoeLayer,
+                    "fp4_moe_routing": MoeRouting}
 
 
 def layout_mismatches(lib):

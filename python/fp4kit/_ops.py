@@ -9,7 +9,10 @@ import ctypes
 import enum
 import threading
 
+import numpy as np
+
 from . import _lib
+from . import _plan as P
 from . import _tensors as T
 from ._lib import InvalidArgumentError, UnsupportedError
 
@@ -45,13 +48,12 @@ _last = threading.local()
 
 
 def last_run():
-    """What the last quantize/GEMM call on this thread ran: {'backend', 'config', 'pdl', 'note'}
+    """What the last quantize/GEMM/MoE call on this thread ran: {'backend', 'config', 'pdl', 'note'}
     (None before the first call)."""
-    return getattr(_last, "info", None)
-
-
-def _record(info):
-    _last.info = {
+    info = getattr(_last, "info", None)
+    if info is None:
+        return None
+    return {
         "backend": info.backend.decode(errors="replace"),
         "config": info.config.decode(errors="replace"),
         "pdl": bool(info.pdl),
@@ -61,9 +63,15 @@ def _record(info):
 
 # ---- shared argument handling -------------------------------------------------------------------------
 
+_registered = []
+
+
 def registered_backends():
-    lib = _lib.LIB
-    return [lib.fp4_backend_name(i).decode() for i in range(lib.fp4_backend_count())]
+    """The library's backend names (the registry is fixed once the library is loaded)."""
+    if not _registered:
+        lib = _lib.LIB
+        _registered.extend(lib.fp4_backend_name(i).decode() for i in range(lib.fp4_backend_count()))
+    return list(_registered)
 
 
 def _backend_bytes(backend, fn):
@@ -78,24 +86,6 @@ def _backend_bytes(backend, fn):
             "(or 'auto', which picks the best one that can run the problem)" % (fn, backend, ", ".join(names)),
             _lib.ERR_UNSUPPORTED)
     return backend.encode()
-
-
-def _call(fn_name, device, backend, enable_pdl, c_fn, *args):
-    # fn_name: the Python function, for messages this module writes; the C library's messages name
-    # the C function.
-    """Runs a quantize/GEMM entry point with options built for the operands' device: the device's
-    context, PyTorch's current stream, PDL, backend. Raises the status as an exception."""
-    info = _lib.RunInfo()
-    opts = _lib.Options()
-    opts.backend = _backend_bytes(backend, fn_name)
-    opts.enable_pdl = 1 if (T.default_pdl(device) if enable_pdl is None else enable_pdl) else 0
-    opts.info = ctypes.pointer(info)
-    with T.call_scope(device) as (ctx, stream):
-        opts.stream = stream
-        status = c_fn(ctx, *args, ctypes.byref(opts))
-        if status == _lib.OK:
-            _record(info)
-        _lib.check(status, c_fn.__name__)
 
 
 # How each function spells the format flag, per format: mm_fp4's use_nvfp4 is True for NVFP4.
@@ -117,10 +107,26 @@ def _format(block_size, use_ue8m0, fn, block_arg="block_size", fmt_arg="use_nvfp
     return fmt
 
 
+_scales_sizes = {}
+
+
 def scales_size(fmt, layout, rows, cols):
-    n = ctypes.c_size_t()
-    _lib.check(_lib.LIB.fp4_scales_size(fmt, layout, rows, cols, ctypes.byref(n)), "fp4_scales_size")
-    return n.value
+    k = (fmt, layout, rows, cols)
+    n = _scales_sizes.get(k)
+    if n is None:
+        c = ctypes.c_size_t()
+        _lib.check(_lib.LIB.fp4_scales_size(fmt, layout, rows, cols, ctypes.byref(c)), "fp4_scales_size")
+        n = _scales_sizes[k] = c.value
+    return n
+
+
+def scale_bytes(fmt, layout, rows, cols):
+    """fp4_scales_size as a formula (works on symbolic sizes while PyTorch traces shapes)."""
+    c = cols // _BLOCK[fmt]
+    if layout == _lib.LAYOUT_LINEAR:
+        return rows * c
+    pad = 128 if layout == _lib.LAYOUT_128X4 else 8
+    return (rows + pad - 1) // pad * pad * ((c + 3) // 4 * 4)
 
 
 def _fp4_rowmajor(v, fn):
@@ -155,10 +161,34 @@ def _weight_n(vb, va, k, a_dims, block_size, fn):
     return n
 
 
-def _scales(v, fmt, layout, rows, cols, fn, exact=True):
+def _layout_by_shape(v, fmt, layout, rows, cols, fn, fix):
+    """Refuses a 2-D scale tensor whose shape is that of the other layout: [rows, K/block] linear
+    scales (a checkpoint's weight_scale) where the padded 128x4 [roundup(rows, 128),
+    roundup(K/block, 4)] is expected, or the reverse. Where both shapes coincide the bytes alone
+    cannot tell, and the byte count decides. fix: {layout: what to do instead}."""
+    if len(v.shape) != 2 or layout not in (_lib.LAYOUT_LINEAR, _lib.LAYOUT_128X4):
+        return
+    c = cols // _BLOCK[fmt]
+    linear, padded = (rows, c), ((rows + 127) // 128 * 128, (c + 3) // 4 * 4)
+    seen = (tuple(v.shape), tuple(v.shape[::-1]))
+    if layout == _lib.LAYOUT_128X4 and linear in seen and padded not in seen:
+        raise InvalidArgumentError(
+            "%s: %s has shape %s, the shape of linear (unswizzled) scales of a [%d, %d] matrix ([rows, K/%d]), "
+            "but the 128x4 swizzled layout is expected (padded shape %s); %s"
+            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(padded), fix[_lib.LAYOUT_LINEAR]))
+    if layout == _lib.LAYOUT_LINEAR and padded in seen and linear not in seen:
+        raise InvalidArgumentError(
+            "%s: %s has shape %s, the padded shape of 128x4 swizzled scales of a [%d, %d] matrix, but linear "
+            "scales [rows, K/%d] = %s are expected; %s"
+            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(linear), fix[_lib.LAYOUT_128X4]))
+
+
+def _scales(v, fmt, layout, rows, cols, fn, exact=True, fix=None):
     """A scale buffer: any shape whose memory is one contiguous block (the view or its transpose),
-    holding exactly the bytes of [rows, cols] scales in the layout."""
+    holding exactly the bytes of [rows, cols] scales in the layout. fix: see _layout_by_shape."""
     v.require_dtype(_SCALE_BYTES[fmt], "%s block scales" % _FORMAT_NAME[fmt])
+    if fix:
+        _layout_by_shape(v, fmt, layout, rows, cols, fn, fix)
     if not (v.is_contiguous() or v.is_transposed_contiguous()):
         raise InvalidArgumentError("%s: %s must be contiguous or the transpose of a contiguous tensor (strides %s)"
                                    % (fn, v.name, list(v.strides)))
@@ -171,6 +201,17 @@ def _scales(v, fmt, layout, rows, cols, fn, exact=True):
             % (fn, v.name, v.numel, _FORMAT_NAME[fmt], rows, cols, _LAYOUT_NAME[layout], need, rows, cols // bs,
                ", padded to 128 x 4" if layout == _lib.LAYOUT_128X4 else ", padded to 8 x 4" if layout == _lib.LAYOUT_8X4 else ""))
     return v.ptr
+
+
+def _dense_rows(v, what, fn):
+    """A 2-D dense (bf16/fp16/fp32) operand with unit column stride: its row stride."""
+    v.require_dims(2, what)
+    v.require_dtype(T.DENSE_DTYPES, what)
+    ld = v.row_stride()
+    if ld is None:
+        raise InvalidArgumentError("%s: %s must be row-major with unit column stride (strides %s)"
+                                   % (fn, v.name, list(v.strides)))
+    return ld
 
 
 def _qmatrix(data_ptr, scales_ptr, rows, cols, fmt, layout, multiplier, memory):
@@ -210,23 +251,102 @@ def _output(out, out_dtype, like, m, n, default_dtype, fn):
     return out, vo, ld
 
 
+# ---- torch.compile hook -------------------------------------------------------------------------------
+#
+# While PyTorch compiles (TorchDynamo traces), the public functions hand CUDA/CPU tensors to the
+# torch.library custom ops torch.ops.fp4kit.* (registered by _torch_ops when PyTorch is present),
+# which the compiler keeps as opaque calls with fake (meta) implementations. Eager calls go to the
+# plans below directly: the PyTorch dispatcher would cost more than the whole call.
+
+def _not_compiling():
+    return False
+
+
+_compiling = _not_compiling
+_torch_ops = None
+
+
+def _set_torch_ops(module, is_compiling):
+    global _compiling, _torch_ops
+    _torch_ops, _compiling = module, is_compiling
+
+
 # ---- GEMM ---------------------------------------------------------------------------------------------
 
-def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, block_size=16,
-           use_8x4_sf_layout=False, backend="auto", use_nvfp4=True, enable_pdl=True):
-    """W4A4 GEMM with FlashInfer's contract: ``out[M, N] = alpha * dq(a) @ dq(w)^T``.
+_MM_FIX = {_lib.LAYOUT_LINEAR: "swizzle checkpoint scales with fp4kit.block_scale_interleave first",
+           _lib.LAYOUT_128X4: "mm_fp4 takes 128x4 scales"}
+_W4A16_FIX = {_lib.LAYOUT_LINEAR: "pass b_descale_layout='linear' for scales as a checkpoint stores them",
+              _lib.LAYOUT_128X4: "pass b_descale_layout='128x4' for swizzled scales"}
 
-    a: [M, K/2] packed FP4 (uint8), row-major. b: ``w_q.T``, the transposed view of the row-major
-    [N, K/2] weight. a_descale / b_descale: the swizzled block scales of a and of the weight (128x4,
-    or 8x4 for a when use_8x4_sf_layout); b_descale may be passed transposed as FlashInfer callers do.
-    alpha: FP32 scalar (tensor, array or float; None = 1), for NVFP4 usually 1/(gsf_a*gsf_b); a CUDA
-    tensor is read back to the host, which waits for the queued work. out_dtype: bfloat16 (default),
-    float16 or float32. block_size / use_nvfp4: 16 and True for NVFP4, 32 and False for MXFP4.
-    backend: 'auto' or an fp4kit backend name (fp4kit.backends()). enable_pdl: launch with
-    programmatic dependent launch on SM90+ (None: when the device has it).
-    Returns out (allocated when None) as the kind of array/tensor given.
-    """
+
+class _GemmPlan:
+    """A validated fp4_mm / fp4_mm_w4a16 call: the C structs with everything but the pointers."""
+
+    __slots__ = ("w4a16", "device", "ctx", "a", "qb", "mo", "opts", "info", "args", "c_fn", "alpha_mode",
+                 "out_shape", "out_dtype", "out_device", "torch")
+
+    def run(self, a, b, sa, sb, alpha, out):
+        mode = self.alpha_mode
+        keep = None
+        opts = self.opts
+        if mode >= P.SCALAR_DEVICE:
+            opts.alpha_device, keep = P.device_scalar(alpha, mode)
+            alpha_f = 1.0
+        else:
+            alpha_f = P.host_scalar(alpha, mode)
+        if out is None:
+            if self.torch:
+                out = T._torch().empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
+            else:
+                out = np.empty(self.out_shape, self.out_dtype)
+        a_struct = self.a
+        a_struct.data = P.ptr(a)
+        if not self.w4a16:
+            a_struct.scales = P.ptr(sa)
+        qb = self.qb
+        qb.data, qb.scales = P.ptr(b), P.ptr(sb)
+        self.mo.data = P.ptr(out)
+        args = self.args
+        args[3] = alpha_f
+        status = P.call(self.device, self.ctx, opts, self.c_fn, args)
+        del keep  # the converted device scalar lives until the call is queued (stream-ordered reuse)
+        if status:
+            _lib.check(status, self.c_fn.__name__)
+        _last.info = self.info
+        return out
+
+
+def _finish_plan(plan, device, backend, enable_pdl, fn, c_fn, size_fn, first, second, vo, out_given):
+    """The parts every GEMM plan shares: options, info, context, argument tuple, output recipe and,
+    on a device, the workspace reserved ahead of the call."""
+    plan.device = device
+    plan.info = _lib.RunInfo()
+    opts = plan.opts = _lib.Options()
+    opts.backend = _backend_bytes(backend, fn)
+    opts.enable_pdl = 1 if (T.default_pdl(device) if enable_pdl is None else enable_pdl) else 0
+    opts.info = ctypes.pointer(plan.info)
+    ctx = plan.ctx = T.context(device)
+    plan.c_fn = c_fn
+    plan.args = [ctx.handle if ctx else None, ctypes.byref(first), ctypes.byref(second), 1.0,
+                 ctypes.byref(plan.mo), ctypes.byref(opts)]
+    plan.torch = vo.torch
+    if not out_given:
+        plan.out_shape = tuple(vo.shape)
+        if vo.torch:
+            plan.out_dtype, plan.out_device = vo.obj.dtype, vo.obj.device
+        else:
+            plan.out_dtype, plan.out_device = vo.obj.dtype, None
+    if ctx is not None:
+        P.reserve_workspace(ctx, getattr(_lib.LIB, size_fn, None),
+                            [ctx.handle, ctypes.byref(first), ctypes.byref(second), ctypes.byref(plan.mo),
+                             ctypes.byref(opts)], size_fn)
+    return plan
+
+
+def _mm_fp4_plan(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
+                 use_nvfp4, enable_pdl):
     fn = "mm_fp4"
+    out_given = out is not None
     fmt = _format(block_size, not use_nvfp4, fn)
     va, vb = T.View(a, "a"), T.View(b, "b")
     vsa, vsb = T.View(a_descale, "a_descale"), T.View(b_descale, "b_descale")
@@ -234,17 +354,105 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     m, k = _fp4_rowmajor(va, fn)
     n = _weight_n(vb, va, k, "[M, K/2]", block_size, fn)
     a_layout = _lib.LAYOUT_8X4 if use_8x4_sf_layout else _lib.LAYOUT_128X4
-    sa = _scales(vsa, fmt, a_layout, m, k, fn)
-    sb = _scales(vsb, fmt, _lib.LAYOUT_128X4, n, k, fn)
-    alpha_f = T.scalar(alpha, "alpha", 1.0)
+    sa = _scales(vsa, fmt, a_layout, m, k, fn, fix=_MM_FIX)
+    sb = _scales(vsb, fmt, _lib.LAYOUT_128X4, n, k, fn, fix=_MM_FIX)
+    plan = _GemmPlan()
+    plan.w4a16 = False
+    plan.alpha_mode = P.scalar_mode(alpha, "alpha", device)
     out, vo, ld = _output(out, out_dtype, va, m, n, T.BF16, fn)
     T.same_place(va, vo)
-    qa = _qmatrix(va.ptr, sa, m, k, fmt, a_layout, 1.0, va.memory)
-    qb = _qmatrix(vb.ptr, sb, n, k, fmt, _lib.LAYOUT_128X4, 1.0, vb.memory)
-    mo = _matrix(vo, m, n, ld)
-    _call(fn, device, backend, enable_pdl, _lib.LIB.fp4_mm, ctypes.byref(qa), ctypes.byref(qb),
-          ctypes.c_float(alpha_f), ctypes.byref(mo))
-    return out
+    plan.a = _qmatrix(va.ptr, sa, m, k, fmt, a_layout, 1.0, va.memory)
+    plan.qb = _qmatrix(vb.ptr, sb, n, k, fmt, _lib.LAYOUT_128X4, 1.0, vb.memory)
+    plan.mo = _matrix(vo, m, n, ld)
+    return _finish_plan(plan, device, backend, enable_pdl, fn, _lib.LIB.fp4_mm, "fp4_mm_workspace_size",
+                        plan.a, plan.qb, vo, out_given)
+
+
+def _gemm(plan_fn, key, a, b, sa, sb, alpha, out, plan_args):
+    plan = P.plans().get(key)
+    if plan is None:
+        plan = P.remember(key, plan_fn(*plan_args))
+    return plan.run(a, b, sa, sb, alpha, out)
+
+
+def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, block_size=16,
+           use_8x4_sf_layout=False, backend="auto", use_nvfp4=True, enable_pdl=True, skip_check=False):
+    """W4A4 GEMM with FlashInfer's contract: ``out[M, N] = alpha * dq(a) @ dq(w)^T``.
+
+    a: [M, K/2] packed FP4 (uint8), row-major. b: ``w_q.T``, the transposed view of the row-major
+    [N, K/2] weight. a_descale / b_descale: the swizzled block scales of a and of the weight (128x4,
+    or 8x4 for a when use_8x4_sf_layout); b_descale may be passed transposed as FlashInfer callers do.
+    alpha: FP32 scalar (None = 1): a float, a host array, or a one-element tensor; a CUDA tensor is
+    read by the kernel on the GPU (no host synchronization; a CUDA graph replays with its current
+    value). out_dtype: bfloat16 (default), float16 or float32. block_size / use_nvfp4: 16 and True
+    for NVFP4, 32 and False for MXFP4. backend: 'auto' or an fp4kit backend name (fp4kit.backends()).
+    enable_pdl: launch with programmatic dependent launch on SM90+ (None: when the device has it).
+    skip_check: FlashInfer's switch to skip its Python checks; fp4kit checks a call's arguments
+    once per shape anyway, so it changes nothing.
+    Returns out (allocated when None) as the kind of array/tensor given.
+    """
+    if _compiling():
+        return _torch_ops.mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
+                                 backend, use_nvfp4, enable_pdl)
+    key = ("mm_fp4", P.first_key(a), P.key(b), P.key(a_descale), P.key(b_descale), P.scalar_key(alpha), out_dtype,
+           P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4, enable_pdl)
+    return _gemm(_mm_fp4_plan, key, a, b, a_descale, b_descale, alpha, out,
+                 (a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
+                  use_nvfp4, enable_pdl))
+
+
+def _mm_fp4_is_backend_supported(backend, cc=None):
+    """FlashInfer's mm_fp4.is_backend_supported: whether `backend` is one of fp4kit's backends and,
+    for a compute capability cc (major*10+minor), whether it runs NVFP4 W4A4 there (answered by the
+    architecture table of the capability probe). 'auto' is not a backend here either."""
+    if backend not in registered_backends():
+        return False
+    if cc is None:
+        return True
+    if not _lib.has_symbol("fp4_probe_backend_arch"):
+        raise UnsupportedError("mm_fp4.is_backend_supported: the loaded libfp4kit has no fp4_probe_backend_arch",
+                               _lib.ERR_UNSUPPORTED)
+    bp = _lib.BackendProbe()
+    _lib.check(_lib.LIB.fp4_probe_backend_arch(("sm_%d" % int(cc)).encode(), backend.encode(), ctypes.byref(bp)),
+               "fp4_probe_backend_arch")
+    return bp.caps[0].support == 1
+
+
+def _mm_fp4_is_compute_capability_supported(cc):
+    """Whether any fp4kit backend runs NVFP4 W4A4 on compute capability cc (FlashInfer's method)."""
+    return any(_mm_fp4_is_backend_supported(b, cc) for b in registered_backends())
+
+
+mm_fp4.is_backend_supported = _mm_fp4_is_backend_supported
+mm_fp4.is_compute_capability_supported = _mm_fp4_is_compute_capability_supported
+mm_fp4.has_backend = lambda backend: backend in registered_backends()
+mm_fp4.has_backend_choices = lambda: True
+
+
+def _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout, backend,
+                   enable_pdl):
+    fn = "mm_w4a16"
+    out_given = out is not None
+    fmt = _format(block_size, not use_nvfp4, fn)
+    layout = _LAYOUT_BY_NAME.get(b_descale_layout)
+    if layout is None:
+        raise InvalidArgumentError("%s: b_descale_layout %r is not one of %s" % (fn, b_descale_layout, sorted(_LAYOUT_BY_NAME)))
+    va, vb, vsb = T.View(a, "a"), T.View(b, "b"), T.View(b_descale, "b_descale")
+    device = T.same_place(va, vb, vsb)
+    lda = _dense_rows(va, "activations [M, K]", fn)
+    m, k = va.shape
+    n = _weight_n(vb, va, k, "[M, K]", block_size, fn)
+    sb = _scales(vsb, fmt, layout, n, k, fn, fix=_W4A16_FIX)
+    plan = _GemmPlan()
+    plan.w4a16 = True
+    plan.alpha_mode = P.scalar_mode(alpha, "alpha", device)
+    out, vo, ld = _output(out, out_dtype, va, m, n, va.dtype, fn)
+    T.same_place(va, vo)
+    plan.a = _matrix(va, m, k, lda)
+    plan.qb = _qmatrix(vb.ptr, sb, n, k, fmt, layout, 1.0, vb.memory)
+    plan.mo = _matrix(vo, m, n, ld)
+    return _finish_plan(plan, device, backend, enable_pdl, fn, _lib.LIB.fp4_mm_w4a16, "fp4_mm_w4a16_workspace_size",
+                        plan.a, plan.qb, vo, out_given)
 
 
 def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=16, use_nvfp4=True,
@@ -253,33 +461,17 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
 
     a: [M, K] dense, row-major (a row stride larger than K is fine). b, b_descale: as in mm_fp4
     (b = w_q.T); b_descale_layout: '128x4' (default) or 'linear' (checkpoints' weight_scale [N, K/16]
-    as stored). alpha: for a Model Optimizer checkpoint, weight_scale_2. out_dtype defaults to a's
-    dtype.
+    as stored); a scale tensor whose shape is that of the other layout is refused. alpha: for a Model
+    Optimizer checkpoint, weight_scale_2 (a CUDA tensor is read on the GPU, as in mm_fp4). out_dtype
+    defaults to a's dtype.
     """
-    fn = "mm_w4a16"
-    fmt = _format(block_size, not use_nvfp4, fn)
-    layout = _LAYOUT_BY_NAME.get(b_descale_layout)
-    if layout is None:
-        raise InvalidArgumentError("%s: b_descale_layout %r is not one of %s" % (fn, b_descale_layout, sorted(_LAYOUT_BY_NAME)))
-    va, vb, vsb = T.View(a, "a"), T.View(b, "b"), T.View(b_descale, "b_descale")
-    device = T.same_place(va, vb, vsb)
-    va.require_dims(2, "activations [M, K]")
-    va.require_dtype(T.DENSE_DTYPES, "the activations")
-    lda = va.row_stride()
-    if lda is None:
-        raise InvalidArgumentError("%s: a must be row-major with unit column stride (strides %s)" % (fn, list(va.strides)))
-    m, k = va.shape
-    n = _weight_n(vb, va, k, "[M, K]", block_size, fn)
-    sb = _scales(vsb, fmt, layout, n, k, fn)
-    alpha_f = T.scalar(alpha, "alpha", 1.0)
-    out, vo, ld = _output(out, out_dtype, va, m, n, va.dtype, fn)
-    T.same_place(va, vo)
-    ma = _matrix(va, m, k, lda)
-    qb = _qmatrix(vb.ptr, sb, n, k, fmt, layout, 1.0, vb.memory)
-    mo = _matrix(vo, m, n, ld)
-    _call(fn, device, backend, enable_pdl, _lib.LIB.fp4_mm_w4a16, ctypes.byref(ma), ctypes.byref(qb),
-          ctypes.c_float(alpha_f), ctypes.byref(mo))
-    return out
+    if _compiling():
+        return _torch_ops.mm_w4a16(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout,
+                                   backend, enable_pdl)
+    key = ("mm_w4a16", P.first_key(a), P.key(b), P.key(b_descale), P.scalar_key(alpha), out_dtype, P.out_key(out),
+           block_size, use_nvfp4, b_descale_layout, backend, enable_pdl)
+    return _gemm(_mm_w4a16_plan, key, a, b, None, b_descale, alpha, out,
+                 (a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout, backend, enable_pdl))
 
 
 # ---- quantization -------------------------------------------------------------------------------------
@@ -294,16 +486,54 @@ def _scale_shape(nbytes, fmt, layout, k):
     return (nbytes // cp, cp)
 
 
-def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
-                 is_sf_8x4_layout=False, enable_pdl=None, backend="auto"):
-    """Quantizes [..., K] bf16/fp16/fp32 values with the runtime recipe (FlashInfer's fp4_quantize).
+class _QuantizePlan:
+    __slots__ = ("device", "ctx", "mx", "q", "opts", "info", "args", "gs_mode", "mxfp4", "transpose",
+                 "q_shape", "sf_shape", "torch", "out_device")
 
-    global_scale: the NVFP4 encode scale 448*6/amax (tensor, array or float; None = 1; ignored for
-    MXFP4); a CUDA tensor is read back to the host. sf_vec_size=16 with sf_use_ue8m0=False is NVFP4,
-    32 with True is MXFP4. Scales are swizzled 128x4 (8x4 with is_sf_8x4_layout) or linear.
-    A column-major 2-D input is quantized along its memory rows and the results are returned
-    transposed, as FlashInfer does. Returns (x_q uint8 [..., K/2], sf uint8 [-1, K/sf_vec_size]).
-    """
+    def run(self, x, global_scale):
+        if self.transpose:
+            x = x.T
+        opts = self.opts
+        keep = None
+        mode = self.gs_mode
+        if self.mxfp4:
+            gs = 1.0
+        elif mode >= P.SCALAR_DEVICE:
+            opts.global_scale_device, keep = P.device_scalar(global_scale, mode)
+            gs = 1.0
+        else:
+            gs = P.host_scalar(global_scale, mode)
+        if self.torch:
+            torch = T._torch()
+            x_q = torch.empty(self.q_shape, dtype=torch.uint8, device=self.out_device)
+            sf = torch.empty(self.sf_shape, dtype=torch.uint8, device=self.out_device)
+        else:
+            x_q = np.empty(self.q_shape, np.uint8)
+            sf = np.empty(self.sf_shape, np.uint8)
+        self.mx.data = P.ptr(x)
+        q = self.q
+        q.data, q.scales = P.ptr(x_q), P.ptr(sf)
+        args = self.args
+        args[2] = gs
+        status = P.call(self.device, self.ctx, opts, _lib.LIB.fp4_quantize, args)
+        del keep
+        if status:
+            _lib.check(status, "fp4_quantize")
+        _last.info = self.info
+        if self.transpose:
+            return x_q.T, sf.T
+        return x_q, sf
+
+
+def _check_global_scale_inversed(is_global_scale_inversed, fn):
+    if is_global_scale_inversed:
+        raise UnsupportedError(
+            "%s: is_global_scale_inversed=True (global_scale given as its inverse, 1/global_scale) is not "
+            "implemented in fp4kit; pass the encode scale itself (448*6/amax)" % fn, _lib.ERR_UNSUPPORTED)
+
+
+def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
+                   enable_pdl, backend):
     fn = "fp4_quantize"
     fmt = _format(sf_vec_size, sf_use_ue8m0, fn, "sf_vec_size", "sf_use_ue8m0")
     layout = (_lib.LAYOUT_8X4 if is_sf_8x4_layout else _lib.LAYOUT_128X4) if is_sf_swizzled_layout else _lib.LAYOUT_LINEAR
@@ -311,15 +541,14 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     if len(v.shape) < 2:
         raise InvalidArgumentError("%s: input must be [..., K] with at least 2 dimensions; got shape %s" % (fn, list(v.shape)))
     v.require_dtype(T.DENSE_DTYPES, "the values to quantize")
-    column_major = len(v.shape) == 2 and v.row_stride() is None and v.is_transposed_contiguous()
-    if column_major:
-        x_q, sf = fp4_quantize(input.T, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-                               is_sf_8x4_layout, enable_pdl, backend)
-        return x_q.T, sf.T
+    plan = _QuantizePlan()
+    plan.transpose = len(v.shape) == 2 and v.row_stride() is None and v.is_transposed_contiguous()
+    if plan.transpose:  # a column-major input is quantized along its memory rows, results transposed back
+        v = T.View(input.T, "input")
     k = v.shape[-1]
     if k % sf_vec_size:
         raise InvalidArgumentError("%s: the last dimension K = %d is not a multiple of sf_vec_size %d" % (fn, k, sf_vec_size))
-    lead = v.shape[:-1]
+    lead = tuple(v.shape[:-1])
     rows = 1
     for d in lead:
         rows *= d
@@ -330,36 +559,94 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     if ld is None:
         raise InvalidArgumentError("%s: input must be row-major (2-D: unit column stride; N-D: contiguous); strides %s"
                                    % (fn, list(v.strides)))
-    gs = 1.0 if fmt == _lib.FORMAT_MXFP4 else T.scalar(global_scale, "global_scale", 1.0)
+    plan.mxfp4 = fmt == _lib.FORMAT_MXFP4
+    plan.gs_mode = P.SCALAR_NUMBER if plan.mxfp4 else P.scalar_mode(global_scale, "global_scale", v.device)
     nbytes = scales_size(fmt, layout, rows, k)
-    x_q = T.empty(v, lead + (k // 2,), T.U8)
-    sf = T.empty(v, (nbytes,), T.U8)
-    vq, vs = T.View(x_q, "x_q"), T.View(sf, "sf")
-    mx = _matrix(v, rows, k, ld)
-    q = _qmatrix(vq.ptr, vs.ptr, rows, k, fmt, layout, 1.0, v.memory)
-    _call(fn, v.device, backend, enable_pdl, _lib.LIB.fp4_quantize, ctypes.byref(mx), ctypes.c_float(gs),
-          ctypes.byref(q))
-    return x_q, T.reshape(sf, _scale_shape(nbytes, fmt, layout, k))
+    plan.q_shape = lead + (k // 2,)
+    plan.sf_shape = _scale_shape(nbytes, fmt, layout, k)
+    plan.torch = v.torch
+    plan.out_device = v.obj.device if v.torch else None
+    plan.device = v.device
+    plan.mx = _matrix(v, rows, k, ld)
+    plan.q = _qmatrix(None, None, rows, k, fmt, layout, 1.0, v.memory)
+    plan.info = _lib.RunInfo()
+    opts = plan.opts = _lib.Options()
+    opts.backend = _backend_bytes(backend, fn)
+    opts.enable_pdl = 1 if (T.default_pdl(v.device) if enable_pdl is None else enable_pdl) else 0
+    opts.info = ctypes.pointer(plan.info)
+    ctx = plan.ctx = T.context(v.device)
+    plan.args = [ctx.handle if ctx else None, ctypes.byref(plan.mx), 1.0, ctypes.byref(plan.q), ctypes.byref(opts)]
+    return plan
 
 
-def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16, enable_pdl=None):
-    """NVFP4 quantization (FlashInfer's nvfp4_quantize): scales in sfLayout (128x4, 8x4 or linear).
-    do_shuffle=True (TensorRT-LLM's shuffled weight layout for its trtllm GEMM) is not provided:
-    fp4kit's GEMMs take weights as quantized."""
+def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
+                 is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="auto"):
+    """Quantizes [..., K] bf16/fp16/fp32 values with the runtime recipe (FlashInfer's fp4_quantize,
+    same parameters in the same order).
+
+    global_scale: the NVFP4 encode scale 448*6/amax (None = 1; ignored for MXFP4): a float, a host
+    array, or a one-element tensor; a CUDA tensor is read by the kernel on the GPU.
+    is_global_scale_inversed=True (the scale given as its inverse) raises NotImplementedError.
+    sf_vec_size=16 with sf_use_ue8m0=False is NVFP4, 32 with True is MXFP4. Scales are swizzled 128x4
+    (8x4 with is_sf_8x4_layout) or linear. backend: 'auto' or an fp4kit backend name (FlashInfer's
+    'cuda' is fp4kit's cuda backend; 'cute-dsl' is not provided). A column-major 2-D input is
+    quantized along its memory rows and the results are returned transposed, as FlashInfer does.
+    Returns (x_q uint8 [..., K/2], sf uint8 [-1, K/sf_vec_size]).
+    """
+    if is_global_scale_inversed:
+        _check_global_scale_inversed(is_global_scale_inversed, "fp4_quantize")
+    if _compiling():
+        return _torch_ops.fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+                                       is_sf_8x4_layout, enable_pdl, backend)
+    key = ("q", P.first_key(input), P.scalar_key(global_scale), sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+           is_sf_8x4_layout, enable_pdl, backend)
+    plans = P.plans()
+    plan = plans.get(key)
+    if plan is None:
+        plan = P.remember(key, _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+                                              is_sf_8x4_layout, enable_pdl, backend))
+    return plan.run(input, global_scale)
+
+
+def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16, enable_pdl=None,
+                   backend="auto", per_token_activation=False, expanded_idx_to_permuted_idx=None):
+    """NVFP4 quantization (FlashInfer's nvfp4_quantize, same parameters in the same order): scales
+    in sfLayout (128x4, 8x4 or linear). Not provided, each raising NotImplementedError that names it:
+    do_shuffle=True (TensorRT-LLM's shuffled weight layout for its trtllm GEMM: fp4kit's GEMMs take
+    weights as quantized), per_token_activation=True (per-token activation scales) and
+    expanded_idx_to_permuted_idx (its row remapping)."""
+    fn = "nvfp4_quantize"
     if do_shuffle:
         raise UnsupportedError("nvfp4_quantize: do_shuffle=True produces the trtllm backend's shuffled weight layout, "
                                "which fp4kit does not use; quantize with do_shuffle=False", _lib.ERR_UNSUPPORTED)
+    if per_token_activation:
+        raise UnsupportedError("%s: per_token_activation=True (per-token NVFP4 activation scales) is not implemented "
+                               "in fp4kit; quantize with one global scale" % fn, _lib.ERR_UNSUPPORTED)
+    if expanded_idx_to_permuted_idx is not None:
+        raise UnsupportedError("%s: expanded_idx_to_permuted_idx (the row remapping of per-token activation "
+                               "quantization) is not implemented in fp4kit" % fn, _lib.ERR_UNSUPPORTED)
     if sf_vec_size != 16:
         raise UnsupportedError("nvfp4_quantize: NVFP4 has sf_vec_size 16, got %r" % (sf_vec_size,), _lib.ERR_UNSUPPORTED)
-    if not isinstance(sfLayout, SfLayout):
+    layout = _SF_LAYOUT_C.get(sfLayout) if isinstance(sfLayout, SfLayout) else None
+    if layout is None:
         raise InvalidArgumentError("nvfp4_quantize: sfLayout must be an fp4kit.SfLayout, not %r" % (sfLayout,))
-    layout = _SF_LAYOUT_C[sfLayout]
-    return fp4_quantize(a, a_global_sf, 16, False, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, enable_pdl)
+    return fp4_quantize(a, a_global_sf, 16, False, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, False,
+                        enable_pdl, backend)
 
 
-def mxfp4_quantize(a, enable_pdl=None):
-    """MXFP4 quantization (FlashInfer's mxfp4_quantize): UE8M0 scales per 32, 128x4 layout."""
-    return fp4_quantize(a, None, 32, True, True, False, enable_pdl)
+def _sf_layout(sfLayout, fn):
+    try:
+        return SfLayout(sfLayout.value if isinstance(sfLayout, enum.Enum) else sfLayout)
+    except ValueError:
+        raise InvalidArgumentError("%s: sfLayout must be an fp4kit.SfLayout (or its value), not %r" % (fn, sfLayout))
+
+
+def mxfp4_quantize(a, backend="auto", enable_pdl=None, sfLayout=SfLayout.layout_128x4):
+    """MXFP4 quantization (FlashInfer's mxfp4_quantize, same parameters in the same order): UE8M0
+    scales per 32 in sfLayout (128x4 default, or linear)."""
+    layout = _SF_LAYOUT_C[_sf_layout(sfLayout, "mxfp4_quantize")]
+    return fp4_quantize(a, None, 32, True, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, False, enable_pdl,
+                        backend)
 
 
 # ---- dequantization and scale layouts (host) --------------------------------------------------------------
@@ -370,25 +657,29 @@ def _host(x):
 
 
 def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16,
-                                   ufp8_type=1, is_sf_swizzled_layout=True):
+                                   ufp8_type=1, is_sf_swizzled_layout=True, is_sf_8x4_layout=False):
     """Dequantizes packed FP4 [M, K/2] with its block scales to float32 [M, K] on the host (like
     FlashInfer, CUDA tensors are copied to the CPU and a CPU tensor is returned).
 
     ufp8_type: 1 = E4M3 scales (NVFP4, sf_vec_size 16), 0 = UE8M0 (MXFP4, 32).
-    global_scale_tensor: the per-tensor decode multiplier (1/global_scale; None = 1).
+    global_scale_tensor: the per-tensor decode multiplier of E4M3 scales (1/global_scale; None = 1);
+    ignored for UE8M0 scales, as FlashInfer does. Scales are in the 128x4 layout, the 8x4 layout
+    (is_sf_8x4_layout) or linear (is_sf_swizzled_layout=False).
     """
     fn = "e2m1_and_ufp8sf_scale_to_float"
     if ufp8_type not in (0, 1):
         raise InvalidArgumentError("%s: ufp8_type must be 1 (E4M3) or 0 (UE8M0), got %r" % (fn, ufp8_type))
+    if is_sf_8x4_layout and not is_sf_swizzled_layout:
+        raise InvalidArgumentError("%s: is_sf_8x4_layout=True needs is_sf_swizzled_layout=True" % fn)
     fmt = _format(sf_vec_size, ufp8_type == 0, fn, "sf_vec_size", "ufp8_type")
-    layout = _lib.LAYOUT_128X4 if is_sf_swizzled_layout else _lib.LAYOUT_LINEAR
+    layout = (_lib.LAYOUT_8X4 if is_sf_8x4_layout else _lib.LAYOUT_128X4) if is_sf_swizzled_layout else _lib.LAYOUT_LINEAR
     e2m1, sf = _host(e2m1_tensor), _host(ufp8_scale_tensor)
     ve, vs = T.View(e2m1, "e2m1_tensor"), T.View(sf, "ufp8_scale_tensor")
     m, k = _fp4_rowmajor(ve, fn)
     if k % sf_vec_size:
         raise InvalidArgumentError("%s: K = %d is not a multiple of sf_vec_size %d" % (fn, k, sf_vec_size))
     sp = _scales(vs, fmt, layout, m, k, fn, exact=False)
-    mult = T.scalar(global_scale_tensor, "global_scale_tensor", 1.0)
+    mult = 1.0 if ufp8_type == 0 else T.scalar(global_scale_tensor, "global_scale_tensor", 1.0)
     out = T.empty(ve, (m, k), T.F32)
     vo = T.View(out, "out")
     q = _qmatrix(ve.ptr, sp, m, k, fmt, layout, mult, _lib.MEMORY_HOST)
@@ -428,6 +719,9 @@ def block_scale_interleave(unswizzled_sf):
 nvfp4_block_scale_interleave = block_scale_interleave
 
 
-def mxfp4_dequantize(a_fp4, a_sf):
-    """Dequantizes MXFP4 [M, K/2] with 128x4 UE8M0 scales to float32 [M, K] on the host."""
-    return e2m1_and_ufp8sf_scale_to_float(a_fp4, a_sf, None, 32, 0, True)
+def mxfp4_dequantize(a_fp4, a_sf, sfLayout=SfLayout.layout_128x4):
+    """Dequantizes MXFP4 [M, K/2] with UE8M0 scales in sfLayout (128x4 default, 8x4 or linear) to
+    float32 [M, K] on the host (FlashInfer's mxfp4_dequantize, same parameters)."""
+    layout = _sf_layout(sfLayout, "mxfp4_dequantize")
+    return e2m1_and_ufp8sf_scale_to_float(a_fp4, a_sf, None, 32, 0, layout != SfLayout.layout_linear,
+                                          layout == SfLayout.layout_8x4)

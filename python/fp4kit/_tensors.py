@@ -41,10 +41,26 @@ def is_torch(x):
     return t is not None and isinstance(x, t.Tensor)
 
 
+_DTYPE_NAMES = {}  # dtype object -> canonical name, filled on first sight (the hot path looks names up)
+
+
 def dtype_name(d):
     """Canonical name of a torch dtype, NumPy dtype (or type) or string; None for None."""
     if d is None:
         return None
+    try:
+        return _DTYPE_NAMES[d]
+    except (KeyError, TypeError):
+        pass
+    name = _dtype_name(d)
+    try:
+        _DTYPE_NAMES[d] = name
+    except TypeError:
+        pass
+    return name
+
+
+def _dtype_name(d):
     t = _torch()
     if t is not None and isinstance(d, t.dtype):
         name = str(d).replace("torch.", "")
@@ -58,6 +74,9 @@ def dtype_name(d):
     return _ALIASES.get(name.lower(), name)
 
 
+on_first_tensor = None  # set by the package: registers the torch custom ops when a tensor first arrives
+
+
 class View:
     """One array or tensor: data pointer, shape, strides in elements, dtype name, device."""
 
@@ -66,6 +85,10 @@ class View:
     def __init__(self, obj, name):
         self.obj, self.name = obj, name
         if is_torch(obj):
+            global on_first_tensor
+            if on_first_tensor is not None:
+                hook, on_first_tensor = on_first_tensor, None
+                hook()
             dev = obj.device
             if dev.type == "cuda":
                 self.device = dev.index if dev.index is not None else _torch().cuda.current_device()
@@ -184,8 +207,9 @@ def reshape(obj, shape):
 
 
 def scalar(x, name, default):
-    """A float from None (default), a Python/NumPy number or a one-element array or tensor. A CUDA
-    tensor is read back to the host, which waits for the work queued before it."""
+    """A float from None (default), a Python/NumPy number or a one-element array or tensor. Only the
+    host helpers (dequantization) read a CUDA tensor back this way; the GEMM and quantize paths pass
+    CUDA scalars to the library as device pointers."""
     if x is None:
         return float(default)
     if is_torch(x) or isinstance(x, np.ndarray):
@@ -214,6 +238,7 @@ class _Context:
         handle = _lib.ctypes.c_void_p()
         _lib.check(_lib.LIB.fp4_context_create(_lib.ctypes.byref(handle), device), "fp4_context_create")
         self.handle = handle
+        self.device = device
         self.lock = threading.Lock()
 
 
@@ -226,6 +251,31 @@ def context(device):
         if ctx is None:
             ctx = _contexts[device] = _Context(device)
         return ctx
+
+
+def _raw_stream_fn():
+    """A function device -> the current cudaStream_t of PyTorch as an integer: the raw accessor
+    TorchInductor uses when present (no Stream object per call), else the public one."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
+def _current_device_fn():
+    torch = _torch()
+    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+_cuda_fns = []
+
+
+def cuda_fns():
+    """(current raw stream of a device, current device ordinal), looked up once."""
+    if not _cuda_fns:
+        _cuda_fns.extend((_raw_stream_fn(), _current_device_fn()))
+    return _cuda_fns
 
 
 @contextlib.contextmanager
@@ -241,9 +291,15 @@ def call_scope(device):
         yield ctx.handle, torch.cuda.current_stream(device).cuda_stream or None
 
 
+_pdl_by_device = {}
+
+
 def default_pdl(device):
     """FlashInfer's enable_pdl=None: on when the device has programmatic dependent launch (SM90+)."""
     if device < 0:
         return False
-    major, _ = _torch().cuda.get_device_capability(device)
-    return major >= 9
+    pdl = _pdl_by_device.get(device)
+    if pdl is None:
+        major, _ = _torch().cuda.get_device_capability(device)
+        pdl = _pdl_by_device[device] = major >= 9
+    return pdl

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Host microseconds per call of the Python package, call to return, at M = 1 on the decode shapes.
+
+For mm_fp4, mm_w4a16 and fp4_quantize, with NumPy arrays and PyTorch tensors (CPU tensors, and CUDA
+tensors when PyTorch sees a GPU), it reports the median wall time of a call (from the call to its
+return, eager, the same operands every call) and, beside it, the median of the bare C call with
+prebuilt structs on the same operands: their difference is what the Python layer costs. Times are
+the mean of a batch of calls, the fastest of several batches. On the host
+backends a call computes its result before it returns, so the C column holds the GEMM itself; on a
+GPU the C column is the library's own host cost (launches are asynchronous).
+
+  FP4KIT_LIB=$PWD/build/libfp4kit.so PYTHONPATH=python python3 scripts/python_host_cost.py
+  ... --package DIR      import fp4kit from DIR instead (compare two versions of the package)
+  ... --shapes 4096x4096,2048x4096 --calls 2000 --json out.json
+"""
+
+import argparse
+import ctypes
+import importlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+DECODE_SHAPES = [(4096, 4096), (2048, 4096), (4096, 1024), (128, 128)]  # N x K; the last: Python cost alone
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--package", help="directory holding the fp4kit package to measure (default: python/ of this checkout)")
+    ap.add_argument("--shapes", help="comma-separated NxK list (default: %s)" % ",".join("%dx%d" % s for s in DECODE_SHAPES))
+    ap.add_argument("--calls", type=int, default=1000, help="timed calls per point (default 1000)")
+    ap.add_argument("--repeats", type=int, default=5, help="medians taken over this many batches (default 5)")
+    ap.add_argument("--kinds", default="numpy,torch-cpu,torch-cuda", help="operand kinds to measure")
+    ap.add_argument("--json", help="also write the rows to this file")
+    return ap.parse_args()
+
+
+def load(package):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, package or os.path.join(here, "python"))
+    return importlib.import_module("fp4kit")
+
+
+def per_call_us(fn, calls, repeats, sync=None):
+    """The mean wall time of one call in the fastest of `repeats` batches, in microseconds (the
+    fastest batch is the one least disturbed by other work on a shared machine)."""
+    for _ in range(min(50, calls)):
+        fn()
+    if sync:
+        sync()
+    batches = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        batches.append((time.perf_counter() - t0) / calls * 1e6)
+        if sync:
+            sync()
+    return min(batches)
+
+
+def operands(fp4kit, kind, n, k, torch):
+    rng = np.random.default_rng(n + k)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    if kind == "numpy":
+        import ml_dtypes
+        x16 = x.astype(ml_dtypes.bfloat16)
+        gs = 1.0
+    else:
+        dev = "cuda" if kind == "torch-cuda" else "cpu"
+        x16 = torch.from_numpy(x).to(dev, torch.bfloat16)
+        w = torch.from_numpy(w).to(dev, torch.bfloat16)
+        gs = torch.tensor([1.0], device=dev)
+    wq, ws = fp4kit.nvfp4_quantize(w, gs)
+    xq, xs = fp4kit.fp4_quantize(x16, gs)
+    alpha = gs
+    return x16, xq, xs, wq, ws, gs, alpha
+
+
+def bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch):
+    """A function making the C call of `op` on the same operands with prebuilt structs."""
+    L = fp4kit._lib
+    lib = L.LIB
+    dev = -1
+    if kind == "torch-cuda":
+        dev = x16.device.index or 0
+    ptr = (lambda t: t.data_ptr()) if kind != "numpy" else (lambda a: a.ctypes.data)
+    mem = L.MEMORY_DEVICE if dev >= 0 else L.MEMORY_HOST
+    ctx = fp4kit._tensors.context(dev) if dev >= 0 else None
+    handle = ctx.handle if ctx else None
+    opts = L.Options()
+    opts.enable_pdl = 1 if dev >= 0 else 0
+    if dev >= 0:
+        opts.stream = torch.cuda.current_stream().cuda_stream or None
+    nb = ctypes.c_size_t()
+    lib.fp4_scales_size(L.FORMAT_NVFP4, L.LAYOUT_128X4, 1, k, ctypes.byref(nb))
+    if kind == "numpy":
+        out = np.empty((1, n), x16.dtype)
+        q_out = np.empty((1, k // 2), np.uint8)
+        s_out = np.empty(nb.value, np.uint8)
+    else:
+        out = torch.empty((1, n), dtype=torch.bfloat16, device=x16.device)
+        q_out = torch.empty((1, k // 2), dtype=torch.uint8, device=x16.device)
+        s_out = torch.empty(nb.value, dtype=torch.uint8, device=x16.device)
+    mo = L.Matrix(ptr(out), 1, n, n, L.DTYPE_BF16, mem)
+    qa = L.QMatrix(ptr(xq), ptr(xs), 1, k, L.FORMAT_NVFP4, L.LAYOUT_128X4, 1.0, mem)
+    qb = L.QMatrix(ptr(wq), ptr(ws), n, k, L.FORMAT_NVFP4, L.LAYOUT_128X4, 1.0, mem)
+    ma = L.Matrix(ptr(x16), 1, k, k, L.DTYPE_BF16, mem)
+    qq = L.QMatrix(ptr(q_out), ptr(s_out), 1, k, L.FORMAT_NVFP4, L.LAYOUT_128X4, 1.0, mem)
+    r = ctypes.byref
+    keep = (out, q_out, s_out)
+    if op == "mm_fp4":
+        return lambda: (lib.fp4_mm(handle, r(qa), r(qb), 1.0, r(mo), r(opts)), keep)
+    if op == "mm_w4a16":
+        return lambda: (lib.fp4_mm_w4a16(handle, r(ma), r(qb), 1.0, r(mo), r(opts)), keep)
+    return lambda: (lib.fp4_quantize(handle, r(ma), 1.0, r(qq), r(opts)), keep)
+
+
+def main():
+    args = parse_args()
+    fp4kit = load(args.package)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    shapes = DECODE_SHAPES if not args.shapes else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    kinds = [kd for kd in args.kinds.split(",") if kd == "numpy" or (torch is not None and (
+        kd == "torch-cpu" or (kd == "torch-cuda" and torch.cuda.is_available())))]
+    print("fp4kit from %s, libfp4kit %s" % (os.path.dirname(fp4kit.__file__), fp4kit.library_path()))
+    print("host microseconds per call, call to return, M = 1 (fastest of %d batches of %d calls)"
+          % (args.repeats, args.calls))
+    print("%-11s %-12s %-11s %10s %10s %10s  %s" % ("kind", "op", "N x K", "python", "bare C", "layer", "backend"))
+    rows = []
+    for kind in kinds:
+        sync = torch.cuda.synchronize if kind == "torch-cuda" else None
+        for n, k in shapes:
+            x16, xq, xs, wq, ws, gs, alpha = operands(fp4kit, kind, n, k, torch)
+            calls = {
+                "mm_fp4": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha),
+                "mm_w4a16": lambda: fp4kit.mm_w4a16(x16, wq.T, ws.T, alpha),
+                "fp4_quantize": lambda: fp4kit.fp4_quantize(x16, gs),
+            }
+            for op, fn in calls.items():
+                try:
+                    t_py = per_call_us(fn, args.calls, args.repeats, sync)
+                    backend = fp4kit.last_run()["backend"] if fp4kit.last_run() else "?"
+                    t_c = per_call_us(bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch), args.calls,
+                                      args.repeats, sync)
+                except Exception as e:  # noqa: BLE001 - report the point that cannot run and go on
+                    print("%-11s %-12s %-11s %s" % (kind, op, "%dx%d" % (n, k), "not measured: %s" % e))
+                    continue
+                row = {"kind": kind, "op": op, "n": n, "k": k, "python_us": round(t_py, 2), "c_us": round(t_c, 2),
+                       "layer_us": round(t_py - t_c, 2), "backend": backend}
+                rows.append(row)
+                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f  %s" % (kind, op, "%dx%d" % (n, k), t_py, t_c,
+                                                                      t_py - t_c, backend))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"package": os.path.dirname(fp4kit.__file__), "library": fp4kit.library_path(),
+                       "calls": args.calls, "repeats": args.repeats, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+"""The engine-facing Python API: FlashInfer's current signatures, device scalars, the per-shape call
+plans, the torch.library custom ops, the MoE entry points (fp4kit's moe_forward and FlashInfer's
+cutlass_fused_moe contract) against a direct fp4_moe_forward call, scale-layout and tune() errors.
+
+Host tests run on NumPy arrays and CPU tensors; the CUDA ones where PyTorch sees a GPU (skipped
+visibly otherwise).
+"""
+
+import ctypes
+import inspect
+import threading
+
+import numpy as np
+import pytest
+
+import test_package as base  # noqa: E402  (locates and loads fp4kit)
+
+fp4kit = base.fp4kit
+torch = base.torch
+ml_dtypes = base.ml_dtypes
+torch_only, cuda_only = base.torch_only, base.cuda_only
+
+# ---- FlashInfer's signatures (flashinfer/quantization/fp4_quantization.py, flashinfer/gemm/gemm_base.py) ----
+
+FLASHINFER_PARAMS = {
+    "fp4_quantize": ["input", "global_scale", "sf_vec_size", "sf_use_ue8m0", "is_sf_swizzled_layout",
+                     "is_sf_8x4_layout", "is_global_scale_inversed", "enable_pdl", "backend"],
+    "nvfp4_quantize": ["a", "a_global_sf", "sfLayout", "do_shuffle", "sf_vec_size", "enable_pdl", "backend",
+                       "per_token_activation", "expanded_idx_to_permuted_idx"],
+    "mxfp4_quantize": ["a", "backend", "enable_pdl", "sfLayout"],
+    "mxfp4_dequantize": ["a_fp4", "a_sf", "sfLayout"],
+    "e2m1_and_ufp8sf_scale_to_float": ["e2m1_tensor", "ufp8_scale_tensor", "global_scale_tensor", "sf_vec_size",
+                                       "ufp8_type", "is_sf_swizzled_layout", "is_sf_8x4_layout"],
+    "mm_fp4": ["a", "b", "a_descale", "b_descale", "alpha", "out_dtype", "out", "block_size", "use_8x4_sf_layout",
+               "backend", "use_nvfp4", "enable_pdl"],
+    "block_scale_interleave": ["unswizzled_sf"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLASHINFER_PARAMS))
+def test_signatures_follow_flashinfer(name):
+    params = list(inspect.signature(getattr(fp4kit, name)).parameters)
+    want = FLASHINFER_PARAMS[name]
+    assert params[:len(want)] == want, params
+
+
+def test_fp4_quantize_seventh_parameter_is_is_global_scale_inversed():
+    x = base.random_input(np.random.default_rng(1), 4, 64)
+    with pytest.raises(NotImplementedError, match="is_global_scale_inversed"):
+        fp4kit.fp4_quantize(x, 2.0, 16, False, True, False, True)
+    q1, s1 = fp4kit.fp4_quantize(x, 2.0, 16, False, True, False, False, True)  # 8th: enable_pdl
+    q2, s2 = fp4kit.fp4_quantize(x, 2.0)
+    np.testing.assert_array_equal(q1, q2)
+    np.testing.assert_array_equal(s1, s2)
+
+
+def test_nvfp4_quantize_per_token_arguments_are_named():
+    x = base.random_input(np.random.default_rng(2), 4, 64)
+    with pytest.raises(NotImplementedError, match="per_token_activation"):
+        fp4kit.nvfp4_quantize(x, 1.0, per_token_activation=True)
+    with pytest.raises(NotImplementedError, match="expanded_idx_to_permuted_idx"):
+        fp4kit.nvfp4_quantize(x, 1.0, expanded_idx_to_permuted_idx=np.zeros(4, np.int32))
+    q, s = fp4kit.nvfp4_quantize(x, 3.0, fp4kit.SfLayout.layout_linear, False, 16, None, "auto")
+    q2, s2 = fp4kit.fp4_quantize(x, 3.0, 16, False, False)
+    np.testing.assert_array_equal(q, q2)
+    np.testing.assert_array_equal(s, s2)
+
+
+def test_mxfp4_quantize_and_dequantize_take_flashinfer_positions():
+    x = base.random_input(np.random.default_rng(3), 5, 96)
+    q, s = fp4kit.mxfp4_quantize(x, "auto", None, fp4kit.SfLayout.layout_linear)
+    q2, s2 = fp4kit.fp4_quantize(x, None, 32, True, False)
+    np.testing.assert_array_equal(q, q2)
+    np.testing.assert_array_equal(s, s2)
+    assert s.shape == (5, 3)
+    d_lin = fp4kit.mxfp4_dequantize(q, s, fp4kit.SfLayout.layout_linear)
+    q3, s3 = fp4kit.mxfp4_quantize(x)
+    np.testing.assert_array_equal(q3, q)
+    np.testing.assert_array_equal(fp4kit.mxfp4_dequantize(q3, s3), d_lin)
+    with pytest.raises(ValueError, match="sfLayout"):
+        fp4kit.mxfp4_quantize(x, "auto", None, 7)
+
+
+def test_e2m1_dequantize_8x4_layout():
+    x = base.random_input(np.random.default_rng(4), 9, 64)
+    q, s8 = fp4kit.fp4_quantize(x, 2.0, 16, False, True, True)
+    _, s128 = fp4kit.fp4_quantize(x, 2.0)
+    a = fp4kit.e2m1_and_ufp8sf_scale_to_float(q, s8, np.float32(0.5), 16, 1, True, True)
+    b = fp4kit.e2m1_and_ufp8sf_scale_to_float(q, s128, np.float32(0.5), 16, 1, True, False)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_ue8m0_dequantization_ignores_the_global_scale():
+    """FlashInfer ignores global_scale_tensor for UE8M0 (MXFP4) scales."""
+    x = base.random_input(np.random.default_rng(5), 3, 64)
+    q, s = fp4kit.mxfp4_quantize(x)
+    plain = fp4kit.e2m1_and_ufp8sf_scale_to_float(q, s, None, 32, 0)
+    scaled = fp4kit.e2m1_and_ufp8sf_scale_to_float(q, s, np.array([4.0], np.float32), 32, 0)
+    np.testing.assert_array_equal(scaled, plain)
+
+
+def test_mm_fp4_skip_check_and_backend_queries():
+    xq, xs, wq, ws, alpha, _ = base._operands(3, 32, 64)
+    a = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, backend="ref")
+    b = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, backend="ref", skip_check=True)
+    np.testing.assert_array_equal(a, b)
+    assert fp4kit.mm_fp4.is_backend_supported("ref") is True
+    assert fp4kit.mm_fp4.is_backend_supported("auto") is False
+    names = [x["name"] for x in fp4kit.backends()]
+    for upstream in ("cudnn", "trtllm", "cutlass"):
+        assert fp4kit.mm_fp4.is_backend_supported(upstream) == (upstream in names)
+    assert fp4kit.mm_fp4.is_backend_supported("ref", 90) is True  # the C reference runs everywhere
+    assert fp4kit.mm_fp4.has_backend("ref") and fp4kit.mm_fp4.is_compute_capability_supported(100)
+
+
+# ---- scale layouts told apart by shape ----------------------------------------------------------------------
+
+
+def _weight(n, k, layout, seed=6):
+    w = base.random_input(np.random.default_rng(seed), n, k)
+    sf_layout = fp4kit.SfLayout.layout_linear if layout == "linear" else fp4kit.SfLayout.layout_128x4
+    return fp4kit.nvfp4_quantize(w, 1.0, sfLayout=sf_layout)
+
+
+def test_mm_w4a16_refuses_linear_scales_where_128x4_is_expected():
+    a = np.ones((2, 80), np.float32)
+    wq, ws_lin = _weight(40, 80, "linear")
+    assert ws_lin.shape == (40, 5)
+    with pytest.raises(ValueError, match=r"shape of linear .*b_descale_layout='linear'"):
+        fp4kit.mm_w4a16(a, wq.T, ws_lin.T, 1.0)
+    _, ws_sw = _weight(40, 80, "128x4")
+    with pytest.raises(ValueError, match=r"padded shape of 128x4 .*b_descale_layout='128x4'"):
+        fp4kit.mm_w4a16(a, wq.T, ws_sw, 1.0, b_descale_layout="linear")
+    got = fp4kit.mm_w4a16(a, wq.T, ws_lin.T, 1.0, b_descale_layout="linear")
+    np.testing.assert_array_equal(got, fp4kit.mm_w4a16(a, wq.T, ws_sw.T, 1.0))
+
+
+def test_mm_fp4_refuses_linear_scales():
+    xq, xs = fp4kit.fp4_quantize(np.ones((2, 80), np.float32), 1.0)
+    wq, ws_lin = _weight(40, 80, "linear")
+    with pytest.raises(ValueError, match=r"block_scale_interleave"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws_lin.T, 1.0)
+
+
+# ---- tune() without a GPU ----------------------------------------------------------------------------------------
+
+
+def test_tune_defaults_to_the_host_without_a_gpu(tmp_path):
+    from fp4kit import _lib
+    if _lib.LIB.fp4_probe_device_count() > 0:
+        pytest.skip("a CUDA device is visible: tune() defaults to device 0 there")
+    results = fp4kit.tune([(32, 64)], m=1, runs=1, cache_path=str(tmp_path / "t.json"))
+    assert results and results[0]["backend"] in [b["name"] for b in fp4kit.backends() if b["available"]]
+    with pytest.raises(ValueError, match="device"):
+        fp4kit.tune([(32, 64)], device=-2, cache_path=str(tmp_path / "t.json"))
+
+
+# ---- call plans: shapes and threads never share a stale plan ---------------------------------------------------
+
+
+def test_plans_follow_every_shape_and_kind():
+    cases = [base._operands(m, n, k, seed=m) for m, n, k in [(1, 32, 64), (3, 48, 128), (1, 32, 64), (2, 32, 64)]]
+    first = [fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, backend="ref") for xq, xs, wq, ws, alpha, _ in cases]
+    again = [fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, backend="ref") for xq, xs, wq, ws, alpha, _ in cases]
+    for (xq, xs, wq, ws, alpha, ref), a, b in zip(cases, first, again):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a.astype(np.float64), ref.astype(np.float32).astype(np.float64))
+    # a read-only output is refused even when a writable one of the same shape ran before
+    xq, xs, wq, ws, alpha, _ = cases[0]
+    out = np.empty((1, 32), np.float32)
+    fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, out)
+    ro = np.empty((1, 32), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, ro)
+    with pytest.raises(ValueError, match="scale must be a number"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, "0.5")
+
+
+def test_plans_are_per_thread():
+    cases = [base._operands(2, 64, 128, seed=s) for s in range(4)]
+    expect = [fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32) for xq, xs, wq, ws, alpha, _ in cases]
+    bad = []
+
+    def work(i):
+        xq, xs, wq, ws, alpha, _ = cases[i % 4]
+        for _ in range(50):
+            got = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32)
+            if not np.array_equal(got, expect[i % 4]):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
+
+
+def test_scale_bytes_formula_matches_the_library():
+    from fp4kit import _ops
+    for fmt in (0, 1):
+        for layout in (0, 1, 2):
+            if fmt == 1 and layout == 2:
+                continue
+            for rows, k in [(1, 64), (130, 96), (7, 512)]:
+                if k % (16 if fmt == 0 else 32):
+                    continue
+                assert _ops.scale_bytes(fmt, layout, rows, k) == _ops.scales_size(fmt, layout, rows, k)
+
+
+# ---- torch: tensor scales, custom ops, compile ---------------------------------------------------------------
+
+
+def _torch_linear_operands(m=3, n=64, k=128, device="cpu"):
+    torch.manual_seed(m + n)
+    x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+    w = torch.randn(n, k, dtype=torch.bfloat16, device=device)
+    gx = (448 * 6) / x.float().abs().max().reshape(1)
+    gw = (448 * 6) / w.float().abs().max().reshape(1)
+    wq, ws = fp4kit.nvfp4_quantize(w, gw)
+    return x, gx, gw, wq, ws
+
+
+@torch_only
+def test_torch_ops_are_registered_with_fake_implementations():
+    x, gx, gw, wq, ws = _torch_linear_operands()
+    xq, xs = fp4kit.fp4_quantize(x, gx)
+    alpha = (1.0 / (gx * gw)).float()
+    ops = torch.ops.fp4kit
+    for op, args in [
+        (ops.fp4_quantize, (x, gx, 1.0, 16, False, True, False, None, "auto")),
+        (ops.mm_fp4, (xq, wq, xs, ws, alpha, 1.0, torch.bfloat16, 16, False, "auto", True, None)),
+        (ops.mm_w4a16, (x, wq, ws, 1.0 / gw, 1.0, torch.bfloat16, 16, True, "128x4", "auto", None)),
+    ]:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+
+
+@torch_only
+def test_torch_compile_fullgraph_traces_fp4kit_calls():
+    x, gx, gw, wq, ws = _torch_linear_operands(m=4)
+
+    class Linear(torch.nn.Module):
+        def forward(self, h):
+            hq, hs = fp4kit.fp4_quantize(h, gx)
+            y = fp4kit.mm_fp4(hq, wq.T, hs, ws.T, 1.0 / (gx * gw), torch.bfloat16)
+            return y + fp4kit.mm_w4a16(h, wq.T, ws.T, 1.0 / gw)
+
+    mod = Linear()
+    eager = mod(x)
+    compiled = torch.compile(mod, fullgraph=True, backend="aot_eager")(x)
+    assert torch.equal(compiled, eager)
+
+
+# ---- MoE -----------------------------------------------------------------------------------------------------
+
+E, H, I, T_TOK, TOP_K = 4, 64, 32, 5, 2
+
+
+class CG(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("scales", ctypes.c_void_p), ("multipliers", ctypes.c_void_p),
+                ("experts", ctypes.c_int64), ("rows", ctypes.c_int64), ("cols", ctypes.c_int64),
+                ("format", ctypes.c_int), ("layout", ctypes.c_int), ("memory", ctypes.c_int)]
+
+
+class CX(ctypes.Structure):
+    _fields_ = [("gate_up", CG), ("down", CG), ("gate_up_act_scale", ctypes.c_float),
+                ("down_act_scale", ctypes.c_float), ("act_scales_device", ctypes.c_void_p)]
+
+
+class CL(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("routed", CX), ("shared", ctypes.c_void_p)]
+
+
+class CR(ctypes.Structure):
+    _fields_ = [("topk_ids", ctypes.c_void_p), ("tokens", ctypes.c_int64), ("top_k", ctypes.c_int64),
+                ("topk_weights", base.CM), ("shared_weights", ctypes.c_void_p)]
+
+
+C = base.C
+C.fp4_moe_workspace_size.argtypes = [ctypes.POINTER(CL), ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_size_t)]
+C.fp4_moe_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(CL), ctypes.POINTER(base.CM), ctypes.POINTER(CR),
+                              ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(base.CM), ctypes.c_void_p]
+
+
+def c_moe(hidden, ids, weights, w13, s13, m13, w2, s2, m2, mode, act):
+    """fp4_moe_forward called directly on host arrays; output pre-filled with NaN."""
+    t, h = hidden.shape
+    lay = CL()
+    lay.mode = mode
+    for g, w, s, m in ((lay.routed.gate_up, w13, s13, m13), (lay.routed.down, w2, s2, m2)):
+        g.data, g.scales, g.multipliers = w.ctypes.data, s.ctypes.data, m.ctypes.data
+        g.experts, g.rows, g.cols, g.format, g.layout, g.memory = w.shape[0], w.shape[1], 2 * w.shape[2], 0, 1, 0
+    lay.routed.gate_up_act_scale, lay.routed.down_act_scale = act
+    rt = CR(ids.ctypes.data, t, ids.shape[1], base.CM(weights.ctypes.data, t, ids.shape[1], 0, 0, 0), None)
+    n = ctypes.c_size_t()
+    assert C.fp4_moe_workspace_size(ctypes.byref(lay), t, ids.shape[1], None, ctypes.byref(n)) == 0
+    ws = np.empty(max(n.value, 1), np.uint8)
+    out = np.full((t, h), np.nan, hidden.dtype)
+    dt = base.DTYPES[hidden.dtype.name][0]
+    hm, om = base.CM(hidden.ctypes.data, t, h, 0, dt, 0), base.CM(out.ctypes.data, t, h, 0, dt, 0)
+    st = C.fp4_moe_forward(None, ctypes.byref(lay), ctypes.byref(hm), ctypes.byref(rt), ws.ctypes.data, n.value,
+                           ctypes.byref(om), None)
+    assert st == 0, C.fp4_last_error().decode()
+    return out
+
+
+def moe_operands(seed=0):
+    rng = np.random.default_rng(seed)
+    hidden = base.random_input(rng, T_TOK, H, "bfloat16")
+    ids = np.stack([rng.choice(E, TOP_K, replace=False) for _ in range(T_TOK)]).astype(np.int32)
+    weights = rng.random((T_TOK, TOP_K)).astype(np.float32)
+    parts = {}
+    for name, rows, cols in (("w13", 2 * I, H), ("w2", H, I)):
+        qs, ss, gs = [], [], []
+        for e in range(E):
+            w = rng.standard_normal((rows, cols)).astype(np.float32) * np.float32(0.1 * (e + 1))
+            g = base.gsf_of(w)
+            q, s = fp4kit.nvfp4_quantize(w, g)
+            qs.append(q)
+            ss.append(s.reshape(-1))
+            gs.append(np.float32(1) / np.float32(g))
+        parts[name] = (np.stack(qs), np.stack(ss), np.array(gs, np.float32))
+    return hidden, ids, weights, parts
+
+
+@pytest.mark.parametrize("mode", ["w4a4", "w4a16"])
+def test_moe_forward_equals_fp4_moe_forward(mode):
+    hidden, ids, weights, p = moe_operands(1)
+    act = (3.0, 5.0)
+    expect = c_moe(hidden, ids, weights, *p["w13"], *p["w2"], 1 if mode == "w4a4" else 0, act)
+    got = fp4kit.moe_forward(hidden, ids, weights, *p["w13"], *p["w2"], act_scales=act, mode=mode)
+    assert got.dtype == hidden.dtype and got.shape == (T_TOK, H)
+    np.testing.assert_array_equal(got.view(np.uint16), expect.view(np.uint16))
+    assert not np.isnan(got.astype(np.float32)).any()
+    if torch is not None:
+        th = torch.from_numpy(hidden.view(np.uint16)).view(torch.bfloat16)
+        tt = [torch.from_numpy(v) for v in (*p["w13"], *p["w2"])]
+        gt = fp4kit.moe_forward(th, torch.from_numpy(ids), torch.from_numpy(weights), *tt,
+                                act_scales=torch.tensor(act), mode=mode)
+        np.testing.assert_array_equal(gt.view(torch.uint16).numpy(), expect.view(np.uint16))
+
+
+@torch_only
+@pytest.mark.parametrize("w4a16", [False, True])
+@pytest.mark.parametrize("order", ["w31", "w13"])
+def test_cutlass_fused_moe_contract_equals_fp4_moe_forward(w4a16, order):
+    hidden, ids, weights, p = moe_operands(2)
+    w13, s13, g13 = p["w13"]
+    w2, s2, g2 = p["w2"]
+    a1, a2 = np.float32(2.0), np.float32(0.5)
+    t = torch.from_numpy
+    if w4a16:
+        qs = [None, t(s13).view(torch.int32), t(g13), None, t(s2).view(torch.int32), t(g2)]
+        m13, m2, act = g13, g2, (1.0, 1.0)
+    else:
+        # FlashInfer's fc dequant scales 1/(act_scale * weight_global_scale); fp4kit's multipliers alpha * act_scale
+        alpha13 = (t(g13) / torch.tensor(a1)).float()
+        alpha2 = (t(g2) / torch.tensor(a2)).float()
+        qs = [torch.tensor(a1), t(s13).view(torch.int32), alpha13, torch.tensor(a2), t(s2).view(torch.int32), alpha2]
+        m13, m2, act = (alpha13 * torch.tensor(a1)).numpy(), (alpha2 * torch.tensor(a2)).numpy(), (a1, a2)
+    expect = c_moe(hidden, ids, weights, w13, s13, m13, w2, s2, m2, 0 if w4a16 else 1, act)
+    fc1, fc1_sf = t(w13), t(s13)
+    if order == "w31":  # what SGLang's loader holds for the flashinfer_cutlass runner: up rows first
+        fc1 = torch.cat((fc1[:, I:], fc1[:, :I]), dim=1)
+        sf = torch.from_numpy(np.stack([_swap_scale_halves(s) for s in s13]))
+        qs[1] = sf.view(torch.int32)
+    else:
+        qs[1] = fc1_sf.view(torch.int32)
+    th = t(hidden.view(np.uint16)).view(torch.bfloat16)
+    out = torch.full((T_TOK, H), float("nan"), dtype=torch.bfloat16)
+    res = fp4kit.cutlass_fused_moe(th, t(ids), t(weights), fc1.view(torch.long), t(w2).view(torch.long),
+                                   torch.bfloat16, qs, output=out, fc1_order=order, w4a16=w4a16)
+    assert isinstance(res, list) and res[0] is out
+    np.testing.assert_array_equal(out.view(torch.uint16).numpy(), expect.view(np.uint16))
+
+
+def _swap_scale_halves(s):
+    """128x4 scales of [w1; w3] rows re-laid as [w3; w1] rows, through the linear layout."""
+    c = H // 16
+    lin = np.empty((2 * I, c), np.uint8)
+    off = base.offsets_128x4(2 * I, c)
+    lin[:, :] = s[off]
+    out = np.zeros_like(s)
+    out[off] = np.concatenate((lin[I:], lin[:I]))
+    return out
+
+
+@torch_only
+def test_cutlass_fused_moe_names_what_it_does_not_support():
+    hidden, ids, weights, p = moe_operands(3)
+    t = torch.from_numpy
+    th = t(hidden.view(np.uint16)).view(torch.bfloat16)
+    qs = [torch.tensor(1.0), t(p["w13"][1]), t(p["w13"][2]), torch.tensor(1.0), t(p["w2"][1]), t(p["w2"][2])]
+    args = (th, t(ids), t(weights), t(p["w13"][0]), t(p["w2"][0]), torch.bfloat16, qs)
+    for kw in [dict(fc1_expert_biases=torch.zeros(1)), dict(input_sf=torch.zeros(1)), dict(swiglu_limit=torch.zeros(1)),
+               dict(ep_size=2), dict(tp_size=2), dict(cluster_size=2), dict(enable_alltoall=True),
+               dict(use_w4_group_scaling=True), dict(min_latency_mode=True), dict(use_packed_weights=True),
+               dict(use_deepseek_fp8_block_scale=True), dict(use_mxfp8_act_scaling=True),
+               dict(activation_type=fp4kit.ActivationType.Relu2), dict(profile_ids=[0, 0])]:
+        name = next(iter(kw))
+        with pytest.raises(NotImplementedError, match=name):
+            fp4kit.cutlass_fused_moe(*args, **kw)
+    with pytest.raises(NotImplementedError, match="quant_scales"):
+        fp4kit.cutlass_fused_moe(*args[:6], qs[:4])
+    out = fp4kit.cutlass_fused_moe(*args, fc1_order="w13", use_fused_finalize=False, tune_max_num_tokens=16)[0]
+    assert out.shape == (T_TOK, H) and not torch.isnan(out.float()).any()
+
+
+# ---- CUDA: device scalars and graph capture of each entry point --------------------------------------------------
+
+
+@cuda_only
+def test_cuda_tensor_scales_are_read_on_the_device_and_captured():
+    base._gpu_backends_or_skip()
+    x, gx, gw, wq, ws = _torch_linear_operands(m=1, n=256, k=512, device="cuda")
+    alpha = (1.0 / (gx * gw)).float()
+    walpha = (1.0 / gw).float()
+
+    def step():
+        hq, hs = fp4kit.fp4_quantize(x, gx)
+        y = fp4kit.mm_fp4(hq, wq.T, hs, ws.T, alpha, torch.bfloat16)
+        z = fp4kit.mm_w4a16(x, wq.T, ws.T, walpha)
+        return hq, hs, y, z
+
+    eager = step()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up on the capture stream: plans built, workspace reserved
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):  # a host read of a scale (.item()) would invalidate the capture
+        captured = step()
+    for _ in range(100):
+        g.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(eager, captured):
+        assert torch.equal(a, b)
+    gx.mul_(0.5)  # the replay reads the scale's current value on the device
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], fp4kit.fp4_quantize(x, gx)[0])
