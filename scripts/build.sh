@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Configures and builds fp4kit into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure step.
+# The GPU code follows FP4KIT_CUDA_ARCHITECTURES: auto (default) the visible GPU's architecture, and
+# with no GPU the host backends only (minutes on 2 cores); all the five targets sm_80, sm_89, sm_90a,
+# sm_100a, sm_120a (about an hour and a half on 2 cores); none; or a list such as 90a or 80,120a.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+mkdir -p "$BUILD_DIR"
+t0=$SECONDS
+if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  -DFP4KIT_CUDA_ARCHITECTURES="${FP4KIT_CUDA_ARCHITECTURES:-auto}" "$@" >"$BUILD_DIR/configure.log" 2>&1; then
+  cat "$BUILD_DIR/configure.log" >&2
+  exit 1
+fi
+# What was chosen (GPU code, cJSON), from the configure output.
+grep -E '^(-- )?fp4kit' "$BUILD_DIR/configure.log" || true
 cmake --build "$BUILD_DIR" -j"$(nproc)"
+echo "build: $BUILD_DIR built in $((SECONDS - t0)) s"

@@ -18,20 +18,32 @@
 # launch of each large-M tile family, when Nsight Compute is installed and can read the counters).
 # FP4KIT_CTEST_ARGS adds ctest arguments (e.g. -R "cuda"). FP4KIT_STEP_TIMEOUT (seconds, default none) stops any one step that runs longer (it counts as failed).
 # FP4KIT_COMMIT names the commit in bench records when the tree has no .git (a copied tree).
-# A cJSON tree in .deps/ (include/, lib/) is used when the machine has no libcjson-dev.
+# cJSON: the system's when it has libcjson-dev, else the source in .deps/cjson-src, compiled into the
+# library (CMake finds it there; else it tries scripts/fetch_deps.sh itself, else its configure log
+# says what to install). On a machine without network, put it there before copying the tree:
+# `bash scripts/fetch_deps.sh` (on a machine that reaches the apt archive; .deps/ is ignored by git,
+# so a copy that takes only what git tracks must name it). FP4KIT_GPU_ARCH (default: the first
+# visible GPU's, e.g. 90a) is the one architecture built.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-check-out}
 # A fresh directory by default: a machine that kept an earlier run's /tmp would otherwise pack its
 # logs with this run's.
 LOG=${LOG:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
-ARCH=${FP4KIT_GPU_ARCH:-90a}
+gpu_arch() { # the first visible GPU's architecture (a-suffixed from SM90 on), else 90a
+  local cc
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+  case "$cc" in
+    '' | *[!0-9]*) echo 90a ;;
+    *) if ((cc >= 90)); then echo "${cc}a"; else echo "$cc"; fi ;;
+  esac
+}
+ARCH=${FP4KIT_GPU_ARCH:-$(gpu_arch)}
 PARTS=${FP4KIT_GPU_PARTS:-build ctest check probe python bench-small bench-large tune timing-small timing-large moe sass}
 BUILD=build-gpu
 F=$BUILD/tools/fp4kit
 mkdir -p "$OUT" "$LOG"
 export FP4KIT_COMMIT=${FP4KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-export LD_LIBRARY_PATH="$PWD/.deps/lib:${LD_LIBRARY_PATH:-}" CMAKE_PREFIX_PATH="$PWD/.deps"
 export FP4KIT_TUNING_CACHE="$LOG/tuning.json"
 summary=()
 want() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -48,10 +60,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "$FP4KIT_COMMIT" >"$LOG/commit.txt"
 
 if want build; then
-  step configure cmake -S . -B $BUILD -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH}-real \
-    -DCMAKE_PREFIX_PATH="$PWD/.deps"
+  step configure cmake -S . -B $BUILD -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH}-real
   step build cmake --build $BUILD -j "$(nproc)"
-  [ -x $F ] || { printf '%s\n' "${summary[@]}"; tail -30 "$LOG/build.log"; exit 1; }
+  [ -x $F ] || { printf '%s\n' "${summary[@]}"; tail -30 "$LOG/configure.log" "$LOG/build.log"; exit 1; }
 fi
 want ctest && step ctest bash -c "cd $BUILD && ctest --output-on-failure -j 8 --timeout ${FP4KIT_CTEST_TIMEOUT:-600} ${FP4KIT_CTEST_ARGS:-}"
 want check && step fp4kit-check $F check
@@ -78,10 +89,6 @@ if want bench-dequant; then
   # Issue #4's large-M targets on the dequantize-then-cuBLAS path, with both same-run peers.
   step bench-dequant $F bench --backend cublas-dequant --shapes $DENSE --m 256,512,4096,8192 --op w4a16,w4a4 \
     --runs 50 --json "$LOG/bench-dequant.json" --csv "$LOG/bench-dequant.csv"
-  # The same at M >= 4096 with the dequantized weights in 32 MiB chunks (L2-sized: does the GEMM
-  # then read them from L2?) instead of the default 256 MiB bound.
-  step bench-dequant-32mb env FP4KIT_DEQUANT_WORKSPACE_MB=32 $F bench --backend cublas-dequant --shapes $DENSE \
-    --m 4096,8192 --op w4a16,w4a4 --runs 50 --json "$LOG/bench-dequant-32mb.json" --csv "$LOG/bench-dequant-32mb.csv"
 fi
 if want crossover; then
   # Where cublas-dequant overtakes the own kernels (the heuristic's DEQUANT_WINS_M; the small-M
@@ -118,7 +125,7 @@ if want ncu && command -v ncu >/dev/null; then
   step ncu-moe-grouped-b1 $NCU $SEC --section SourceCounters -k regex:grouped_mma -c 2 $F bench --moe --m 1 --mode w4a16 --runs 10 --budget 0.05 --no-peers
   step ncu-small-m16 $NCU $SEC --section SourceCounters -k regex:gemm_small_m -s 1 -c 1 $F bench --backend cuda --shapes 20480x4096 --m 16 --op w4a16 --runs 50 --no-peers
 fi
-CUDA_LIBS="$BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas"
+CUDA_LIBS="$BUILD/libfp4kit_bench.a $BUILD/libfp4kit.so -Xlinker -rpath=$PWD/$BUILD -lcublas -lcublasLt"
 if want timing-small && [ -f scripts/cuda_small_m_timing.cu ]; then
   step timing-small-build nvcc -O2 -std=c++17 -Iinclude -o $BUILD/cuda_small_m_timing \
     scripts/cuda_small_m_timing.cu $CUDA_LIBS
