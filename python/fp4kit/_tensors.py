@@ -4,7 +4,6 @@ PyTorch is optional: it is looked up in sys.modules, so the package never import
 tensor can only reach us if the caller imported torch already.
 """
 
-import contextlib
 import sys
 import threading
 
@@ -276,19 +275,6 @@ def cuda_fns():
     if not _cuda_fns:
         _cuda_fns.extend((_raw_stream_fn(), _current_device_fn()))
     return _cuda_fns
-
-
-@contextlib.contextmanager
-def call_scope(device):
-    """Holds the device's context lock and makes the tensor's device current for the call; yields
-    (context handle or None, current stream pointer or None)."""
-    ctx = context(device)
-    if ctx is None:
-        yield None, None
-        return
-    torch = _torch()
-    with ctx.lock, torch.cuda.device(device):
-        yield ctx.handle, torch.cuda.current_stream(device).cuda_stream or None
 
 
 _pdl_by_device = {}
