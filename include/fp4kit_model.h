@@ -56,8 +56,9 @@ enum {
  * present, else every *.safetensors in it). Every header is validated as hostile input: header
  * length beyond the file, invalid JSON, unknown dtype, a shape whose byte count overflows or
  * differs from its data_offsets, offsets out of range, overlapping or leaving holes, duplicate
- * names (also across shards), index entries naming a missing tensor or a file outside the
- * directory: FP4_ERR_FORMAT naming the file, the tensor and the byte offset. */
+ * names (also across shards), names or other strings that are not UTF-8 (or hold a NUL), index
+ * entries naming a missing tensor or a file outside the directory: FP4_ERR_FORMAT naming the file,
+ * the tensor and the byte offset. */
 FP4_API fp4_status fp4_safetensors_open(const char *path, unsigned flags, fp4_safetensors **st);
 /* Parses one safetensors image held in memory (the caller keeps it alive until close). */
 FP4_API fp4_status fp4_safetensors_open_memory(const void *image, size_t size, fp4_safetensors **st);
@@ -105,7 +106,9 @@ typedef struct fp4_inspect_options {
   int json;  /* 1: a JSON document; 0: text for people          */
 } fp4_inspect_options;
 
-/* Inspects a model directory from config.json, hf_quant_config.json and the tensor headers only:
+/* Inspects a model (a directory, one .safetensors file or a model.safetensors.index.json; the
+ * config files are read from the directory holding it) from config.json, hf_quant_config.json and
+ * the tensor headers only:
  * architecture, quantization scheme, census of modules by storage type, excluded modules, MTP
  * heads, GEMM list sharded for tp/ep. *report is malloc'ed; free it with fp4_model_free. */
 FP4_API fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options, char **report);
@@ -135,17 +138,25 @@ typedef struct fp4_model_quantize_options {
                                  0 writes no input scale and quant_algo W4A16_NVFP4 (weight-only)    */
   fp4_progress_fn progress;   /* optional, called before each tensor and at the end                    */
   void *progress_user;
+  int force;                  /* 1: a non-empty out_dir is replaced (once the new output is complete);
+                                 0: a non-empty out_dir is refused                                      */
 } fp4_model_quantize_options;
 
-/* Quantizes the BF16/F16/F32 linear weights of in_dir into out_dir (created if needed), shard by
- * shard with the input's shard names, copying every other tensor and file; writes
- * hf_quant_config.json and config.json's quantization_config. Memory: about the largest tensor's
- * quantized size. */
+/* Quantizes the BF16/F16/F32 linear weights of in_dir into out_dir, shard by shard with the input's
+ * shard names, copying every other tensor and file; writes hf_quant_config.json and config.json's
+ * quantization_config. Memory: about the largest tensor's quantized size.
+ * Everything is written into a temporary sibling directory ".OUT.fp4kit-tmp.PID.XXXXXX" that takes
+ * out_dir's place only when every shard, the index and the configs are complete; a failure removes
+ * it, and a later run removes those left by runs that were killed. out_dir must not exist, be empty,
+ * or options->force must be set. An input that is already quantized (an hf_quant_config.json, a
+ * quantization_config, or any tensor in an FP4/FP8 quantized layout) is refused, naming what was
+ * found. */
 FP4_API fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir,
                                       const fp4_model_quantize_options *options);
 /* The default exclude patterns, NULL-terminated. */
 FP4_API const char *const *fp4_model_default_excludes(void);
-/* Glob match used by the patterns: '*' any run of characters (dots included), '?' one. */
+/* Glob match used by the patterns, fnmatch(3) without flags: '*' any run of characters (dots
+ * included), '?' one, [...] one of a set. 0 when either argument is NULL. */
 FP4_API int fp4_model_pattern_match(const char *pattern, const char *name);
 
 #ifdef __cplusplus

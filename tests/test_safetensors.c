@@ -124,7 +124,7 @@ int main(void) {
   CHECK(fp4_safetensors_open("/nonexistent/x.safetensors", 0, &st) == FP4_ERR_NOT_FOUND, "missing file");
 
   /* Hostile headers. */
-  static uint8_t buf[64];
+  static uint8_t buf[1024];
   fp4_safetensors *hs = NULL;
   CHECK(fp4_safetensors_open_memory(buf, 5, &hs) == FP4_ERR_FORMAT, "5-byte file");
   memset(buf, 0xFF, 16);
@@ -158,8 +158,118 @@ int main(void) {
   hostile("junk after JSON", "{} xyz", 0, "bytes after");
   hostile("error names the tensor", "{\"layers.7.mlp.w\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 3]}}",
           3, "layers.7.mlp.w");
+  /* Strings must be UTF-8 without NUL (the format requires UTF-8 JSON): raw bytes and escapes. */
+  hostile("0xFF in a name", "{\"w\xff\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, "UTF-8");
+  hostile("overlong NUL", "{\"w\xc0\x80\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, "UTF-8");
+  hostile("encoded surrogate", "{\"w\xed\xa0\x80\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "UTF-8");
+  hostile("truncated sequence", "{\"w\xe2\x82\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "UTF-8");
+  hostile("above U+10FFFF", "{\"w\xf4\x90\x80\x80\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}",
+          1, "UTF-8");
+  hostile("lone surrogate escape", "{\"w\\ud800\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "UTF-8");
+  hostile("NUL escape", "{\"w\\u0000x\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, "NUL");
+  hostile("metadata value", "{\"__metadata__\": {\"k\": \"\xfe\"}}", 0, "UTF-8");
+  hostile("dtype value", "{\"w\": {\"dtype\": \"U\x80\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, "UTF-8");
+  /* Strict JSON: what a permissive reader would let through. */
+  hostile("leading zero", "{\"w\": {\"dtype\": \"U8\", \"shape\": [01], \"data_offsets\": [0, 1]}}", 1, "not valid JSON");
+  hostile("trailing comma", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]},}", 1, "not valid JSON");
+  hostile("control character", "{\"w\t\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "not valid JSON");
+  hostile("bad escape", "{\"w\\x\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, "not valid JSON");
+  hostile("single quotes", "{'w': {}}", 0, "not valid JSON");
+  hostile("deep nesting", "{\"w\": {\"x\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]"
+          "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], \"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "nested too deeply");
+  hostile("exponent dimension", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1e0], \"data_offsets\": [0, 1]}}", 1, "dimension 0");
+  hostile("dimension 2^53+1", "{\"w\": {\"dtype\": \"U8\", \"shape\": [9007199254740993], \"data_offsets\": [0, 1]}}", 1,
+          "dimension 0");
+  hostile("string offsets", "{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [\"0\", 1]}}", 1,
+          "data_offsets");
+  hostile("key twice", "{\"w\": {\"dtype\": \"U8\", \"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1,
+          "appears twice");
+  /* Valid UTF-8 and escapes are decoded: raw, \u00e9 and a surrogate pair give the same bytes. */
+  size_t n = image(buf, "{\"a\\\"\\u00e9\\ud83d\\ude00\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, "
+                        "\"\xc3\xa9\xf0\x9f\x98\x80\": {\"dtype\": \"U8\", \"extra\": {\"k\": [true, null, -1.5e3]}, "
+                        "\"shape\": [1], \"data_offsets\": [1, 2]}}", 2);
+  CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK, "escapes: %s", fp4_last_error());
+  CHECK(hs && fp4_safetensors_find(hs, "a\"\xc3\xa9\xf0\x9f\x98\x80") && fp4_safetensors_find(hs, "\xc3\xa9\xf0\x9f\x98\x80"),
+        "decoded names not found");
+  fp4_safetensors_close(hs);
+  hs = NULL;
+
+  /* Name order over many shared-prefix names of every length around 8-byte boundaries, given in a
+   * scrambled order: the result must be strictly increasing by strcmp. */
+  {
+    enum { NT = 3000 };
+    static char hdr[NT * 96 + 16];
+    size_t len = 0;
+    uint64_t r = 12345;
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{");
+    for (int i = 0; i < NT; i++) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      const int v = (int)(r >> 33) % NT; /* a permutation is not needed: duplicates are made unique by i */
+      len += (size_t)snprintf(hdr + len, sizeof hdr - len, "%s\"model.layers.%d.mlp.%.*s%d\":{\"dtype\":\"U8\",\"shape\":[0],"
+                              "\"data_offsets\":[0,0]}", i ? "," : "", v % 37, (int)(r >> 60), "xxxxxxxxxxxxxxxx", i);
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    uint8_t *img = malloc(8 + len);
+    image(img, hdr, 0);
+    CHECK(fp4_safetensors_open_memory(img, 8 + len, &hs) == FP4_OK, "sorted names: %s", fp4_last_error());
+    CHECK(fp4_safetensors_count(hs) == NT, "sorted names: count %lld", (long long)fp4_safetensors_count(hs));
+    for (int64_t i = 1; i < fp4_safetensors_count(hs); i++)
+      if (strcmp(fp4_safetensors_at(hs, i - 1)->name, fp4_safetensors_at(hs, i)->name) >= 0) {
+        CHECK(0, "names out of order at %lld: %s >= %s", (long long)i, fp4_safetensors_at(hs, i - 1)->name,
+              fp4_safetensors_at(hs, i)->name);
+        break;
+      }
+    fp4_safetensors_close(hs);
+    hs = NULL;
+    /* The same names twice over: a duplicate is found however the sort meets it. */
+    memcpy(hdr + len - 1, ",", 1);
+    size_t len2 = len;
+    len2 += (size_t)snprintf(hdr + len2, sizeof hdr - len2, "\"model.layers.0.mlp.x77\":{\"dtype\":\"U8\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]},\"model.layers.0.mlp.x77\":{\"dtype\":\"U8\",\"shape\":[0],"
+                             "\"data_offsets\":[0,0]}}");
+    uint8_t *img2 = malloc(8 + len2);
+    image(img2, hdr, 0);
+    CHECK(fp4_safetensors_open_memory(img2, 8 + len2, &hs) == FP4_ERR_FORMAT && strstr(fp4_last_error(), "x77"),
+          "duplicate among many: %s", fp4_last_error());
+    free(img);
+    free(img2);
+  }
+
+  /* NULL arguments are refused with a status, never a crash. */
+  fp4_st_dtype dt;
+  CHECK(fp4_st_dtype_parse("U8", NULL) == FP4_ERR_INVALID_ARGUMENT, "dtype_parse NULL out");
+  CHECK(fp4_st_dtype_parse(NULL, &dt) == FP4_ERR_NOT_FOUND, "dtype_parse NULL name");
+  CHECK(fp4_safetensors_open(NULL, 0, &hs) == FP4_ERR_INVALID_ARGUMENT, "open NULL path");
+  CHECK(fp4_safetensors_open(dir, 0, NULL) == FP4_ERR_INVALID_ARGUMENT, "open NULL out");
+  CHECK(fp4_safetensors_open_memory(NULL, 16, &hs) == FP4_ERR_INVALID_ARGUMENT, "open_memory NULL image");
+  CHECK(fp4_safetensors_open_memory(buf, 16, NULL) == FP4_ERR_INVALID_ARGUMENT, "open_memory NULL out");
+  fp4_qmatrix qm;
+  CHECK(fp4_safetensors_qmatrix(NULL, "m", &qm) == FP4_ERR_INVALID_ARGUMENT, "qmatrix NULL st");
+  CHECK(fp4_safetensors_count(NULL) == 0 && fp4_safetensors_at(NULL, 0) == NULL &&
+            fp4_safetensors_find(NULL, "a") == NULL && fp4_safetensors_file_count(NULL) == 0 &&
+            fp4_safetensors_file(NULL, 0) == NULL && fp4_safetensors_metadata(NULL, 0, "k") == NULL,
+        "queries on NULL");
+  CHECK(fp4_st_writer_create(NULL, &w) == FP4_ERR_INVALID_ARGUMENT && fp4_st_writer_create(path, NULL) ==
+            FP4_ERR_INVALID_ARGUMENT, "writer_create NULL");
+  CHECK(fp4_st_writer_metadata(NULL, "k", "v") == FP4_ERR_INVALID_ARGUMENT, "writer_metadata NULL");
+  CHECK(fp4_st_writer_declare(NULL, "a", FP4_ST_U8, 0, NULL) == FP4_ERR_INVALID_ARGUMENT, "writer_declare NULL");
+  CHECK(fp4_st_writer_write(NULL, "a", buf, 1) == FP4_ERR_INVALID_ARGUMENT, "writer_write NULL");
+  CHECK(fp4_st_writer_finish(NULL) == FP4_ERR_INVALID_ARGUMENT && fp4_st_writer_data_bytes(NULL) == 0, "writer NULL");
+  fp4_st_writer_abort(NULL);
+  fp4_safetensors_close(NULL);
+  /* The writer refuses what the reader would refuse. */
+  CHECK(fp4_st_writer_create(path2, &w) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_st_writer_declare(w, "bad\xff", FP4_ST_U8, 0, NULL) == FP4_ERR_INVALID_ARGUMENT, "non-UTF-8 name written");
+  CHECK(fp4_st_writer_metadata(w, "k", "\xc0\x80") == FP4_ERR_INVALID_ARGUMENT, "non-UTF-8 metadata written");
+  fp4_st_writer_abort(w);
+
   /* The empty checkpoint is valid. */
-  size_t n = image(buf, "{}", 0);
+  n = image(buf, "{}", 0);
   CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK && fp4_safetensors_count(hs) == 0, "%s", fp4_last_error());
   fp4_safetensors_close(hs);
 

@@ -1,4 +1,6 @@
 /* fp4kit inspect: what is inside a checkpoint, from its config files and tensor headers only. */
+#define _GNU_SOURCE
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,13 +10,14 @@
 
 static void inspect_usage(FILE *f) {
   fprintf(f,
-          "usage: fp4kit inspect DIR [--json] [--tp N] [--ep N]\n"
+          "usage: fp4kit inspect PATH [--json] [--tp N] [--ep N]\n"
           "\n"
-          "Reads DIR's config.json, hf_quant_config.json and safetensors headers (no weights) and prints\n"
-          "the architecture, the quantization scheme, linear modules by storage type, excluded modules,\n"
-          "multi-token-prediction (MTP) heads and the GEMM list (name, N, K, count, dtype) per rank for\n"
-          "tensor parallelism N (--tp) and expert parallelism N (--ep; MoE experts are split over EP and\n"
-          "each expert over the remaining tp/ep ranks).\n"
+          "PATH is a model directory, one .safetensors file or a model.safetensors.index.json. Reads the\n"
+          "config.json and hf_quant_config.json beside it (when present) and the safetensors headers (no\n"
+          "weights) and prints the architecture, the quantization scheme, linear modules by storage type,\n"
+          "excluded modules, multi-token-prediction (MTP) heads and the GEMM list (name, N, K, count, dtype)\n"
+          "per rank for tensor parallelism N (--tp) and expert parallelism N (--ep; MoE experts are split\n"
+          "over EP and each expert over the remaining tp/ep ranks).\n"
           "\n"
           "  --json    one JSON document instead of text\n"
           "  --tp N    tensor-parallel ranks (default 1)\n"
@@ -34,30 +37,40 @@ static int parse_positive(const char *opt, const char *s, int *out) {
 
 int fp4cli_inspect(int argc, char **argv) {
   fp4_inspect_options o = {1, 1, 0};
-  const char *dir = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      inspect_usage(stdout);
-      return FP4CLI_OK;
-    } else if (!strcmp(argv[i], "--json")) {
-      o.json = 1;
-    } else if ((!strcmp(argv[i], "--tp") || !strcmp(argv[i], "--ep")) && i + 1 < argc) {
-      if (!parse_positive(argv[i], argv[i + 1], argv[i][2] == 't' ? &o.tp : &o.ep)) return FP4CLI_USAGE;
-      i++;
-    } else if (argv[i][0] != '-' && !dir) {
-      dir = argv[i];
-    } else {
-      fprintf(stderr, "fp4kit inspect: unexpected argument '%s'\n", argv[i]);
-      inspect_usage(stderr);
-      return FP4CLI_USAGE;
+  enum { OPT_TP = 256, OPT_EP };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"json", no_argument, NULL, 'j'},
+                                        {"tp", required_argument, NULL, OPT_TP},
+                                        {"ep", required_argument, NULL, OPT_EP},
+                                        {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+    switch (c) {
+      case 'h':
+        inspect_usage(stdout);
+        return FP4CLI_OK;
+      case 'j':
+        o.json = 1;
+        break;
+      case OPT_TP:
+      case OPT_EP:
+        if (!parse_positive(c == OPT_TP ? "--tp" : "--ep", optarg, c == OPT_TP ? &o.tp : &o.ep)) return FP4CLI_USAGE;
+        break;
+      default:
+        fprintf(stderr, "fp4kit inspect: unknown option or missing value: '%s'\n", argv[optind - 1]);
+        inspect_usage(stderr);
+        return FP4CLI_USAGE;
     }
   }
-  if (!dir) {
+  if (optind != argc - 1) {
+    if (optind < argc - 1) fprintf(stderr, "fp4kit inspect: unexpected argument '%s'\n", argv[optind + 1]);
     inspect_usage(stderr);
     return FP4CLI_USAGE;
   }
+  const char *path = argv[optind];
   char *report = NULL;
-  fp4_status st = fp4_model_inspect(dir, &o, &report);
+  fp4_status st = fp4_model_inspect(path, &o, &report);
   if (st) return fp4cli_report("inspect", st);
   fputs(report, stdout);
   if (o.json) fputc('\n', stdout);

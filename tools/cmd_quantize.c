@@ -1,7 +1,10 @@
 /* fp4kit quantize: a BF16/F16/F32 safetensors checkpoint -> NVFP4 (Model Optimizer recipe) or MXFP4. */
+#define _GNU_SOURCE
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -14,12 +17,17 @@ static void quantize_usage(FILE *f) {
           "Quantizes the 2-D BF16/F16/F32 '.weight' tensors of a safetensors checkpoint, shard by shard,\n"
           "holding one tensor at a time, and copies everything else. NVFP4 follows NVIDIA Model\n"
           "Optimizer's recipe bit for bit (weight U8, weight_scale F8_E4M3 linear, weight_scale_2 F32);\n"
-          "writes hf_quant_config.json and config.json's quantization_config.\n"
+          "writes hf_quant_config.json and config.json's quantization_config. An input that is already\n"
+          "quantized (hf_quant_config.json, a quantization_config, FP4/FP8 tensors or scales) is refused.\n"
+          "The output is written into a temporary directory beside OUT_DIR (.OUT_DIR.fp4kit-tmp.PID.*)\n"
+          "that becomes OUT_DIR only once complete: a failed run leaves no partial model, and a later\n"
+          "run removes the temporary directories of runs that were killed.\n"
           "\n"
           "  --format nvfp4|mxfp4     element format (default nvfp4)\n"
           "  --compressed-tensors     NVFP4 with compressed-tensors names (weight_packed,\n"
           "                           weight_global_scale; format nvfp4-pack-quantized)\n"
-          "  --include PATTERN        quantize only modules matching (repeatable; '*' '?' globs)\n"
+          "  --include PATTERN        quantize only modules matching (repeatable; fnmatch(3) globs:\n"
+          "                           '*' any characters, dots included, '?' one, [...] a set)\n"
           "  --exclude PATTERN        never quantize modules matching (repeatable)\n"
           "  --no-default-excludes    drop the default excludes:\n"
           "                          ");
@@ -30,13 +38,39 @@ static void quantize_usage(FILE *f) {
           "  --input-amax A           NVFP4: write input_scale = A/(6*448) for every layer, a static\n"
           "                           activation range (no calibration is done), quant_algo NVFP4;\n"
           "                           without it: weight-only, quant_algo W4A16_NVFP4\n"
-          "  --quiet                  no progress line\n");
+          "  --force                  OUT_DIR may be a non-empty directory: it is replaced, with all it\n"
+          "                           holds, when (and only when) the new output is complete; without\n"
+          "                           --force a non-empty OUT_DIR is refused before any work\n"
+          "  --quiet                  no progress lines\n"
+          "\n"
+          "Progress goes to stderr: one updating line on a terminal; otherwise (a log, a pipe) a line\n"
+          "at the start, every %d seconds and at the end.\n", 10);
+}
+
+/* Progress on stderr: one line rewritten in place on a terminal, else whole lines now and then. */
+typedef struct progress_state {
+  int tty;
+  double last; /* monotonic seconds of the last line written; < 0 before the first */
+} progress_state;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void progress(void *user, const char *tensor, int64_t done, int64_t total) {
-  (void)user;
-  fprintf(stderr, "\r[%lld/%lld] %-70.70s", (long long)done, (long long)total, tensor);
-  if (done == total) fprintf(stderr, "\n");
+  progress_state *p = user;
+  if (p->tty) {
+    fprintf(stderr, "\r[%lld/%lld] %-70.70s", (long long)done, (long long)total, tensor);
+    if (done == total) fprintf(stderr, "\n");
+  } else {
+    const double t = now_s();
+    if (p->last >= 0 && t - p->last < 10.0 && done != total) return;
+    p->last = t;
+    if (done == total) fprintf(stderr, "fp4kit quantize: [%lld/%lld] tensors done\n", (long long)done, (long long)total);
+    else fprintf(stderr, "fp4kit quantize: [%lld/%lld] %s\n", (long long)done, (long long)total, tensor);
+  }
   fflush(stderr);
 }
 
@@ -44,7 +78,6 @@ int fp4cli_quantize(int argc, char **argv) {
   fp4_model_quantize_options o;
   memset(&o, 0, sizeof o);
   o.format = FP4_FORMAT_NVFP4;
-  const char *in = NULL, *out = NULL;
   const char **inc = calloc((size_t)argc, sizeof *inc), **exc = calloc((size_t)argc, sizeof *exc);
   int quiet = 0, rc = FP4CLI_OK;
   if (!inc || !exc) {
@@ -53,48 +86,64 @@ int fp4cli_quantize(int argc, char **argv) {
     fprintf(stderr, "fp4kit quantize: out of memory\n");
     return FP4CLI_ERROR;
   }
-  for (int i = 1; i < argc && rc == FP4CLI_OK; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      quantize_usage(stdout);
-      free(inc);
-      free(exc);
-      return FP4CLI_OK;
-    } else if (!strcmp(a, "--format") && i + 1 < argc) {
-      const char *v = argv[++i];
-      if (!strcmp(v, "nvfp4")) o.format = FP4_FORMAT_NVFP4;
-      else if (!strcmp(v, "mxfp4")) o.format = FP4_FORMAT_MXFP4;
-      else {
-        fprintf(stderr, "fp4kit quantize: --format is nvfp4 or mxfp4, not '%s'\n", v);
-        rc = FP4CLI_USAGE;
+  enum { OPT_FORMAT = 256, OPT_CT, OPT_INCLUDE, OPT_EXCLUDE, OPT_NO_DEFAULTS, OPT_AMAX, OPT_QUIET, OPT_FORCE };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"format", required_argument, NULL, OPT_FORMAT},
+                                        {"compressed-tensors", no_argument, NULL, OPT_CT},
+                                        {"include", required_argument, NULL, OPT_INCLUDE},
+                                        {"exclude", required_argument, NULL, OPT_EXCLUDE},
+                                        {"no-default-excludes", no_argument, NULL, OPT_NO_DEFAULTS},
+                                        {"input-amax", required_argument, NULL, OPT_AMAX},
+                                        {"quiet", no_argument, NULL, OPT_QUIET},
+                                        {"force", no_argument, NULL, OPT_FORCE},
+                                        {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c; rc == FP4CLI_OK && (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+    switch (c) {
+      case 'h':
+        quantize_usage(stdout);
+        free(inc);
+        free(exc);
+        return FP4CLI_OK;
+      case OPT_FORMAT:
+        if (!strcmp(optarg, "nvfp4")) o.format = FP4_FORMAT_NVFP4;
+        else if (!strcmp(optarg, "mxfp4")) o.format = FP4_FORMAT_MXFP4;
+        else {
+          fprintf(stderr, "fp4kit quantize: --format is nvfp4 or mxfp4, not '%s'\n", optarg);
+          rc = FP4CLI_USAGE;
+        }
+        break;
+      case OPT_CT: o.layout = FP4_CKPT_COMPRESSED_TENSORS; break;
+      case OPT_INCLUDE: inc[o.include_count++] = optarg; break;
+      case OPT_EXCLUDE: exc[o.exclude_count++] = optarg; break;
+      case OPT_NO_DEFAULTS: o.no_default_excludes = 1; break;
+      case OPT_AMAX: {
+        char *end = NULL;
+        o.input_amax = strtof(optarg, &end);
+        if (!*optarg || *end || !(o.input_amax > 0.0f) || o.input_amax > 3.0e38f) {
+          fprintf(stderr, "fp4kit quantize: --input-amax needs a positive finite number, got '%s'\n", optarg);
+          rc = FP4CLI_USAGE;
+        }
+        break;
       }
-    } else if (!strcmp(a, "--compressed-tensors")) {
-      o.layout = FP4_CKPT_COMPRESSED_TENSORS;
-    } else if (!strcmp(a, "--include") && i + 1 < argc) {
-      inc[o.include_count++] = argv[++i];
-    } else if (!strcmp(a, "--exclude") && i + 1 < argc) {
-      exc[o.exclude_count++] = argv[++i];
-    } else if (!strcmp(a, "--no-default-excludes")) {
-      o.no_default_excludes = 1;
-    } else if (!strcmp(a, "--input-amax") && i + 1 < argc) {
-      char *end = NULL;
-      o.input_amax = strtof(argv[++i], &end);
-      if (*end || !(o.input_amax > 0.0f)) {
-        fprintf(stderr, "fp4kit quantize: --input-amax needs a positive number, got '%s'\n", argv[i]);
+      case OPT_QUIET: quiet = 1; break;
+      case OPT_FORCE: o.force = 1; break;
+      default:
+        fprintf(stderr, "fp4kit quantize: unknown option or missing value: '%s'\n", argv[optind - 1]);
         rc = FP4CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--quiet")) {
-      quiet = 1;
-    } else if (a[0] != '-' && !in) {
-      in = a;
-    } else if (a[0] != '-' && !out) {
-      out = a;
+    }
+  }
+  const char *in = NULL, *out = NULL;
+  if (rc == FP4CLI_OK) {
+    if (argc - optind == 2) {
+      in = argv[optind];
+      out = argv[optind + 1];
     } else {
-      fprintf(stderr, "fp4kit quantize: unexpected argument '%s'\n", a);
+      if (argc - optind > 2) fprintf(stderr, "fp4kit quantize: unexpected argument '%s'\n", argv[optind + 2]);
       rc = FP4CLI_USAGE;
     }
   }
-  if (rc == FP4CLI_OK && (!in || !out)) rc = FP4CLI_USAGE;
   if (rc == FP4CLI_OK && o.format == FP4_FORMAT_MXFP4 && o.layout == FP4_CKPT_COMPRESSED_TENSORS) {
     fprintf(stderr, "fp4kit quantize: --compressed-tensors is NVFP4 only\n");
     rc = FP4CLI_USAGE;
@@ -104,8 +153,11 @@ int fp4cli_quantize(int argc, char **argv) {
   } else {
     o.include = inc;
     o.exclude = exc;
-    /* Progress only on a terminal, so logs and pipes stay clean. */
-    if (!quiet && isatty(STDERR_FILENO)) o.progress = progress;
+    progress_state ps = {isatty(STDERR_FILENO), -1.0};
+    if (!quiet) {
+      o.progress = progress;
+      o.progress_user = &ps;
+    }
     fp4_status st = fp4_model_quantize(in, out, &o);
     if (st) rc = fp4cli_report("quantize", st);
     else printf("fp4kit quantize: wrote %s (%s%s)\n", out, o.format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4",

@@ -8,40 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "model/model_internal.h"
 #include "model/shard.h"
-
-static cJSON *load_json(const char *dir, const char *file, fp4_status *status) {
-  char path[PATH_MAX], *text = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/%s", dir, file);
-  fp4_status st = fp4_model_read_text(path, 64u << 20, &text, &len);
-  if (st == FP4_ERR_NOT_FOUND) {
-    fp4_clear_error();
-    return NULL;
-  }
-  if (st) {
-    *status = st;
-    return NULL;
-  }
-  cJSON *j = cJSON_ParseWithLength(text, len);
-  free(text);
-  if (!j) *status = fp4_fail(FP4_ERR_FORMAT, "inspect: %s is not valid JSON", path);
-  return j;
-}
-
-/* A field of the text model: nested text_config first (multimodal wrappers), then the root. */
-static const cJSON *cfg_item(const cJSON *config, const char *key) {
-  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(config, "text_config");
-  const cJSON *v = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, key) : NULL;
-  return v ? v : cJSON_GetObjectItemCaseSensitive(config, key);
-}
-static long cfg_int(const cJSON *config, const char *key) {
-  const cJSON *v = cfg_item(config, key);
-  return cJSON_IsNumber(v) ? (long)v->valuedouble : 0;
-}
 
 /* Storage of the linear module whose weight tensor is w. */
 static const char *storage_of(const fp4_safetensors *st, const char *module, size_t module_len, const fp4_st_tensor *w,
@@ -141,10 +112,30 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   fp4_inspect_options o = options ? *options : (fp4_inspect_options){1, 1, 0};
   fp4_status status = fp4_parallel_check(fn, o.tp, o.ep);
   if (status) return status;
-  cJSON *config = load_json(dir, "config.json", &status);
-  cJSON *hfq = status ? NULL : load_json(dir, "hf_quant_config.json", &status);
+  /* A directory, or one .safetensors file or index: the config files are those beside it. */
+  char cfg_dir[PATH_MAX];
+  struct stat sb;
+  if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+    const char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(cfg_dir, sizeof cfg_dir, ".");
+    else if (slash == dir) snprintf(cfg_dir, sizeof cfg_dir, "/");
+    else snprintf(cfg_dir, sizeof cfg_dir, "%.*s", (int)(slash - dir), dir);
+  } else if (snprintf(cfg_dir, sizeof cfg_dir, "%s", dir) >= (int)sizeof cfg_dir) {
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: the path %s is too long", fn, dir);
+  }
+  cJSON *config = fp4_model_load_json(cfg_dir, "config.json", fn, &status);
+  cJSON *hfq = status ? NULL : fp4_model_load_json(cfg_dir, "hf_quant_config.json", fn, &status);
+  /* The integers of the config, range-checked before anything uses them. */
+  static const char *const fields[] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                       "head_dim", "intermediate_size", "moe_intermediate_size", "vocab_size",
+                                       "num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+                                       "mtp_num_hidden_layers", "num_nextn_predict_layers", NULL};
+  enum { F_LAYERS = 1, F_KV_HEADS = 3, F_ACTIVE = 11, F_MTP_LAYERS = 12, F_NEXTN = 13, F_COUNT = 14 };
+  long field[F_COUNT];
+  for (int i = 0; fields[i] && !status; i++) status = fp4_model_config_int(config, fields[i], fn, &field[i]);
   if (status) {
     cJSON_Delete(config);
+    cJSON_Delete(hfq);
     return status;
   }
   fp4_safetensors *st = NULL;
@@ -162,18 +153,14 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   cJSON *arch = cJSON_AddObjectToObject(doc, "architecture");
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(config, "architectures");
   if (cJSON_IsArray(archs) && cJSON_IsString(archs->child)) cJSON_AddStringToObject(arch, "name", archs->child->valuestring);
-  const cJSON *mt = cfg_item(config, "model_type");
+  const cJSON *mt = fp4_model_config_item(config, "model_type");
   if (cJSON_IsString(mt)) cJSON_AddStringToObject(arch, "model_type", mt->valuestring);
-  static const char *const fields[] = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                       "head_dim", "intermediate_size", "moe_intermediate_size", "vocab_size",
-                                       "num_experts", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
-                                       "mtp_num_hidden_layers", "num_nextn_predict_layers", NULL};
   for (int i = 0; fields[i]; i++)
-    if (cfg_int(config, fields[i])) cJSON_AddNumberToObject(arch, fields[i], (double)cfg_int(config, fields[i]));
-  const long layers = cfg_int(config, "num_hidden_layers");
-  const long active = cfg_int(config, "num_experts_per_tok");
-  const long kv_heads = cfg_int(config, "num_key_value_heads");
-  const long nextn = cfg_int(config, "num_nextn_predict_layers");
+    if (field[i]) cJSON_AddNumberToObject(arch, fields[i], (double)field[i]);
+  const long layers = field[F_LAYERS];
+  const long active = field[F_ACTIVE];
+  const long kv_heads = field[F_KV_HEADS];
+  const long nextn = field[F_NEXTN];
   const long first_mtp_layer = nextn > 0 && layers > 0 ? layers : 0;
 
   /* Quantization scheme. */
@@ -299,7 +286,7 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
 
   /* MTP heads. */
   cJSON *mtpj = cJSON_AddObjectToObject(doc, "mtp");
-  long mtp_cfg = cfg_int(config, "mtp_num_hidden_layers");
+  long mtp_cfg = field[F_MTP_LAYERS];
   if (!mtp_cfg) mtp_cfg = nextn;
   int64_t mtp_nexperts = 0;
   for (int b = 0; mtp_experts && b < 65536; b++) mtp_nexperts += (mtp_experts[b / 8] >> (b % 8)) & 1;

@@ -14,6 +14,36 @@ extern "C" {
 fp4_status fp4_model_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 /* Writes bytes to path atomically (temporary file in the same directory, fsync, rename). */
 fp4_status fp4_model_write_file(const char *path, const void *data, size_t len);
+/* Length of the longest valid UTF-8 prefix of text[0..len): len when all of it is valid, else the
+ * offset of the first byte of the first invalid sequence. */
+size_t fp4_model_utf8_span(const char *text, size_t len);
+
+/* JSON files beside a checkpoint (config.c). */
+struct cJSON;
+/* dir/file parsed; NULL with *status FP4_OK when absent; FP4_ERR_FORMAT when not UTF-8 or not a JSON
+ * object. Errors name fn. */
+struct cJSON *fp4_model_load_json(const char *dir, const char *file, const char *fn, fp4_status *status);
+/* A field of the text model: nested text_config first (multimodal wrappers), then the root. */
+const struct cJSON *fp4_model_config_item(const struct cJSON *config, const char *key);
+/* An integer field: 0 when absent or not a number; FP4_ERR_FORMAT for a number that is not a whole
+ * number in [0, INT_MAX] (1e999 reads as infinity). */
+fp4_status fp4_model_config_int(const struct cJSON *config, const char *key, const char *fn, long *out);
+
+/* An output directory written through a temporary sibling (out_dir.c). */
+enum { FP4_OUT_PATH_MAX = 4096 }; /* Linux's PATH_MAX */
+typedef struct fp4_out_dir {
+  char out[FP4_OUT_PATH_MAX];    /* the output directory, absolute                     */
+  char parent[FP4_OUT_PATH_MAX]; /* its parent                                         */
+  char tmp[FP4_OUT_PATH_MAX];    /* the temporary directory written into; "" once gone */
+  int exists;            /* the output existed (empty, or replaced under force)    */
+} fp4_out_dir;
+/* Checks out_dir (not the input in_real, not holding it, empty unless force), removes the temporaries
+ * of earlier runs that were killed, and creates od->tmp. Errors name fn. */
+fp4_status fp4_model_out_begin(const char *fn, const char *out_dir, const char *in_real, int force, fp4_out_dir *od);
+/* Puts od->tmp in the output's place (the old output, if any, is removed afterwards). */
+fp4_status fp4_model_out_commit(const char *fn, fp4_out_dir *od);
+/* Removes od->tmp and what was written there. */
+void fp4_model_out_abort(fp4_out_dir *od);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,25 +21,9 @@ static const char *const default_excludes[] = {
 
 const char *const *fp4_model_default_excludes(void) { return default_excludes; }
 
-int fp4_model_pattern_match(const char *p, const char *s) {
-  /* Iterative glob with one backtrack point: linear in practice, no recursion on hostile input. */
-  const char *star = NULL, *resume = NULL;
-  while (*s) {
-    if (*p == '*') {
-      star = p++;
-      resume = s;
-    } else if (*p == '?' || *p == *s) {
-      p++;
-      s++;
-    } else if (star) {
-      p = star + 1;
-      s = ++resume;
-    } else {
-      return 0;
-    }
-  }
-  while (*p == '*') p++;
-  return *p == 0;
+int fp4_model_pattern_match(const char *pattern, const char *name) {
+  /* No flags: '*' also matches '.' and '/', as module names are dotted paths. */
+  return pattern && name && fnmatch(pattern, name, 0) == 0;
 }
 
 static int matches_any(const char *const *patterns, int n, const char *name) {
@@ -160,6 +145,13 @@ static fp4_status quantize_one(const qctx *q, fp4_st_writer *w, const char *modu
   return st;
 }
 
+/* dir/name into path[PATH_MAX]; FP4_ERR_INVALID_ARGUMENT when it does not fit. */
+static fp4_status join_path(char *path, const char *dir, const char *name) {
+  if (snprintf(path, PATH_MAX, "%s/%s", dir, name) >= PATH_MAX)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "quantize: the path %s/%s is too long", dir, name);
+  return FP4_OK;
+}
+
 static const char *base_name(const char *path) {
   const char *s = strrchr(path, '/');
   return s ? s + 1 : path;
@@ -234,8 +226,8 @@ static fp4_status write_configs(const qctx *q, const char *in_dir, const char *o
     cJSON_AddNumberToObject(quant, "group_size", group);
     cJSON_AddNullToObject(quant, "kv_cache_quant_algo");
     cJSON_AddItemToObject(quant, "exclude_modules", cJSON_Duplicate(q->excluded, 1));
-    snprintf(path, sizeof path, "%s/hf_quant_config.json", out_dir);
-    st = write_json(path, hf);
+    st = join_path(path, out_dir, "hf_quant_config.json");
+    if (!st) st = write_json(path, hf);
     cJSON_Delete(hf);
     cJSON_AddStringToObject(qc, "quant_method", "modelopt");
     cJSON_AddStringToObject(qc, "quant_algo", algo);
@@ -249,8 +241,8 @@ static fp4_status write_configs(const qctx *q, const char *in_dir, const char *o
   /* config.json: the input's, with quantization_config replaced. */
   char *text = NULL;
   size_t len = 0;
-  snprintf(path, sizeof path, "%s/config.json", in_dir);
   cJSON *config = NULL;
+  if (!st) st = join_path(path, in_dir, "config.json");
   if (!st && fp4_model_read_text(path, 64u << 20, &text, &len) == FP4_OK) {
     config = cJSON_ParseWithLength(text, len);
     free(text);
@@ -263,60 +255,53 @@ static fp4_status write_configs(const qctx *q, const char *in_dir, const char *o
     cJSON_DeleteItemFromObjectCaseSensitive(config, "quantization_config");
     cJSON_AddItemToObject(config, "quantization_config", qc);
     qc = NULL;
-    snprintf(path, sizeof path, "%s/config.json", out_dir);
-    st = write_json(path, config);
+    st = join_path(path, out_dir, "config.json");
+    if (!st) st = write_json(path, config);
   }
   cJSON_Delete(config);
   cJSON_Delete(qc);
   return st;
 }
 
-static long config_int(const cJSON *config, const char *key) {
-  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(config, "text_config");
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
-  if (!cJSON_IsNumber(v) && cJSON_IsObject(tc)) v = cJSON_GetObjectItemCaseSensitive(tc, key);
-  return cJSON_IsNumber(v) ? (long)v->valuedouble : -1;
+/* What makes in_dir an already quantized checkpoint, written to why; 0 when nothing does. Quantizing
+ * it again would write a new format's config over tensors still in the old one. */
+static int already_quantized(const fp4_safetensors *st, const cJSON *config, const cJSON *hfq, char *why, size_t size) {
+  if (hfq) {
+    snprintf(why, size, "it has an hf_quant_config.json");
+    return 1;
+  }
+  const cJSON *qc = fp4_model_config_item(config, "quantization_config");
+  if (qc && !cJSON_IsNull(qc)) {
+    const cJSON *m = cJSON_IsObject(qc) ? cJSON_GetObjectItemCaseSensitive(qc, "quant_method") : NULL;
+    snprintf(why, size, "its config.json has a quantization_config%s%s%s", cJSON_IsString(m) ? " (quant_method " : "",
+             cJSON_IsString(m) ? m->valuestring : "", cJSON_IsString(m) ? ")" : "");
+    return 1;
+  }
+  static const char *const suffixes[] = {".weight_scale", ".weight_scale_2", ".weight_scale_inv", ".weight_packed",
+                                          ".weight_global_scale", ".input_scale", ".input_global_scale", NULL};
+  for (int64_t i = 0; i < fp4_safetensors_count(st); i++) {
+    const fp4_st_tensor *t = fp4_safetensors_at(st, i);
+    const size_t len = strlen(t->name);
+    const char *found = NULL;
+    for (int k = 0; suffixes[k] && !found; k++) {
+      const size_t sl = strlen(suffixes[k]);
+      if (len > sl && !strcmp(t->name + len - sl, suffixes[k])) found = suffixes[k] + 1;
+    }
+    const int low = t->dtype == FP4_ST_F8_E4M3 || t->dtype == FP4_ST_F8_E5M2 || t->dtype == FP4_ST_F8_E8M0 ||
+                    t->dtype == FP4_ST_F4;
+    if (found || low) {
+      snprintf(why, size, "tensor '%s' (%s) is %s", t->name, fp4_st_dtype_name(t->dtype),
+               found ? "a quantization scale or packed FP4 weight" : "stored in an FP4/FP8 format");
+      return 1;
+    }
+  }
+  return 0;
 }
 
-fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4_model_quantize_options *o) {
-  fp4_clear_error();
-  static const char fn[] = "fp4_model_quantize";
-  if (!in_dir || !out_dir || !o) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
-  if (o->format != FP4_FORMAT_NVFP4 && o->format != FP4_FORMAT_MXFP4)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: unknown format %d", fn, (int)o->format);
-  if (o->format == FP4_FORMAT_MXFP4 && o->layout != FP4_CKPT_MODELOPT)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: the compressed-tensors layout is NVFP4 only", fn);
-  if (!(o->input_amax >= 0.0f) || o->input_amax > 3.0e38f)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax %g must be finite and >= 0", fn, (double)o->input_amax);
-  if (o->format == FP4_FORMAT_MXFP4 && o->input_amax > 0.0f)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax applies to NVFP4 only", fn);
-  char rin[PATH_MAX], rout[PATH_MAX];
-  if (!realpath(in_dir, rin)) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: %s: %s", fn, in_dir, strerror(errno));
-  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-    return fp4_fail(FP4_ERR_IO, "%s: cannot create %s: %s", fn, out_dir, strerror(errno));
-  if (!realpath(out_dir, rout) || !strcmp(rin, rout))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: the output directory must differ from the input", fn);
-
-  qctx q = {o, LONG_MAX, cJSON_CreateArray()};
-  {
-    char path[PATH_MAX], *text = NULL;
-    size_t len = 0;
-    snprintf(path, sizeof path, "%s/config.json", in_dir);
-    if (fp4_model_read_text(path, 64u << 20, &text, &len) == FP4_OK) {
-      cJSON *config = cJSON_ParseWithLength(text, len);
-      long layers = config_int(config, "num_hidden_layers");
-      if (layers > 0 && config_int(config, "num_nextn_predict_layers") > 0) q.mtp_first_layer = layers;
-      cJSON_Delete(config);
-      free(text);
-    }
-    fp4_clear_error();
-  }
-  fp4_safetensors *st = NULL;
-  fp4_status s = fp4_safetensors_open(in_dir, 0, &st);
-  if (s) {
-    cJSON_Delete(q.excluded);
-    return s;
-  }
+/* Writes the whole output into dir (the temporary directory). */
+static fp4_status quantize_into(qctx *q, fp4_safetensors *st, const char *in_dir, const char *dir) {
+  const fp4_model_quantize_options *o = q->o;
+  fp4_status s = FP4_OK;
   const int nfiles = fp4_safetensors_file_count(st);
   int64_t done = 0, total = fp4_safetensors_count(st);
   cJSON *weight_map = cJSON_CreateObject();
@@ -325,9 +310,8 @@ fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4
   for (int f = 0; f < nfiles && !s; f++) {
     char path[PATH_MAX];
     const char *shard = base_name(fp4_safetensors_file(st, f));
-    snprintf(path, sizeof path, "%s/%s", out_dir, shard);
     fp4_st_writer *w = NULL;
-    if ((s = fp4_st_writer_create(path, &w))) break;
+    if ((s = join_path(path, dir, shard)) || (s = fp4_st_writer_create(path, &w))) break;
     fp4_st_writer_metadata(w, "format", "pt");
     /* Pass 1 declares (the header goes first in the file), pass 2 writes tensor by tensor. */
     for (int pass = 0; pass < 2 && !s; pass++)
@@ -335,14 +319,14 @@ fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4
         const fp4_st_tensor *t = fp4_safetensors_at(st, i);
         if (t->file != f) continue;
         int linear;
-        int quant = should_quantize(&q, t, module, sizeof module, &linear);
+        int quant = should_quantize(q, t, module, sizeof module, &linear);
         if (pass == 0) {
-          s = quant ? declare_outputs(&q, w, module, t) : fp4_st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape);
-          if (!quant && linear) cJSON_AddItemToArray(q.excluded, cJSON_CreateString(module));
+          s = quant ? declare_outputs(q, w, module, t) : fp4_st_writer_declare(w, t->name, t->dtype, t->ndim, t->shape);
+          if (!quant && linear) cJSON_AddItemToArray(q->excluded, cJSON_CreateString(module));
           continue;
         }
         if (o->progress) o->progress(o->progress_user, t->name, done, total);
-        s = quant ? quantize_one(&q, w, module, t) : fp4_st_writer_write(w, t->name, t->data, t->bytes);
+        s = quant ? quantize_one(q, w, module, t) : fp4_st_writer_write(w, t->name, t->data, t->bytes);
         done++;
       }
     if (s) {
@@ -361,20 +345,19 @@ fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4
   if (!s && o->progress) o->progress(o->progress_user, "", total, total);
   /* An index whenever the input had one or several shards. */
   char idx[PATH_MAX];
-  snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", in_dir);
   struct stat sb;
+  if (!s) s = join_path(idx, in_dir, "model.safetensors.index.json");
   if (!s && (nfiles > 1 || stat(idx, &sb) == 0)) {
     cJSON *index = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(index, "metadata");
     cJSON_AddNumberToObject(meta, "total_size", (double)total_size);
     cJSON_AddItemToObject(index, "weight_map", weight_map);
     weight_map = NULL;
-    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", out_dir);
-    s = write_json(idx, index);
+    s = join_path(idx, dir, "model.safetensors.index.json");
+    if (!s) s = write_json(idx, index);
     cJSON_Delete(index);
   }
   cJSON_Delete(weight_map);
-  fp4_safetensors_close(st);
   /* Other files (tokenizer, generation config, ...) are copied; config.json is rewritten. */
   DIR *d = s ? NULL : opendir(in_dir);
   for (struct dirent *de; d && !s && (de = readdir(d));) {
@@ -384,12 +367,61 @@ fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4
         !strcmp(nm, "model.safetensors.index.json") || !strcmp(nm, "config.json") || !strcmp(nm, "hf_quant_config.json"))
       continue;
     char from[PATH_MAX], to[PATH_MAX];
-    snprintf(from, sizeof from, "%s/%s", in_dir, nm);
-    snprintf(to, sizeof to, "%s/%s", out_dir, nm);
+    if ((s = join_path(from, in_dir, nm)) || (s = join_path(to, dir, nm))) break;
     if (stat(from, &sb) == 0 && S_ISREG(sb.st_mode)) s = copy_file(from, to);
   }
   if (d) closedir(d);
-  if (!s) s = write_configs(&q, in_dir, out_dir);
+  if (!s) s = write_configs(q, in_dir, dir);
+  return s;
+}
+
+fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4_model_quantize_options *o) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_model_quantize";
+  if (!in_dir || !out_dir || !o) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: in_dir, out_dir or options is NULL", fn);
+  if (o->format != FP4_FORMAT_NVFP4 && o->format != FP4_FORMAT_MXFP4)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: unknown format %d", fn, (int)o->format);
+  if (o->format == FP4_FORMAT_MXFP4 && o->layout != FP4_CKPT_MODELOPT)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: the compressed-tensors layout is NVFP4 only", fn);
+  if (!(o->input_amax >= 0.0f) || o->input_amax > 3.0e38f)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax %g must be finite and >= 0", fn, (double)o->input_amax);
+  if (o->format == FP4_FORMAT_MXFP4 && o->input_amax > 0.0f)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax applies to NVFP4 only", fn);
+  if (o->include_count < 0 || o->exclude_count < 0 || (o->include_count > 0 && !o->include) ||
+      (o->exclude_count > 0 && !o->exclude))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: include/exclude is NULL or its count negative", fn);
+  for (int i = 0; i < o->include_count + o->exclude_count; i++)
+    if (!(i < o->include_count ? o->include[i] : o->exclude[i - o->include_count]))
+      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a NULL include/exclude pattern", fn);
+  char rin[PATH_MAX];
+  if (!realpath(in_dir, rin)) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: %s: %s", fn, in_dir, strerror(errno));
+
+  /* The input's configs: an already quantized checkpoint is refused, MTP layers found. */
+  fp4_status s = FP4_OK;
+  cJSON *config = fp4_model_load_json(in_dir, "config.json", fn, &s);
+  cJSON *hfq = s ? NULL : fp4_model_load_json(in_dir, "hf_quant_config.json", fn, &s);
+  long layers = 0, nextn = 0;
+  if (!s) s = fp4_model_config_int(config, "num_hidden_layers", fn, &layers);
+  if (!s) s = fp4_model_config_int(config, "num_nextn_predict_layers", fn, &nextn);
+  qctx q = {o, layers > 0 && nextn > 0 ? layers : LONG_MAX, NULL};
+  fp4_safetensors *st = NULL;
+  if (!s) s = fp4_safetensors_open(in_dir, 0, &st);
+  char why[512];
+  if (!s && already_quantized(st, config, hfq, why, sizeof why))
+    s = fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is already quantized: %s. Quantize the BF16/F16/F32 checkpoint it "
+                 "came from", fn, in_dir, why);
+  cJSON_Delete(config);
+  cJSON_Delete(hfq);
+  /* The output goes to a temporary sibling directory that replaces out_dir only when complete. */
+  fp4_out_dir od;
+  if (!s) s = fp4_model_out_begin(fn, out_dir, rin, o->force, &od);
+  if (!s) {
+    if (!(q.excluded = cJSON_CreateArray())) s = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    if (!s) s = quantize_into(&q, st, in_dir, od.tmp);
+    if (!s) s = fp4_model_out_commit(fn, &od);
+    else fp4_model_out_abort(&od); /* the status and message of the failure stay */
+  }
+  fp4_safetensors_close(st);
   cJSON_Delete(q.excluded);
   return s;
 }

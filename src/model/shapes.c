@@ -27,6 +27,14 @@ static fp4_status split(const fp4_linear_desc *d, const char *what, int64_t valu
 fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_shape *out) {
   fp4_status st;
   memset(out, 0, sizeof *out);
+  if ((st = fp4_parallel_check("sharding", tp, ep))) return st;
+  /* Counts come from a model's config: refuse what the arithmetic below cannot hold. */
+  if (d->n < 0 || d->k < 0 || d->layers < 0 || d->experts < 0 || d->active < 0 || d->q_out < 0 || d->kv_heads < 0 ||
+      d->head_dim < 0 || d->n > ((int64_t)1 << 53) || d->k > ((int64_t)1 << 53) || d->q_out > ((int64_t)1 << 53) ||
+      d->layers > ((int64_t)1 << 32) || d->head_dim > ((int64_t)1 << 24))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "sharding %s: a negative or implausibly large count (N %lld, K %lld, "
+                    "layers %lld, experts %d, active %d)", d->name, (long long)d->n, (long long)d->k,
+                    (long long)d->layers, d->experts, d->active);
   snprintf(out->name, sizeof out->name, "%s", d->name);
   snprintf(out->storage, sizeof out->storage, "%s", d->storage);
   out->n = d->n;
@@ -46,7 +54,7 @@ fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_s
       if ((st = split(d, "q features", d->q_out, tp, &q))) return st;
       int64_t kv_heads = d->kv_heads >= tp ? 0 : 1;
       if (d->kv_heads >= tp && (st = split(d, "KV heads", d->kv_heads, tp, &kv_heads))) return st;
-      out->n = q + 2 * kv_heads * d->head_dim;
+      out->n = q + 2 * kv_heads * d->head_dim; /* < 2^53 + 2^32 * 2^24: no overflow */
       break;
     }
     case FP4_SHARD_EXPERT_COLUMN:
@@ -58,7 +66,8 @@ fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_s
       } else if ((st = split(d, "K", d->k, moe_tp, &out->k))) {
         return st;
       }
-      int64_t touched = (d->active + ep - 1) / ep;
+      /* Experts a token touches on one rank; in 64 bits, since active may be as large as INT_MAX. */
+      int64_t touched = ((int64_t)d->active + ep - 1) / ep;
       if (touched > experts) touched = experts;
       out->experts = (int)experts;
       out->active = d->active;

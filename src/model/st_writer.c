@@ -143,6 +143,8 @@ fp4_status fp4_st_writer_metadata(fp4_st_writer *w, const char *key, const char 
   fp4_clear_error();
   if (!w || !key || !value) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_st_writer_metadata: NULL argument");
   if (w->data_start) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_st_writer_metadata: the header is already written");
+  if (fp4_model_utf8_span(key, strlen(key)) != strlen(key) || fp4_model_utf8_span(value, strlen(value)) != strlen(value))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_st_writer_metadata: the key or value is not valid UTF-8");
   if (!w->metadata && !(w->metadata = cJSON_CreateObject()))
     return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_st_writer_metadata: out of memory");
   cJSON_DeleteItemFromObjectCaseSensitive(w->metadata, key);
@@ -166,6 +168,8 @@ fp4_status fp4_st_writer_declare(fp4_st_writer *w, const char *name, fp4_st_dtyp
   if (!fp4_st_dtype_name(dtype)) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: '%s': unknown dtype %d", fn, name, dtype);
   if (ndim < 0 || ndim > FP4_ST_MAX_DIMS)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: '%s': %d dimensions (0..8 allowed)", fn, name, ndim);
+  if (fp4_model_utf8_span(name, strlen(name)) != strlen(name))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a tensor name is not valid UTF-8", fn);
   if (!strcmp(name, "__metadata__") || wfind(w, name))
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: '%s' is declared twice or reserved", fn, name);
   uint64_t bits = (uint64_t)fp4_st_dtype_bits(dtype);
