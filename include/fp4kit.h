@@ -238,7 +238,8 @@ FP4_API size_t fp4_context_workspace_bytes(const fp4_context *ctx);
 /* Quantization and dequantization                                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Runtime recipe (TensorRT-LLM / FlashInfer fp4_quantize with IEEE arithmetic): quantizes the rows
+/* Runtime recipe (TensorRT-LLM / FlashInfer fp4_quantize, in the order of FlashInfer's default
+ * build, FP4_ORDER_FLASHINFER below, with IEEE arithmetic): quantizes the rows
  * of x (f32/bf16/f16) into out. The caller sets out->data, out->scales, out->format, out->layout,
  * out->memory, out->rows = x->rows, out->cols = x->cols. global_scale is the NVFP4 encode scale
  * (448*6/amax; 1.0f keeps values as they are) and is ignored for MXFP4. On return
@@ -248,15 +249,38 @@ FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float glo
                                 fp4_qmatrix *out, const fp4_options *options);
 
 /* Model Optimizer checkpoint recipe for NVFP4 weights (host): weight_scale_2 = amax(W)/(6*448),
- * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, no lower clamp: below 2^-10 the
- * byte is 0), codes of W/(block_scale*weight_scale_2) with -0 -> +0; bit-identical to Model
- * Optimizer's NVFP4QTensor. out must be NVFP4; out->multiplier and *weight_scale_2 receive
- * weight_scale_2. An all-zero W gets weight_scale_2 = 0, scale bytes of 1.0 and all-zero codes. */
+ * E4M3 block scales of amax_block/(6*weight_scale_2) (zero -> 1, clamped to [2^-9, 448]), codes of
+ * W/(block_scale*weight_scale_2) with -0 -> +0; bit-identical to Model Optimizer's NVFP4QTensor of
+ * nvidia-modelopt 0.45 and later (FP4_MODELOPT_CURRENT below). out must be NVFP4; out->multiplier
+ * and *weight_scale_2 receive weight_scale_2. An all-zero W gets weight_scale_2 = 0, scale bytes of 1.0 and all-zero codes. */
 FP4_API fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out,
                                          float *weight_scale_2);
 
 /* Dequantizes host q into host out (f32, bf16 or f16), multiplier included. */
 FP4_API fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out);
+
+/* Named recipes, to reproduce another producer's bits exactly. The order of the runtime recipe's
+ * NVFP4 scale: FLASHINFER sf = gsf * (vmax * f32(1/6)) (FlashInfer's default build and its test
+ * reference; what fp4_quantize runs), EXACT sf = vmax * (gsf * f32(1/6)) with out_scale clamped to
+ * FLT_MAX (its FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH build). They differ in scales that land on an
+ * E4M3 rounding tie, about 1% of bf16 blocks when 448/amax is short in binary. */
+typedef enum fp4_quantize_order {
+  FP4_ORDER_FLASHINFER = 0,
+  FP4_ORDER_EXACT = 1
+} fp4_quantize_order;
+/* fp4_quantize in a named order. FP4_ORDER_EXACT on NVFP4 runs on host data with the ref backend
+ * only (FP4_ERR_UNSUPPORTED otherwise); MXFP4 has one order. */
+FP4_API fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float global_scale,
+                                        fp4_quantize_order order, fp4_qmatrix *out,
+                                        const fp4_options *options);
+/* The Model Optimizer release whose NVFP4 weight bits to reproduce: CURRENT (0.45 and later) clamps block scales to [2^-9, 448] before the E4M3 cast; 0_44 (0.44 and earlier)
+ * casts plainly, so blocks whose scale is at most 2^-10 get byte 0 and codes of +-6 (zeros 0x7). */
+typedef enum fp4_modelopt_version {
+  FP4_MODELOPT_CURRENT = 0,
+  FP4_MODELOPT_0_44 = 1
+} fp4_modelopt_version;
+FP4_API fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_version version,
+                                                 fp4_qmatrix *out, float *weight_scale_2);
 
 /* ------------------------------------------------------------------------------------------ */
 /* GEMM                                                                                        */

@@ -133,6 +133,8 @@ typedef struct fp4_model_quantize_options {
   const char *const *exclude; /* patterns never quantized, added to the defaults                       */
   int exclude_count;
   int no_default_excludes;    /* 1: drop the defaults (lm_head, embeddings, norms, routers, MTP)       */
+  fp4_modelopt_version modelopt_version; /* NVFP4: the Model Optimizer release whose weight bits to
+                                            reproduce; 0 = FP4_MODELOPT_CURRENT (0.45 and later)    */
   float input_amax;           /* NVFP4: > 0 writes input_scale = input_amax/(6*448) (a static activation
                                  range; there is no calibration here) and quant_algo NVFP4 (W4A4);
                                  0 writes no input scale and quant_algo W4A16_NVFP4 (weight-only)    */

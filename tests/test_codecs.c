@@ -3,8 +3,10 @@
  * UE8M0 rounding up, bf16/f16 RNE. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "format/codec.h"
 #include "fp4kit.h"
 #include "testing.h"
 
@@ -149,6 +151,79 @@ static void test_packing(void) {
   CHECK_ERROR(fp4_convert(packed, FP4_DTYPE_E2M1X2, back, FP4_DTYPE_BF16, 2), FP4_ERR_UNSUPPORTED, "e2m1x2");
 }
 
+/* The Model Optimizer block-scale rule of each release on every non-negative float32 bit pattern
+ * (infinity and NaNs included; block scales are never negative), against the rule as
+ * nvfp4_tensor.py states it: 0 -> 1, then for 0.45+ torch.clamp(min=2^-9, max=448), which keeps NaN,
+ * then the cast. The releases differ exactly on (0, 2^-10]: byte 0 before, 2^-9 now. */
+static void test_modelopt_scale_rule_exhaustive(void) {
+  uint64_t bad_current = 0, bad_old = 0, differ = 0, differ_elsewhere = 0;
+  uint32_t first = 0;
+  for (uint32_t u = 0; u <= 0x7FFFFFFFu; u++) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    const float z = x == 0.0f ? 1.0f : x;
+    const float clamped = isnan(z) ? z : z < 0.001953125f ? 0.001953125f : z > 448.0f ? 448.0f : z;
+    const uint8_t cur = fp4_modelopt_scale_byte(x, FP4_MODELOPT_CODE_CURRENT);
+    const uint8_t old = fp4_modelopt_scale_byte(x, FP4_MODELOPT_CODE_0_44);
+    if (cur != fp4_e4m3_encode(clamped) && !bad_current++) first = u;
+    bad_old += old != fp4_e4m3_encode(z);
+    if (cur != old) {
+      differ++;
+      differ_elsewhere += u == 0 || u > 0x3A800000u || old != 0x00 || cur != 0x01; /* 0x3A800000 = 2^-10 */
+    }
+  }
+  CHECK(bad_current == 0, "0.45+ rule: %llu values differ from clamp-then-cast (first 0x%08x)",
+        (unsigned long long)bad_current, first);
+  CHECK(bad_old == 0, "0.44 rule: %llu values differ from the plain cast", (unsigned long long)bad_old);
+  CHECK(differ == 0x3A800000u && differ_elsewhere == 0,
+        "the releases differ on %llu floats, %llu of them outside (0, 2^-10] (want all 0x3A800000 inside)",
+        (unsigned long long)differ, (unsigned long long)differ_elsewhere);
+  CHECK(fp4_modelopt_scale_byte(0.0009765625f, FP4_MODELOPT_CODE_0_44) == 0x00 &&
+            fp4_modelopt_scale_byte(nextafterf(0.0009765625f, 1.0f), FP4_MODELOPT_CODE_0_44) == 0x01,
+        "0.44: 2^-10 is the tie that rounds to 0, the next float rounds to 2^-9");
+  CHECK(fp4_modelopt_scale_byte(NAN, FP4_MODELOPT_CODE_CURRENT) == 0x7F, "NaN stays NaN through the clamp");
+  CHECK(fp4_modelopt_scale_byte(1e30f, FP4_MODELOPT_CODE_CURRENT) == 0x7E, "clamped to 448");
+}
+
+/* The two runtime-recipe orders on every positive bf16 block maximum, for encode scales of the
+ * kind FlashInfer's tests make (2688 * f32(1/amax), torch's scalar / tensor) and round ones: the
+ * scale bytes differ by at most one E4M3 step, and only where the two float32 scale values lie on
+ * both sides of (or one exactly on) the rounding boundary between those E4M3 values. */
+static void test_runtime_orders_bf16(void) {
+  const float amaxes[] = {3.0f, 3.9375f, 4.0625f, 5.75f, 4.3125f, 1.0f, 0.5f};
+  const float sixth = 1.0f / 6.0f;
+  uint64_t blocks = 0, differ = 0, bad = 0;
+  for (size_t a = 0; a < sizeof amaxes / sizeof *amaxes; a++) {
+    const float gsf = 2688.0f * (1.0f / amaxes[a]);
+    const fp4_nvfp4_recipe fi = fp4_nvfp4_recipe_make_order(gsf, FP4_ORDER_CODE_FLASHINFER);
+    const fp4_nvfp4_recipe ex = fp4_nvfp4_recipe_make_order(gsf, FP4_ORDER_CODE_EXACT);
+    const fp4_nvfp4_recipe def = fp4_nvfp4_recipe_make(gsf);
+    for (uint32_t b = 1; b < 0x7F80u; b++) {
+      const float vmax = fp4_bf16_to_f32((uint16_t)b);
+      if (vmax > amaxes[a]) break;
+      float os_fi, os_ex, os_def;
+      const uint8_t sfi = fp4_nvfp4_block_scale(vmax, fi, &os_fi);
+      const uint8_t sex = fp4_nvfp4_block_scale(vmax, ex, &os_ex);
+      const uint8_t sdef = fp4_nvfp4_block_scale(vmax, def, &os_def);
+      blocks++;
+      bad += sdef != sfi || memcmp(&os_def, &os_fi, sizeof os_fi) != 0;
+      bad += sfi != fp4_e4m3_encode(gsf * (vmax * sixth)) || sex != fp4_e4m3_encode(vmax * (gsf * sixth));
+      if (sfi == sex) continue;
+      differ++;
+      const uint8_t lo = sfi < sex ? sfi : sex, hi = sfi < sex ? sex : sfi;
+      const double mid = 0.5 * ((double)fp4_e4m3_decode(lo) + (double)fp4_e4m3_decode(hi));
+      const double v_fi = (double)(gsf * (vmax * sixth)), v_ex = (double)(vmax * (gsf * sixth));
+      const double vlo = v_fi < v_ex ? v_fi : v_ex, vhi = v_fi < v_ex ? v_ex : v_fi;
+      bad += hi != lo + 1 || !(vlo <= mid && mid <= vhi);
+    }
+  }
+  CHECK(bad == 0, "runtime orders: %llu inconsistencies", (unsigned long long)bad);
+  CHECK(differ > 0 && differ * 100 < blocks, "the orders differ on %llu of %llu bf16 block maxima", (unsigned long long)differ,
+        (unsigned long long)blocks);
+  fprintf(stderr, "runtime orders: %llu of %llu bf16 block maxima get another scale byte\n", (unsigned long long)differ,
+          (unsigned long long)blocks);
+}
+
 int main(void) {
   test_e2m1();
   test_e2m1_exhaustive();
@@ -156,5 +231,7 @@ int main(void) {
   test_ue8m0();
   test_half();
   test_packing();
+  test_modelopt_scale_rule_exhaustive();
+  test_runtime_orders_bf16();
   return TEST_SUMMARY();
 }

@@ -1,5 +1,7 @@
 /* Scale layouts: sizes, the SPEC 4 formulas at known points, bijection on the valid region,
- * round trips between layouts, zeroed padding. */
+ * round trips between layouts, zeroed padding. Every layout holds either format: the 8x4 one too
+ * for MXFP4 (UE8M0 scales per 32), as FlashInfer's fp4_quantize writes it with sf_use_ue8m0 and
+ * is_sf_8x4_layout (its get_sf_out_offset_8x4 indexes scale columns whatever the block size). */
 #include <stdlib.h>
 
 #include "fp4kit.h"
@@ -14,6 +16,11 @@ static void test_sizes(void) {
   CHECK(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 129, 4096, &b) == FP4_OK && b == 256 * 256, "129 x 256 -> %zu", b);
   CHECK(fp4_scales_size(FP4_FORMAT_MXFP4, FP4_LAYOUT_128X4, 128, 160, &b) == FP4_OK && b == 128 * 8, "mxfp4 C=5 -> Cp=8: %zu", b);
   CHECK(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_8X4, 9, 48, &b) == FP4_OK && b == 16 * 4, "8x4 9 rows: %zu", b);
+  /* MXFP4 8x4: roundup(M, 8) * roundup(K/32, 4), FlashInfer's _compute_swizzled_layout_sf_size(m, k/32, 8). */
+  CHECK(fp4_scales_size(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 9, 160, &b) == FP4_OK && b == 16 * 8, "mxfp4 8x4 9x5: %zu", b);
+  CHECK(fp4_scales_size(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 1, 32, &b) == FP4_OK && b == 8 * 4, "mxfp4 8x4 1x1: %zu", b);
+  CHECK(fp4_scales_size(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 128, 4096, &b) == FP4_OK && b == 128 * 128, "mxfp4 8x4: %zu", b);
+  CHECK(fp4_scales_size(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 4, 48, &b) == FP4_ERR_INVALID_ARGUMENT, "K = 48 is no MXFP4 shape");
 }
 
 static void test_known_offsets(void) {
@@ -24,6 +31,19 @@ static void test_known_offsets(void) {
   /* 8x4: off = (r/8)*Cp*8 + (c/4)*32 + (r%8)*4 + c%4 */
   CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_8X4, 16, 96, 9, 5) == 8 * 8 + 32 + 4 + 1, "8x4 (9,5)");
   CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 16, 96, 9, 5) == 9 * 6 + 5, "linear (9,5)");
+  /* MXFP4 8x4, the same formula over scale columns of 32 elements: K = 320 -> C = 10, Cp = 12. */
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, 9, 5) == 1 * 12 * 8 + 32 + 4 + 1, "mxfp4 8x4 (9,5)");
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, 16, 9) == 2 * 12 * 8 + 2 * 32 + 0 + 1,
+        "mxfp4 8x4 (16,9)");
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, 7, 3) == 7 * 4 + 3, "mxfp4 8x4 (7,3)");
+  /* FlashInfer's 8x4 description: a [M tiles, K tiles, 8 rows, 4 columns] array, row-major. */
+  int bad = 0;
+  for (int64_t r = 0; r < 17; r++)
+    for (int64_t c = 0; c < 10; c++)
+      bad += fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, r, c) != (((r / 8) * 3 + c / 4) * 8 + r % 8) * 4 + c % 4;
+  CHECK(bad == 0, "mxfp4 8x4: %d offsets differ from the tile array", bad);
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, 0, 10) == -1, "mxfp4 8x4 column out of range");
+  CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4, 17, 320, 17, 0) == -1, "mxfp4 8x4 row out of range");
   CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 16, 96, 16, 0) == -1, "row out of range");
   CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 16, 96, 0, 6) == -1, "column out of range");
 }
@@ -37,10 +57,6 @@ static void test_bijection_and_round_trip(void) {
       for (size_t li = 0; li < 3; li++) {
         fp4_scale_layout lay = layouts[li];
         size_t bytes = 0;
-        if (fmt == FP4_FORMAT_MXFP4 && lay == FP4_LAYOUT_8X4) {
-          CHECK(fp4_scales_size(fmt, lay, R, K, &bytes) == FP4_ERR_INVALID_ARGUMENT, "mxfp4 8x4 is refused");
-          continue;
-        }
         CHECK(fp4_scales_size(fmt, lay, R, K, &bytes) == FP4_OK, "size");
         unsigned char *seen = calloc(bytes, 1);
         int dup = 0, oob = 0;
@@ -54,30 +70,24 @@ static void test_bijection_and_round_trip(void) {
               (long long)R, (long long)C, dup, oob);
         free(seen);
       }
-      /* linear -> 128x4 -> 8x4 (NVFP4) -> linear restores every scale; padding is written as zero. */
-      size_t lin_b, sw_b, e8_b = 0;
+      /* linear -> 128x4 -> 8x4 -> linear restores every scale; padding is written as zero. */
+      size_t lin_b, sw_b, e8_b;
       fp4_scales_size(fmt, FP4_LAYOUT_LINEAR, R, K, &lin_b);
       fp4_scales_size(fmt, FP4_LAYOUT_128X4, R, K, &sw_b);
-      if (fmt == FP4_FORMAT_NVFP4) fp4_scales_size(fmt, FP4_LAYOUT_8X4, R, K, &e8_b);
-      unsigned char *lin = malloc(lin_b), *sw = malloc(sw_b), *e8 = malloc(e8_b ? e8_b : 1), *back = malloc(lin_b);
+      fp4_scales_size(fmt, FP4_LAYOUT_8X4, R, K, &e8_b);
+      unsigned char *lin = malloc(lin_b), *sw = malloc(sw_b), *e8 = malloc(e8_b), *back = malloc(lin_b);
       for (size_t i = 0; i < lin_b; i++) lin[i] = (unsigned char)(1 + (i * 37) % 251); /* never zero */
       memset(sw, 0xAB, sw_b);
       CHECK(fp4_scales_convert(fmt, R, K, lin, FP4_LAYOUT_LINEAR, sw, FP4_LAYOUT_128X4) == FP4_OK, "to 128x4");
       size_t zeros = 0;
       for (size_t i = 0; i < sw_b; i++) zeros += sw[i] == 0;
       CHECK(zeros == sw_b - lin_b, "128x4 padding: %zu zero bytes, expected %zu", zeros, sw_b - lin_b);
-      const unsigned char *from = sw;
-      fp4_scale_layout from_layout = FP4_LAYOUT_128X4;
-      if (fmt == FP4_FORMAT_NVFP4) {
-        memset(e8, 0xAB, e8_b);
-        CHECK(fp4_scales_convert(fmt, R, K, sw, FP4_LAYOUT_128X4, e8, FP4_LAYOUT_8X4) == FP4_OK, "to 8x4");
-        zeros = 0;
-        for (size_t i = 0; i < e8_b; i++) zeros += e8[i] == 0;
-        CHECK(zeros == e8_b - lin_b, "8x4 padding zeroed");
-        from = e8;
-        from_layout = FP4_LAYOUT_8X4;
-      }
-      CHECK(fp4_scales_convert(fmt, R, K, from, from_layout, back, FP4_LAYOUT_LINEAR) == FP4_OK, "to linear");
+      memset(e8, 0xAB, e8_b);
+      CHECK(fp4_scales_convert(fmt, R, K, sw, FP4_LAYOUT_128X4, e8, FP4_LAYOUT_8X4) == FP4_OK, "to 8x4");
+      zeros = 0;
+      for (size_t i = 0; i < e8_b; i++) zeros += e8[i] == 0;
+      CHECK(zeros == e8_b - lin_b, "%s 8x4 padding zeroed", fp4_format_name(fmt));
+      CHECK(fp4_scales_convert(fmt, R, K, e8, FP4_LAYOUT_8X4, back, FP4_LAYOUT_LINEAR) == FP4_OK, "to linear");
       CHECK(!memcmp(lin, back, lin_b), "round trip restores the scales");
       free(lin);
       free(sw);

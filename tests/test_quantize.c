@@ -1,6 +1,7 @@
 /* Quantization recipes: known answers worked out by hand, and the quantize-dequantize error bound. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fp4kit.h"
 #include "harness.h"
@@ -19,7 +20,8 @@ static void test_runtime_nvfp4_known(void) {
    * Block 1: vmax = 3, sf = 0.5 -> 0x30, out_scale = 2: 3 -> 6 (7), -1 -> -2 (0xC), 0.2 -> 0.4 (1),
    * 0.125 -> 0.25 (0), 1.25 -> 2.5 (tie -> 2 = code 4).
    * Block 2: all zero -> scale 0, codes 0. Block 3: vmax 1e-4 -> sf 1.7e-5 underflows to E4M3 0 ->
-   * out_scale = FLT_MAX: codes saturate to +-6 with the sign (dequantized value 0). */
+   * out_scale = 1/0 = +inf: codes saturate to +-6 with the sign and zeros (0 * inf = NaN) give 7, as
+   * FlashInfer's kernel does (dequantized values 0). */
   float x[64] = {6, 3, 1.5f, 0.5f, -2, 0.25f, 0.75f, -5, 0, 0, 0, 0, 0, 0, 0, 0,
                  3, -1, 0.2f, 0.125f, 1.25f, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -34,6 +36,7 @@ static void test_runtime_nvfp4_known(void) {
   CHECK(!memcmp(data + 8, want1, 8), "block 1 codes %02x %02x %02x", data[8], data[9], data[10]);
   CHECK(data[16] == 0 && data[23] == 0, "zero block");
   CHECK(data[24] == 0xF7, "underflowed scale saturates codes with their sign: %02x", data[24]);
+  CHECK(data[25] == 0x77, "zeros of an underflowed block are NaN -> code 7: %02x", data[25]);
 }
 
 static void test_runtime_nvfp4_global_scale(void) {
@@ -63,12 +66,72 @@ static void test_runtime_mxfp4_known(void) {
   CHECK(data[0] == 0xA7 && data[16] == 0x16 && data[32] == 0, "codes %02x %02x", data[0], data[16]);
 }
 
+static fp4_status quantize_ordered_row(const float *x, int64_t k, float gsf, fp4_quantize_order order, uint8_t *data,
+                                       uint8_t *scales, const fp4_options *opt) {
+  fp4_matrix m = {(void *)x, 1, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix q = {data, scales, 1, k, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+  return fp4_quantize_ordered(NULL, &m, gsf, order, &q, opt);
+}
+
+static void test_runtime_orders(void) {
+  /* gsf = 896 (= 2688 / 3, an amax of 3). Block 0: vmax = 0.0703125 (9/128, a bf16 value).
+   *   FLASHINFER: vmax * f32(1/6) = 0.01171875 rounded, times 896 = 10.5 exactly: an E4M3 tie -> 10
+   *   (0x52); out_scale = 1/(10/896) = 89.6: 0.0703125 -> 6.3 (code 7), -0.03125 -> -2.8 (0xD).
+   *   EXACT: 896 * f32(1/6) = 149.33334, times vmax = 10.500001 -> 11 (0x53); out_scale = 81.45:
+   *   -> 5.73 (code 7), -2.55 (0xD).
+   * Block 1: vmax 5e-6: sf 7.5e-4 rounds to E4M3 0 in both orders. FLASHINFER: out_scale = +inf,
+   *   codes +-6 and zeros NaN -> 7 (FlashInfer's rcp.approx(0) = inf); EXACT: FLT_MAX, zeros 0. */
+  float x[32] = {0.0703125f, -0.03125f};
+  x[16] = 5e-6f;
+  x[17] = -5e-6f;
+  uint8_t data[3][16], scales[3][2];
+  CHECK(quantize_row(x, 32, FP4_FORMAT_NVFP4, 896.0f, data[0], scales[0]) == FP4_OK, "default: %s", fp4_last_error());
+  CHECK(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_FLASHINFER, data[1], scales[1], NULL) == FP4_OK, "flashinfer");
+  CHECK(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_EXACT, data[2], scales[2], NULL) == FP4_OK, "exact: %s",
+        fp4_last_error());
+  CHECK(!memcmp(data[0], data[1], 16) && !memcmp(scales[0], scales[1], 2), "fp4_quantize runs FP4_ORDER_FLASHINFER");
+  CHECK(scales[0][0] == 0x52 && scales[2][0] == 0x53, "the tie: flashinfer %02x exact %02x", scales[0][0], scales[2][0]);
+  CHECK(data[0][0] == 0xD7 && data[2][0] == 0xD7, "block 0 codes %02x %02x", data[0][0], data[2][0]);
+  CHECK(scales[0][1] == 0 && scales[2][1] == 0, "underflowed scales %02x %02x", scales[0][1], scales[2][1]);
+  CHECK(data[0][8] == 0xF7 && data[0][9] == 0x77 && data[2][8] == 0xF7 && data[2][9] == 0x00,
+        "underflowed block: flashinfer %02x %02x, exact %02x %02x", data[0][8], data[0][9], data[2][8], data[2][9]);
+  /* Every backend quantizes in the default order: the cpu backend's SIMD kernel gives the same bits. */
+  fp4_options cpu = {0};
+  cpu.backend = "cpu";
+  CHECK(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_FLASHINFER, data[1], scales[1], &cpu) == FP4_OK &&
+            !memcmp(data[0], data[1], 16) && !memcmp(scales[0], scales[1], 2),
+        "cpu backend, flashinfer order");
+  /* The exact order is the reference quantizer's only: other backends and device data are refused. */
+  CHECK_ERROR(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_EXACT, data[1], scales[1], &cpu), FP4_ERR_UNSUPPORTED,
+              "ref backend only");
+  fp4_run_info info;
+  fp4_options ref = {0};
+  ref.backend = "ref";
+  ref.info = &info;
+  CHECK(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_EXACT, data[1], scales[1], &ref) == FP4_OK &&
+            !memcmp(data[1], data[2], 16) && !strcmp(info.backend, "ref") && strstr(info.note, "exact"),
+        "exact on ref, reported: %s / %s", info.backend, info.note);
+  fp4_matrix dm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+  fp4_qmatrix dq = {data[1], scales[1], 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_DEVICE};
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &dm, 896.0f, FP4_ORDER_EXACT, &dq, NULL), FP4_ERR_UNSUPPORTED, "host memory only");
+  CHECK_ERROR(quantize_ordered_row(x, 32, 896.0f, (fp4_quantize_order)2, data[1], scales[1], NULL),
+              FP4_ERR_INVALID_ARGUMENT, "order 2");
+  CHECK_ERROR(quantize_ordered_row(x, 32, 0.0f, FP4_ORDER_EXACT, data[1], scales[1], NULL), FP4_ERR_INVALID_ARGUMENT,
+              "finite and positive");
+  /* MXFP4 has one order: both names give fp4_quantize's bits. */
+  float y[32] = {7.0f, 1.0f};
+  fp4_matrix my = {y, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix mq = {data[1], scales[1], 1, 32, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+  CHECK(fp4_quantize_ordered(NULL, &my, 1.0f, FP4_ORDER_EXACT, &mq, NULL) == FP4_OK && scales[1][0] == 128 &&
+            data[1][0] == 0x16,
+        "mxfp4 exact: scale %d codes %02x", scales[1][0], data[1][0]);
+}
+
 static void test_modelopt_known(void) {
   /* amax(W) = 2688 -> weight_scale_2 = 1. Block 0: amax 2688 -> scale 448 (0x7E), 2688/448 = 6 -> 7,
    * 448 -> 1 (code 2). Block 1: amax 6 -> scale 1 (0x38): 6 -> 7, -1.5 -> 0xB. Block 2: zero ->
    * scale 1.0 (0x38), codes 0. Block 3: amax 1e-3 -> 1.7e-4, below half the smallest E4M3 subnormal:
-   * scale byte 0 (Model Optimizer applies no lower clamp), so 1e-3 / 0 = inf -> 6 (code 7) and
-   * 0 / 0 = NaN -> code 7, as Model Optimizer's cast gives. */
+   * clamped to 2^-9 (byte 0x01) by nvidia-modelopt 0.45 and later, so 1e-3 * 512 = 0.512 -> code 1. */
   float w[64] = {0};
   w[0] = 2688;
   w[1] = 448;
@@ -81,14 +144,51 @@ static void test_modelopt_known(void) {
   fp4_qmatrix q = {data, scales, 1, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
   CHECK(fp4_quantize_modelopt(&m, &q, &ws2) == FP4_OK, "modelopt: %s", fp4_last_error());
   CHECK(ws2 == 1.0f && q.multiplier == 1.0f, "weight_scale_2 %g", (double)ws2);
-  CHECK(scales[0] == 0x7E && scales[1] == 0x38 && scales[2] == 0x38 && scales[3] == 0x00, "scales %02x %02x %02x %02x",
+  CHECK(scales[0] == 0x7E && scales[1] == 0x38 && scales[2] == 0x38 && scales[3] == 0x01, "scales %02x %02x %02x %02x",
         scales[0], scales[1], scales[2], scales[3]);
-  CHECK(data[0] == 0x27 && data[8] == 0xB7 && data[16] == 0 && data[24] == 0x77, "codes %02x %02x %02x %02x", data[0],
+  CHECK(data[0] == 0x27 && data[8] == 0xB7 && data[16] == 0 && data[24] == 0x01, "codes %02x %02x %02x %02x", data[0],
         data[8], data[16], data[24]);
   float zeros[16] = {0};
   fp4_matrix z = {zeros, 1, 16, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
   q.cols = 16;
   CHECK(fp4_quantize_modelopt(&z, &q, &ws2) == FP4_OK && ws2 == 0.0f && data[0] == 0, "all-zero weights");
+  CHECK(fp4_quantize_modelopt_version(&z, FP4_MODELOPT_0_44, &q, &ws2) == FP4_OK && ws2 == 0.0f && data[0] == 0 &&
+            scales[0] == 0x38,
+        "all-zero weights, 0.44");
+  CHECK_ERROR(fp4_quantize_modelopt_version(&z, (fp4_modelopt_version)5, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "version 5");
+}
+
+/* Both Model Optimizer rules at the edges of the lower clamp, weight_scale_2 = 1 (amax 2688), so a
+ * block's scale is its amax / 6. */
+static void test_modelopt_versions(void) {
+  const float sixth_tie = 6.0f * 0.0009765625f; /* scale exactly 2^-10: the E4M3 tie between 0 and 2^-9 */
+  const float bmax[8] = {2688.0f,           sixth_tie, 0.0f, 1e-3f, 6.0f * 0.001953125f, 9.0f * 0.001953125f,
+                         6.0f * 0.00048828125f, nextafterf(sixth_tie, 1.0f)};
+  /* scale:             448        2^-10      zero  1.7e-4 2^-9   1.5*2^-9 (tie -> 2) 2^-11  just above 2^-10 */
+  static const uint8_t want_scale[2][8] = {{0x7E, 0x01, 0x38, 0x01, 0x01, 0x02, 0x01, 0x01},
+                                           {0x7E, 0x00, 0x38, 0x00, 0x01, 0x02, 0x00, 0x01}};
+  /* First code byte of each block (its element 1 is 0 except in block 0, where it is 448): under the
+   * clamp, codes of amax/2^-9: 3 -> 5, 0.512 -> 1, 6 -> 7, 4.5 -> 4 (6), 1.5 -> 3; under the 0.44
+   * rule a zero scale byte gives +-inf -> 7 and 0/0 = NaN -> 7 for the zeros. */
+  static const uint8_t want_code[2][8] = {{0x27, 0x05, 0x00, 0x01, 0x07, 0x06, 0x03, 0x05},
+                                          {0x27, 0x77, 0x00, 0x77, 0x07, 0x06, 0x77, 0x05}};
+  float w[128] = {0};
+  for (int b = 0; b < 8; b++) w[16 * b] = bmax[b];
+  w[1] = 448.0f;
+  for (int v = 0; v < 2; v++) {
+    uint8_t data[64], scales[8];
+    float ws2 = -1;
+    fp4_matrix m = {w, 1, 128, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_qmatrix q = {data, scales, 1, 128, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+    CHECK(fp4_quantize_modelopt_version(&m, (fp4_modelopt_version)v, &q, &ws2) == FP4_OK && ws2 == 1.0f, "version %d", v);
+    for (int b = 0; b < 8; b++) {
+      CHECK(scales[b] == want_scale[v][b], "version %d block %d: scale %02x, want %02x", v, b, scales[b], want_scale[v][b]);
+      CHECK(data[8 * b] == want_code[v][b], "version %d block %d: codes %02x, want %02x", v, b, data[8 * b],
+            want_code[v][b]);
+      const uint8_t rest = v == 1 && want_scale[1][b] == 0 ? 0x77 : 0x00;
+      CHECK(data[8 * b + 7] == rest, "version %d block %d: zeros %02x", v, b, data[8 * b + 7]);
+    }
+  }
 }
 
 /* |x - dq(x)| <= half an E2M1 step at that block's scale (steps 0.5, 1, 2 on [0,2], [2,4], [4,6]); values
@@ -132,7 +232,9 @@ int main(void) {
   test_runtime_nvfp4_known();
   test_runtime_nvfp4_global_scale();
   test_runtime_mxfp4_known();
+  test_runtime_orders();
   test_modelopt_known();
+  test_modelopt_versions();
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR);
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4);
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_8X4);

@@ -38,6 +38,9 @@ static void quantize_usage(FILE *f) {
           "  --input-amax A           NVFP4: write input_scale = A/(6*448) for every layer, a static\n"
           "                           activation range (no calibration is done), quant_algo NVFP4;\n"
           "                           without it: weight-only, quant_algo W4A16_NVFP4\n"
+          "  --recipe NAME            NVFP4 scales of the Model Optimizer release to match: modelopt\n"
+          "                           (default; 0.45 and later clamp block scales to >= 2^-9) or\n"
+          "                           modelopt-0.44 (0.44 and earlier: block scales <= 2^-10 are 0)\n"
           "  --force                  OUT_DIR may be a non-empty directory: it is replaced, with all it\n"
           "                           holds, when (and only when) the new output is complete; without\n"
           "                           --force a non-empty OUT_DIR is refused before any work\n"
@@ -86,7 +89,7 @@ int fp4cli_quantize(int argc, char **argv) {
     fprintf(stderr, "fp4kit quantize: out of memory\n");
     return FP4CLI_ERROR;
   }
-  enum { OPT_FORMAT = 256, OPT_CT, OPT_INCLUDE, OPT_EXCLUDE, OPT_NO_DEFAULTS, OPT_AMAX, OPT_QUIET, OPT_FORCE };
+  enum { OPT_FORMAT = 256, OPT_CT, OPT_INCLUDE, OPT_EXCLUDE, OPT_NO_DEFAULTS, OPT_AMAX, OPT_QUIET, OPT_FORCE, OPT_RECIPE };
   static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
                                         {"format", required_argument, NULL, OPT_FORMAT},
                                         {"compressed-tensors", no_argument, NULL, OPT_CT},
@@ -96,6 +99,7 @@ int fp4cli_quantize(int argc, char **argv) {
                                         {"input-amax", required_argument, NULL, OPT_AMAX},
                                         {"quiet", no_argument, NULL, OPT_QUIET},
                                         {"force", no_argument, NULL, OPT_FORCE},
+                                        {"recipe", required_argument, NULL, OPT_RECIPE},
                                         {NULL, 0, NULL, 0}};
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
@@ -129,6 +133,14 @@ int fp4cli_quantize(int argc, char **argv) {
       }
       case OPT_QUIET: quiet = 1; break;
       case OPT_FORCE: o.force = 1; break;
+      case OPT_RECIPE:
+        if (!strcmp(optarg, "modelopt")) o.modelopt_version = FP4_MODELOPT_CURRENT;
+        else if (!strcmp(optarg, "modelopt-0.44")) o.modelopt_version = FP4_MODELOPT_0_44;
+        else {
+          fprintf(stderr, "fp4kit quantize: --recipe is modelopt or modelopt-0.44, not '%s'\n", optarg);
+          rc = FP4CLI_USAGE;
+        }
+        break;
       default:
         fprintf(stderr, "fp4kit quantize: unknown option or missing value: '%s'\n", argv[optind - 1]);
         rc = FP4CLI_USAGE;

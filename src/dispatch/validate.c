@@ -10,10 +10,6 @@ fp4_status fp4_check_format_layout(const char *fn, const char *name, fp4_format 
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s format %d is neither NVFP4 nor MXFP4", fn, name, (int)format);
   if (!fp4_layout_name(layout))
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s scale layout %d is not linear, 128x4 or 8x4", fn, name, (int)layout);
-  if (format == FP4_FORMAT_MXFP4 && layout == FP4_LAYOUT_8X4)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
-                    "%s: %s uses the 8x4 scale layout, which is defined for NVFP4 (E4M3 scales) only, not MXFP4",
-                    fn, name);
   return FP4_OK;
 }
 

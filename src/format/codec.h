@@ -215,30 +215,60 @@ FP4_HD int64_t fp4_layout_bytes(int layout, int64_t R, int64_t C) {
 
 /* ---- block quantizers of the runtime recipe (SPEC 3.1) ------------------------------------------ */
 
-/* Per-tensor constants of the NVFP4 runtime recipe, computed once: gsf * f32(1/6) and 1/gsf. */
+/* The two operation orders of the runtime recipe's NVFP4 scale (TensorRT-LLM / FlashInfer
+ * cvt_warp_fp16_to_fp4). They differ only where a float32 rounding lands a scale on the other side
+ * of an E4M3 rounding boundary (ties, mostly, which bf16 inputs hit often when 448/amax is short in
+ * binary: 4 of 512 scales in FlashInfer's own bf16 test):
+ *   FLASHINFER (0, the default): sf = gsf * (vmax * f32(1/6)); out_scale = 1/(float(sf byte) * (1/gsf)),
+ *     a zero scale byte of a nonzero block giving out_scale = +inf. The order of FlashInfer's default
+ *     build (its JIT compiles with -use_fast_math, FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH unset) and of
+ *     its test reference ref_fp4_quant; here with correctly rounded reciprocals where that build
+ *     uses rcp.approx.ftz (see fp4_nvfp4_block_scale).
+ *   EXACT (1): sf = vmax * (gsf * f32(1/6)); out_scale = min(1/(float(sf byte) * (1/gsf)), FLT_MAX),
+ *     the DISABLE_FP4_QUANT_FAST_MATH branch ("match TE's encode scale"). */
+#define FP4_ORDER_CODE_FLASHINFER 0
+#define FP4_ORDER_CODE_EXACT 1
+
+/* Per-tensor constants of the NVFP4 runtime recipe, computed once. */
 typedef struct fp4_nvfp4_recipe {
-  float sf_mul;  /* gsf * (1/6) */
-  float inv_gsf; /* 1 / gsf */
+  float gsf;     /* the encode scale (FLASHINFER order)  */
+  float sf_mul;  /* gsf * f32(1/6) (EXACT order)         */
+  float inv_gsf; /* 1 / gsf                              */
+  int order;     /* FP4_ORDER_CODE_*                     */
 } fp4_nvfp4_recipe;
 
-FP4_HD fp4_nvfp4_recipe fp4_nvfp4_recipe_make(float gsf) {
+FP4_HD fp4_nvfp4_recipe fp4_nvfp4_recipe_make_order(float gsf, int order) {
   fp4_nvfp4_recipe r;
+  r.gsf = gsf;
   r.sf_mul = FP4_MUL(gsf, 1.0f / 6.0f);
   r.inv_gsf = FP4_DIV(1.0f, gsf);
+  r.order = order;
   return r;
 }
 
+/* The default (FLASHINFER) order: what fp4_quantize and every backend's quantizer run. */
+FP4_HD fp4_nvfp4_recipe fp4_nvfp4_recipe_make(float gsf) { return fp4_nvfp4_recipe_make_order(gsf, FP4_ORDER_CODE_FLASHINFER); }
+
 FP4_HD float fp4_absmax_update(float vmax, float x) { return fmaxf(vmax, fabsf(x)); }
 
-/* Scale byte and encode multiplier of an NVFP4 block with max |x| = vmax. */
+/* Scale byte and encode multiplier of an NVFP4 block with max |x| = vmax.
+ * FlashInfer's fast-math build takes its three reciprocals (of 6, of gsf, of the decoded scale times
+ * 1/gsf) from rcp.approx.ftz.f32 and multiplies with flush-to-zero; here they are correctly rounded
+ * and subnormals are kept, so that every backend gives the same bits. Its scale bytes are these
+ * whenever rcp.approx.ftz(6) is f32(1/6) and vmax/6 is a normal float; its codes can differ where an
+ * approximate out_scale moves x * out_scale across an E2M1 decision boundary. */
 FP4_HD uint8_t fp4_nvfp4_block_scale(float vmax, fp4_nvfp4_recipe r, float *out_scale) {
   if (vmax == 0.0f) {
     *out_scale = 0.0f;
     return 0;
   }
-  uint8_t sb = fp4_e4m3_encode_inline(FP4_MUL(vmax, r.sf_mul));
+  const float sf = r.order == FP4_ORDER_CODE_EXACT ? FP4_MUL(vmax, r.sf_mul) : FP4_MUL(r.gsf, FP4_MUL(vmax, 1.0f / 6.0f));
+  uint8_t sb = fp4_e4m3_encode_inline(sf);
   float q = FP4_DIV(1.0f, FP4_MUL(fp4_e4m3_decode_inline(sb), r.inv_gsf));
-  *out_scale = fminf(q, FLT_MAX); /* 1/0 = inf -> FLT_MAX: codes saturate, scale 0 zeroes them */
+  /* 1/0 = +inf when the scale byte underflowed: FLASHINFER keeps it (nonzero values saturate to
+   * +-6, zeros give NaN -> code 7), EXACT clamps it to FLT_MAX (zeros stay code 0); either way the
+   * block dequantizes to zeros. */
+  *out_scale = r.order == FP4_ORDER_CODE_EXACT ? fminf(q, FLT_MAX) : q;
   return sb;
 }
 
@@ -247,6 +277,28 @@ FP4_HD uint8_t fp4_mxfp4_block_scale(float vmax, float *out_scale) {
   uint8_t e = fp4_ue8m0_encode_inline(FP4_DIV(vmax, 6.0f));
   *out_scale = fp4_ue8m0_reciprocal(e);
   return e;
+}
+
+/* ---- the Model Optimizer checkpoint recipe's block scale (SPEC 3.1) ---------------------------- */
+
+/* nvidia-modelopt 0.45 and later (checked through 0.47): _cast_per_block_scale_to_fp8 clamps the
+ * block scale to [2^-9, 448] before the float8_e4m3fn cast. */
+#define FP4_MODELOPT_CODE_CURRENT 0
+/* nvidia-modelopt 0.44 and earlier: a plain cast, so scales up to 2^-10 became byte 0. */
+#define FP4_MODELOPT_CODE_0_44 1
+
+/* Scale byte of the float32 block scale amax_block / (6 * weight_scale_2), in Model Optimizer's
+ * order: 0 -> 1.0, then (CURRENT) the clamp, then the round-to-nearest-even cast. The comparisons
+ * keep a NaN a NaN (byte 0x7F), as torch's clamp does. Both versions saturate above 448 here, where
+ * torch's plain cast (0.44) would give NaN for values above 464; a block scale that large needs a
+ * subnormal weight_scale_2 (amax below 2688 * 2^-126). */
+FP4_HD uint8_t fp4_modelopt_scale_byte(float bscale, int version) {
+  if (bscale == 0.0f) bscale = 1.0f;
+  if (version == FP4_MODELOPT_CODE_CURRENT) {
+    if (bscale < 0.001953125f) bscale = 0.001953125f; /* 2^-9, the smallest E4M3 subnormal */
+    if (bscale > FP4_E4M3_MAX) bscale = FP4_E4M3_MAX;
+  }
+  return fp4_e4m3_encode_inline(bscale);
 }
 
 /* Two E2M1 codes in one byte: element 0 (lower K) in the low nibble. */

@@ -1,6 +1,7 @@
 /* Reference quantizers (runtime recipe, Model Optimizer recipe) and dequantization on the host.
  * The block arithmetic lives in codec.h so the CPU and CUDA backends execute the same operations. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,10 +12,11 @@
 
 static uint8_t *q_row(const fp4_qmatrix *q, int64_t r) { return (uint8_t *)q->data + r * (q->cols / 2); }
 
-void fp4_quantize_rows_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows) {
+static void quantize_rows_order(const fp4_matrix *x, float global_scale, int order, fp4_qmatrix *out, int64_t r0,
+                                int64_t nrows) {
   const int bs = fp4_format_block_size(out->format);
   const int64_t C = fp4_scale_cols(out->format, out->cols);
-  const fp4_nvfp4_recipe recipe = fp4_nvfp4_recipe_make(global_scale);
+  const fp4_nvfp4_recipe recipe = fp4_nvfp4_recipe_make_order(global_scale, order);
   uint8_t *scales = out->scales;
   float v[FP4_MXFP4_BLOCK];
   for (int64_t r = r0; r < r0 + nrows; r++) {
@@ -32,6 +34,10 @@ void fp4_quantize_rows_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix 
       for (int i = 0; i < bs; i += 2) dst[(c * bs + i) / 2] = fp4_e2m1_pack2(v[i], v[i + 1], out_scale);
     }
   }
+}
+
+void fp4_quantize_rows_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0, int64_t nrows) {
+  quantize_rows_order(x, global_scale, FP4_ORDER_CODE_FLASHINFER, out, r0, nrows);
 }
 
 void fp4_scales_zero_padding(fp4_qmatrix *q) {
@@ -63,9 +69,13 @@ void fp4_dequantize_rows(const fp4_qmatrix *q, int64_t r0, int64_t nrows, float 
   }
 }
 
-fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *weight_scale_2) {
+fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_version version, fp4_qmatrix *out,
+                                         float *weight_scale_2) {
   fp4_clear_error();
   static const char fn[] = "fp4_quantize_modelopt";
+  if (version != FP4_MODELOPT_CURRENT && version != FP4_MODELOPT_0_44)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: version %d is neither FP4_MODELOPT_CURRENT (0) nor FP4_MODELOPT_0_44 (1)", fn, (int)version);
   if (out) out->multiplier = 1.0f; /* let the generic check pass; set below */
   fp4_status st = fp4_check_quantize_io(fn, w, out);
   if (st) return st;
@@ -85,16 +95,18 @@ fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *w
                         (long long)c, (double)v);
       amax = fp4_absmax_update(amax, v);
     }
-  /* The operations and their order are those of Model Optimizer's NVFP4QTensor (nvfp4_tensor.py):
-   * float32 throughout, block scale = amax_block / (6 * weight_scale_2) with 0 -> 1 and NO lower
-   * clamp (a scale below 2^-10 becomes E4M3 zero, as torch's float8_e4m3fn cast gives), codes of
-   * w / (float(scale) * weight_scale_2) with the sign taken from "scaled < 0": -0.0 encodes as +0,
-   * and a block whose scale byte is zero gets +-inf -> +-6 for nonzero values and NaN -> 0x7 for
-   * zeros, exactly as its searchsorted-based cast does. The one deliberate difference: an all-zero
-   * tensor (weight_scale_2 = 0), where Model Optimizer divides 0 by 0 and writes NaN scales, gets
-   * scale bytes of 1.0 and zero codes. */
+  /* The operations and their order are those of Model Optimizer's NVFP4QTensor (nvfp4_tensor.py,
+   * get_weights_scaling_factor and quantize): float32 throughout, block scale = amax_block /
+   * (6 * weight_scale_2), 0 -> 1, then (0.45 and later) the clamp to [2^-9, 448] of
+   * _cast_per_block_scale_to_fp8, then the E4M3 cast (fp4_modelopt_scale_byte); codes of
+   * w / (float(scale) * weight_scale_2) with the sign taken from "scaled < 0": -0.0 encodes as +0.
+   * Under the 0.44 rule a scale up to 2^-10 is byte 0, so the block gets +-inf -> +-6 for nonzero
+   * values and NaN -> 0x7 for zeros, exactly as its searchsorted-based cast does; the clamp makes
+   * that impossible. The one deliberate difference: an all-zero tensor (weight_scale_2 = 0), where
+   * Model Optimizer divides 0 by 0 and writes NaN scales, gets scale bytes of 1.0 and zero codes. */
   const float ws2 = amax / (6.0f * 448.0f);
   const float ws2_times_6 = 6.0f * ws2;
+  const int mo = version == FP4_MODELOPT_0_44 ? FP4_MODELOPT_CODE_0_44 : FP4_MODELOPT_CODE_CURRENT;
   const int64_t C = fp4_scale_cols(FP4_FORMAT_NVFP4, w->cols);
   uint8_t *scales = out->scales;
   for (int64_t r = 0; r < w->rows; r++) {
@@ -105,10 +117,7 @@ fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *w
         v[i] = fp4_matrix_get(w, r, c * FP4_NVFP4_BLOCK + i);
         bmax = fp4_absmax_update(bmax, v[i]);
       }
-      float bscale = ws2 == 0.0f ? 0.0f : bmax / ws2_times_6;
-      if (bscale == 0.0f) bscale = 1.0f;
-      /* bmax <= amax keeps bscale within a few ulp of 448, which rounds to 448 in either cast. */
-      uint8_t sb = fp4_e4m3_encode_inline(bscale);
+      uint8_t sb = fp4_modelopt_scale_byte(ws2 == 0.0f ? 0.0f : bmax / ws2_times_6, mo);
       scales[fp4_layout_offset((int)out->layout, C, r, c)] = sb;
       float denom = fp4_e4m3_decode_inline(sb) * ws2;
       uint8_t codes[FP4_NVFP4_BLOCK];
@@ -124,6 +133,10 @@ fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *w
   out->multiplier = ws2;
   *weight_scale_2 = ws2;
   return FP4_OK;
+}
+
+fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *weight_scale_2) {
+  return fp4_quantize_modelopt_version(w, FP4_MODELOPT_CURRENT, out, weight_scale_2);
 }
 
 fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out) {
@@ -147,8 +160,47 @@ fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out) {
   return FP4_OK;
 }
 
-void fp4_quantize_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out) {
-  fp4_quantize_rows_ref(x, global_scale, out, 0, x->rows);
+static void quantize_all(const fp4_matrix *x, float global_scale, int order, fp4_qmatrix *out) {
+  quantize_rows_order(x, global_scale, order, out, 0, x->rows);
   fp4_scales_zero_padding(out);
   out->multiplier = out->format == FP4_FORMAT_NVFP4 ? 1.0f / global_scale : 1.0f;
+}
+
+void fp4_quantize_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out) {
+  quantize_all(x, global_scale, FP4_ORDER_CODE_FLASHINFER, out);
+}
+
+fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_quantize_order order,
+                                fp4_qmatrix *out, const fp4_options *options) {
+  static const char fn[] = "fp4_quantize_ordered";
+  if (order == FP4_ORDER_FLASHINFER || (order == FP4_ORDER_EXACT && out && out->format == FP4_FORMAT_MXFP4))
+    return fp4_quantize(ctx, x, global_scale, out, options); /* MXFP4 scales have one order only */
+  fp4_clear_error();
+  if (order != FP4_ORDER_EXACT)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: order %d is neither FP4_ORDER_FLASHINFER (0) nor FP4_ORDER_EXACT (1)",
+                    fn, (int)order);
+  if (out) out->multiplier = 1.0f;
+  fp4_status st = fp4_check_quantize_io(fn, x, out);
+  if (st) return st;
+  /* The exact order is the reference quantizer's on the host; the backends' quantizers (SIMD, CUDA)
+   * implement the default order only, so anything else is refused rather than run in that order. */
+  if (x->memory != FP4_MEMORY_HOST)
+    return fp4_fail(FP4_ERR_UNSUPPORTED,
+                    "%s: FP4_ORDER_EXACT runs on host memory only (the reference quantizer); device data is "
+                    "quantized in FlashInfer's order by fp4_quantize", fn);
+  if (options && options->global_scale_device)
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT takes the global_scale argument, not a device scale", fn);
+  if (options && options->backend && strcmp(options->backend, "auto") && strcmp(options->backend, "ref"))
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT runs on the ref backend only, not '%s'", fn,
+                    options->backend);
+  if (!(isfinite(global_scale) && global_scale > 0.0f))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: global_scale (%g) must be finite and positive", fn, (double)global_scale);
+  (void)ctx;
+  quantize_all(x, global_scale, FP4_ORDER_CODE_EXACT, out);
+  if (options && options->info) {
+    memset(options->info, 0, sizeof *options->info);
+    snprintf(options->info->backend, sizeof options->info->backend, "ref");
+    snprintf(options->info->note, sizeof options->info->note, "NVFP4 scales in the exact order (FP4_ORDER_EXACT)");
+  }
+  return FP4_OK;
 }

@@ -115,7 +115,7 @@ static fp4_status quantize_one(const qctx *q, fp4_st_writer *w, const char *modu
     fp4_options opt = {"ref", NULL, 0, NULL, NULL};
     st = fp4_quantize(NULL, &x, 1.0f, &out, &opt);
   } else {
-    st = fp4_quantize_modelopt(&x, &out, &ws2);
+    st = fp4_quantize_modelopt_version(&x, q->o->modelopt_version, &out, &ws2);
   }
   if (st) {
     char detail[512];

@@ -198,15 +198,16 @@ def _expected_nvfp4(x, gsf):
     f = np.float32
     xb = x.astype(f).reshape(x.shape[0], -1, 16)
     vmax = np.abs(xb).max(axis=2)
-    sf_value = vmax * (f(gsf) * f(1.0 / 6.0))
+    sf_value = f(gsf) * (vmax * f(1.0 / 6.0))  # FlashInfer's order (fp4_quantize's default)
     sb = np.minimum(sf_value, f(448)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
     with np.errstate(divide="ignore", over="ignore"):
         out_scale = f(1) / (sb.view(ml_dtypes.float8_e4m3fn).astype(f) * (f(1) / f(gsf)))
-    out_scale = np.where(vmax == 0, f(0), np.minimum(out_scale, np.finfo(f).max)).astype(f)
+    out_scale = np.where(vmax == 0, f(0), out_scale).astype(f)  # an underflowed scale byte: +inf
     sb = np.where(vmax == 0, 0, sb).astype(np.uint8)
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = (xb * out_scale[:, :, None]).astype(f)
     codes = np.clip(scaled, -6, 6).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+    codes = np.where(np.isnan(scaled), 7, codes)  # 0 * inf: NaN -> +6
     return codes.reshape(x.shape), sb
 
 
@@ -430,9 +431,9 @@ def test_argument_errors_are_value_errors_with_a_message():
     for call, pattern in cases:
         with pytest.raises(ValueError, match=pattern):
             call()
-    # The C library's own check: MXFP4 scales have no 8x4 layout.
-    with pytest.raises(ValueError, match=r"8x4 scale layout, which is defined for NVFP4"):
-        fp4kit.fp4_quantize(np.ones((4, 64), np.float32), 1.0, 32, True, True, True)
+    # MXFP4 scales in the 8x4 layout, as FlashInfer writes them: [roundup(4, 8), roundup(2, 4)].
+    q, s = fp4kit.fp4_quantize(np.ones((4, 64), np.float32), 1.0, 32, True, True, True)
+    assert q.shape == (4, 32) and s.size == 32 and (s.reshape(-1)[[0, 1, 4, 5, 8, 9, 12, 13]] == 125).all()
 
 
 def test_unsupported_requests_are_not_implemented_errors():

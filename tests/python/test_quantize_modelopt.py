@@ -1,9 +1,10 @@
-"""fp4_quantize_modelopt against an independent numpy implementation of Model Optimizer's NVFP4
-weight recipe (NVFP4QTensor in nvfp4_tensor.py), bit for bit.
+"""fp4_quantize_modelopt_version against an independent numpy implementation of Model Optimizer's
+NVFP4 weight recipe (NVFP4QTensor in nvfp4_tensor.py), bit for bit, for both releases' rules.
 
 The nvidia-modelopt package needs PyTorch, which is too large to install here, so the oracle is a
 transcription of its operations in numpy float32: amax / (6*448), block amax / (6*weight_scale_2),
-zero -> 1, cast to float8_e4m3fn (ml_dtypes, round to nearest even, no lower clamp), scaled =
+zero -> 1, (nvidia-modelopt 0.45 and later) clamp to [2^-9, 448] as _cast_per_block_scale_to_fp8
+does, cast to float8_e4m3fn (ml_dtypes, round to nearest even; 0.44 and earlier cast plainly), scaled =
 w / (float(scale) * weight_scale_2), codes by the searchsorted rule on the bounds
 [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5] plus one at 0.75, 1.75 and 3.5, sign = (scaled < 0).
 """
@@ -34,11 +35,16 @@ def lib():
         pytest.skip(f"{LIB} not built (set FP4KIT_LIB)")
     lib = ctypes.CDLL(LIB)
     lib.fp4_quantize_modelopt.argtypes = [ctypes.POINTER(Matrix), ctypes.POINTER(QMatrix), ctypes.POINTER(ctypes.c_float)]
+    lib.fp4_quantize_modelopt_version.argtypes = [ctypes.POINTER(Matrix), ctypes.c_int, ctypes.POINTER(QMatrix),
+                                                  ctypes.POINTER(ctypes.c_float)]
     lib.fp4_last_error.restype = ctypes.c_char_p
     return lib
 
 
-def fp4kit_quantize(lib, w_bf16):
+CURRENT, V0_44 = 0, 1  # fp4_modelopt_version
+
+
+def fp4kit_quantize(lib, w_bf16, version=None):
     n, k = w_bf16.shape
     w = np.ascontiguousarray(w_bf16)
     data = np.zeros((n, k // 2), np.uint8)
@@ -46,12 +52,15 @@ def fp4kit_quantize(lib, w_bf16):
     m = Matrix(w.ctypes.data, n, k, 0, 1, 0)  # FP4_DTYPE_BF16, host
     q = QMatrix(data.ctypes.data, scales.ctypes.data, n, k, 0, 0, 1.0, 0)  # NVFP4, linear, host
     ws2 = ctypes.c_float()
-    st = lib.fp4_quantize_modelopt(ctypes.byref(m), ctypes.byref(q), ctypes.byref(ws2))
+    if version is None:  # the default: the current release's rule
+        st = lib.fp4_quantize_modelopt(ctypes.byref(m), ctypes.byref(q), ctypes.byref(ws2))
+    else:
+        st = lib.fp4_quantize_modelopt_version(ctypes.byref(m), version, ctypes.byref(q), ctypes.byref(ws2))
     assert st == 0, lib.fp4_last_error().decode()
     return data, scales, np.float32(ws2.value)
 
 
-def modelopt_numpy(w_bf16):
+def modelopt_numpy(w_bf16, version=CURRENT):
     """Model Optimizer's operations, one float32 numpy operation for each torch one."""
     w = w_bf16.astype(np.float32)
     n, k = w.shape
@@ -61,6 +70,8 @@ def modelopt_numpy(w_bf16):
         bamax = np.max(np.abs(blocks), axis=-1)
         scale = bamax / (np.float32(6.0) * ws2)
         scale[scale == 0] = np.float32(1.0)
+        if version == CURRENT:
+            scale = np.clip(scale, np.float32(2.0 ** -9), np.float32(448.0))
         # torch's float8_e4m3fn cast: RNE, values up to 464 round to 448 (none larger occur here).
         scale8 = np.minimum(scale, np.float32(448.0)).astype(ml_dtypes.float8_e4m3fn)
         denom = scale8.astype(np.float32) * ws2
@@ -92,21 +103,25 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("version", [None, CURRENT, V0_44])
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_bit_exact_with_modelopt_recipe(lib, case, seed):
+def test_bit_exact_with_modelopt_recipe(lib, case, seed, version):
     w = bf16(CASES[case](np.random.default_rng(seed)))
-    got = fp4kit_quantize(lib, w)
-    want = modelopt_numpy(w)
+    got = fp4kit_quantize(lib, w, version)
+    want = modelopt_numpy(w, CURRENT if version is None else version)
     np.testing.assert_array_equal(got[2].view(np.uint32), want[2].view(np.uint32), "weight_scale_2")
     np.testing.assert_array_equal(got[1], want[1], "weight_scale bytes")
     np.testing.assert_array_equal(got[0], want[0], "packed codes")
 
 
-def test_tiny_block_scale_underflows_to_zero_like_modelopt(lib):
-    # A block 1e-9 of the tensor amax: its E4M3 scale is 0 (no 2^-9 clamp), its codes saturate.
+def test_tiny_block_scale_per_release(lib):
+    # A block 1e-9 of the tensor amax: 0.45+ clamps its scale to 2^-9 (byte 1; 1e-9 / (2^-9 * ws2) is
+    # about 1.4e-6, code 0); 0.44 cast it to byte 0 and its codes saturated.
     w = bf16(np.concatenate([np.full((1, 16), 1e-9), np.full((1, 16), 1.0)], axis=1))
     data, scales, _ = fp4kit_quantize(lib, w)
+    assert scales[0, 0] == 1 and data[0, 0] == 0x00
+    data, scales, _ = fp4kit_quantize(lib, w, V0_44)
     assert scales[0, 0] == 0 and data[0, 0] == 0x77
 
 
