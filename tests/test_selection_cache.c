@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dispatch/selection_cache.h"
+#include "tune/tuning.h"
 #include "fp4kit.h"
 #include "testing.h"
 
@@ -121,8 +122,26 @@ static void remembered_calls_run_the_same(void) {
   fp4_context_destroy(ctx);
 }
 
+/* The tuning state in a key: every change of a cache, and every other cache, is a new generation. */
+static void tuning_generations_change(void) {
+  fp4_tuning_cache *c1 = NULL, *c2 = NULL;
+  CHECK(fp4_tuning_cache_create(NULL, &c1) == FP4_OK && fp4_tuning_cache_create(NULL, &c2) == FP4_OK, "caches");
+  const uint64_t g1 = fp4_tuning_cache_generation(c1), g2 = fp4_tuning_cache_generation(c2);
+  CHECK(g1 && g2 && g1 != g2, "two caches share generation %llu", (unsigned long long)g1);
+  const fp4_tune_key key = {FP4_TUNE_MM_W4A16, FP4_FORMAT_NVFP4, FP4_DTYPE_BF16, FP4_DTYPE_BF16, 1, 256, 512};
+  CHECK(fp4_tuning_cache_set(c1, &key, "cpu", NULL, 5.0) == FP4_OK, "set: %s", fp4_last_error());
+  const uint64_t g1b = fp4_tuning_cache_generation(c1);
+  CHECK(g1b != g1 && g1b != g2, "a new entry must renew the generation");
+  CHECK(fp4_tuning_cache_set(c1, &key, "cpu", NULL, 4.0) == FP4_OK && fp4_tuning_cache_generation(c1) != g1b,
+        "replacing an entry must renew the generation");
+  CHECK(fp4_tuning_cache_generation(NULL) == 0, "no cache is generation 0");
+  fp4_tuning_cache_destroy(c1);
+  fp4_tuning_cache_destroy(c2);
+}
+
 int main(void) {
   fill();
+  tuning_generations_change();
   keys_separate_what_matters();
   remembered_calls_run_the_same();
   return TEST_SUMMARY();

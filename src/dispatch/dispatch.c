@@ -78,7 +78,7 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
 static uint64_t tuning_generation(fp4_context *ctx) {
   const fp4_tuning_cache *c = fp4_context_tuning_cache(ctx);
   fp4_clear_error();
-  return c ? (uint64_t)(uintptr_t)c ^ (uint64_t)fp4_tuning_cache_count(c) << 48 : 0;
+  return fp4_tuning_cache_generation(c); /* 0 without a cache */
 }
 
 static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_options *o, const char *fn,

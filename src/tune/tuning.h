@@ -13,6 +13,9 @@ extern "C" {
 #define FP4_TUNE_MIN_US 1e-3
 #define FP4_TUNE_MAX_US 1e10
 int fp4_tuning_time_plausible(double median_us);
+/* A number that changes whenever the cache's entries change (set, load, parse), so decisions
+ * remembered under one state of the cache are not reused under another (dispatch/selection_cache). */
+uint64_t fp4_tuning_cache_generation(const fp4_tuning_cache *cache);
 
 /* The tuning key of a GEMM problem; 0 for problems that are not tuned (quantize). */
 int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key);

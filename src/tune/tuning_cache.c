@@ -52,7 +52,16 @@ struct fp4_tuning_cache {
   int cudnn_version;
   cache_entry *entries;
   int count, capacity;
+  uint64_t generation; /* process-unique, renewed by every change of the entries */
 };
+
+/* Generations come from one process-wide counter, so two caches (or a cache freed and another
+ * allocated at its address) never share one. */
+static uint64_t next_generation(void) {
+  static uint64_t counter;
+  return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
+
 
 int64_t fp4_tune_m_bucket(int64_t m) {
   if (m <= 1) return 1;
@@ -78,6 +87,7 @@ fp4_status fp4_tuning_cache_create(fp4_context *ctx, fp4_tuning_cache **cache) {
   *cache = NULL;
   fp4_tuning_cache *c = calloc(1, sizeof *c);
   if (!c) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_tuning_cache_create: out of host memory");
+  c->generation = next_generation();
   fp4_reason(c->library_version, sizeof c->library_version, "%s", fp4_version());
   int device = fp4_context_device(ctx);
   if (device < 0) {
@@ -152,8 +162,11 @@ static fp4_status put_entry(fp4_tuning_cache *c, const cache_entry *e, const cha
   }
   c->entries[i] = *e;
   c->entries[i].warned = 0;
+  c->generation = next_generation();
   return FP4_OK;
 }
+
+uint64_t fp4_tuning_cache_generation(const fp4_tuning_cache *cache) { return cache ? cache->generation : 0; }
 
 /* Why an entry's names and time cannot be stored ("" when they can). */
 static void value_problem(const char *backend, const char *config, double median_us, char *why, size_t why_size) {
@@ -417,6 +430,7 @@ static fp4_status from_json(fp4_tuning_cache *c, const cJSON *root, const char *
 
 fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, size_t len, const char *name) {
   cache->count = 0;
+  cache->generation = next_generation();
   if (len == 0) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: empty file", name);
   if (memchr(text, 0, len)) return fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: binary data (NUL bytes), not JSON", name);
   const char *end = NULL;
@@ -440,6 +454,7 @@ fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, siz
   cJSON_Delete(root);
   if (st) {
     cache->count = 0; /* a file that is not a usable cache is never half-trusted */
+    cache->generation = next_generation();
     return st;
   }
   fp4_clear_error();
@@ -458,6 +473,7 @@ fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   static const char fn[] = "fp4_tuning_cache_load";
   if (!cache || !path) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, cache ? "path" : "cache");
   cache->count = 0;
+  cache->generation = next_generation();
   FILE *f = fopen(path, "rb");
   if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
   char *text = malloc((size_t)CACHE_MAX_BYTES + 1);
