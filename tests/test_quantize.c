@@ -240,5 +240,6 @@ int main(void) {
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_8X4);
   test_error_bound(FP4_FORMAT_MXFP4, FP4_LAYOUT_128X4);
   test_error_bound(FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR);
+  test_error_bound(FP4_FORMAT_MXFP4, FP4_LAYOUT_8X4);
   return TEST_SUMMARY();
 }
