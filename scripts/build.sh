@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds fp4kit into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure step.
+# Configures and builds fp4kit into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure step;
+# BUILD_TARGET builds one target (and what it needs) instead of all, e.g. fp4kit_cli.
 # The GPU code follows FP4KIT_CUDA_ARCHITECTURES: auto (default) the visible GPU's architecture, and
 # with no GPU the host backends only (minutes on 2 cores); all the five targets sm_80, sm_89, sm_90a,
 # sm_100a, sm_120a (about an hour and a half on 2 cores); none; or a list such as 90a or 80,120a.
@@ -15,5 +16,5 @@ if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
 fi
 # What was chosen (GPU code, cJSON), from the configure output.
 grep -E '^(-- )?fp4kit' "$BUILD_DIR/configure.log" || true
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+cmake --build "$BUILD_DIR" -j"$(nproc)" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
 echo "build: $BUILD_DIR built in $((SECONDS - t0)) s"
