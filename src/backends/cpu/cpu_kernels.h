@@ -51,7 +51,11 @@ typedef enum fp4_cpu_order {
   FP4_CPU_ORDER_NATURAL = 0, /* k                                                          */
   FP4_CPU_ORDER_PAIR16 = 1,  /* per 16: the 8 even elements, then the 8 odd ones           */
   FP4_CPU_ORDER_PAIR32 = 2,  /* per 32: the 16 even elements, then the 16 odd ones         */
-  FP4_CPU_ORDER_NIB128 = 3   /* per 128: four vectors j = 0..3, word w holding element 4w+j */
+  FP4_CPU_ORDER_NIB128 = 3,  /* per 128: four vectors j = 0..3, word w holding element 4w+j */
+  FP4_CPU_ORDER_LUT128 = 4   /* per 128: the sixteen 8-float vectors of the AVX2 byte-table decode,
+                              * position 8v+q holding byte b = 32(v/8) + 16(q/4) + 8((v/4)&1) +
+                              * 2(q&3) + (v&1), element 2b + ((v/2)&1): every 4-lane half of a vector
+                              * lies in one NVFP4 block (kernels_avx2.c)                         */
 } fp4_cpu_order;
 
 /* Source index (within the chunk) of packed position p (within the chunk) for an order. */
@@ -61,6 +65,13 @@ static inline int64_t fp4_cpu_order_source(fp4_cpu_order order, int64_t k) {
   case FP4_CPU_ORDER_PAIR16: base = k & ~(int64_t)15; p = k & 15; return base + (p < 8 ? 2 * p : 2 * (p - 8) + 1);
   case FP4_CPU_ORDER_PAIR32: base = k & ~(int64_t)31; p = k & 31; return base + (p < 16 ? 2 * p : 2 * (p - 16) + 1);
   case FP4_CPU_ORDER_NIB128: base = k & ~(int64_t)127; p = k & 127; return base + 4 * (p & 31) + (p >> 5);
+  case FP4_CPU_ORDER_LUT128: {
+    base = k & ~(int64_t)127;
+    p = k & 127;
+    const int64_t v = p >> 3, q = p & 7;
+    const int64_t b = 32 * (v >> 3) + 16 * (q >> 2) + 8 * ((v >> 2) & 1) + 2 * (q & 3) + (v & 1);
+    return base + 2 * b + ((v >> 1) & 1);
+  }
   default: return k;
   }
 }
