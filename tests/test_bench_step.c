@@ -1,0 +1,346 @@
+/*
+ * The decode-step benchmark (tools/bench_step.c, `fp4kit bench --step`): what holds without a GPU:
+ * the rank's layer types, shapes and FP4 bytes per model and TP/EP against hand-computed values of
+ * the model shape tables (bytes = N*K/2 codes + the 128x4 E4M3 block scales), the routing, option
+ * errors, and that without a GPU the command says so in one line and exits non-zero; these call
+ * bench_step_main in-process. With a GPU, and once `fp4kit bench` routes --step to it, the fp4kit
+ * command runs a two-layer step per model kind and mode end to end and the record is checked (no
+ * timing asserted); each part that cannot run says so.
+ *
+ * This executable links libfp4kit twice (the static library, and the shared one through the tools'
+ * libraries): the library calls the plan makes are also made here first (fp4_shape_set,
+ * fp4_scales_size), so that they and fp4_last_error() resolve to the same copy.
+ */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_step.h"
+#include "cli_testing.h"
+#include "fp4kit.h"
+#include "testing.h"
+
+static char g_out[1 << 16], g_err[1 << 16];
+
+static void slurp(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+/* Runs bench_step_main on "bench" + the words of args, stdout and stderr into g_out / g_err. */
+static int run(const char *args) {
+  char copy[512], *argv[40];
+  int argc = 0;
+  snprintf(copy, sizeof copy, "%s", args);
+  argv[argc++] = "bench";
+  for (char *save = NULL, *w = strtok_r(copy, " ", &save); w && argc < 39; w = strtok_r(NULL, " ", &save)) argv[argc++] = w;
+  argv[argc] = NULL;
+  char out_path[96], err_path[96];
+  snprintf(out_path, sizeof out_path, "%s/out", dir);
+  snprintf(err_path, sizeof err_path, "%s/err", dir);
+  fflush(stdout);
+  fflush(stderr);
+  int saved_out = dup(1), saved_err = dup(2);
+  int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600), fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(fo, 1);
+  dup2(fe, 2);
+  const int rc = bench_step_main(argc, argv);
+  fflush(stdout);
+  fflush(stderr);
+  dup2(saved_out, 1);
+  dup2(saved_err, 2);
+  close(fo);
+  close(fe);
+  close(saved_out);
+  close(saved_err);
+  slurp(out_path, g_out, sizeof g_out);
+  slurp(err_path, g_err, sizeof g_err);
+  return rc;
+}
+
+static int lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+typedef struct want_dense {
+  const char *name;
+  int64_t n, k, bytes;
+} want_dense;
+
+/* N*K/2 code bytes + the 128x4 scale bytes, from the library's own size rule. */
+static int64_t weight_bytes(int64_t n, int64_t k) {
+  size_t sb = 0;
+  CHECK(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, n, k, &sb) == FP4_OK, "scales of %lld x %lld", (long long)n,
+        (long long)k);
+  return n * k / 2 + (int64_t)sb;
+}
+
+static void check_dense(const char *model, int tp, int64_t layers, const want_dense *w, int count, int64_t layer_bytes) {
+  step_plan p;
+  fp4_status st = step_plan_make(model, tp, 1, &p);
+  CHECK(st == FP4_OK, "%s tp %d: %s", model, tp, fp4_last_error());
+  if (st) return;
+  CHECK(p.layers == layers, "%s tp %d: %lld layers, want %lld", model, tp, (long long)p.layers, (long long)layers);
+  CHECK(p.ntypes == count, "%s tp %d: %d types, want %d", model, tp, p.ntypes, count);
+  for (int i = 0; i < count && i < p.ntypes; i++) {
+    const step_type *t = &p.types[i];
+    CHECK(t->kind == STEP_DENSE && !strcmp(t->name, w[i].name) && t->n == w[i].n && t->k == w[i].k &&
+              t->weight_bytes == w[i].bytes,
+          "%s tp %d type %d: %s %lld x %lld %lld bytes, want %s %lld x %lld %lld bytes", model, tp, i, t->name,
+          (long long)t->n, (long long)t->k, (long long)t->weight_bytes, w[i].name, (long long)w[i].n, (long long)w[i].k,
+          (long long)w[i].bytes);
+  }
+  CHECK(step_layer_bytes(&p, 0) == layer_bytes, "%s tp %d: a layer reads %lld bytes, want %lld", model, tp,
+        (long long)step_layer_bytes(&p, 0), (long long)layer_bytes);
+  CHECK(p.hidden == w[0].k, "%s tp %d: hidden %lld", model, tp, (long long)p.hidden);
+  /* The types are the NVFP4 linears of the library's shape set, sharded by it. */
+  fp4_gemm_shape shapes[32];
+  int count_all = 0, nvfp4 = 0;
+  CHECK(fp4_shape_set(model, tp, 1, shapes, 32, &count_all) == FP4_OK, "%s: %s", model, fp4_last_error());
+  for (int i = 0; i < count_all && i < 32; i++) {
+    if (strcmp(shapes[i].storage, "nvfp4")) continue;
+    CHECK(nvfp4 < p.ntypes && shapes[i].n == p.types[nvfp4].n && shapes[i].k == p.types[nvfp4].k &&
+              weight_bytes(shapes[i].n, shapes[i].k) == p.types[nvfp4].weight_bytes,
+          "%s tp %d: shape %s differs from type %d", model, tp, shapes[i].name, nvfp4);
+    nvfp4++;
+  }
+  CHECK(nvfp4 == count, "%s tp %d: %d NVFP4 linears in the shape set", model, tp, nvfp4);
+}
+
+static void test_dense_plans(void) {
+  /* Llama-3.1-8B TP1: qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336; 32 layers.
+   * Bytes: N*K/2 + N*(K/16) (no 128x4 padding at these sizes). */
+  const want_dense l8[] = {{"self_attn.qkv_proj", 6144, 4096, 12582912 + 1572864},
+                           {"self_attn.o_proj", 4096, 4096, 8388608 + 1048576},
+                           {"mlp.gate_up_proj", 28672, 4096, 58720256 + 7340032},
+                           {"mlp.down_proj", 4096, 14336, 29360128 + 3670016}};
+  check_dense("llama-3.1-8b", 1, 32, l8, 4, 122683392); /* 218,103,808 weights x 0.5625 */
+  /* TP8: 768x4096 (512 q + one KV head each of k and v), 4096x512, 3584x4096, 4096x1792. */
+  const want_dense l8t8[] = {{"self_attn.qkv_proj", 768, 4096, 1572864 + 196608},
+                             {"self_attn.o_proj", 4096, 512, 1048576 + 131072},
+                             {"mlp.gate_up_proj", 3584, 4096, 7340032 + 917504},
+                             {"mlp.down_proj", 4096, 1792, 3670016 + 458752}};
+  check_dense("llama-3.1-8b", 8, 32, l8t8, 4, 122683392 / 8);
+  /* Llama-3.3-70B TP8: 1280x8192, 8192x1024, 7168x8192, 8192x3584; 80 layers. */
+  const want_dense l70[] = {{"self_attn.qkv_proj", 1280, 8192, 5242880 + 655360},
+                            {"self_attn.o_proj", 8192, 1024, 4194304 + 524288},
+                            {"mlp.gate_up_proj", 7168, 8192, 29360128 + 3670016},
+                            {"mlp.down_proj", 8192, 3584, 14680064 + 1835008}};
+  check_dense("llama-3.3-70b", 8, 80, l70, 4, 60162048); /* 106,954,752 weights x 0.5625 */
+}
+
+static void check_moe(const char *model, int tp, int ep, int64_t E, int64_t top_k, int64_t I, int64_t S,
+                      int64_t expert_bytes, int64_t shared_bytes) {
+  step_plan p;
+  fp4_status st = step_plan_make(model, tp, ep, &p);
+  CHECK(st == FP4_OK, "%s tp %d ep %d: %s", model, tp, ep, fp4_last_error());
+  if (st) return;
+  CHECK(p.layers == 60 && p.ntypes == 1 && p.hidden == 4096, "%s tp %d ep %d: %lld layers, %d types, hidden %lld", model,
+        tp, ep, (long long)p.layers, p.ntypes, (long long)p.hidden);
+  const step_type *t = &p.types[0];
+  CHECK(t->kind == STEP_MOE && !strcmp(t->name, "mlp.experts+shared_expert"), "%s: type %s", model, t->name);
+  CHECK(t->experts == E && t->top_k == top_k && t->active == 10 && t->hidden == 4096 && t->inter == I &&
+            t->shared_inter == S && t->n == 2 * I && t->k == 4096,
+        "%s tp %d ep %d: E %lld top-%lld of %lld, H %lld, I %lld, shared %lld", model, tp, ep, (long long)t->experts,
+        (long long)t->top_k, (long long)t->active, (long long)t->hidden, (long long)t->inter, (long long)t->shared_inter);
+  CHECK(t->weight_bytes == expert_bytes && t->shared_bytes == shared_bytes,
+        "%s tp %d ep %d: expert %lld bytes (want %lld), shared %lld (want %lld)", model, tp, ep, (long long)t->weight_bytes,
+        (long long)expert_bytes, (long long)t->shared_bytes, (long long)shared_bytes);
+  CHECK(step_layer_bytes(&p, 3) == shared_bytes + 3 * expert_bytes, "%s: layer bytes at 3 experts %lld", model,
+        (long long)step_layer_bytes(&p, 3));
+}
+
+static void test_moe_plans(void) {
+  /* Qwen3.5-397B-A17B: 512 experts, top-10, w13 2048x4096 and w2 4096x1024 per expert, a shared
+   * expert of the same shape, 60 layers. One expert: 2048*2048 + 2048*256 + 4096*512 + 4096*64 bytes
+   * = 7,077,888 (12,582,912 weights x 0.5625). */
+  const int64_t full = 4194304 + 524288 + 2097152 + 262144;
+  check_moe("qwen3.5-397b-a17b", 1, 1, 512, 10, 1024, 1024, full, full);
+  /* EP8: 64 experts per rank, whole experts, ceil(10/8) = 2 touched per token on the rank. */
+  check_moe("qwen3.5-397b-a17b", 1, 8, 64, 2, 1024, 1024, full, full);
+  /* TP8 without EP: every expert split 8 ways (w13 256x4096, w2 4096x128: 256*2048 + 256*256 +
+   * 4096*64 + 4096*8 = 884,736 bytes), the shared expert likewise. */
+  const int64_t eighth = 524288 + 65536 + 262144 + 32768;
+  check_moe("qwen3.5-397b-a17b", 8, 1, 512, 10, 128, 128, eighth, eighth);
+  /* TP8 x EP8: whole experts over EP, the shared expert over TP. */
+  check_moe("qwen3.5-397b-a17b", 8, 8, 64, 2, 1024, 128, full, eighth);
+  /* A dense + MoE model chains qkv -> o (its q part) -> MoE. */
+  step_plan p;
+  CHECK(step_plan_make("qwen3-30b-a3b", 1, 1, &p) == FP4_OK, "qwen3-30b-a3b: %s", fp4_last_error());
+  CHECK(p.ntypes == 3 && p.types[0].kind == STEP_DENSE && p.types[2].kind == STEP_MOE && p.types[2].shared_inter == 0 &&
+            !strcmp(p.types[2].name, "mlp.experts") && p.layers == 48 && p.types[2].top_k == 8,
+        "qwen3-30b-a3b plan: %d types", p.ntypes);
+}
+
+static void test_plan_errors(void) {
+  step_plan p;
+  CHECK_ERROR(step_plan_make("qwen3.5-397b-a17b", 1, 3, &p), FP4_ERR_INVALID_ARGUMENT, "does not split evenly");
+  CHECK_ERROR(step_plan_make("llama-3.1-8b", 3, 1, &p), FP4_ERR_INVALID_ARGUMENT, "does not split evenly");
+  CHECK_ERROR(step_plan_make("llama-3.1-8b", 8, 3, &p), FP4_ERR_INVALID_ARGUMENT, "ep 3 does not divide tp 8");
+  CHECK_ERROR(step_plan_make("no-such-model", 1, 1, &p), FP4_ERR_NOT_FOUND, "no embedded shape set");
+  /* DeepSeek-R1: dense MLP in layers 0-2, MoE in 3-60: not one repeated layer. */
+  CHECK_ERROR(step_plan_make("deepseek-r1", 1, 1, &p), FP4_ERR_UNSUPPORTED, "not one repeated layer");
+}
+
+static void test_routing(void) {
+  enum { T = 64, K = 10, E = 512 };
+  int32_t ids[T * K], ids2[T * K], ids_small[3 * K];
+  float w[T * K], w2[T * K], w_small[3 * K];
+  step_routing(7, 5, T, K, E, ids, w);
+  int ok = 1;
+  for (int t = 0; t < T; t++) {
+    double sum = 0;
+    for (int j = 0; j < K; j++) {
+      ok &= ids[t * K + j] >= 0 && ids[t * K + j] < E && w[t * K + j] > 0;
+      for (int i = 0; i < j; i++) ok &= ids[t * K + i] != ids[t * K + j];
+      sum += w[t * K + j];
+    }
+    ok &= fabs(sum - 1.0) < 1e-5;
+  }
+  CHECK(ok, "routing: ids out of range, repeated within a token, or weights not positive summing to 1");
+  step_routing(7, 5, 3, K, E, ids_small, w_small);
+  CHECK(!memcmp(ids, ids_small, sizeof ids_small) && !memcmp(w, w_small, sizeof w_small),
+        "the routing of 3 tokens is not the first 3 rows of that of 64");
+  step_routing(7, 6, T, K, E, ids2, w2);
+  CHECK(memcmp(ids, ids2, sizeof ids), "two layers got the same routing");
+  step_routing(7, 5, T, K, E, ids2, w2);
+  CHECK(!memcmp(ids, ids2, sizeof ids), "the same seed and layer routed differently");
+  const int32_t few[] = {3, 5, 3, 0, 5, 63};
+  CHECK(step_touched(few, 6, 64) == 4, "distinct experts of {3,5,3,0,5,63}: %lld", (long long)step_touched(few, 6, 64));
+  /* Every expert of a rank: E/ep = 64, 2 per token, 64 tokens touch most of them. */
+  step_routing(1, 0, T, 2, 64, ids, w);
+  const int64_t touched = step_touched(ids, T * 2, 64);
+  CHECK(touched > 40 && touched <= 64, "64 tokens x 2 of 64 experts touched %lld", (long long)touched);
+}
+
+static void test_options(void) {
+  static const struct {
+    const char *args, *needle;
+  } bad[] = {
+      {"--tp 1", "--step names the model"},
+      {"--step llama-3.1-8b --tp 0", "--tp takes an integer"},
+      {"--step llama-3.1-8b --ep x", "--ep takes an integer"},
+      {"--step llama-3.1-8b --batch 0", "--batch takes an integer in [1, 4096], not '0'"},
+      {"--step llama-3.1-8b --batch 1,8,x", "not 'x'"},
+      {"--step llama-3.1-8b --batch 5000", "not '5000'"},
+      {"--step llama-3.1-8b --batch ,", "names no batch size"},
+      {"--step llama-3.1-8b --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "at most 16"},
+      {"--step llama-3.1-8b --rounds 2", "--rounds takes an integer in [3, 10000]"},
+      {"--step llama-3.1-8b --layers 0", "--layers takes an integer"},
+      {"--step llama-3.1-8b --mode fp8", "--mode is w4a16 or w4a4"},
+      {"--step llama-3.1-8b --bogus", "unknown option or missing value: '--bogus'"},
+      {"--step llama-3.1-8b --json", "unknown option or missing value: '--json'"},
+      {"--step llama-3.1-8b extra", "unexpected argument 'extra'"},
+      {"--step llama-3.1-8b --json - --csv -", "only one of --json, --csv and --html"},
+      {"--step no-such-model", "no embedded shape set named 'no-such-model'"},
+      {"--step qwen3.5-397b-a17b --ep 3", "does not split evenly over 3 ranks"},
+      {"--step deepseek-r1", "not one repeated layer"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    const int rc = run(bad[i].args);
+    CHECK(rc == 2 && strstr(g_err, bad[i].needle), "'%s': exit %d, stderr '%s'; want 2 and '%s'", bad[i].args, rc, g_err,
+          bad[i].needle);
+  }
+  int rc = run("--step llama-3.1-8b --help");
+  CHECK(rc == 0 && strstr(g_out, "usage: fp4kit bench --step MODEL") && !g_err[0], "--help: exit %d", rc);
+  rc = run("--step qwen3.5-397b-a17b --ep 8 --plan");
+  CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10 per token on the rank)") && strstr(g_out, "7077888 bytes per expert") &&
+            strstr(g_out, "one layer reads 21233664 FP4 bytes"),
+        "--plan for Qwen3.5 EP8: exit %d, '%s'", rc, g_out);
+  rc = run("--step llama-3.3-70b --tp 8 --plan");
+  CHECK(rc == 0 && strstr(g_out, "80 layers") && strstr(g_out, "one layer reads 60162048 FP4 bytes"),
+        "--plan for Llama-3.3-70B TP8: exit %d, '%s'", rc, g_out);
+}
+
+/* Without a GPU: one line saying so, a non-zero exit. With one, a device that does not exist. */
+static void test_no_gpu(int gpus) {
+  const int rc = run(gpus ? "--step llama-3.1-8b --device 1000" : "--step llama-3.1-8b --tp 8");
+  CHECK(rc == 3 && lines(g_err) == 1 && strstr(g_err, "fp4kit bench --step: no GPU") && !g_out[0],
+        "without a GPU: exit %d, stdout '%s', stderr '%s'", rc, g_out, g_err);
+}
+
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* A two-layer step end to end through the fp4kit command: every point ok, bytes as planned. */
+static void cli_step(const char *args, int64_t layer_bytes_dense, int types) {
+  char full[400], path[128];
+  snprintf(path, sizeof path, "%s/step.json", dir);
+  snprintf(full, sizeof full, "bench %s --layers 2 --rounds 3 --json %s", args, path);
+  const int rc = cli_run("", full, "step");
+  char *err = cli_slurp("step.err"), *text = cli_slurp("step.json");
+  CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  CHECK(root != NULL, "'fp4kit %s': no JSON record", full);
+  free(err);
+  free(text);
+  if (!root) return;
+  CHECK(num(root, "layers_built") == 2, "'%s': layers_built %g", full, num(root, "layers_built"));
+  const cJSON *pts = cJSON_GetObjectItemCaseSensitive(root, "points"), *pt;
+  CHECK(cJSON_GetArraySize(pts) == 2, "'%s': %d points", full, cJSON_GetArraySize(pts));
+  cJSON_ArrayForEach(pt, pts) {
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(pt, "status");
+    CHECK(cJSON_IsString(status) && !strcmp(status->valuestring, "ok"), "'%s': a point is %s", full,
+          cJSON_IsString(status) ? status->valuestring : "?");
+    CHECK(num(pt, "graph_pdl_us") > 0 && num(pt, "graph_us") > 0 && num(pt, "eager_us") > 0, "'%s': a way has no time",
+          full);
+    if (layer_bytes_dense)
+      CHECK(num(pt, "fp4_bytes") == 2.0 * (double)layer_bytes_dense, "'%s': fp4_bytes %g", full, num(pt, "fp4_bytes"));
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(pt, "per_type")) == types, "'%s': per_type", full);
+  }
+  cJSON_Delete(root);
+}
+
+static void test_device(int gpus) {
+  if (!gpus) {
+    printf("SKIP the end-to-end steps on the device: no CUDA device visible (the plan, options and no-GPU path ran)\n");
+    return;
+  }
+  /* Whether the command routes --step here yet: its plan needs no device. */
+  const int rc = cli_run("", "bench --step llama-3.3-70b --tp 8 --plan", "route");
+  char *out = cli_slurp("route");
+  const int routed = rc == 0 && strstr(out ? out : "", "one layer reads 60162048 FP4 bytes") && cli_count(out, " dense ") == 4;
+  free(out);
+  if (!routed) {
+    printf("SKIP the end-to-end steps on the device: 'fp4kit bench' does not route --step to bench_step_main\n");
+    return;
+  }
+  cli_step("--step llama-3.1-8b --tp 8 --batch 1,5", 122683392 / 8, 4);
+  cli_step("--step llama-3.1-8b --tp 8 --batch 1,5 --mode w4a4 --no-peers", 122683392 / 8, 4);
+  cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8", 0, 1);
+  cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8 --mode w4a4 --no-peers", 0, 1);
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/fp4kit_step_XXXXXX");
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  test_dense_plans();
+  test_moe_plans();
+  test_plan_errors();
+  test_routing();
+  test_options();
+  const int gpus = fp4_probe_device_count();
+  test_no_gpu(gpus);
+  test_device(gpus);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) fprintf(stderr, "could not remove %s\n", dir);
+  return TEST_SUMMARY();
+}

@@ -1,0 +1,1707 @@
+#define _GNU_SOURCE
+/*
+ * `fp4kit bench --step MODEL`: the FP4 part of one rank's decode step, as an engine runs it.
+ *
+ * Every FP4 layer of the rank's shard (the library's shape set of the model, sharded for --tp/--ep)
+ * is built with weights of its own (nothing a layer reads stays in L2 for the next), and the step
+ * chains them on the device: each call reads the previous call's output (the first K columns of it,
+ * through the row stride, as o_proj reads the q part of the fused qkv output and down_proj a half of
+ * gate_up's). Attention, normalization, SiLU of the dense MLP and the residual adds are not FP4 work
+ * and are left out; for the MoE layer fp4_moe_forward does routing, SiLU and combine itself. The
+ * calls are the public ones an engine makes on the cuda backend's default configs: fp4_mm_w4a16
+ * (or fp4_quantize + fp4_mm for --mode w4a4) and fp4_moe_forward, with every scalar a device
+ * pointer (alpha_device, global_scale_device, act_scales_device), the context workspace reserved
+ * ahead (fp4_context_reserve_workspace) and the MoE workspace allocated ahead.
+ *
+ * The step is timed three ways in the same process: separate launches on a stream, one CUDA graph
+ * captured on a non-blocking stream and replayed, and that graph captured with enable_pdl = 1 on
+ * every call; each layer type's share comes from a graph (with PDL) of that type's calls alone. The
+ * three outputs of the step must be equal bit for bit. Peers of the same run: the device read
+ * bandwidth over 1 GiB (the read ceiling) and the copy bandwidth (fp4_time_peer), and the same step
+ * with BF16 weights through cuBLAS in a CUDA graph where those weights fit in device memory.
+ *
+ * Weights: FP4 codes and E4M3 scales are windows of a random pool (64 MiB of codes, 8 MiB of
+ * scales) generated on the host, copied once to the device and copied device-to-device at a
+ * different offset into every tensor, so every layer holds distinct bytes in its own memory. Routing
+ * (MoE): each token picks min(ceil(top_k / ep), E / ep) distinct experts of the rank's E / ep
+ * uniformly, seeded per layer (the shape sets' per-rank count of touched experts); the bytes of a
+ * MoE layer are the shared expert's plus those of the distinct routed experts its routing touches.
+ */
+#include "bench_step.h"
+
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fp4kit_bench.h"
+
+#if FP4KIT_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
+
+enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096 };
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_ERROR = 3 };
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The plan: host arithmetic on the shape sets                                                      */
+/* ---------------------------------------------------------------------------------------------- */
+
+static int64_t fp4_bytes(int64_t n, int64_t k) {
+  size_t sb = 0;
+  if (fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, n, k, &sb)) return -1;
+  return n * k / 2 + (int64_t)sb;
+}
+
+static int ends_with(const char *s, const char *tail) {
+  size_t a = strlen(s), b = strlen(tail);
+  return a >= b && !strcmp(s + a - b, tail);
+}
+
+static int64_t out_width(const step_type *t) { return t->kind == STEP_MOE ? t->hidden : t->n; }
+
+/* The MoE type from the routed gate_up / down and the shared expert's shapes (NULL: none). */
+static fp4_status moe_type(const fp4_gemm_shape *gu, const fp4_gemm_shape *dn, const fp4_gemm_shape *sgu,
+                           const fp4_gemm_shape *sdn, int ep, step_type *t) {
+  if (!gu || !dn)
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "the routed experts lack a %s shape",
+                         gu ? "down_proj" : "gate_up_proj");
+  if (gu->n % 2 || dn->k != gu->n / 2 || dn->n != gu->k || dn->experts != gu->experts)
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "routed gate_up %lld x %lld and down %lld x %lld do not form "
+                         "one gated MLP", (long long)gu->n, (long long)gu->k, (long long)dn->n, (long long)dn->k);
+  if ((sgu == NULL) != (sdn == NULL) ||
+      (sgu && (sgu->n % 2 || sdn->k != sgu->n / 2 || sdn->n != gu->k || sgu->k != gu->k)))
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "the shared expert's shapes do not form one gated MLP of H %lld",
+                         (long long)gu->k);
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", sgu ? "mlp.experts+shared_expert" : "mlp.experts");
+  t->kind = STEP_MOE;
+  t->n = gu->n;
+  t->k = gu->k;
+  t->experts = gu->experts;
+  t->active = gu->active;
+  t->top_k = (gu->active + ep - 1) / ep;
+  if (t->top_k > t->experts) t->top_k = t->experts;
+  t->hidden = gu->k;
+  t->inter = gu->n / 2;
+  t->shared_inter = sgu ? sgu->n / 2 : 0;
+  t->weight_bytes = fp4_bytes(gu->n, gu->k) + fp4_bytes(dn->n, dn->k);
+  t->shared_bytes = sgu ? fp4_bytes(sgu->n, sgu->k) + fp4_bytes(sdn->n, sdn->k) : 0;
+  return FP4_OK;
+}
+
+fp4_status step_plan_make(const char *model, int tp, int ep, step_plan *plan) {
+  enum { MAXS = 32 };
+  fp4_gemm_shape s[MAXS];
+  int count = 0;
+  memset(plan, 0, sizeof *plan);
+  fp4_status st = fp4_shape_set(model, tp, ep, s, MAXS, &count);
+  if (st) return st;
+  if (count > MAXS) return fp4_set_error(FP4_ERR_INTERNAL, "%s has %d shapes, more than %d", model, count, MAXS);
+  snprintf(plan->model, sizeof plan->model, "%s", model);
+  plan->tp = tp;
+  plan->ep = ep;
+  const fp4_gemm_shape *gu = NULL, *dn = NULL, *sgu = NULL, *sdn = NULL;
+  int moe_at = -1;
+  int64_t layers = -1;
+  for (int i = 0; i < count; i++) {
+    const fp4_gemm_shape *g = &s[i];
+    if (strcmp(g->storage, "nvfp4")) continue; /* BF16 / FP8 linears are not the FP4 part */
+    const int shared = strstr(g->name, "shared_expert") != NULL;
+    int64_t per_layer = 1;
+    if ((g->experts > 0 || shared) && moe_at < 0) {
+      if (plan->ntypes >= STEP_MAX_TYPES)
+        return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s has more than %d FP4 layer types", model, STEP_MAX_TYPES);
+      moe_at = plan->ntypes++;
+    }
+    if (g->experts > 0 || shared) {
+      const int up = ends_with(g->name, "gate_up_proj");
+      if (!up && !ends_with(g->name, "down_proj"))
+        return fp4_set_error(FP4_ERR_UNSUPPORTED, "MoE linear %s is neither gate_up_proj nor down_proj", g->name);
+      if (g->experts > 0) {
+        per_layer = (g->active + ep - 1) / ep;
+        if (per_layer > g->experts) per_layer = g->experts;
+        *(up ? &gu : &dn) = g;
+      } else {
+        *(up ? &sgu : &sdn) = g;
+      }
+    } else {
+      if (plan->ntypes >= STEP_MAX_TYPES)
+        return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s has more than %d FP4 layer types", model, STEP_MAX_TYPES);
+      step_type *t = &plan->types[plan->ntypes++];
+      memset(t, 0, sizeof *t);
+      snprintf(t->name, sizeof t->name, "%s", g->name);
+      t->kind = STEP_DENSE;
+      t->n = g->n;
+      t->k = g->k;
+      t->weight_bytes = fp4_bytes(g->n, g->k);
+    }
+    if (per_layer < 1 || g->count % per_layer)
+      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s: count %lld is not a whole number of layers", g->name,
+                           (long long)g->count);
+    if (layers >= 0 && g->count / per_layer != layers)
+      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s's FP4 linears do not all occur once per layer (%s in %lld "
+                           "layers, others in %lld): its decode step is not one repeated layer", model, g->name,
+                           (long long)(g->count / per_layer), (long long)layers);
+    layers = g->count / per_layer;
+  }
+  if (plan->ntypes == 0)
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s stores no linear in NVFP4", model);
+  if (moe_at >= 0 && (st = moe_type(gu, dn, sgu, sdn, ep, &plan->types[moe_at]))) return st;
+  plan->layers = layers;
+  /* The chain: each type reads the first K columns of the previous type's output (the last type
+   * feeds the next layer's first). */
+  for (int i = 0; i < plan->ntypes; i++) {
+    const step_type *t = &plan->types[i], *prev = &plan->types[(i + plan->ntypes - 1) % plan->ntypes];
+    const int64_t in = t->kind == STEP_MOE ? t->hidden : t->k;
+    if (t->kind == STEP_MOE ? out_width(prev) != in : out_width(prev) < in)
+      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s reads %lld features but %s writes %lld: the layers "
+                           "do not chain", t->name, (long long)in, prev->name, (long long)out_width(prev));
+  }
+  plan->hidden = out_width(&plan->types[plan->ntypes - 1]);
+  return FP4_OK;
+}
+
+int64_t step_layer_bytes(const step_plan *plan, int64_t touched) {
+  int64_t bytes = 0;
+  for (int i = 0; i < plan->ntypes; i++) {
+    const step_type *t = &plan->types[i];
+    bytes += t->kind == STEP_MOE ? t->shared_bytes + touched * t->weight_bytes : t->weight_bytes;
+  }
+  return bytes;
+}
+
+static uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void step_routing(uint64_t seed, int64_t layer, int64_t tokens, int64_t top_k, int64_t experts, int32_t *ids,
+                  float *weights) {
+  for (int64_t t = 0; t < tokens; t++) {
+    uint64_t g = mix64(mix64(seed ^ 0x5354455052ull) + (uint64_t)layer * 0x100000001B3ull + (uint64_t)t);
+    int32_t *row = ids + t * top_k;
+    float *w = weights + t * top_k, sum = 0.0f;
+    for (int64_t j = 0; j < top_k; j++) {
+      int32_t e;
+      int again;
+      do { /* distinct experts per token: top_k <= experts */
+        g = mix64(g);
+        e = (int32_t)(g % (uint64_t)experts);
+        again = 0;
+        for (int64_t i = 0; i < j; i++) again |= row[i] == e;
+      } while (again);
+      row[j] = e;
+      g = mix64(g);
+      w[j] = 0.25f + (float)(g >> 40) * (1.0f / 16777216.0f); /* [0.25, 1.25) before normalization */
+      sum += w[j];
+    }
+    for (int64_t j = 0; j < top_k; j++) w[j] /= sum;
+  }
+}
+
+int64_t step_touched(const int32_t *ids, int64_t n, int64_t experts) {
+  unsigned char *seen = calloc((size_t)experts, 1);
+  int64_t touched = 0;
+  if (!seen) return -1;
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < experts && !seen[ids[i]]) {
+      seen[ids[i]] = 1;
+      touched++;
+    }
+  free(seen);
+  return touched;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Options                                                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct step_opts {
+  const char *model;
+  int tp, ep, device, rounds, w4a4, peers, plan_only;
+  int64_t layers; /* 0: all */
+  int64_t batches[STEP_MAX_BATCHES];
+  int nbatches;
+  uint64_t seed;
+  const char *json, *csv, *html;
+} step_opts;
+
+static void step_usage(FILE *f) {
+  fprintf(f,
+          "usage: fp4kit bench --step MODEL [--tp N] [--ep N] [--batch 1,8,64] [--layers N] [--mode w4a16|w4a4]\n"
+          "                    [--device N] [--rounds N] [--seed N] [--no-peers] [--plan]\n"
+          "                    [--json PATH] [--csv PATH] [--html PATH]\n"
+          "\n"
+          "Times the FP4 part of one rank's decode step of MODEL on the device: every NVFP4 linear of every\n"
+          "layer of the rank's shard, with weights of its own per layer, chained on the device (each call\n"
+          "reads the previous call's output). Dense linears run fp4_mm_w4a16 (--mode w4a4: fp4_quantize +\n"
+          "fp4_mm); routed experts and the shared expert run fp4_moe_forward, with seeded random top-k\n"
+          "routing fresh per layer (each token picks ceil(top_k / ep) distinct experts of the rank). All on\n"
+          "the cuda backend's default configs, scalars as device pointers, workspace reserved ahead.\n"
+          "The step is timed as separate launches, as one CUDA graph, and as one CUDA graph with PDL\n"
+          "(enable_pdl on every call); per layer type from a graph of that type's calls alone. Reported per\n"
+          "batch: step time (median of --rounds), FP4 bytes read (weights + block scales; for MoE only the\n"
+          "experts the routing touches), the fraction of the same-run read ceiling (device read bandwidth\n"
+          "over 1 GiB), the time over the copy floor, the PDL gain (graph / graph with PDL), an upper bound\n"
+          "on tokens/s from the FP4 part (batch / step time, scaled to every layer), and the same step with\n"
+          "BF16 weights through cuBLAS in a CUDA graph where those weights fit.\n"
+          "\n"
+          "  --step MODEL   qwen3.5-397b-a17b, llama-3.3-70b, llama-3.1-8b (the library's shape sets;\n"
+          "                 qwen3-30b-a3b too)\n"
+          "  --tp N, --ep N tensor / expert parallelism: one rank's shard (default 1, 1)\n"
+          "  --batch LIST   tokens per step, comma-separated, each in [1, %d] (default 1,8,64)\n"
+          "  --layers N     build N layers (default: all; fewer are built when the rank's weights do not\n"
+          "                 fit in free device memory, and the record says how many)\n"
+          "  --mode M       w4a16 (default) or w4a4 (activations quantized by fp4_quantize / the MoE layer)\n"
+          "  --rounds N     timed steps per way, N in [3, 10000] (default 20)\n"
+          "  --seed N       routing and activation seed (default 1)\n"
+          "  --no-peers     skip the BF16 cuBLAS step (the read and copy peers always run)\n"
+          "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
+          "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0)\n"
+          "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
+          "                 bar per layer type against its read floor\n",
+          STEP_MAX_BATCH);
+}
+
+static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) {
+    fprintf(stderr, "fp4kit bench --step: %s takes an integer in [%lld, %lld], not '%s'\n", opt, lo, hi, s);
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int parse_batches(const char *s, step_opts *o) {
+  char buf[256];
+  if (strlen(s) >= sizeof buf) {
+    fprintf(stderr, "fp4kit bench --step: --batch '%s' is too long\n", s);
+    return 0;
+  }
+  snprintf(buf, sizeof buf, "%s", s);
+  o->nbatches = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    long long b = 0;
+    if (o->nbatches == STEP_MAX_BATCHES) {
+      fprintf(stderr, "fp4kit bench --step: --batch takes at most %d sizes\n", STEP_MAX_BATCHES);
+      return 0;
+    }
+    if (!parse_int("--batch", tok, 1, STEP_MAX_BATCH, &b)) return 0;
+    o->batches[o->nbatches++] = b;
+  }
+  if (!o->nbatches) fprintf(stderr, "fp4kit bench --step: --batch '%s' names no batch size\n", s);
+  return o->nbatches > 0;
+}
+
+/* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
+static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
+  enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
+         O_CSV, O_HTML };
+  static const struct option longs[] = {
+      {"step", required_argument, NULL, O_STEP},     {"tp", required_argument, NULL, O_TP},
+      {"ep", required_argument, NULL, O_EP},         {"batch", required_argument, NULL, O_BATCH},
+      {"layers", required_argument, NULL, O_LAYERS}, {"device", required_argument, NULL, O_DEVICE},
+      {"rounds", required_argument, NULL, O_ROUNDS}, {"seed", required_argument, NULL, O_SEED},
+      {"mode", required_argument, NULL, O_MODE},     {"no-peers", no_argument, NULL, O_NO_PEERS},
+      {"plan", no_argument, NULL, O_PLAN},           {"json", required_argument, NULL, O_JSON},
+      {"csv", required_argument, NULL, O_CSV},       {"html", required_argument, NULL, O_HTML},
+      {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->tp = o->ep = 1;
+  o->rounds = 20;
+  o->peers = 1;
+  o->seed = 1;
+  o->batches[0] = 1;
+  o->batches[1] = 8;
+  o->batches[2] = 64;
+  o->nbatches = 3;
+  const char *env = getenv("FP4KIT_DEVICE");
+  o->device = env && *env ? atoi(env) : 0;
+  *help = 0;
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  long long v = 0;
+  for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+    int ok = 1;
+    switch (c) {
+      case 'h': *help = 1; return EXIT_OK;
+      case O_STEP: o->model = optarg; break;
+      case O_TP: ok = parse_int("--tp", optarg, 1, 4096, &v) && (o->tp = (int)v); break;
+      case O_EP: ok = parse_int("--ep", optarg, 1, 4096, &v) && (o->ep = (int)v); break;
+      case O_BATCH: ok = parse_batches(optarg, o); break;
+      case O_LAYERS: ok = parse_int("--layers", optarg, 1, 1 << 20, &v) && (o->layers = v); break;
+      case O_DEVICE: ok = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
+      case O_ROUNDS: ok = parse_int("--rounds", optarg, 3, 10000, &v) && (o->rounds = (int)v); break;
+      case O_SEED: ok = parse_int("--seed", optarg, 0, INT64_MAX, &v) && ((o->seed = (uint64_t)v) || 1); break;
+      case O_MODE:
+        if (!strcmp(optarg, "w4a16") || !strcmp(optarg, "w4a4")) {
+          o->w4a4 = !strcmp(optarg, "w4a4");
+        } else {
+          fprintf(stderr, "fp4kit bench --step: --mode is w4a16 or w4a4, not '%s'\n", optarg);
+          ok = 0;
+        }
+        break;
+      case O_NO_PEERS: o->peers = 0; break;
+      case O_PLAN: o->plan_only = 1; break;
+      case O_JSON: o->json = optarg; break;
+      case O_CSV: o->csv = optarg; break;
+      case O_HTML: o->html = optarg; break;
+      default:
+        fprintf(stderr, "fp4kit bench --step: unknown option or missing value: '%s'\n", argv[optind - 1]);
+        ok = 0;
+    }
+    if (!ok) return EXIT_USAGE;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "fp4kit bench --step: unexpected argument '%s'\n", argv[optind]);
+    return EXIT_USAGE;
+  }
+  if (!o->model) {
+    fprintf(stderr, "fp4kit bench --step: --step names the model (");
+    for (int i = 0; fp4_shape_set_name(i); i++) fprintf(stderr, "%s%s", i ? ", " : "", fp4_shape_set_name(i));
+    fprintf(stderr, ")\n");
+    return EXIT_USAGE;
+  }
+  const char *outs[] = {o->json, o->csv, o->html};
+  int to_stdout = 0;
+  for (int i = 0; i < 3; i++) to_stdout += outs[i] && !strcmp(outs[i], "-");
+  if (to_stdout > 1) {
+    fprintf(stderr, "fp4kit bench --step: only one of --json, --csv and --html may write to stdout ('-')\n");
+    return EXIT_USAGE;
+  }
+  return EXIT_OK;
+}
+
+static const step_type *moe_of(const step_plan *p) {
+  for (int t = 0; t < p->ntypes; t++)
+    if (p->types[t].kind == STEP_MOE) return &p->types[t];
+  return NULL;
+}
+
+static void print_plan(FILE *f, const step_plan *p) {
+  const step_type *moe = moe_of(p);
+  fprintf(f, "%s, tp %d, ep %d: %lld layers, hidden %lld; FP4 layer types of one rank's layer:\n", p->model, p->tp, p->ep,
+          (long long)p->layers, (long long)p->hidden);
+  for (int i = 0; i < p->ntypes; i++) {
+    const step_type *t = &p->types[i];
+    if (t->kind == STEP_DENSE)
+      fprintf(f, "  %-28s dense  N %6lld K %6lld  %12lld bytes\n", t->name, (long long)t->n, (long long)t->k,
+              (long long)t->weight_bytes);
+    else
+      fprintf(f, "  %-28s moe    E %lld (top-%lld of %lld per token on the rank), gate_up %lld x %lld, down %lld x %lld: "
+                 "%lld bytes per expert; shared expert I %lld: %lld bytes\n",
+              t->name, (long long)t->experts, (long long)t->top_k, (long long)t->active, (long long)t->n,
+              (long long)t->k, (long long)t->hidden, (long long)t->inter, (long long)t->weight_bytes,
+              (long long)t->shared_inter, (long long)t->shared_bytes);
+  }
+  fprintf(f, "  one layer reads %lld FP4 bytes%s; the rank's step has %lld layers\n",
+          (long long)step_layer_bytes(p, moe ? moe->top_k : 0), moe ? " at batch 1 (top-k distinct routed experts)" : "",
+          (long long)p->layers);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The record                                                                                     */
+/* ---------------------------------------------------------------------------------------------- */
+
+typedef struct bv {
+  int ok;
+  double v;
+} bv;
+
+typedef struct type_result {
+  int calls;         /* calls of the type per step */
+  double bytes;      /* FP4 bytes they read        */
+  bv us;             /* a graph (PDL) of those calls alone */
+  char ran[100];     /* backend:config of its first call, and whether PDL was honoured */
+  char note[160];
+} type_result;
+
+typedef struct step_point {
+  int64_t batch;
+  const char *status; /* "ok", "mismatch", "error", "unsupported" */
+  char reason[320];
+  int calls;
+  double bytes;
+  double touched_mean; /* MoE: distinct routed experts per layer */
+  bv eager_us, graph_us, pdl_us, bf16_us;
+  double graph_nodes;
+  char bf16_note[200];
+  type_result types[STEP_MAX_TYPES];
+} step_point;
+
+typedef struct step_report {
+  step_plan plan;
+  const step_opts *o;
+  int64_t layers_built;
+  char layers_note[200];
+  fp4_device_info dev;
+  bv read_bps, copy_bps;
+  char peer_note[300];
+  char date[32], commit[64], command[1024];
+  step_point pts[STEP_MAX_BATCHES];
+  int npts;
+} step_report;
+
+static double scale_to_model(const step_report *r) {
+  return r->layers_built > 0 ? (double)r->plan.layers / (double)r->layers_built : 0.0;
+}
+static bv div_bv(double num, bv den) { return den.ok && den.v > 0 ? (bv){1, num / den.v} : (bv){0, 0}; }
+static bv frac_read(const step_report *r, const step_point *p) {
+  return r->read_bps.ok && p->pdl_us.ok ? (bv){1, p->bytes / r->read_bps.v * 1e6 / p->pdl_us.v} : (bv){0, 0};
+}
+static bv over_copy(const step_report *r, const step_point *p) {
+  return r->copy_bps.ok && p->pdl_us.ok && p->bytes > 0 ? (bv){1, p->pdl_us.v / (p->bytes / r->copy_bps.v * 1e6)}
+                                                        : (bv){0, 0};
+}
+static bv pdl_gain(const step_point *p) {
+  return p->graph_us.ok ? div_bv(p->graph_us.v, p->pdl_us) : (bv){0, 0};
+}
+static bv tokens_bound(const step_report *r, const step_point *p) {
+  return p->pdl_us.ok ? (bv){1, (double)p->batch * 1e6 / (p->pdl_us.v * scale_to_model(r))} : (bv){0, 0};
+}
+static bv bf16_speedup(const step_point *p) { return p->bf16_us.ok ? div_bv(p->bf16_us.v, p->pdl_us) : (bv){0, 0}; }
+static bv read_floor_us(const step_report *r, double bytes) {
+  return r->read_bps.ok ? (bv){1, bytes / r->read_bps.v * 1e6} : (bv){0, 0};
+}
+
+static void jnum(cJSON *o, const char *key, bv v) {
+  if (v.ok && isfinite(v.v)) cJSON_AddNumberToObject(o, key, v.v);
+  else cJSON_AddNullToObject(o, key);
+}
+
+static cJSON *record_json(const step_report *r) {
+  const step_plan *p = &r->plan;
+  cJSON *root = cJSON_CreateObject();
+  cJSON_AddStringToObject(root, "bench", "step");
+  cJSON_AddStringToObject(root, "model", p->model);
+  cJSON_AddNumberToObject(root, "tp", p->tp);
+  cJSON_AddNumberToObject(root, "ep", p->ep);
+  cJSON_AddStringToObject(root, "mode", r->o->w4a4 ? "w4a4" : "w4a16");
+  cJSON_AddNumberToObject(root, "layers_model", (double)p->layers);
+  cJSON_AddNumberToObject(root, "layers_built", (double)r->layers_built);
+  cJSON_AddStringToObject(root, "layers_note", r->layers_note);
+  cJSON_AddNumberToObject(root, "rounds", r->o->rounds);
+  cJSON_AddNumberToObject(root, "seed", (double)r->o->seed);
+  cJSON_AddStringToObject(root, "routing", "each token picks ceil(top_k / ep) distinct experts of the rank uniformly, "
+                                           "seeded per layer; weights positive, summing to 1");
+  cJSON_AddStringToObject(root, "bytes", "FP4 codes + E4M3 block scales (128x4) of every layer built; MoE: the shared "
+                                         "expert and the distinct routed experts the routing touches");
+  cJSON *dev = cJSON_AddObjectToObject(root, "device");
+  cJSON_AddStringToObject(dev, "name", r->dev.name);
+  cJSON_AddNumberToObject(dev, "cc", r->dev.cc_major * 10 + r->dev.cc_minor);
+  cJSON_AddNumberToObject(dev, "sms", r->dev.processors);
+  cJSON_AddNumberToObject(dev, "l2_bytes", (double)r->dev.cache_bytes);
+  cJSON_AddNumberToObject(dev, "memory_bytes", (double)r->dev.memory_bytes);
+  cJSON_AddNumberToObject(dev, "driver", r->dev.driver_version);
+  cJSON_AddNumberToObject(dev, "runtime", r->dev.runtime_version);
+  cJSON_AddStringToObject(root, "commit", r->commit);
+  cJSON_AddStringToObject(root, "date", r->date);
+  cJSON_AddStringToObject(root, "command", r->command);
+  cJSON *peers = cJSON_AddObjectToObject(root, "peers");
+  jnum(peers, "read_gbps", (bv){r->read_bps.ok, r->read_bps.v / 1e9});
+  jnum(peers, "copy_gbps", (bv){r->copy_bps.ok, r->copy_bps.v / 1e9});
+  cJSON_AddStringToObject(peers, "note", r->peer_note);
+  cJSON *types = cJSON_AddArrayToObject(root, "layer_types");
+  for (int i = 0; i < p->ntypes; i++) {
+    const step_type *t = &p->types[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON_AddStringToObject(o, "kind", t->kind == STEP_MOE ? "moe" : "dense");
+    cJSON_AddNumberToObject(o, "n", (double)t->n);
+    cJSON_AddNumberToObject(o, "k", (double)t->k);
+    if (t->kind == STEP_MOE) {
+      cJSON_AddNumberToObject(o, "experts", (double)t->experts);
+      cJSON_AddNumberToObject(o, "top_k_rank", (double)t->top_k);
+      cJSON_AddNumberToObject(o, "top_k_model", (double)t->active);
+      cJSON_AddNumberToObject(o, "hidden", (double)t->hidden);
+      cJSON_AddNumberToObject(o, "inter", (double)t->inter);
+      cJSON_AddNumberToObject(o, "shared_inter", (double)t->shared_inter);
+      cJSON_AddNumberToObject(o, "expert_bytes", (double)t->weight_bytes);
+      cJSON_AddNumberToObject(o, "shared_bytes", (double)t->shared_bytes);
+    } else {
+      cJSON_AddNumberToObject(o, "weight_bytes", (double)t->weight_bytes);
+    }
+    cJSON_AddItemToArray(types, o);
+  }
+  cJSON *pts = cJSON_AddArrayToObject(root, "points");
+  for (int i = 0; i < r->npts; i++) {
+    const step_point *x = &r->pts[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "batch", (double)x->batch);
+    cJSON_AddStringToObject(o, "status", x->status);
+    cJSON_AddStringToObject(o, "reason", x->reason);
+    cJSON_AddNumberToObject(o, "calls", x->calls);
+    cJSON_AddNumberToObject(o, "graph_nodes", x->graph_nodes);
+    cJSON_AddNumberToObject(o, "fp4_bytes", x->bytes);
+    jnum(o, "touched_experts_per_layer", (bv){moe_of(p) != NULL, x->touched_mean});
+    jnum(o, "eager_us", x->eager_us);
+    jnum(o, "graph_us", x->graph_us);
+    jnum(o, "graph_pdl_us", x->pdl_us);
+    jnum(o, "pdl_gain", pdl_gain(x));
+    jnum(o, "read_floor_us", read_floor_us(r, x->bytes));
+    jnum(o, "frac_read_ceiling", frac_read(r, x));
+    jnum(o, "time_over_copy_floor", over_copy(r, x));
+    jnum(o, "tokens_per_s_bound", tokens_bound(r, x));
+    jnum(o, "bf16_cublas_graph_us", x->bf16_us);
+    jnum(o, "speedup_vs_bf16", bf16_speedup(x));
+    cJSON_AddStringToObject(o, "bf16_note", x->bf16_note);
+    cJSON *tl = cJSON_AddArrayToObject(o, "per_type");
+    for (int t = 0; t < p->ntypes; t++) {
+      const type_result *y = &x->types[t];
+      cJSON *q = cJSON_CreateObject();
+      cJSON_AddStringToObject(q, "name", p->types[t].name);
+      cJSON_AddNumberToObject(q, "calls", y->calls);
+      cJSON_AddNumberToObject(q, "fp4_bytes", y->bytes);
+      jnum(q, "graph_pdl_us", y->us);
+      jnum(q, "read_floor_us", read_floor_us(r, y->bytes));
+      bv fl = read_floor_us(r, y->bytes);
+      jnum(q, "frac_read_ceiling", fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : (bv){0, 0});
+      cJSON_AddStringToObject(q, "ran", y->ran);
+      cJSON_AddStringToObject(q, "note", y->note);
+      cJSON_AddItemToArray(tl, q);
+    }
+    cJSON_AddItemToArray(pts, o);
+  }
+  return root;
+}
+
+static void csv_num(FILE *f, bv v, const char *fmt) {
+  if (v.ok && isfinite(v.v)) fprintf(f, fmt, v.v);
+  fputc(',', f);
+}
+
+static void write_csv(FILE *f, const step_report *r) {
+  fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
+             "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,bf16_cublas_graph_us,"
+             "speedup_vs_bf16,status\n");
+  for (int i = 0; i < r->npts; i++) {
+    const step_point *x = &r->pts[i];
+    for (int t = -1; t < r->plan.ntypes; t++) {
+      const type_result *y = t >= 0 ? &x->types[t] : NULL;
+      fprintf(f, "%s,%d,%d,%s,%lld,%lld,%lld,%s,%d,%.0f,", r->plan.model, r->plan.tp, r->plan.ep,
+              r->o->w4a4 ? "w4a4" : "w4a16", (long long)x->batch, (long long)r->layers_built,
+              (long long)r->plan.layers, y ? r->plan.types[t].name : "step", y ? y->calls : x->calls,
+              y ? y->bytes : x->bytes);
+      const bv none = {0, 0};
+      csv_num(f, y ? none : x->eager_us, "%.2f");
+      csv_num(f, y ? none : x->graph_us, "%.2f");
+      csv_num(f, y ? y->us : x->pdl_us, "%.2f");
+      csv_num(f, y ? none : pdl_gain(x), "%.4f");
+      const bv fl = read_floor_us(r, y ? y->bytes : x->bytes);
+      csv_num(f, fl, "%.2f");
+      csv_num(f, y ? (fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : none) : frac_read(r, x), "%.4f");
+      csv_num(f, y ? none : over_copy(r, x), "%.4f");
+      csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
+      csv_num(f, y ? none : x->bf16_us, "%.2f");
+      csv_num(f, y ? none : bf16_speedup(x), "%.3f");
+      fprintf(f, "%s\n", x->status);
+    }
+  }
+}
+
+/* Text with the four HTML-special characters escaped. */
+static void html_text(FILE *f, const char *s) {
+  static const char special[] = "<>&\"", *const escaped[] = {"&lt;", "&gt;", "&amp;", "&quot;"};
+  for (; *s; s++) {
+    const char *hit = strchr(special, *s);
+    if (hit) fputs(escaped[hit - special], f);
+    else fputc(*s, f);
+  }
+}
+
+/* One bar row: time against the read floor of the same bytes, scaled to `scale` us. */
+static void html_bar(FILE *f, const char *name, bv us, bv floor_us, double scale) {
+  fputs("<tr><td>", f);
+  html_text(f, name);
+  fputs("</td><td class=bars>", f);
+  if (us.ok && scale > 0)
+    fprintf(f, "<div class=t style=\"width:%.1f%%\">%.1f us</div>", 100.0 * us.v / scale, us.v);
+  else
+    fputs("<div class=na>not measured</div>", f);
+  if (floor_us.ok && scale > 0)
+    fprintf(f, "<div class=f style=\"width:%.1f%%\">read floor %.1f us</div>", 100.0 * floor_us.v / scale, floor_us.v);
+  fputs("</td><td>", f);
+  if (us.ok && floor_us.ok && us.v > 0) fprintf(f, "%.2f", floor_us.v / us.v);
+  fputs("</td></tr>\n", f);
+}
+
+static void write_html(FILE *f, const step_report *r) {
+  const step_plan *p = &r->plan;
+  fprintf(f, "<!doctype html>\n<html><head><meta charset=utf-8><title>fp4kit decode step: ");
+  html_text(f, p->model);
+  fprintf(f, "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;width:100%%}"
+             "td,th{padding:3px 8px;text-align:left;vertical-align:top}td.bars{width:70%%}"
+             "div.t{background:#3b78c4;color:#fff;white-space:nowrap;margin:1px 0;font-size:12px}"
+             "div.f{background:#bbb;white-space:nowrap;margin:1px 0;font-size:12px}div.na{color:#999}"
+             "</style></head><body>\n<h1>Decode step: ");
+  html_text(f, p->model);
+  fprintf(f, ", tp %d, ep %d, %s</h1>\n<p>", p->tp, p->ep, r->o->w4a4 ? "W4A4" : "W4A16");
+  html_text(f, r->dev.name);
+  fprintf(f, "; %lld of %lld layers built", (long long)r->layers_built, (long long)p->layers);
+  if (r->layers_note[0]) {
+    fputs(" (", f);
+    html_text(f, r->layers_note);
+    fputs(")", f);
+  }
+  fprintf(f, "; read ceiling ");
+  if (r->read_bps.ok) fprintf(f, "%.0f GB/s", r->read_bps.v / 1e9);
+  else fputs("not measured", f);
+  fputs("; commit ", f);
+  html_text(f, r->commit);
+  fputs(", ", f);
+  html_text(f, r->date);
+  fputs("<br><code>", f);
+  html_text(f, r->command);
+  fputs("</code></p>\n<p>Blue: the time of a CUDA graph with PDL holding only that layer type's calls of the step (the "
+        "step: all of them); grey: the time to read the same FP4 bytes at the same-run read ceiling. Last column: "
+        "floor / time.</p>\n",
+        f);
+  for (int i = 0; i < r->npts; i++) {
+    const step_point *x = &r->pts[i];
+    double scale = x->pdl_us.ok ? x->pdl_us.v : 0;
+    const bv fl = read_floor_us(r, x->bytes);
+    if (fl.ok && fl.v > scale) scale = fl.v;
+    for (int t = 0; t < p->ntypes; t++)
+      if (x->types[t].us.ok && x->types[t].us.v > scale) scale = x->types[t].us.v;
+    fprintf(f, "<h2>batch %lld: %s</h2>\n<p>", (long long)x->batch, x->status);
+    if (x->reason[0]) html_text(f, x->reason);
+    fprintf(f, " separate launches %s%.1f us, graph %s%.1f us, graph + PDL %s%.1f us (PDL gain %.3f), BF16 cuBLAS graph ",
+            x->eager_us.ok ? "" : "n/a ", x->eager_us.v, x->graph_us.ok ? "" : "n/a ", x->graph_us.v,
+            x->pdl_us.ok ? "" : "n/a ", x->pdl_us.v, pdl_gain(x).v);
+    if (x->bf16_us.ok) fprintf(f, "%.1f us (%.2fx)", x->bf16_us.v, bf16_speedup(x).v);
+    else html_text(f, x->bf16_note[0] ? x->bf16_note : "not run");
+    fprintf(f, "; tokens/s bound %.0f</p>\n<table><tr><th>layer type</th><th>time and read floor</th><th>floor/time</th>"
+               "</tr>\n",
+            tokens_bound(r, x).v);
+    for (int t = 0; t < p->ntypes; t++) {
+      char name[160];
+      snprintf(name, sizeof name, "%s (%d calls, %.1f MB)", p->types[t].name, x->types[t].calls, x->types[t].bytes / 1e6);
+      html_bar(f, name, x->types[t].us, read_floor_us(r, x->types[t].bytes), scale);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "step (%d calls, %.1f MB)", x->calls, x->bytes / 1e6);
+    html_bar(f, name, x->pdl_us, fl, scale);
+    fputs("</table>\n", f);
+  }
+  fputs("</body></html>\n", f);
+}
+
+static void print_table(FILE *f, const step_report *r) {
+  const step_plan *p = &r->plan;
+  fprintf(f, "%s tp %d ep %d %s on %s: %lld of %lld layers built%s%s%s; read %.0f GB/s, copy %.0f GB/s\n", p->model, p->tp,
+          p->ep, r->o->w4a4 ? "w4a4" : "w4a16", r->dev.name, (long long)r->layers_built, (long long)p->layers,
+          r->layers_note[0] ? " (" : "", r->layers_note, r->layers_note[0] ? ")" : "", r->read_bps.v / 1e9,
+          r->copy_bps.v / 1e9);
+  fprintf(f, "%5s %6s %10s %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s\n", "batch", "calls", "FP4_MB", "eager_us",
+          "graph_us", "pdl_us", "gain", "/read", "/copy", "tok/s", "bf16_us", "x_bf16", "status");
+  for (int i = 0; i < r->npts; i++) {
+    const step_point *x = &r->pts[i];
+    fprintf(f, "%5lld %6d %10.1f %10.1f %10.1f %10.1f %6.3f %6.3f %6.3f %10.0f %10.1f %7.2f  %s%s%s\n",
+            (long long)x->batch, x->calls, x->bytes / 1e6, x->eager_us.v, x->graph_us.v, x->pdl_us.v, pdl_gain(x).v,
+            frac_read(r, x).v, over_copy(r, x).v, tokens_bound(r, x).v, x->bf16_us.v, bf16_speedup(x).v, x->status,
+            x->reason[0] ? ": " : "", x->reason);
+    for (int t = 0; t < p->ntypes; t++) {
+      const type_result *y = &x->types[t];
+      const bv fl = read_floor_us(r, y->bytes);
+      fprintf(f, "      %-28s %5d calls %10.1f MB %10.1f us  floor %9.1f us  %.3f  %s%s%s\n", p->types[t].name, y->calls,
+              y->bytes / 1e6, y->us.v, fl.v, fl.ok && y->us.ok && y->us.v > 0 ? fl.v / y->us.v : 0.0, y->ran,
+              y->note[0] ? "; " : "", y->note);
+    }
+    if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
+  }
+}
+
+static int write_file(const char *path, const step_report *r, int kind) {
+  FILE *f = !strcmp(path, "-") ? stdout : fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "fp4kit bench --step: cannot write '%s'\n", path);
+    return 0;
+  }
+  int ok = 1;
+  if (kind == 0) {
+    cJSON *root = record_json(r);
+    char *text = root ? cJSON_Print(root) : NULL;
+    ok = text && fprintf(f, "%s\n", text) > 0;
+    cJSON_free(text);
+    cJSON_Delete(root);
+  } else if (kind == 1) {
+    write_csv(f, r);
+  } else {
+    write_html(f, r);
+  }
+  if (f != stdout) ok = !fclose(f) && ok;
+  else fflush(f);
+  if (!ok) fprintf(stderr, "fp4kit bench --step: writing '%s' failed\n", path);
+  return ok;
+}
+
+static void make_command(step_report *r, int argc, char **argv) {
+  size_t len = (size_t)snprintf(r->command, sizeof r->command, "fp4kit");
+  for (int i = 0; i < argc && len + 2 < sizeof r->command; i++)
+    len += (size_t)snprintf(r->command + len, sizeof r->command - len, " %s", argv[i]);
+  const char *commit = getenv("FP4KIT_COMMIT");
+  snprintf(r->commit, sizeof r->commit, "%s", commit && *commit ? commit : "unknown");
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The device step                                                                                */
+/* ---------------------------------------------------------------------------------------------- */
+
+#if FP4KIT_HAVE_CUDA
+
+enum { POOL_CODES = 64 << 20, POOL_SCALES = 8 << 20, POOL_BF16 = 32 << 20 };
+#define HEADROOM ((size_t)3 << 30) /* left free for activations, workspaces, cuBLAS and the graphs */
+
+static fp4_status cu(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return FP4_OK;
+  cudaGetLastError();
+  return fp4_set_error(e == cudaErrorMemoryAllocation ? FP4_ERR_OUT_OF_MEMORY : FP4_ERR_CUDA, "%s: %s", what,
+                       cudaGetErrorString(e));
+}
+
+static size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* One layer's FP4 tensors, carved from one allocation. */
+typedef struct gpu_layer {
+  void *slab;
+  fp4_qmatrix w[STEP_MAX_TYPES];
+  fp4_grouped_qmatrix gu, dn, sgu, sdn;
+  int32_t *ids; /* device routing for the largest batch */
+  float *tw;
+  int32_t *h_ids; /* the same on the host */
+} gpu_layer;
+
+typedef struct gpu_step {
+  const step_plan *plan;
+  const step_opts *o;
+  fp4_context *ctx;
+  cudaStream_t s;
+  int64_t layers, bmax;
+  gpu_layer *L;
+  uint8_t *pool_codes, *pool_scales;
+  uint16_t *pool_bf16;
+  float *scalars; /* [0] 1, [1] [2] activation encode scale, [4+t] W4A16 alpha, [4+MAX+t] W4A4 alpha, then multipliers */
+  float *mult_gu, *mult_dn, *mult_sgu, *mult_sdn;
+  void *x0, *act[2], *xq, *xq_scales;
+  void *moe_ws;
+  size_t moe_ws_bytes;
+  double code_ms, scale_ms; /* E[code^2], E[scale^2] of the pools */
+} gpu_step;
+
+typedef struct step_call {
+  int type;
+  int64_t layer;
+  const void *in;
+  int64_t in_ld;
+  void *out;
+} step_call;
+
+static const int64_t kTypeSeed = 0x9E37;
+
+/* dst <- `bytes` of the pool starting at a position of its own, wrapping. */
+static fp4_status fill(void *dst, size_t bytes, const void *pool, size_t pool_bytes, uint64_t tag, cudaStream_t s) {
+  size_t off = (size_t)(mix64(tag) % (pool_bytes / 256)) * 256;
+  uint8_t *d = dst;
+  while (bytes) {
+    size_t chunk = pool_bytes - off < bytes ? pool_bytes - off : bytes;
+    fp4_status st = cu(cudaMemcpyAsync(d, (const uint8_t *)pool + off, chunk, cudaMemcpyDeviceToDevice, s), "filling weights");
+    if (st) return st;
+    d += chunk;
+    bytes -= chunk;
+    off = 0;
+  }
+  return FP4_OK;
+}
+
+static fp4_status make_pools(gpu_step *g) {
+  uint8_t *h = malloc(POOL_CODES);
+  if (!h) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the weight pool");
+  uint64_t z = g->o->seed * 0x2545F4914F6CDD1Dull + 17;
+  for (size_t i = 0; i < POOL_CODES; i += 8) {
+    z = mix64(z);
+    memcpy(h + i, &z, 8);
+  }
+  static const float code_values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  double cs = 0;
+  for (int c = 0; c < 8; c++) cs += (double)code_values[c] * code_values[c];
+  g->code_ms = cs / 8.0; /* codes: uniform random nibbles */
+  fp4_status st = cu(cudaMalloc((void **)&g->pool_codes, POOL_CODES), "the code pool");
+  if (!st) st = cu(cudaMemcpy(g->pool_codes, h, POOL_CODES, cudaMemcpyHostToDevice), "copying the code pool");
+  /* E4M3 scales 0x20..0x37: 0.125 .. 0.9375, finite and nonzero. */
+  double ss = 0;
+  for (size_t i = 0; i < POOL_SCALES; i++) {
+    if (i % 8 == 0) z = mix64(z);
+    h[i] = (uint8_t)(0x20 + (uint8_t)(z >> (8 * (i % 8))) % 0x18);
+    const double v = fp4_e4m3_decode(h[i]);
+    ss += v * v;
+  }
+  g->scale_ms = ss / POOL_SCALES;
+  if (!st) st = cu(cudaMalloc((void **)&g->pool_scales, POOL_SCALES), "the scale pool");
+  if (!st) st = cu(cudaMemcpy(g->pool_scales, h, POOL_SCALES, cudaMemcpyHostToDevice), "copying the scale pool");
+  free(h);
+  return st;
+}
+
+/* Alpha making a [N, K] weight of the pools' statistics keep unit-scale activations unit-scale. */
+static float unit_alpha(const gpu_step *g, int64_t k) { return (float)(1.0 / sqrt(g->code_ms * g->scale_ms * (double)k)); }
+
+static size_t layer_bytes_alloc(const step_plan *p, int64_t bmax) {
+  size_t b = 0;
+  for (int t = 0; t < p->ntypes; t++) {
+    const step_type *ty = &p->types[t];
+    size_t sb = 0;
+    if (ty->kind == STEP_DENSE) {
+      fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, ty->n, ty->k, &sb);
+      b += al256((size_t)(ty->n * ty->k / 2)) + al256(sb);
+      continue;
+    }
+    const int64_t E = ty->experts, H = ty->hidden, I = ty->inter, S = ty->shared_inter;
+    size_t s1 = 0, s2 = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 2 * I, H, &s1);
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, H, I, &s2);
+    b += al256((size_t)(E * 2 * I * H / 2)) + al256((size_t)E * s1) + al256((size_t)(E * H * I / 2)) + al256((size_t)E * s2);
+    if (S) {
+      fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 2 * S, H, &s1);
+      fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, H, S, &s2);
+      b += al256((size_t)(2 * S * H / 2)) + al256(s1) + al256((size_t)(H * S / 2)) + al256(s2);
+    }
+    b += 2 * al256((size_t)(bmax * ty->top_k) * 4);
+  }
+  return b;
+}
+
+static void *carve(uint8_t **p, size_t bytes) {
+  void *r = *p;
+  *p += al256(bytes);
+  return r;
+}
+
+/* Codes and scales of one FP4 tensor set from the pools. */
+static fp4_status fill_fp4(gpu_step *g, void *codes, size_t cb, void *scales, size_t sb, uint64_t tag) {
+  fp4_status st = fill(codes, cb, g->pool_codes, POOL_CODES, tag, g->s);
+  return st ? st : fill(scales, sb, g->pool_scales, POOL_SCALES, tag ^ 0xABCDEFull, g->s);
+}
+
+static fp4_status grouped(gpu_step *g, uint8_t **p, fp4_grouped_qmatrix *w, int64_t E, int64_t N, int64_t K,
+                          const float *mult, uint64_t tag) {
+  size_t sb = 0;
+  fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, N, K, &sb);
+  *w = (fp4_grouped_qmatrix){NULL, NULL, mult, E, N, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, FP4_MEMORY_DEVICE};
+  w->data = carve(p, (size_t)(E * N * K / 2));
+  w->scales = carve(p, (size_t)E * sb);
+  return fill_fp4(g, w->data, (size_t)(E * N * K / 2), w->scales, (size_t)E * sb, tag);
+}
+
+static fp4_status build_layer(gpu_step *g, int64_t l, size_t bytes) {
+  gpu_layer *L = &g->L[l];
+  const step_plan *p = g->plan;
+  fp4_status st = cu(cudaMalloc(&L->slab, bytes), "a layer's weights");
+  if (st) return st;
+  uint8_t *c = L->slab;
+  for (int t = 0; t < p->ntypes && !st; t++) {
+    const step_type *ty = &p->types[t];
+    const uint64_t tag = (uint64_t)l * 1000003ull + (uint64_t)t * (uint64_t)kTypeSeed;
+    if (ty->kind == STEP_DENSE) {
+      size_t sb = 0;
+      fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, ty->n, ty->k, &sb);
+      L->w[t] = (fp4_qmatrix){NULL, NULL, ty->n, ty->k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+      L->w[t].data = carve(&c, (size_t)(ty->n * ty->k / 2));
+      L->w[t].scales = carve(&c, sb);
+      st = fill_fp4(g, L->w[t].data, (size_t)(ty->n * ty->k / 2), L->w[t].scales, sb, tag);
+      continue;
+    }
+    const int64_t E = ty->experts, H = ty->hidden, I = ty->inter, S = ty->shared_inter;
+    st = grouped(g, &c, &L->gu, E, 2 * I, H, g->mult_gu, tag + 1);
+    if (!st) st = grouped(g, &c, &L->dn, E, H, I, g->mult_dn, tag + 2);
+    if (!st && S) st = grouped(g, &c, &L->sgu, 1, 2 * S, H, g->mult_sgu, tag + 3);
+    if (!st && S) st = grouped(g, &c, &L->sdn, 1, H, S, g->mult_sdn, tag + 4);
+    const size_t n = (size_t)(g->bmax * ty->top_k);
+    L->ids = carve(&c, n * 4);
+    L->tw = carve(&c, n * 4);
+    L->h_ids = malloc(n * sizeof *L->h_ids);
+    float *h_tw = malloc(n * sizeof *h_tw);
+    if (!st && (!L->h_ids || !h_tw)) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for routing");
+    if (!st) {
+      step_routing(g->o->seed, l, g->bmax, ty->top_k, E, L->h_ids, h_tw);
+      st = cu(cudaMemcpy(L->ids, L->h_ids, n * 4, cudaMemcpyHostToDevice), "copying the routing");
+      if (!st) st = cu(cudaMemcpy(L->tw, h_tw, n * 4, cudaMemcpyHostToDevice), "copying the routing weights");
+    }
+    free(h_tw);
+  }
+  return st;
+}
+
+static void free_layers(gpu_step *g) {
+  for (int64_t l = 0; g->L && l < g->layers; l++) {
+    if (g->L[l].slab) cudaFree(g->L[l].slab);
+    free(g->L[l].h_ids);
+    memset(&g->L[l], 0, sizeof g->L[l]);
+  }
+}
+
+/* Scalars, multipliers, activations and the W4A4 scratch. */
+static fp4_status make_buffers(gpu_step *g) {
+  const step_plan *p = g->plan;
+  const step_type *moe = moe_of(p);
+  const int64_t E = moe ? moe->experts : 1;
+  enum { BASE = 4 + 2 * STEP_MAX_TYPES };
+  const size_t nscal = BASE + 2 * (size_t)E + 2;
+  float *h = calloc(nscal, sizeof *h);
+  if (!h) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  const float gs = 448.0f * 6.0f / 8.0f; /* activation encode scale: amax 8 maps to the top of NVFP4 */
+  h[0] = 1.0f;
+  h[1] = h[2] = gs;
+  for (int t = 0; t < p->ntypes; t++) {
+    h[4 + t] = unit_alpha(g, p->types[t].k);
+    h[4 + STEP_MAX_TYPES + t] = unit_alpha(g, p->types[t].k) / gs; /* 1/global_scale folded into alpha */
+  }
+  for (int64_t e = 0; e < E && moe; e++) {
+    h[BASE + e] = unit_alpha(g, moe->hidden);
+    h[BASE + E + e] = unit_alpha(g, moe->inter);
+  }
+  if (moe && moe->shared_inter) {
+    h[BASE + 2 * E] = unit_alpha(g, moe->hidden);
+    h[BASE + 2 * E + 1] = unit_alpha(g, moe->shared_inter);
+  }
+  fp4_status st = cu(cudaMalloc((void **)&g->scalars, nscal * sizeof *h), "device scalars");
+  if (!st) st = cu(cudaMemcpy(g->scalars, h, nscal * sizeof *h, cudaMemcpyHostToDevice), "copying device scalars");
+  free(h);
+  if (st) return st;
+  g->mult_gu = g->scalars + BASE;
+  g->mult_dn = g->scalars + BASE + E;
+  g->mult_sgu = g->scalars + BASE + 2 * E;
+  g->mult_sdn = g->scalars + BASE + 2 * E + 1;
+  int64_t width = p->hidden, maxk = 0;
+  for (int t = 0; t < p->ntypes; t++) {
+    if (out_width(&p->types[t]) > width) width = out_width(&p->types[t]);
+    if (p->types[t].k > maxk) maxk = p->types[t].k;
+  }
+  const size_t act = (size_t)(g->bmax * width) * 2;
+  size_t xs = 0;
+  fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, g->bmax, maxk, &xs);
+  if ((st = cu(cudaMalloc(&g->x0, (size_t)(g->bmax * p->hidden) * 2), "activations")) ||
+      (st = cu(cudaMalloc(&g->act[0], act), "activations")) || (st = cu(cudaMalloc(&g->act[1], act), "activations")) ||
+      (st = cu(cudaMalloc(&g->xq, (size_t)(g->bmax * maxk / 2)), "quantized activations")) ||
+      (st = cu(cudaMalloc(&g->xq_scales, xs), "quantized activation scales")))
+    return st;
+  /* The step's input: bf16 of unit scale. */
+  const size_t n = (size_t)(g->bmax * p->hidden);
+  uint16_t *x = malloc(n * 2);
+  if (!x) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  uint64_t z = g->o->seed ^ 0x78307830ull;
+  for (size_t i = 0; i < n; i++) {
+    z = mix64(z);
+    x[i] = fp4_bf16_from_f32((float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 3.4 - 1.7));
+  }
+  st = cu(cudaMemcpy(g->x0, x, n * 2, cudaMemcpyHostToDevice), "copying the input");
+  free(x);
+  return st;
+}
+
+/* The calls of one step of B tokens: each reads the previous output. Returns the count; *last is
+ * the buffer the step's output ends in. */
+static int make_calls(const gpu_step *g, step_call *calls, void **last) {
+  const step_plan *p = g->plan;
+  const void *cur = g->x0;
+  int64_t ld = p->hidden;
+  int n = 0, ping = 0;
+  for (int64_t l = 0; l < g->layers; l++)
+    for (int t = 0; t < p->ntypes; t++) {
+      step_call *c = &calls[n++];
+      c->type = t;
+      c->layer = l;
+      c->in = cur;
+      c->in_ld = ld;
+      c->out = g->act[ping];
+      cur = c->out;
+      ld = out_width(&p->types[t]);
+      ping ^= 1;
+    }
+  *last = (void *)cur;
+  return n;
+}
+
+static void moe_args(const gpu_step *g, const step_call *c, int64_t B, fp4_moe_layer *layer, fp4_moe_experts *shared,
+                     fp4_moe_routing *rt) {
+  const step_type *ty = &g->plan->types[c->type];
+  const gpu_layer *L = &g->L[c->layer];
+  const float gs = 448.0f * 6.0f / 8.0f;
+  const float *act = g->o->w4a4 ? g->scalars + 1 : NULL;
+  *shared = (fp4_moe_experts){L->sgu, L->sdn, gs, gs, act};
+  *layer = (fp4_moe_layer){g->o->w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16, {L->gu, L->dn, gs, gs, act},
+                           ty->shared_inter ? shared : NULL};
+  *rt = (fp4_moe_routing){L->ids, B, ty->top_k, {L->tw, B, ty->top_k, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
+}
+
+/* One call of the step on stream s. */
+static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
+  const step_type *ty = &g->plan->types[c->type];
+  fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .info = info};
+  fp4_matrix out = {c->out, B, out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  if (ty->kind == STEP_MOE) {
+    fp4_moe_layer layer;
+    fp4_moe_experts shared;
+    fp4_moe_routing rt;
+    moe_args(g, c, B, &layer, &shared, &rt);
+    fp4_matrix hid = {(void *)c->in, B, ty->hidden, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    o.alpha_device = g->scalars;
+    return fp4_moe_forward(g->ctx, &layer, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, &o);
+  }
+  fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  const fp4_qmatrix *w = &g->L[c->layer].w[c->type];
+  if (!g->o->w4a4) {
+    o.alpha_device = g->scalars + 4 + c->type;
+    return fp4_mm_w4a16(g->ctx, &a, w, 1.0f, &out, &o);
+  }
+  fp4_qmatrix xq = {g->xq, g->xq_scales, B, ty->k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+  fp4_options q = o;
+  q.global_scale_device = g->scalars + 1;
+  q.info = NULL;
+  fp4_status st = fp4_quantize(g->ctx, &a, 1.0f, &xq, &q);
+  if (st) return st;
+  o.alpha_device = g->scalars + 4 + STEP_MAX_TYPES + c->type;
+  return fp4_mm(g->ctx, &xq, w, 1.0f, &out, &o);
+}
+
+/* Workspace the dense calls of B tokens need (the context's), for both PDL settings. */
+static fp4_status reserve(gpu_step *g, const step_call *calls, int ncalls, int64_t B) {
+  size_t most = 0;
+  for (int i = 0; i < ncalls && i < g->plan->ntypes; i++) {
+    const step_call *c = &calls[i];
+    const step_type *ty = &g->plan->types[c->type];
+    if (ty->kind != STEP_DENSE) continue;
+    for (int pdl = 0; pdl < 2; pdl++) {
+      fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .alpha_device = g->scalars + 4};
+      fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+      fp4_matrix out = {c->out, B, ty->n, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+      fp4_qmatrix xq = {g->xq, g->xq_scales, B, ty->k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+      size_t bytes = 0;
+      fp4_status st = g->o->w4a4 ? fp4_mm_workspace_size(g->ctx, &xq, &g->L[0].w[c->type], &out, &o, &bytes)
+                                 : fp4_mm_w4a16_workspace_size(g->ctx, &a, &g->L[0].w[c->type], &out, &o, &bytes);
+      if (st) return st;
+      if (bytes > most) most = bytes;
+    }
+  }
+  return most ? fp4_context_reserve_workspace(g->ctx, most) : FP4_OK;
+}
+
+typedef struct timed_step {
+  gpu_step *g;
+  const step_call *calls;
+  int ncalls, only; /* only: one type's calls, -1 all */
+  int64_t B;
+  int pdl;
+  cudaGraphExec_t exec;
+} timed_step;
+
+static fp4_status run_eager(void *user, int iteration) {
+  (void)iteration;
+  timed_step *t = user;
+  for (int i = 0; i < t->ncalls; i++) {
+    if (t->only >= 0 && t->calls[i].type != t->only) continue;
+    fp4_status st = issue(t->g, &t->calls[i], t->B, t->pdl, NULL);
+    if (st) return st;
+  }
+  return FP4_OK;
+}
+
+static fp4_status run_graph(void *user, int iteration) {
+  (void)iteration;
+  timed_step *t = user;
+  return cu(cudaGraphLaunch(t->exec, t->g->s), "cudaGraphLaunch");
+}
+
+/* Captures the calls of t on its stream into t->exec; nodes receives the graph's node count. */
+static fp4_status capture(timed_step *t, double *nodes) {
+  cudaGraph_t graph = NULL;
+  fp4_status st = cu(cudaStreamBeginCapture(t->g->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  if (st) return st;
+  const fp4_status call = run_eager(t, 0);
+  char why[320];
+  snprintf(why, sizeof why, "%s", call ? fp4_last_error() : "");
+  const cudaError_t end = cudaStreamEndCapture(t->g->s, &graph);
+  if (call) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return fp4_set_error(call, "under capture: %s", why);
+  }
+  if ((st = cu(end, "cudaStreamEndCapture"))) return st;
+  size_t n = 0;
+  if (nodes && cudaGraphGetNodes(graph, NULL, &n) == cudaSuccess) *nodes = (double)n;
+  st = cu(cudaGraphInstantiate(&t->exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(graph);
+  if (!st) st = cu(cudaGraphUpload(t->exec, t->g->s), "cudaGraphUpload");
+  return st;
+}
+
+static fp4_status time_graph(timed_step *t, int rounds, double *nodes, bv *us) {
+  t->exec = NULL;
+  fp4_status st = capture(t, nodes);
+  fp4_timing tm;
+  if (!st) st = fp4_time(t->g->ctx, t->g->s, run_graph, t, 3, rounds, &tm);
+  if (!st) *us = (bv){1, tm.median_us};
+  if (t->exec) cudaGraphExecDestroy(t->exec);
+  t->exec = NULL;
+  return st;
+}
+
+/* The step's output into host (n bytes). */
+static fp4_status fetch(const gpu_step *g, const void *last, int64_t B, uint8_t *host) {
+  fp4_status st = cu(cudaStreamSynchronize(g->s), "cudaStreamSynchronize");
+  return st ? st : cu(cudaMemcpy(host, last, (size_t)(B * g->plan->hidden) * 2, cudaMemcpyDeviceToHost), "reading the output");
+}
+
+static void note_reason(step_point *pt, const char *what) {
+  size_t len = strlen(pt->reason);
+  snprintf(pt->reason + len, sizeof pt->reason - len, "%s%s: %s", len ? "; " : "", what, fp4_last_error());
+  if (!strcmp(pt->status, "ok")) pt->status = "error";
+}
+
+static void say(const char *model, int64_t B, const char *what) {
+  fprintf(stderr, "[step %s B=%lld] %s\n", model, (long long)B, what);
+  fflush(stderr);
+}
+
+static void run_point(gpu_step *g, int64_t B, step_point *pt) {
+  const step_plan *p = g->plan;
+  memset(pt, 0, sizeof *pt);
+  pt->batch = B;
+  pt->status = "ok";
+  const int ncalls = (int)(g->layers * p->ntypes);
+  step_call *calls = calloc((size_t)ncalls, sizeof *calls);
+  const size_t out_bytes = (size_t)(B * p->hidden) * 2;
+  uint8_t *outs[3] = {malloc(out_bytes), malloc(out_bytes), malloc(out_bytes)};
+  if (!calls || !outs[0] || !outs[1] || !outs[2]) {
+    fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+    note_reason(pt, "setting up");
+    goto done;
+  }
+  void *last = NULL;
+  pt->calls = make_calls(g, calls, &last);
+  const step_type *moe = moe_of(p);
+  int64_t touched_sum = 0;
+  for (int64_t l = 0; l < g->layers; l++) {
+    const int64_t touched = moe ? step_touched(g->L[l].h_ids, B * moe->top_k, moe->experts) : 0;
+    touched_sum += touched;
+    pt->bytes += (double)step_layer_bytes(p, touched);
+    for (int t = 0; t < p->ntypes; t++) {
+      const step_type *ty = &p->types[t];
+      pt->types[t].calls++;
+      pt->types[t].bytes += (double)(ty->kind == STEP_MOE ? ty->shared_bytes + touched * ty->weight_bytes : ty->weight_bytes);
+    }
+  }
+  pt->touched_mean = moe ? (double)touched_sum / (double)g->layers : 0.0;
+  if (reserve(g, calls, pt->calls, B)) {
+    note_reason(pt, "reserving the workspace");
+    goto done;
+  }
+  /* What ran: the first call of every type, eagerly, with and without PDL. */
+  for (int pdl = 0; pdl < 2; pdl++)
+    for (int t = 0; t < p->ntypes; t++) {
+      fp4_run_info info;
+      memset(&info, 0, sizeof info);
+      if (issue(g, &calls[t], B, pdl, &info)) {
+        note_reason(pt, "a first call");
+        goto done;
+      }
+      type_result *y = &pt->types[t];
+      if (pdl) {
+        size_t len = strlen(y->ran);
+        snprintf(y->ran + len, sizeof y->ran - len, ", pdl %s", info.pdl ? "on" : "OFF");
+        if (!info.pdl) snprintf(y->note, sizeof y->note, "PDL asked, not used: %s", info.note);
+      } else {
+        snprintf(y->ran, sizeof y->ran, "%s:%s", info.backend, info.config[0] ? info.config : "default");
+      }
+    }
+  say(p->model, B, "separate launches");
+  timed_step ts = {g, calls, pt->calls, -1, B, 0, NULL};
+  fp4_timing tm;
+  if (fp4_time(g->ctx, g->s, run_eager, &ts, 2, g->o->rounds, &tm)) note_reason(pt, "separate launches");
+  else pt->eager_us = (bv){1, tm.median_us};
+  int have[3] = {0, 0, 0};
+  if (pt->eager_us.ok) have[0] = !fetch(g, last, B, outs[0]);
+  say(p->model, B, "CUDA graph");
+  if (time_graph(&ts, g->o->rounds, &pt->graph_nodes, &pt->graph_us)) note_reason(pt, "CUDA graph");
+  else have[1] = !fetch(g, last, B, outs[1]);
+  say(p->model, B, "CUDA graph with PDL");
+  ts.pdl = 1;
+  if (time_graph(&ts, g->o->rounds, NULL, &pt->pdl_us)) note_reason(pt, "CUDA graph with PDL");
+  else have[2] = !fetch(g, last, B, outs[2]);
+  /* The three ways compute the same step: their outputs must agree bit for bit. */
+  for (int i = 1; i < 3; i++)
+    if (have[0] && have[i] && memcmp(outs[0], outs[i], out_bytes)) {
+      size_t len = strlen(pt->reason);
+      snprintf(pt->reason + len, sizeof pt->reason - len, "%sthe %s output differs from the separate launches'",
+               len ? "; " : "", i == 1 ? "CUDA graph" : "CUDA graph with PDL");
+      pt->status = "mismatch";
+    }
+  if (have[0]) {
+    int64_t bad = 0;
+    for (size_t i = 0; i < out_bytes / 2; i++) {
+      uint16_t v;
+      memcpy(&v, outs[0] + 2 * i, 2);
+      bad += (v & 0x7F80u) == 0x7F80u;
+    }
+    if (bad) {
+      size_t len = strlen(pt->reason);
+      snprintf(pt->reason + len, sizeof pt->reason - len, "%s%lld of %lld outputs not finite", len ? "; " : "",
+               (long long)bad, (long long)(out_bytes / 2));
+    }
+  }
+  /* Each type's share: a graph (PDL) of its calls alone. */
+  for (int t = 0; t < p->ntypes; t++) {
+    if (p->ntypes == 1) {
+      pt->types[t].us = pt->pdl_us;
+      continue;
+    }
+    timed_step one = {g, calls, pt->calls, t, B, 1, NULL};
+    if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].us))
+      snprintf(pt->types[t].note, sizeof pt->types[t].note, "graph of this type alone: %s", fp4_last_error());
+  }
+done:
+  free(calls);
+  for (int i = 0; i < 3; i++) free(outs[i]);
+}
+
+/* ---- the BF16 cuBLAS step --------------------------------------------------------------------- */
+
+typedef struct bf16_layer {
+  void *slab;
+  void *w[STEP_MAX_TYPES];
+  int64_t nexp;      /* routed experts held: those the largest batch touches */
+  int32_t *exp_ids;  /* [nexp] */
+  void **egu, **edn; /* [nexp] */
+  void *sgu, *sdn;
+} bf16_layer;
+
+typedef struct bf16_step {
+  gpu_step *g;
+  cublasHandle_t h;
+  bf16_layer *L;
+  void *t1, *t2, *ws;
+  int64_t B;
+  cudaGraphExec_t exec;
+} bf16_step;
+
+static fp4_status blas(cublasStatus_t s, const char *what) {
+  return s == CUBLAS_STATUS_SUCCESS ? FP4_OK
+                                    : fp4_set_error(FP4_ERR_CUDA, "%s: %s", what, cublasGetStatusString(s));
+}
+
+/* Row-major y[m, n] (ld ldy) = x[m, k] (ld ldx) * w[n, k]^T + beta * y. */
+static fp4_status gemm(bf16_step *b, int64_t m, int64_t n, int64_t k, const void *w, const void *x, int64_t ldx, void *y,
+                       int64_t ldy, float beta) {
+  const float one = 1.0f;
+  return blas(cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF, (int)k, x,
+                           CUDA_R_16BF, (int)ldx, &beta, y, CUDA_R_16BF, (int)ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+}
+
+/* The distinct experts of the largest batch's routing of a layer, ascending. */
+static int64_t experts_of(const gpu_layer *L, int64_t n, int64_t E, int32_t *out) {
+  unsigned char *seen = calloc((size_t)E, 1);
+  if (!seen) return -1;
+  for (int64_t i = 0; i < n; i++) seen[L->h_ids[i]] = 1;
+  int64_t c = 0;
+  for (int64_t e = 0; e < E; e++)
+    if (seen[e]) out[c++] = (int32_t)e;
+  free(seen);
+  return c;
+}
+
+static size_t bf16_layer_bytes(const step_plan *p, int64_t nexp) {
+  size_t b = 0;
+  for (int t = 0; t < p->ntypes; t++) {
+    const step_type *ty = &p->types[t];
+    if (ty->kind == STEP_DENSE) b += al256((size_t)(ty->n * ty->k) * 2);
+    else
+      b += (size_t)nexp * (al256((size_t)(2 * ty->inter * ty->hidden) * 2) + al256((size_t)(ty->hidden * ty->inter) * 2)) +
+           al256((size_t)(2 * ty->shared_inter * ty->hidden) * 2) + al256((size_t)(ty->hidden * ty->shared_inter) * 2);
+  }
+  return b;
+}
+
+static fp4_status bf16_fill(bf16_step *b, void *dst, size_t elems, uint64_t tag) {
+  return fill(dst, elems * 2, b->g->pool_bf16, POOL_BF16, tag, b->g->s);
+}
+
+static fp4_status bf16_build(bf16_step *b, const step_type *moe) {
+  gpu_step *g = b->g;
+  const step_plan *p = g->plan;
+  fp4_status st = FP4_OK;
+  for (int64_t l = 0; l < g->layers && !st; l++) {
+    bf16_layer *L = &b->L[l];
+    if (moe) {
+      L->exp_ids = malloc((size_t)moe->experts * sizeof *L->exp_ids);
+      L->egu = calloc((size_t)moe->experts, sizeof *L->egu);
+      L->edn = calloc((size_t)moe->experts, sizeof *L->edn);
+      if (!L->exp_ids || !L->egu || !L->edn) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+      L->nexp = experts_of(&g->L[l], g->bmax * moe->top_k, moe->experts, L->exp_ids);
+    }
+    if ((st = cu(cudaMalloc(&L->slab, bf16_layer_bytes(p, L->nexp)), "a layer's BF16 weights"))) return st;
+    uint8_t *c = L->slab;
+    for (int t = 0; t < p->ntypes && !st; t++) {
+      const step_type *ty = &p->types[t];
+      const uint64_t tag = (uint64_t)l * 7777777ull + (uint64_t)t;
+      if (ty->kind == STEP_DENSE) {
+        L->w[t] = carve(&c, (size_t)(ty->n * ty->k) * 2);
+        st = bf16_fill(b, L->w[t], (size_t)(ty->n * ty->k), tag);
+        continue;
+      }
+      const size_t gu = (size_t)(2 * ty->inter * ty->hidden), dn = (size_t)(ty->hidden * ty->inter);
+      for (int64_t e = 0; e < L->nexp && !st; e++) {
+        L->egu[e] = carve(&c, gu * 2);
+        L->edn[e] = carve(&c, dn * 2);
+        st = bf16_fill(b, L->egu[e], gu, tag + 100 * (uint64_t)e);
+        if (!st) st = bf16_fill(b, L->edn[e], dn, tag + 100 * (uint64_t)e + 1);
+      }
+      if (ty->shared_inter && !st) {
+        L->sgu = carve(&c, (size_t)(2 * ty->shared_inter * ty->hidden) * 2);
+        L->sdn = carve(&c, (size_t)(ty->hidden * ty->shared_inter) * 2);
+        st = bf16_fill(b, L->sgu, (size_t)(2 * ty->shared_inter * ty->hidden), tag + 7);
+        if (!st) st = bf16_fill(b, L->sdn, (size_t)(ty->hidden * ty->shared_inter), tag + 8);
+      }
+    }
+  }
+  return st;
+}
+
+/* One BF16 step: dense linears chained as the FP4 step; a MoE layer as the shared expert's two GEMMs
+ * writing the output, then each routed expert the first B tokens touch: gate_up on its row count of
+ * the input and down accumulated into the output (no permute, SiLU or combine kernels: a lower bound
+ * on a cuBLAS MoE layer). */
+static fp4_status bf16_issue(void *user, int iteration) {
+  (void)iteration;
+  bf16_step *b = user;
+  gpu_step *g = b->g;
+  const step_plan *p = g->plan;
+  const void *cur = g->x0;
+  int64_t ld = p->hidden;
+  int ping = 0;
+  fp4_status st = FP4_OK;
+  int64_t *rows = NULL;
+  const step_type *moe = moe_of(p);
+  if (moe && !(rows = calloc((size_t)moe->experts, sizeof *rows)))
+    return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  for (int64_t l = 0; l < g->layers && !st; l++) {
+    const bf16_layer *L = &b->L[l];
+    for (int t = 0; t < p->ntypes && !st; t++) {
+      const step_type *ty = &p->types[t];
+      void *out = g->act[ping];
+      if (ty->kind == STEP_DENSE) {
+        st = gemm(b, b->B, ty->n, ty->k, L->w[t], cur, ld, out, ty->n, 0.0f);
+      } else {
+        const int64_t H = ty->hidden, I = ty->inter, S = ty->shared_inter;
+        float beta = 0.0f;
+        if (S) {
+          st = gemm(b, b->B, 2 * S, H, L->sgu, cur, ld, b->t1, 2 * S, 0.0f);
+          if (!st) st = gemm(b, b->B, H, S, L->sdn, b->t1, 2 * S, out, H, 0.0f);
+          beta = 1.0f;
+        }
+        memset(rows, 0, (size_t)ty->experts * sizeof *rows);
+        for (int64_t i = 0; i < b->B * ty->top_k; i++) rows[g->L[l].h_ids[i]]++;
+        for (int64_t e = 0; e < L->nexp && !st; e++) {
+          const int64_t r = rows[L->exp_ids[e]];
+          if (!r) continue;
+          st = gemm(b, r, 2 * I, H, L->egu[e], cur, ld, b->t2, 2 * I, 0.0f);
+          if (!st) st = gemm(b, r, H, I, L->edn[e], b->t2, 2 * I, out, H, beta);
+          beta = 1.0f;
+        }
+      }
+      cur = out;
+      ld = out_width(ty);
+      ping ^= 1;
+    }
+  }
+  free(rows);
+  return st;
+}
+
+static fp4_status bf16_graph_launch(void *user, int iteration) {
+  (void)iteration;
+  bf16_step *b = user;
+  return cu(cudaGraphLaunch(b->exec, b->g->s), "cudaGraphLaunch (BF16)");
+}
+
+static void bf16_free(bf16_step *b) {
+  if (b->L)
+    for (int64_t l = 0; l < b->g->layers; l++) {
+      if (b->L[l].slab) cudaFree(b->L[l].slab);
+      free(b->L[l].exp_ids);
+      free(b->L[l].egu);
+      free(b->L[l].edn);
+    }
+  free(b->L);
+  if (b->h) cublasDestroy(b->h);
+  cudaFree(b->t1);
+  cudaFree(b->t2);
+  cudaFree(b->ws);
+  cudaFree(b->g->pool_bf16);
+  b->g->pool_bf16 = NULL;
+}
+
+/* The BF16 peer for every batch (after the FP4 weights are freed); notes say why not where it did not run. */
+static void bf16_peer(gpu_step *g, step_report *r) {
+  const step_plan *p = g->plan;
+  const step_type *moe = moe_of(p);
+  bf16_step b;
+  memset(&b, 0, sizeof b);
+  b.g = g;
+  char why[200] = "";
+  size_t need = 0;
+  int32_t *tmp = moe ? malloc((size_t)moe->experts * sizeof *tmp) : NULL;
+  for (int64_t l = 0; l < g->layers; l++)
+    need += bf16_layer_bytes(p, moe && tmp ? experts_of(&g->L[l], g->bmax * moe->top_k, moe->experts, tmp) : 0);
+  free(tmp);
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  fp4_status st = FP4_OK;
+  if (need + HEADROOM > free_b) {
+    snprintf(why, sizeof why, "BF16 weights of the %lld layers built need %.1f GB; %.1f GB free (%.1f GB kept for the rest)",
+             (long long)g->layers, (double)need / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
+    goto out;
+  }
+  /* The BF16 pool: values uniform in +-1/32 (cuBLAS time does not depend on them). */
+  uint16_t *h = malloc(POOL_BF16);
+  if (!h) {
+    snprintf(why, sizeof why, "no host memory");
+    goto out;
+  }
+  uint64_t z = g->o->seed + 99;
+  for (size_t i = 0; i < POOL_BF16 / 2; i++) {
+    z = mix64(z);
+    h[i] = fp4_bf16_from_f32((float)((double)(z >> 11) * (1.0 / 9007199254740992.0) - 0.5) / 16.0f);
+  }
+  st = cu(cudaMalloc((void **)&g->pool_bf16, POOL_BF16), "the BF16 pool");
+  if (!st) st = cu(cudaMemcpy(g->pool_bf16, h, POOL_BF16, cudaMemcpyHostToDevice), "copying the BF16 pool");
+  free(h);
+  int64_t t1 = 1, t2 = 1;
+  if (moe) {
+    t1 = g->bmax * 2 * (moe->shared_inter ? moe->shared_inter : 1);
+    t2 = g->bmax * 2 * moe->inter;
+  }
+  const size_t wsb = 32u << 20;
+  if (!st) st = cu(cudaMalloc(&b.t1, (size_t)t1 * 2), "BF16 scratch");
+  if (!st) st = cu(cudaMalloc(&b.t2, (size_t)t2 * 2), "BF16 scratch");
+  if (!st) st = cu(cudaMalloc(&b.ws, wsb), "cuBLAS workspace");
+  if (!st && !(b.L = calloc((size_t)g->layers, sizeof *b.L))) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  if (!st) st = blas(cublasCreate(&b.h), "cublasCreate");
+  if (!st) st = blas(cublasSetStream(b.h, g->s), "cublasSetStream");
+  if (!st) st = blas(cublasSetWorkspace(b.h, b.ws, wsb), "cublasSetWorkspace"); /* nothing allocated under capture */
+  if (!st) st = bf16_build(&b, moe);
+  if (!st) st = cu(cudaStreamSynchronize(g->s), "building the BF16 weights");
+  if (st) {
+    snprintf(why, sizeof why, "%s", fp4_last_error());
+    goto out;
+  }
+  for (int i = 0; i < r->npts; i++) {
+    step_point *pt = &r->pts[i];
+    b.B = pt->batch;
+    say(p->model, b.B, "BF16 cuBLAS graph");
+    cudaGraph_t graph = NULL;
+    b.exec = NULL;
+    st = cu(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture (BF16)");
+    if (!st) {
+      const fp4_status call = bf16_issue(&b, 0);
+      const cudaError_t end = cudaStreamEndCapture(g->s, &graph);
+      st = call ? call : cu(end, "cudaStreamEndCapture (BF16)");
+    }
+    if (!st) st = cu(cudaGraphInstantiate(&b.exec, graph, 0), "cudaGraphInstantiate (BF16)");
+    if (graph) cudaGraphDestroy(graph);
+    fp4_timing tm;
+    if (!st) st = fp4_time(g->ctx, g->s, bf16_graph_launch, &b, 3, g->o->rounds, &tm);
+    if (!st) pt->bf16_us = (bv){1, tm.median_us};
+    else snprintf(pt->bf16_note, sizeof pt->bf16_note, "%s", fp4_last_error());
+    if (b.exec) cudaGraphExecDestroy(b.exec);
+    b.exec = NULL;
+  }
+out:
+  if (why[0])
+    for (int i = 0; i < r->npts; i++) snprintf(r->pts[i].bf16_note, sizeof r->pts[i].bf16_note, "not run: %s", why);
+  cudaStreamSynchronize(g->s);
+  bf16_free(&b);
+}
+
+static int run_device(const step_opts *o, step_report *r) {
+  const step_plan *p = &r->plan;
+  gpu_step g;
+  memset(&g, 0, sizeof g);
+  g.plan = p;
+  g.o = o;
+  for (int i = 0; i < o->nbatches; i++)
+    if (o->batches[i] > g.bmax) g.bmax = o->batches[i];
+  int rc = EXIT_ERROR;
+  fp4_status st = fp4_context_create(&g.ctx, o->device);
+  char reason[256];
+  if (st) {
+    fprintf(stderr, "fp4kit bench --step: no GPU: %s\n", fp4_last_error());
+    return EXIT_ERROR;
+  }
+  if (fp4_backend_available(g.ctx, "cuda", reason, sizeof reason)) {
+    fprintf(stderr, "fp4kit bench --step: no GPU for the cuda backend: %s\n", reason);
+    fp4_context_destroy(g.ctx);
+    return EXIT_ERROR;
+  }
+  fp4_device_info_get(g.ctx, &r->dev);
+  /* Same-run peers first, while the memory is free. */
+  fp4_timing tm;
+  double bps = 0;
+  if (fp4_time_peer(g.ctx, FP4_PEER_READ, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->read_bps = (bv){1, bps};
+  else snprintf(r->peer_note, sizeof r->peer_note, "read peer: %s", fp4_last_error());
+  if (fp4_time_peer(g.ctx, FP4_PEER_COPY, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->copy_bps = (bv){1, bps};
+  else {
+    size_t len = strlen(r->peer_note);
+    snprintf(r->peer_note + len, sizeof r->peer_note - len, "%scopy peer: %s", len ? "; " : "", fp4_last_error());
+  }
+  if ((st = cu(cudaSetDevice(o->device), "cudaSetDevice")) ||
+      (st = cu(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking), "cudaStreamCreate")) || (st = make_pools(&g)) ||
+      (st = make_buffers(&g)))
+    goto fail;
+  /* As many layers as fit, at most the model's (or --layers). */
+  const size_t per_layer = layer_bytes_alloc(p, g.bmax);
+  size_t free_b = 0, total_b = 0;
+  if ((st = cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"))) goto fail;
+  const int64_t fit = free_b > HEADROOM ? (int64_t)((free_b - HEADROOM) / per_layer) : 0;
+  int64_t want = o->layers ? o->layers : p->layers;
+  if (want > p->layers) want = p->layers;
+  g.layers = want < fit ? want : fit;
+  if (g.layers < want)
+    snprintf(r->layers_note, sizeof r->layers_note, "%lld of the %lld layers asked fit: %.2f GB each, %.1f GB free, %.1f GB kept",
+             (long long)g.layers, (long long)want, (double)per_layer / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
+  else if (want < p->layers)
+    snprintf(r->layers_note, sizeof r->layers_note, "--layers %lld", (long long)want);
+  r->layers_built = g.layers;
+  if (g.layers < 1) {
+    st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "not one layer (%.2f GB) fits in %.1f GB free",
+                       (double)per_layer / 1e9, (double)free_b / 1e9);
+    goto fail;
+  }
+  if (!(g.L = calloc((size_t)g.layers, sizeof *g.L))) {
+    st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+    goto fail;
+  }
+  fprintf(stderr, "[step %s] building %lld layers, %.2f GB of FP4 weights\n", p->model, (long long)g.layers,
+          (double)per_layer * (double)g.layers / 1e9);
+  fflush(stderr);
+  for (int64_t l = 0; l < g.layers && !st; l++) st = build_layer(&g, l, per_layer);
+  const step_type *moe = moe_of(p);
+  if (!st && moe) { /* the MoE workspace, for the largest batch, allocated ahead */
+    fp4_moe_layer layer;
+    fp4_moe_experts shared;
+    fp4_moe_routing rt;
+    step_call c = {(int)(moe - p->types), 0, g.x0, p->hidden, g.act[0]};
+    size_t most = 0, bytes = 0;
+    for (int i = 0; i < o->nbatches && !st; i++) {
+      moe_args(&g, &c, o->batches[i], &layer, &shared, &rt);
+      for (int pdl = 0; pdl < 2 && !st; pdl++) {
+        fp4_options op = {.backend = "cuda", .enable_pdl = pdl, .stream = g.s, .alpha_device = g.scalars};
+        st = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
+        if (bytes > most) most = bytes;
+      }
+    }
+    g.moe_ws_bytes = most;
+    if (!st && most) st = cu(cudaMalloc(&g.moe_ws, most), "the MoE workspace");
+  }
+  if (!st) st = cu(cudaStreamSynchronize(g.s), "building the weights");
+  if (st) goto fail;
+  rc = EXIT_OK;
+  for (int i = 0; i < o->nbatches; i++) {
+    run_point(&g, o->batches[i], &r->pts[r->npts]);
+    if (strcmp(r->pts[r->npts].status, "ok")) rc = EXIT_FAILED;
+    r->npts++;
+  }
+  cudaStreamSynchronize(g.s);
+  /* The BF16 peer runs on the same layers after the FP4 weights are gone (routing kept). */
+  for (int64_t l = 0; l < g.layers; l++)
+    if (g.L[l].slab) {
+      cudaFree(g.L[l].slab);
+      g.L[l].slab = NULL;
+    }
+  if (o->peers) bf16_peer(&g, r);
+  else
+    for (int i = 0; i < r->npts; i++) snprintf(r->pts[i].bf16_note, sizeof r->pts[i].bf16_note, "not run: --no-peers");
+  goto out;
+fail:
+  fprintf(stderr, "fp4kit bench --step: %s (%s)\n", fp4_status_str(st), fp4_last_error());
+out:
+  if (g.s) cudaStreamSynchronize(g.s);
+  free_layers(&g);
+  free(g.L);
+  void *bufs[] = {g.pool_codes, g.pool_scales, g.scalars, g.x0, g.act[0], g.act[1], g.xq, g.xq_scales, g.moe_ws};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
+  if (g.s) cudaStreamDestroy(g.s);
+  fp4_context_destroy(g.ctx);
+  return rc;
+}
+#endif /* FP4KIT_HAVE_CUDA */
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The command                                                                                    */
+/* ---------------------------------------------------------------------------------------------- */
+
+int bench_step_main(int argc, char **argv) {
+  step_opts o;
+  int help = 0;
+  int rc = parse_opts(argc, argv, &o, &help);
+  if (rc || help) {
+    if (help) step_usage(stdout);
+    else fprintf(stderr, "(fp4kit bench --step --help lists the options)\n");
+    return rc;
+  }
+  step_report *r = calloc(1, sizeof *r);
+  if (!r) {
+    fprintf(stderr, "fp4kit bench --step: out of host memory\n");
+    return EXIT_ERROR;
+  }
+  r->o = &o;
+  if (step_plan_make(o.model, o.tp, o.ep, &r->plan)) {
+    fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
+    free(r);
+    return EXIT_USAGE;
+  }
+  if (o.plan_only) {
+    print_plan(stdout, &r->plan);
+    free(r);
+    return EXIT_OK;
+  }
+#if FP4KIT_HAVE_CUDA
+  if (fp4_probe_device_count() <= o.device) {
+    fprintf(stderr, "fp4kit bench --step: no GPU: %d CUDA device%s visible, device %d asked (--plan prints the step without one)\n",
+            fp4_probe_device_count(), fp4_probe_device_count() == 1 ? "" : "s", o.device);
+    free(r);
+    return EXIT_ERROR;
+  }
+  make_command(r, argc, argv);
+  rc = run_device(&o, r);
+  if (rc == EXIT_OK || rc == EXIT_FAILED) {
+    const int to_stdout = (o.json && !strcmp(o.json, "-")) || (o.csv && !strcmp(o.csv, "-")) ||
+                          (o.html && !strcmp(o.html, "-"));
+    print_table(to_stdout ? stderr : stdout, r);
+    const char *paths[3] = {o.json, o.csv, o.html};
+    for (int k = 0; k < 3; k++)
+      if (paths[k] && !write_file(paths[k], r, k)) rc = EXIT_ERROR;
+  }
+#else
+  (void)make_command;
+  (void)print_table;
+  (void)write_file;
+  fprintf(stderr, "fp4kit bench --step: no GPU: this fp4kit was built without CUDA (--plan prints the step without one)\n");
+  rc = EXIT_ERROR;
+#endif
+  free(r);
+  return rc;
+}
