@@ -422,8 +422,8 @@ typedef struct type_result {
   int calls;         /* calls of the type per step */
   double bytes;      /* FP4 bytes they read        */
   bv us;             /* a graph (PDL) of those calls alone */
-  char ran[100];     /* backend:config of its first call, and whether PDL was honoured */
-  char note[160];
+  char ran[128];     /* backend:config of its first call, and whether PDL was honoured */
+  char note[200];
 } type_result;
 
 typedef struct step_point {
@@ -511,6 +511,12 @@ static cJSON *record_json(const step_report *r) {
   jnum(peers, "read_gbps", (bv){r->read_bps.ok, r->read_bps.v / 1e9});
   jnum(peers, "copy_gbps", (bv){r->copy_bps.ok, r->copy_bps.v / 1e9});
   cJSON_AddStringToObject(peers, "note", r->peer_note);
+  cJSON_AddStringToObject(peers, "definitions",
+                          "read_gbps: fp4_time_peer READ over 1 GiB; frac_read_ceiling = (fp4_bytes / read_gbps) / "
+                          "graph_pdl_us; copy_gbps counts bytes read + written (fp4_time_peer COPY over 1 GiB); "
+                          "time_over_copy_floor = graph_pdl_us / (fp4_bytes / copy_gbps), as fp4kit bench --moe; "
+                          "pdl_gain = graph_us / graph_pdl_us; tokens_per_s_bound = batch / graph_pdl_us scaled from "
+                          "layers_built to layers_model");
   cJSON *types = cJSON_AddArrayToObject(root, "layer_types");
   for (int i = 0; i < p->ntypes; i++) {
     const step_type *t = &p->types[i];
@@ -1057,11 +1063,12 @@ static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pd
     fp4_moe_experts shared;
     fp4_moe_routing rt;
     moe_args(g, c, B, &layer, &shared, &rt);
-    fp4_matrix hid = {(void *)c->in, B, ty->hidden, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    fp4_matrix hid = {(void *)c->in, B, ty->hidden, c->in_ld == ty->hidden ? 0 : c->in_ld, FP4_DTYPE_BF16,
+                      FP4_MEMORY_DEVICE};
     o.alpha_device = g->scalars;
     return fp4_moe_forward(g->ctx, &layer, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, &o);
   }
-  fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld == ty->k ? 0 : c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   const fp4_qmatrix *w = &g->L[c->layer].w[c->type];
   if (!g->o->w4a4) {
     o.alpha_device = g->scalars + 4 + c->type;
