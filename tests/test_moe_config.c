@@ -39,7 +39,7 @@ static void test_recorded(void) {
     const fp4_moe_layer_shape L = layer_of(c);
     fp4_moe_layer_plan plan;
     char why[320] = "";
-    const int rc = fp4_moe_plan_layer(&L, NULL, &arch, &plan, why, sizeof why);
+    const int rc = fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &arch, &plan, why, sizeof why);
     EXPECT(rc == 0 && plan.sets == 2, "%s E=%lld B=%lld: plan failed: %s", c->device, (long long)c->experts,
            (long long)c->tokens, why);
     for (int g = 0; rc == 0 && g < FP4_MOE_GEMMS; g++) {
@@ -64,6 +64,10 @@ static void test_names(void) {
   fp4_moe_variant v;
   EXPECT(fp4_moe_variant_parse("moe.lean.r32.k3.s1", &v) == -1, "an unknown name parsed");
   EXPECT(fp4_moe_variant_parse("moe.default", &v) == -1, "moe.default is the chooser, not a variant");
+  EXPECT(fp4_moe_path_parse("moe.default") == FP4_MOE_PATH_DEFAULT && fp4_moe_path_parse("moe.streaming") ==
+             FP4_MOE_PATH_STREAMING && fp4_moe_path_parse("moe.prefill") == FP4_MOE_PATH_PREFILL &&
+             fp4_moe_path_parse("moe.lean.r32.k2.s1") == -1,
+         "path names");
 }
 
 /* Forced variants on shapes they cannot run: refused with the rule. */
@@ -99,9 +103,15 @@ static void test_refusals(void) {
                                  .hidden_dtype = FP4_DTYPE_F32, .hidden_aligned = 1, .workspace_aligned = 1};
   fp4_moe_layer_plan plan;
   fp4_moe_variant_parse("moe.lean.r32.k2.s1", &v);
-  EXPECT(fp4_moe_plan_layer(&L, &v, &h200, &plan, why, sizeof why) == -1 && strstr(why, "gate_up"),
+  EXPECT(fp4_moe_plan_layer(&L, &v, 0, &h200, &plan, why, sizeof why) == -1 && strstr(why, "gate_up"),
          "lean forced on f32 hidden states not refused (%s)", why);
-  EXPECT(fp4_moe_plan_layer(&L, NULL, &h200, &plan, why, sizeof why) == 0 &&
+  fp4_moe_layer_shape big = L;
+  big.tokens = 4096;
+  big.hidden_dtype = FP4_DTYPE_BF16;
+  EXPECT(fp4_moe_plan_layer(&big, NULL, FP4_MOE_PATH_STREAMING, &h200, &plan, why, sizeof why) == 0 &&
+             plan.variant[FP4_MOE_GATE_UP].kernel < FP4_MOE_KERNEL_PREFILL_MMA && !plan.prefill[0],
+         "moe.streaming at B = 4096 chose %s", fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
              plan.variant[FP4_MOE_GATE_UP].kernel == FP4_MOE_KERNEL_MMA,
          "f32 hidden states: gate_up default is %s, not the tensor-core kernel",
          fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));

@@ -52,7 +52,8 @@ typedef struct moe_point {
 
 static void bench_moe_usage(FILE *f) {
   fprintf(f, "usage: fp4kit bench --moe [--mode w4a16|w4a4] [--format nvfp4|mxfp4] [--m 1,8,...] [--runs N]\n"
-             "                          [--budget SECONDS] [--no-peers] [--device N] [--json FILE|-] [--csv FILE|-]\n"
+             "                          [--budget SECONDS] [--no-peers] [--device N] [--config NAME]\n"
+             "                          [--json FILE|-] [--csv FILE|-]\n"
              "\n"
              "Times fp4_moe_forward (the cuda backend) on Qwen3.5-397B's experts (512, top-10, w13 2048x4096,\n"
              "w2 4096x1024) and DeepSeek-R1's (256, top-8, w13 4096x7168, w2 7168x2048) at B in\n"
@@ -61,7 +62,10 @@ static void bench_moe_usage(FILE *f) {
              "the time over the same-run copy floor (touched bytes / copy bandwidth) and the same-run loop\n"
              "over active experts calling cuBLAS BF16 (its time and our speedup over it).\n"
              "--runs (default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its timed loop\n"
-             "lasts about --budget seconds (default 2); the runs used are reported. Progress goes to stderr.\n");
+             "lasts about --budget seconds (default 2); the runs used are reported. Progress goes to stderr.\n"
+             "--config: the cuda backend's MoE config (default moe.default: the library's choice per GEMM;\n"
+             "moe.streaming, moe.prefill, or one kernel variant for every GEMM, e.g. moe.lean.r32.k2.s1,\n"
+             "moe.mma.w1, moe.prefill.wgra128: src/backends/cuda/config/moe_config.h lists them).\n");
 }
 
 typedef struct layer_call {
@@ -180,6 +184,7 @@ static fp4_status cublas_loop(fp4_context *ctx, const int64_t *counts, int64_t E
 }
 
 typedef struct bench_setup {
+  const char *config;
   int runs, peers;
   double budget_s, copy_bps;
   fp4_format fmt;
@@ -223,7 +228,7 @@ static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_m
   fp4_moe_layer layer = {mode, {*bs->w1, *bs->w2, 448.0f * 6.0f / 4.0f, 448.0f * 6.0f / 8.0f}, NULL};
   fp4_moe_routing rt = {d_ids, B, k, {d_tw, B, k, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
   fp4_matrix xm = {d_hid, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE}, om = {d_out, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-  const fp4_options opts = {.backend = "cuda", .enable_pdl = 1};
+  const fp4_options opts = {.backend = "cuda", .config = bs->config, .enable_pdl = 1};
   size_t bytes = 0;
   if ((st = fp4_moe_workspace_size(&layer, B, k, &opts, &bytes)) || (st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws)))
     goto done;
@@ -278,13 +283,15 @@ static void num(FILE *f, const char *key, double v, int ok, const char *sep) {
   else fprintf(f, "\"%s\": null%s", key, sep);
 }
 
-static void write_json(FILE *f, const fp4_device_info *dev, double copy_bps, const moe_point *p, int n) {
+static void write_json(FILE *f, const fp4_device_info *dev, const char *config, double copy_bps, const moe_point *p,
+                       int n) {
   fprintf(f, "[\n");
   for (int i = 0; i < n; i++) {
     const moe_point *x = &p[i];
-    fprintf(f, "  {\"bench\": \"moe\", \"device\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", \"batch\": %lld, "
-               "\"active_experts\": %lld, \"runs\": %d, \"status\": \"%s\", \"reason\": \"%s\", ",
-            dev->name, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status, x->reason);
+    fprintf(f, "  {\"bench\": \"moe\", \"device\": \"%s\", \"config\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", "
+               "\"batch\": %lld, \"active_experts\": %lld, \"runs\": %d, \"status\": \"%s\", \"reason\": \"%s\", ",
+            dev->name, config, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status,
+            x->reason);
     const int ok = !strcmp(x->status, "ok");
     num(f, "layer_us", x->layer_us, ok, ", ");
     num(f, "touched_bytes", x->touched_bytes, 1, ", ");
@@ -317,7 +324,7 @@ static void write_csv(FILE *f, double copy_bps, const moe_point *p, int n) {
 static FILE *open_out(const char *path) { return !strcmp(path, "-") ? stdout : fopen(path, "w"); }
 
 int bench_moe_main(int argc, char **argv) {
-  const char *json = NULL, *csv = NULL, *ms = NULL;
+  const char *json = NULL, *csv = NULL, *ms = NULL, *config = NULL;
   int runs = 50, peers = 1, device = 0;
   double budget_s = 2.0;
   fp4_moe_mode modes[2] = {FP4_MOE_W4A16, FP4_MOE_W4A4};
@@ -343,6 +350,7 @@ int bench_moe_main(int argc, char **argv) {
     if (!strcmp(a, "--json")) json = v;
     else if (!strcmp(a, "--csv")) csv = v;
     else if (!strcmp(a, "--m")) ms = v;
+    else if (!strcmp(a, "--config")) config = v;
     else if (!strcmp(a, "--runs") && atoi(v) >= 10) runs = atoi(v);
     else if (!strcmp(a, "--device") && atoi(v) >= 0) device = atoi(v);
     else if (!strcmp(a, "--budget") && atof(v) > 0) budget_s = atof(v);
@@ -400,7 +408,8 @@ int bench_moe_main(int argc, char **argv) {
   moe_point *pts = calloc((size_t)(2 * nb * nmodes), sizeof *pts);
   int np = 0;
   FILE *tab = (json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-")) ? stderr : stdout;
-  fprintf(tab, "device %s, copy %.0f GB/s (read+write)\n", dev.name, copy_bps / 1e9);
+  fprintf(tab, "device %s, copy %.0f GB/s (read+write), config %s\n", dev.name, copy_bps / 1e9,
+          config ? config : "moe.default");
   fprintf(tab, "%-13s %-5s %5s %6s %10s %10s %8s %6s %8s %10s %7s %5s  %s\n", "model", "mode", "B", "active", "layer_us",
           "touched_MB", "GB/s", "/floor", "TFLOP/s", "cublas_us", "speedup", "runs", "status");
   fflush(tab);
@@ -416,7 +425,7 @@ int bench_moe_main(int argc, char **argv) {
     fflush(stderr);
     fp4_status ws = make_experts(ctx, &g, &w1, m->experts, 2 * m->inter, m->hidden, fmt);
     if (!ws) ws = make_experts(ctx, &g, &w2, m->experts, m->hidden, m->inter, fmt);
-    const bench_setup bs = {runs, peers, budget_s, copy_bps, fmt, &w1, &w2, &cache, &pr};
+    const bench_setup bs = {config, runs, peers, budget_s, copy_bps, fmt, &w1, &w2, &cache, &pr};
     for (int md = 0; md < nmodes; md++)
       for (int b = 0; b < nb; b++) {
         moe_point *p = &pts[np++];
@@ -447,7 +456,7 @@ int bench_moe_main(int argc, char **argv) {
       fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", json);
       rc = 1;
     } else {
-      write_json(f, &dev, copy_bps, pts, np);
+      write_json(f, &dev, config ? config : "moe.default", copy_bps, pts, np);
       if (f != stdout) fclose(f);
     }
   }

@@ -172,7 +172,7 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
   fp4h_rng g = {seed ^ 0x8CB92BA72F3D8DD7ull};
   const int64_t T = c->m, E = c->experts, K = c->k;              /* K = H for MoE */
   const int64_t N = moe ? c->k : c->n, I = c->n, k = c->top_k;    /* out [T, N] */
-  const fp4_options ref_opts = {.backend = "ref"}, opts = {.backend = backend};
+  const fp4_options ref_opts = {.backend = "ref"}, opts = {.backend = backend, .config = c->config};
   stage s = {ctx, memory, 0, {0}};
   fp4_grouped_qmatrix w1 = {0}, w2 = {0}, s1 = {0}, s2 = {0};
   float *x = malloc((size_t)(T * K) * sizeof *x), *ref = malloc((size_t)(T * N) * sizeof *ref);

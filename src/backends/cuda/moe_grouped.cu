@@ -42,12 +42,10 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_scalars.cuh"
 #include "backends/cuda/small_m_common.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
-
-#include <stdlib.h>
-#include <string.h>
 
 namespace {
 
@@ -252,8 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) 
   if (e < 0) return; /* uniform across the CTA */
   int64_t lo, hi;
   expert_rows(p, e, &lo, &hi);
-  double scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f);
-  scale *= (double)p.a.a_mult;
+  double scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f);
+  scale *= (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device);
   const int64_t n0 = (int64_t)blockIdx.x * kTileN;
   for (int64_t r0 = lo + (int64_t)blockIdx.z * kMaxRows; r0 < hi; r0 += (int64_t)gridDim.z * kMaxRows) {
     const int nr = (int)min((int64_t)kMaxRows, hi - r0);
@@ -292,7 +290,8 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
   if (*e < 0) return false;
   __syncthreads(); /* the table is written */
   expert_rows(p, *e, lo, hi);
-  *scale = (double)p.a.alpha * (double)(p.a.w_mult ? p.a.w_mult[*e] : 1.0f) * (double)p.a.a_mult * (NV ? 256.0 : 1.0);
+  *scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.w_mult ? p.a.w_mult[*e] : 1.0f) *
+           (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device) * (NV ? 256.0 : 1.0);
   return true;
 }
 
@@ -497,28 +496,20 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
  * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
 /* CTAs per SM of the two-tile lean kernel (its launch bounds on sm_90a; 4 elsewhere, see
- * moe_lean_blocks_here): the wave counts of the host's span and K-split rules below. */
+ * moe_lean_blocks_here); the default chooser's wave counts use it (config/moe_sm80.h,
+ * lean_wave_ctas). */
 constexpr int kLeanTwoTileBlocks = 5;
 
-} // namespace
-
-extern "C" int fp4_cuda_moe_lean_fixed_k(int format, int act, int layout, int64_t n, int64_t k) {
-  const char *env = getenv("FP4KIT_MOE_LEAN_FIXED_K");
-  return format == FP4_FORMAT_NVFP4 && act == FP4_CUDA_ACT_BF16 && layout == (int)FP4_LAYOUT_128X4 && n % 128 == 0 &&
-         (k == 1024 || k == 2048 || k == 4096 || k == 7168) && !(env && !strcmp(env, "0"));
-}
-
-namespace {
-
 template <int FMT, int ACT>
-cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
+cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixed_k, dim3 grid, cudaStream_t s,
+                            int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
   if constexpr (FMT == FP4_FORMAT_NVFP4) { /* MXFP4's per-slab scale factoring spills in these forms */
     /* Whole 32-row groups in every CTA at any K split (N % 128 == 0): the addressing of
-     * lean_stream_fixed_k (fp4_cuda_moe_lean_fixed_k), which takes bf16 activations only. */
+     * lean_stream_fixed_k (the host checked its rules, fp4_moe_variant_check), bf16 activations only. */
     if constexpr (ACT == FP4_CUDA_ACT_BF16) {
-      if (rows == 32 && fp4_cuda_moe_lean_fixed_k(FMT, ACT, p.a.w_layout, p.a.n, p.a.k)) {
+      if (rows == 32 && fixed_k) {
 #define LEAN_FIXED_K(KC_)                                                                                       \
   if (p.a.k == KC_) {                                                                                          \
     if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, KC_>, grid, block, 0, s, pdl, p); \
@@ -527,6 +518,7 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid
   }
         LEAN_FIXED_K(1024) LEAN_FIXED_K(2048) LEAN_FIXED_K(4096) LEAN_FIXED_K(7168)
 #undef LEAN_FIXED_K
+        return cudaErrorInvalidValue;
       }
     }
     if (rows == 32 && kw == 1)
@@ -539,9 +531,10 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, dim3 grid
 }
 
 template <int FMT>
-cudaError_t launch_lean(const grouped_params &p, int rows, int kw, dim3 grid, cudaStream_t s, int pdl) {
-  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, kw, grid, s, pdl)
-                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, kw, grid, s, pdl);
+cudaError_t launch_lean(const grouped_params &p, int rows, int kw, bool fixed_k, dim3 grid, cudaStream_t s, int pdl) {
+  if (fixed_k && p.a.act != FP4_CUDA_ACT_BF16) return cudaErrorInvalidValue;
+  return p.a.act == FP4_CUDA_ACT_F16 ? launch_lean_one<FMT, FP4_CUDA_ACT_F16>(p, rows, kw, false, grid, s, pdl)
+                                     : launch_lean_one<FMT, FP4_CUDA_ACT_BF16>(p, rows, kw, fixed_k, grid, s, pdl);
 }
 
 template <int FMT>
@@ -584,100 +577,46 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.lean_span = 1;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
-  /* Tensor cores read each activation row with 16-byte loads: rows must start 16-byte aligned. */
-  const int64_t elem = a->act == FP4_CUDA_ACT_F32 ? 4 : 2;
-  const bool rows_aligned = a->act == FP4_CUDA_ACT_FP4 || ((uintptr_t)a->a % 16 == 0 && (a->lda * elem) % 16 == 0);
-  if (a->kernel != FP4_CUDA_GROUPED_FMA && a->k % 128 == 0 && rows_aligned) {
-    const int64_t tiles16 = (a->n + 15) / 16, nslabs = a->k / 128;
+  const fp4_moe_variant &v = a->variant;
+  /* The variant was checked against this GEMM by the host (fp4_moe_variant_check): K % 128 == 0,
+   * 16-byte aligned rows and the activation types of the tensor-core kernels, the lean kernel's
+   * K split, span and walk. What is left here are the shape's own parameters. */
+  if (v.kernel == FP4_MOE_KERNEL_MMA || v.kernel == FP4_MOE_KERNEL_LEAN) {
+    if (a->k % 128) return (int)cudaErrorInvalidValue;
+    const int64_t tiles16 = (a->n + 15) / 16;
     if (tiles16 > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
     const int nt = mma_tiles_for(a->rows, a->slots);
     /* A split past its expert's chunks exits at once, but such CTAs still cost a launch slot: cap
      * the splits at twice the mean chunk count (headroom for a hot expert), at least 1. */
     const int64_t chunks = 2 * (((a->rows + a->slots - 1) / a->slots + 8 * nt - 1) / (8 * nt));
     const int64_t splits = a->splits < chunks ? a->splits : chunks < 1 ? 1 : chunks;
-    /* One token tile (decode) with bf16/f16 activations (W4A16 gate_up, and down on its bf16
-     * SiLU*up): the lean kernel, two 16-row weight tiles per CTA. Measured on the H200 with one
-     * tile (Qwen3.5 experts, ncu, session 5): gate_up at B = 1 24.9 us against 32.8 us here, at
-     * B = 64 662 against 686 us; f32 values as three bf16 parts (three MMAs per step, as f32
-     * activations take) ran slower in it at B = 64 (874 against 607 us, 4 CTAs per SM, session 5),
-     * so f32 and FP4 activations stay below.
-     * FP4KIT_MOE_DECODE_KERNEL=mma keeps the kernel below for all, for measuring side by side. */
-    const char *decode_env = getenv("FP4KIT_MOE_DECODE_KERNEL");
-    const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
-    int device = 0, sms = 1;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      sms = 1;
-      cudaGetLastError(); /* a failed query only changes the split and span choices, it fails nothing */
-    }
-    if (nt == 1 && act16 && !(decode_env && !strcmp(decode_env, "mma"))) {
-      /* FP4KIT_MOE_LEAN_ROWS=16: one 16-row tile per CTA, for measuring against the default two. */
-      const char *rows_env = getenv("FP4KIT_MOE_LEAN_ROWS");
-      const int rows = rows_env && atoi(rows_env) == 16 ? 16 : 32;
+    if (v.kernel == FP4_MOE_KERNEL_LEAN) {
+      /* The lean kernel (bf16/f16 rows): R-row groups of its expert per CTA step, ksplit warps
+       * sharing a group's K, span groups walked per CTA (docs/moe.md: the measurements behind the
+       * default rules, config/moe_config.c). */
+      const bool act16 = a->act == FP4_CUDA_ACT_BF16 || a->act == FP4_CUDA_ACT_F16;
+      const int rows = v.rows, kw = v.ksplit;
+      if (!act16 || (rows != 16 && rows != 32) || (kw != 1 && kw != 2 && kw != kLeanWarps) || v.span < 1 ||
+          (rows == 16 && (kw != kLeanWarps || v.span != 1)) || (kw < kLeanWarps && a->format != FP4_FORMAT_NVFP4))
+        return (int)cudaErrorInvalidValue;
+      p.lean_span = v.span;
       const int64_t groups = (tiles16 + rows / 16 - 1) / (rows / 16);
-      /* Warps sharing a group's K (KW; the CTA covers 4 / KW groups): 2, or 4 when 2 would fill
-       * less than half a wave of CTAs (5 per SM). With the weight loads' L2 fetch unit (lean_slabs:
-       * 256 B at 4 warps, 128 at 2, none at 1) a split over 2 warps streams as fast as over 4 and
-       * pays a smaller reduction; a warp alone on a long K is slow (one 64-byte stream per row).
-       * ncu, session 15 run 4, the fixed-K walk (us, KW = 1 / 2 / 4 forced, session 14's span rule):
-       *   Qwen3.5 gate_up (32 slabs)     B = 1 37.8 / 23.6 / 18.7, B = 8 151.2 / 116.3 / 118.5,
-       *                                  B = 64 713.9 / 515.8 / 525.6;
-       *   Qwen3.5 down (8)               B = 1 15.2 / 11.8 / 13.5, B = 8 71.2 / 67.2 / 73.2,
-       *                                  B = 64 301.5 / 301.6 / 338.1;
-       *   DeepSeek-R1 gate_up (56)       B = 1 70.0 / 44.9 / 46.8, B = 8 422.0 / 294.1 / 285.5,
-       *                                  B = 64 1485 / 1083 / 1064;
-       *   DeepSeek-R1 down (16)          B = 1 30.3 / 27.6 / 26.8, B = 8 197.0 / 154.0 / 161.2,
-       *                                  B = 64 703.5 / 560.4 / 598.2.
-       * The rule picks the fastest measured or within 3%. Under the generic walk (session 14) one
-       * warp per row won for down at B = 8 and 64; with the fixed-K walk it ties at B = 64 and
-       * loses at B = 8. NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4.
-       * FP4KIT_MOE_LEAN_KSPLIT=1|2|4 replaces the rule. */
-      const bool nv32 = rows == 32 && a->format == FP4_FORMAT_NVFP4;
-      const int64_t wave = kLeanTwoTileBlocks * (int64_t)sms;
-      int kw = kLeanWarps;
-      if (nv32) {
-        const auto ctas = [&](int w) { return (groups * w + kLeanWarps - 1) / kLeanWarps * a->slots * splits; };
-        kw = 2 * ctas(2) < wave ? kLeanWarps : 2;
-      }
-      if (const char *env = getenv("FP4KIT_MOE_LEAN_KSPLIT"))
-        kw = nv32 && (atoi(env) == 1 || atoi(env) == 2) ? atoi(env) : kLeanWarps;
-      /* Two spans of 4 / KW groups of its expert per CTA when one span holds under 64 KiB of codes
-       * (NVFP4: a short K, Qwen3.5's down at 32 KiB; MXFP4: every CTA of its 4-warp split) and the
-       * grid still has 8 waves of groups: each CTA pays the routing lookups, the scale table and a
-       * reduction before its first and after its last slab, which a short stream does not hide.
-       * Longer CTAs lose: ncu (run 4, span 1 / 2 forced) Qwen3.5 gate_up B = 64 510.9 / 516.1 us,
-       * DeepSeek-R1 gate_up B = 8 280.0 / 289.2, B = 64 1043.8 / 1082.3; DeepSeek-R1 down (64 KiB)
-       * B = 8 153.0 / 154.7, B = 64 568.9 / 560.7. At B = 1 (1-2 waves) two spans were 16% slower
-       * (session 13). FP4KIT_MOE_LEAN_SPAN=n replaces it. */
-      const int64_t span_bytes = (int64_t)(kLeanWarps / kw) * rows * (a->k / 2);
-      p.lean_span = rows == 32 && (!nv32 || span_bytes < (64 << 10)) && groups * a->slots * splits >= 8 * wave ? 2 : 1;
-      if (const char *env = getenv("FP4KIT_MOE_LEAN_SPAN"))
-        if (rows == 32 && atoi(env) >= 1) p.lean_span = atoi(env);
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
       const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)a->slots, (unsigned)splits);
-      return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, grid, s, pdl)
-                                                 : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, grid, s, pdl));
+      return (int)(a->format == FP4_FORMAT_NVFP4
+                       ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
+                       : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));
     }
-    /* Warps per 16-row tile: one (each warp streams a whole tile, no reduction) unless that leaves
-     * fewer than 3 CTAs per multiprocessor (decode with few experts: a CTA of 8 warps would then
-     * cover 128 rows of too few experts); then 2, 4 or 8 warps split each tile's K. */
-    int wpt = 1;
-    while (wpt < kMmaMaxWarps && 2 * wpt <= nslabs &&
-           (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt) * a->slots * splits < 3 * (int64_t)sms)
-      wpt *= 2;
-    /* FP4KIT_MOE_WARPS_PER_TILE (1, 2, 4 or 8) replaces that choice, for measuring it. Any split
-     * sums in a fixed order (deterministic), within the same tolerance of the reference. */
-    if (const char *env = getenv("FP4KIT_MOE_WARPS_PER_TILE")) {
-      const int v = atoi(env);
-      if ((v == 1 || v == 2 || v == 4 || v == 8) && v <= nslabs) wpt = v;
-    }
+    /* Warps per 16-row tile splitting its K; any split sums in a fixed order (deterministic). */
+    const int wpt = v.warps_per_tile;
+    if ((wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) || wpt > a->k / 128) return (int)cudaErrorInvalidValue;
     p.warps_per_tile = wpt;
     const int64_t ctas_x = (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt);
     const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
-  if (a->kernel == FP4_CUDA_GROUPED_MMA) return (int)cudaErrorInvalidValue; /* asked for, but K or A rule it out */
+  if (v.kernel != FP4_MOE_KERNEL_FMA) return (int)cudaErrorInvalidValue;
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);

@@ -29,14 +29,13 @@
  * bounds.
  */
 #include <cuda_runtime.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_grouped_tiles.cuh"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_scalars.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
@@ -142,7 +141,8 @@ __global__ void __launch_bounds__(kThreads, (!kLmTwoCtasPerSm || (ACT == FP4_CUD
       tile_info[0] = e;
       tile_info[1] = m0;
       tile_info[2] = m0 < hi ? hi : -1; /* -1: the index is in no expert's tiles */
-      tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+      tile_scale = (double)moe_alpha(p.alpha, p.alpha_device) * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) *
+                   (double)moe_a_mult(p.a_mult, p.a_scale_device);
     }
   }
   __syncthreads();
@@ -248,39 +248,15 @@ cudaError_t launch_fmt(const glm_params &p, int act, int bm, int64_t ctas, cudaS
   }
 }
 
-int device_smem_optin() {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-    v = 48 * 1024;
-  return v;
+/* The host's rules (config/moe_config.h) size these tiles' shared memory with the same numbers. */
+template <int BM, int ACT>
+constexpr bool config_smem_matches() {
+  return FP4_MOE_PREFILL_MMA_SMEM(BM, ACT == FP4_CUDA_ACT_FP4) ==
+         lm_tile_cfg<BM, kBN, kStages, FP4_FORMAT_NVFP4, ACT, kThreads>::SMEM + BM * 4 + 256;
 }
-
-/* Shared memory of the BM tile for these activations (the FP4 format does not change it), with
- * the static row table and tile header. */
-int tile_smem(int bm, int act) {
-  const int dyn = act == FP4_CUDA_ACT_FP4
-                      ? (bm == 128 ? smem_of<128, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>()
-                                   : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>())
-                      : (bm == 128 ? smem_of<128, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>()
-                                   : smem_of<64, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>());
-  return dyn + bm * 4 + 256; /* the row table, the tile header and margin */
-}
-
-/* The M tile from the mean rows per expert slot m (the host knows no more). Tiles are padded per
- * expert, so the choice is the one that pads a typical expert, m + sqrt(m) rows (routing counts
- * spread about like a Poisson count), least: 128 rows unless they pad over 1/8 more than 64-row
- * tiles (Qwen3.5 at B = 4096, m = 80: one 128-row tile per expert, its weights decoded once;
- * DeepSeek-R1 at B = 4096, m = 128: 64-row tiles, as about half the experts get 129-140 rows).
- * A first heuristic, to be checked against the H200 timing. */
-int tile_m_for(int64_t rows, int64_t slots, int act) {
-  const int64_t mean = (rows + slots - 1) / slots;
-  int64_t root = 0;
-  while ((root + 1) * (root + 1) <= mean) root++;
-  const int64_t typical = mean + root, pad128 = (typical + 127) / 128 * 128, pad64 = (typical + 63) / 64 * 64;
-  if (pad128 * 8 <= pad64 * 9 && tile_smem(128, act) <= device_smem_optin()) return 128;
-  return 64;
-}
+static_assert(config_smem_matches<64, FP4_CUDA_ACT_BF16>() && config_smem_matches<128, FP4_CUDA_ACT_BF16>() &&
+                  config_smem_matches<64, FP4_CUDA_ACT_FP4>() && config_smem_matches<128, FP4_CUDA_ACT_FP4>(),
+              "FP4_MOE_PREFILL_MMA_SMEM (config/moe_config.h) must equal the tiles' shared memory");
 
 int64_t cta_count(const fp4_cuda_grouped_args *a, int bm) {
   return (a->rows / bm + a->experts) * ((a->n + kBN - 1) / kBN);
@@ -288,55 +264,37 @@ int64_t cta_count(const fp4_cuda_grouped_args *a, int bm) {
 
 /* W4A4 on the register-A wgmma tiles: the FP4 source rows (the gathered tokens: rows / a_div of
  * them when a_rows gathers, as the MoE layer's routing does, else rows) dequantized exactly to bf16
- * into a stream-ordered temporary, then b (a with bf16 activations) on those rows. */
+ * into a->a_bf16 (the caller's workspace), then b (a with those bf16 rows) on the tiles. */
 int grouped_wgra_fp4(const fp4_cuda_grouped_args *a, fp4_cuda_grouped_args *b, void *stream, int pdl) {
-  cudaStream_t s = (cudaStream_t)stream;
   const int64_t src_rows = a->a_rows ? (a->rows + a->a_div - 1) / a->a_div : a->rows;
-  void *ws = NULL;
-  cudaError_t e = cudaMallocAsync(&ws, (size_t)src_rows * (size_t)a->k * 2, s);
-  if (e != cudaSuccess) return (int)e;
+  if (!a->a_bf16) return (int)cudaErrorInvalidValue; /* the host always passes its workspace */
   int r = fp4_cuda_dequant_fp4_rows(a->a, a->a_scales, a->format, a->a_layout, src_rows, a->k,
-                                    static_cast<uint16_t *>(ws), stream, pdl);
-  if (r == (int)cudaSuccess) {
-    b->a = ws;
-    r = fp4_cuda_grouped_gemm_wgra(b, stream, pdl);
-  }
-  const cudaError_t f = cudaFreeAsync(ws, s); /* after the GEMM in stream order */
-  return r != (int)cudaSuccess ? r : (int)f;
+                                    static_cast<uint16_t *>(a->a_bf16), stream, pdl);
+  if (r != (int)cudaSuccess) return r;
+  b->a = a->a_bf16;
+  return fp4_cuda_grouped_gemm_wgra(b, stream, pdl);
 }
 
 } // namespace
 
-extern "C" int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *a) {
-  if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->rows < 1 || a->a_div < 1) return 0;
-  if (a->act == FP4_CUDA_ACT_F32) return 0; /* no 16-bit copy of f32 activations: the caller converts */
-  if (a->act == FP4_CUDA_ACT_F16 && a->format != FP4_FORMAT_NVFP4) return 0; /* MXFP4 values do not fit f16 */
-  if (a->act != FP4_CUDA_ACT_FP4 && ((uintptr_t)a->a % 16 || (a->lda * 2) % 16)) return 0; /* 16-byte row copies */
-  if ((uintptr_t)a->w % 16) return 0;
-  if (tile_smem(64, a->act) > device_smem_optin()) return 0;
-  return cta_count(a, 64) <= 0x7FFFFFFF && a->rows <= 0x7FFFFFFF;
-}
-
 extern "C" int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
-  if (!fp4_cuda_grouped_large_supported(a)) return (int)cudaErrorInvalidValue;
-  /* SM90 with this binary's sm_90a code: the register-A wgmma tiles (gemm_large_m_wgra.cu) take
-   * 16-bit activations, and FP4 ones after a pass that writes their exact bf16 values (the
-   * large-m.wgra.pro configs' prologue). FP4KIT_MOE_PREFILL_TILES=mma keeps the tiles below, for
-   * measuring the two (=wgra32 .. wgra256 forces a token width of the register-A tiles). */
-  const char *env = getenv("FP4KIT_MOE_PREFILL_TILES");
-  int device = 0;
-  if (!(env && !strcmp(env, "mma")) && cudaGetDevice(&device) == cudaSuccess) {
-    if (a->act != FP4_CUDA_ACT_FP4 && fp4_cuda_grouped_wgra_supported(a, device))
-      return fp4_cuda_grouped_gemm_wgra(a, stream, pdl);
+  /* The host checked the variant against a (fp4_moe_variant_check: activation type, alignment,
+   * shared memory, grid size). */
+  if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->rows < 1 || a->a_div < 1 ||
+      a->act == FP4_CUDA_ACT_F32)
+    return (int)cudaErrorInvalidValue;
+  if (a->variant.kernel == FP4_MOE_KERNEL_PREFILL_WGRA) {
+    /* SM90 sm_90a: the register-A wgmma tiles (gemm_large_m_wgra.cu) take 16-bit activations, and FP4
+     * ones after a pass that writes their exact bf16 values (the large-m.wgra.pro configs' prologue). */
+    if (a->act != FP4_CUDA_ACT_FP4) return fp4_cuda_grouped_gemm_wgra(a, stream, pdl);
     fp4_cuda_grouped_args b = *a;
     b.act = FP4_CUDA_ACT_BF16;
-    b.a = NULL; /* the bf16 rows, allocated below */
-    b.lda = a->k; /* a_mult, the FP4 activations' multiplier, stays in the per-expert scale */
-    if (a->act == FP4_CUDA_ACT_FP4 && fp4_cuda_grouped_wgra_supported(&b, device))
-      return grouped_wgra_fp4(a, &b, stream, pdl);
+    b.lda = a->k; /* a_mult (or a_scale_device), the FP4 activations' multiplier, stays in the scale */
+    return grouped_wgra_fp4(a, &b, stream, pdl);
   }
+  const int bm = a->variant.tile_m;
+  if (a->variant.kernel != FP4_MOE_KERNEL_PREFILL_MMA || (bm != 64 && bm != 128)) return (int)cudaErrorInvalidValue;
   const glm_params p = glm_params_of(a, kBN);
-  const int bm = tile_m_for(a->rows, a->slots > 0 ? a->slots : 1, a->act);
   const int64_t ctas = cta_count(a, bm);
   if (ctas > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
   cudaStream_t s = (cudaStream_t)stream;

@@ -31,6 +31,7 @@ struct glm_params {
   int a_layout, w_layout, out_dtype;
   int32_t a_div;
   float alpha, a_mult;
+  const float *alpha_device, *a_scale_device; /* device scalars (moe_scalars.cuh), or NULL */
 };
 
 /* The kernel parameters of a grouped GEMM whose N tiles are bn wide (the caller validated a). */
@@ -64,6 +65,8 @@ inline glm_params glm_params_of(const fp4_cuda_grouped_args *a, int bn) {
   p.a_div = a->a_div;
   p.alpha = a->alpha;
   p.a_mult = a->a_mult;
+  p.alpha_device = a->alpha_device;
+  p.a_scale_device = a->a_scale_device;
   return p;
 }
 

@@ -1,26 +1,29 @@
 /*
- * Host code of the cuda backend's grouped GEMM and MoE layer: the rules the kernels need, the
- * workspace they use (the common layout of src/dispatch/moe_workspace.h plus routing scratch after
- * it) and the launch sequence of a layer: route -> [quantize] -> gate_up -> SiLU*up -> [quantize]
- * -> down, again for the shared expert, then the combine (W4A4 decode: each quantize writes bf16
- * values in one kernel, the second one computing SiLU*up itself). Nothing here reads device data,
- * so a layer call never synchronizes with the host.
+ * Host code of the cuda backend's grouped GEMM and MoE layer: the rules the kernels need, which
+ * kernel variant runs each GEMM (a named config, config/moe_config.h: the chooser's default or the
+ * one fp4_options.config names), the workspace they use (the common layout of
+ * src/dispatch/moe_workspace.h plus routing scratch after it) and the launch sequence of a layer:
+ * route -> [quantize] -> gate_up -> SiLU*up -> [quantize] -> down, again for the shared expert,
+ * then the combine (W4A4 decode: each quantize writes bf16 values in one kernel, the second one
+ * computing SiLU*up itself). Nothing here reads device data, allocates, synchronizes or queries
+ * the device per call (its facts are gathered once per device), so a layer call can be captured in
+ * a CUDA graph; device scalars (fp4_options.alpha_device, act_scales_device) are passed to the
+ * kernels as pointers.
  *
- * Two grouped GEMM paths, chosen per call from the mean rows per expert slot (T*k / min(E, T*k):
- * the host knows no more): the streaming kernels of moe_grouped.cu (decode: each active expert's
- * weights read once) and, from MOE_LARGE_M_MIN_ROWS rows, the large-M tiles of
- * moe_grouped_large.cu (prefill: compute-bound, operands reused from shared memory). The large-M
- * tiles take no f32 activations, so on that path the W4A16 layer writes its SiLU*up intermediate
- * in bf16 (docs/moe.md: within the W4A16 tolerance); gate_up runs there when the hidden states
- * are bf16 (or f16 with NVFP4) or quantized (W4A4), else on the streaming kernel.
+ * Two grouped GEMM paths, chosen per expert set from the mean rows per expert slot (T*k / min(E,
+ * T*k): the host knows no more) unless the config names one: the streaming kernels of
+ * moe_grouped.cu (decode: each active expert's weights read once) and the prefill tiles of
+ * moe_grouped_large.cu (compute-bound, operands reused from shared memory). The prefill tiles take
+ * no f32 activations, so on that path the W4A16 layer writes its SiLU*up intermediate in bf16
+ * (docs/moe.md: within the W4A16 tolerance).
  */
 #include "backends/cuda/moe_host.h"
 
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/moe_workspace.h"
 
@@ -30,24 +33,51 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/moe_kernels.h"
 
-enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS_PER_CHUNK = 8 };
+#include <stdatomic.h>
 
-/* Mean rows per expert slot from which the grouped GEMMs run the large-M tiles. Measured on the H200
- * (`fp4kit bench --moe` with both paths, bench/results/h200/2026-11-30-session3): at 5-8 rows per
- * expert (B = 256) streaming wins (Qwen3.5 3.7 vs 5.9 ms, DeepSeek-R1 6.6 vs 10.2 ms), at 20-32 rows
- * (B = 1024) the tiles win by 2.7-2.8x (6.2 vs 17.2 ms, 10.5 vs 28.3 ms). The environment variable
- * FP4KIT_MOE_LARGE_M_MIN_ROWS (a positive integer) overrides it, for measuring the crossover on
- * another device (docs/moe.md). */
-enum { MOE_LARGE_M_MIN_ROWS = 16 };
+enum { MOE_K_MULTIPLE = 32, MOE_MAX_SLOTS = 65535, MOE_MAX_SPLITS = 16, MOE_ROWS_PER_CHUNK = 8, MOE_MAX_DEVICES = 64 };
 
-static int64_t large_m_min_rows(void) {
-  const char *e = getenv("FP4KIT_MOE_LARGE_M_MIN_ROWS");
-  const long long v = e ? atoll(e) : 0;
-  return v > 0 ? (int64_t)v : MOE_LARGE_M_MIN_ROWS;
-}
+/* The device facts the chooser needs, gathered once per device (not per call). */
+static fp4_moe_arch g_arch[MOE_MAX_DEVICES];
+static atomic_int g_arch_ready[MOE_MAX_DEVICES];
 
-static int large_m_wanted(int64_t rows, int64_t slots) {
-  return slots > 0 && (rows + slots - 1) / slots >= large_m_min_rows();
+static fp4_status moe_arch(fp4_context *ctx, fp4_moe_arch *out, char *reason, size_t reason_size) {
+  const int device = fp4_context_device(ctx);
+  if (device < 0 || device >= MOE_MAX_DEVICES) {
+    fp4_reason(reason, reason_size, "the cuda grouped kernels need a context on CUDA device 0..%d (this one: %d)",
+               MOE_MAX_DEVICES - 1, device);
+    return FP4_ERR_UNSUPPORTED;
+  }
+  if (atomic_load_explicit(&g_arch_ready[device], memory_order_acquire)) {
+    *out = g_arch[device];
+    return FP4_OK;
+  }
+  fp4_moe_arch a;
+  memset(&a, 0, sizeof a);
+  if (cudaDeviceGetAttribute(&a.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&a.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    fp4_reason(reason, reason_size, "querying CUDA device %d: %s", device, cudaGetErrorString(cudaGetLastError()));
+    return FP4_ERR_UNSUPPORTED;
+  }
+  /* The register-A tiles: SM 9.0 running this binary's sm_90a code, asked once with a shape they take. */
+  static _Alignas(16) const uint8_t aligned[16];
+  fp4_cuda_grouped_args probe;
+  memset(&probe, 0, sizeof probe);
+  probe.format = (int)FP4_FORMAT_NVFP4;
+  probe.act = FP4_CUDA_ACT_BF16;
+  probe.a = aligned;
+  probe.w = aligned;
+  probe.lda = probe.k = 128;
+  probe.n = probe.experts = probe.rows = 1;
+  probe.a_div = 1;
+  a.wgra = fp4_cuda_grouped_wgra_supported(&probe, device);
+  (void)cudaGetLastError();
+  g_arch[device] = a; /* benign race: every writer stores the same facts */
+  atomic_store_explicit(&g_arch_ready[device], 1, memory_order_release);
+  *out = a;
+  return FP4_OK;
 }
 
 static fp4_status refuse(char *reason, size_t reason_size, const char *fmt, long long v) {
@@ -100,6 +130,12 @@ static int act_kind(fp4_dtype dtype) {
   return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
 }
 
+/* 16-byte aligned rows of a dense matrix (the tensor-core kernels' 16-byte loads). */
+static int rows_aligned(const fp4_matrix *m) {
+  const int64_t ld = m->ld ? m->ld : m->cols;
+  return (uintptr_t)m->data % 16 == 0 && (ld * (int64_t)fp4_dtype_size(m->dtype)) % 16 == 0;
+}
+
 /* Row chunks of one expert are split over CTAs when the mean rows per active expert is large
  * (prefill), so a hot expert's rows are not walked by one CTA per N tile alone. */
 static int splits_for(int64_t rows, int64_t slots) {
@@ -125,12 +161,32 @@ static void set_weights(fp4_cuda_grouped_args *a, const fp4_grouped_qmatrix *w) 
   a->k = w->cols;
 }
 
-/* The kernel arguments of a grouped GEMM call. */
-static void grouped_args_of(const fp4_problem *p, fp4_cuda_grouped_args *out) {
+/* NULL or a path name ("moe.default", "moe.streaming", "moe.prefill"): the chooser on that path;
+ * else the variant config names (FP4_ERR_NOT_FOUND if none). */
+static fp4_status parse_config(const char *config, const fp4_moe_variant **forced, int *path, fp4_moe_variant *v) {
+  *forced = NULL;
+  *path = config ? fp4_moe_path_parse(config) : FP4_MOE_PATH_DEFAULT;
+  if (*path >= 0) return FP4_OK;
+  if (fp4_moe_variant_parse(config, v))
+    return fp4_fail(FP4_ERR_NOT_FOUND,
+                    "cuda: unknown grouped/MoE config '%s' (moe.default, moe.streaming, moe.prefill, "
+                    "moe.lean.r32.k<1|2|4>.s<1-4>, "
+                    "moe.lean.generic-k.r32.k<1|2|4>.s<1-4>, moe.lean.generic-k.r16.k4.s1, moe.mma.w<1|2|4|8>, "
+                    "moe.fma, moe.prefill.mma<64|128>, moe.prefill.wgra<32|64|128|160|192|256>[.bound-tiles])",
+                    config);
+  *forced = v;
+  return FP4_OK;
+}
+
+/* ---- grouped GEMM ------------------------------------------------------------------------------ */
+
+/* The kernel arguments and chooser shape of a grouped GEMM call (variant not yet set). */
+static void grouped_args_of(const fp4_problem *p, fp4_cuda_grouped_args *out, fp4_moe_gemm_shape *shape) {
   fp4_cuda_grouped_args a;
   memset(&a, 0, sizeof a);
   set_weights(&a, p->gb);
   const int64_t T = fp4_problem_m(p);
+  int aligned = 1;
   if (p->op == FP4_OP_GROUPED_MM) {
     a.act = FP4_CUDA_ACT_FP4;
     a.a = p->a_q->data;
@@ -142,53 +198,71 @@ static void grouped_args_of(const fp4_problem *p, fp4_cuda_grouped_args *out) {
     a.a = p->a->data;
     a.lda = p->a->ld ? p->a->ld : p->a->cols;
     a.a_mult = 1.0f;
+    aligned = rows_aligned(p->a);
   }
   a.a_div = 1;
   a.offsets = p->offsets;
   a.rows = T;
   a.alpha = p->alpha;
+  a.alpha_device = p->alpha_device;
   a.out = p->out->data;
   a.ldo = p->out->ld ? p->out->ld : p->out->cols;
   a.out_dtype = (int)p->out->dtype;
   a.slots = min64(a.experts, T);
   a.splits = splits_for(T, a.slots);
   *out = a;
+  *shape = (fp4_moe_gemm_shape){a.n, a.k, T, a.experts, a.act, a.format, a.w_layout, aligned};
 }
 
-/* The large-M tiles for this grouped GEMM (many rows per expert, activations they take). */
-static int grouped_large(const fp4_cuda_grouped_args *a) {
-  return large_m_wanted(a->rows, a->slots) && fp4_cuda_grouped_large_supported(a);
+/* The grouped GEMM's variant for config on arch; FP4_ERR_NOT_FOUND / FP4_ERR_UNSUPPORTED with the
+ * reason when config names none or one that cannot run it. */
+static fp4_status grouped_variant(const fp4_problem *p, const char *config, const fp4_moe_arch *arch,
+                                  fp4_cuda_grouped_args *a, fp4_moe_variant *v) {
+  fp4_moe_gemm_shape shape;
+  grouped_args_of(p, a, &shape);
+  const fp4_moe_variant *forced;
+  int path;
+  fp4_status st = parse_config(config, &forced, &path, v);
+  if (st) return st;
+  if (!forced) {
+    *v = fp4_moe_choose_gemm(&shape, fp4_moe_path_prefill(path, shape.rows, shape.experts, arch), arch);
+  } else {
+    char why[320];
+    if (fp4_moe_variant_check(v, &shape, arch, why, sizeof why)) return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: %s", why);
+  }
+  a->variant = *v;
+  return FP4_OK;
 }
 
-/* Runs g on the large-M tiles when wanted and possible, else on the streaming kernels. */
-static int grouped_run(const fp4_cuda_grouped_args *g, int large, void *stream, int pdl) {
-  return large && fp4_cuda_grouped_large_supported(g) ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
-                                                      : fp4_cuda_grouped_gemm(g, stream, pdl);
+/* Bytes of bf16 activations W4A4 needs on the register-A tiles (FP4 rows dequantized once). */
+static size_t grouped_bf16_bytes(const fp4_cuda_grouped_args *a) {
+  return a->act == FP4_CUDA_ACT_FP4 && a->variant.kernel == FP4_MOE_KERNEL_PREFILL_WGRA
+             ? (size_t)a->rows * (size_t)a->k * sizeof(uint16_t)
+             : 0;
 }
 
-static int grouped_launch(const fp4_problem *p, int pdl) {
+static int grouped_launch_variant(const fp4_cuda_grouped_args *g, void *stream, int pdl) {
+  return g->variant.kernel >= FP4_MOE_KERNEL_PREFILL_MMA ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
+                                                         : fp4_cuda_grouped_gemm(g, stream, pdl);
+}
+
+size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, const char *config) {
+  if (p->op == FP4_OP_MOE) return 0;
+  fp4_moe_arch arch;
   fp4_cuda_grouped_args a;
-  grouped_args_of(p, &a);
-  return grouped_run(&a, large_m_wanted(a.rows, a.slots), p->stream, pdl);
-}
-
-/* The routed experts of a layer run the large-M tiles (the shared expert decides for itself: its
- * rows are all T tokens). */
-static int moe_large(const fp4_problem *p) {
-  const int64_t rows = p->a->rows * p->routing->top_k;
-  return large_m_wanted(rows, min64(p->moe->routed.gate_up.experts, rows));
-}
-
-const char *fp4_cuda_moe_config(const fp4_problem *p) {
-  if (p->op == FP4_OP_MOE) return moe_large(p) ? "moe.large-m" : "moe";
-  fp4_cuda_grouped_args a;
-  grouped_args_of(p, &a);
-  return grouped_large(&a) ? "grouped.large-m" : "grouped";
+  fp4_moe_variant v;
+  char reason[256];
+  if (moe_arch(ctx, &arch, reason, sizeof reason) || grouped_variant(p, config, &arch, &a, &v)) {
+    fp4_clear_error(); /* a size query: the call itself will say what is wrong */
+    return 0;
+  }
+  return grouped_bf16_bytes(&a);
 }
 
 /* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets,
  * the dense M tile numbering of the prefill tiles [E+1]; for W4A4 the quantized hidden rows as
- * exact bf16 [T, H] (quantize_as_bf16). */
+ * exact bf16 [T, H] (quantize_as_bf16; on the register-A prefill tiles, the gate_up inputs' bf16
+ * values, and the down inputs' go to the act section, whose f32 values they replace). */
 typedef struct moe_extra {
   size_t counts, active, active_count, shared_offsets, tile_starts, hidden_bf16, total;
 } moe_extra;
@@ -221,6 +295,7 @@ typedef struct moe_launch {
   uint8_t *base;
   fp4_moe_ws_layout ws;
   moe_extra x;
+  fp4_moe_layer_plan plan;
   int pdl;
   const int32_t *tile_starts; /* the routing kernel's dense M tile numbering, or NULL */
   int64_t tile_rows;
@@ -229,65 +304,78 @@ typedef struct moe_launch {
 
 static void *at(const moe_launch *m, size_t off) { return m->base + off; }
 
+/* The NVFP4 global encode scale the runtime recipe quantizes w's inputs with (1 for MXFP4), and its
+ * device form: act_scales_device + which (0 gate_up, 1 down) for NVFP4, else NULL. */
+static float input_gsf(const fp4_grouped_qmatrix *w, float act_scale) {
+  return w->format == FP4_FORMAT_NVFP4 ? act_scale : 1.0f;
+}
+static const float *input_gsf_device(const fp4_moe_experts *set, const fp4_grouped_qmatrix *w, int which) {
+  return w->format == FP4_FORMAT_NVFP4 && set->act_scales_device ? set->act_scales_device + which : NULL;
+}
+
 /* W4A4: quantizes a GEMM's input rows (runtime recipe, 128x4 scales) into workspace sections and
  * points g's activations at them. */
 static int quantize_input(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int x_dtype, int64_t rows,
-                          int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, size_t q_off,
+                          int64_t cols, int64_t ld, const fp4_moe_experts *set, int which, size_t q_off,
                           size_t s_off) {
-  const int nv = w->format == FP4_FORMAT_NVFP4;
-  const float gsf = nv ? act_scale : 1.0f;
+  const fp4_grouped_qmatrix *w = which ? &set->down : &set->gate_up;
+  const float gsf = input_gsf(w, which ? set->down_act_scale : set->gate_up_act_scale);
+  const float *gsf_device = input_gsf_device(set, w, which);
   fp4_cuda_quantize_args q = {.x = x, .rows = rows, .cols = cols, .ld = ld, .x_dtype = x_dtype, .q = at(m, q_off),
                               .scales = at(m, s_off), .format = (int)w->format, .layout = (int)FP4_LAYOUT_128X4,
-                              .global_scale = gsf};
+                              .global_scale = gsf, .global_scale_device = gsf_device};
   int e = fp4_cuda_quantize(&q, m->p->stream, m->pdl);
   g->act = FP4_CUDA_ACT_FP4;
   g->a = q.q;
   g->a_scales = q.scales;
   g->a_layout = (int)FP4_LAYOUT_128X4;
-  g->a_mult = nv ? 1.0f / gsf : 1.0f;
+  g->a_mult = 1.0f / gsf;
+  g->a_scale_device = gsf_device;
   return e;
 }
 
-/* W4A4 on the streaming tensor-core kernels (not the large-M tiles, which read FP4 directly): the
+/* W4A4 on the streaming tensor-core kernels (not the prefill tiles, which read FP4 directly): the
  * rows [rows, cols] quantized and written to out as the exact bf16 values of the quantized elements
  * in one kernel (fp4_cuda_moe_quantize_bf16; for down straight from gate_up, src
  * FP4_CUDA_MOE_SRC_SILU_MUL, so SiLU*up runs inside it), and g pointed at them. The GEMM then
  * multiplies the same bf16 values it would form from the codes in every weight tile (a small-M
  * ".pro" config's reasoning, docs/cuda-small-m.md), once per row instead of once per CTA, and runs
  * the bf16 kernels (the lean decode kernel at one token tile). One launch where quantize, the
- * dequantize and (for down) SiLU*up took three. bf16_rows_possible: whether those kernels can read
- * such rows (cols % 128 == 0, 16-byte aligned); else the caller quantizes to FP4 rows. */
-static int bf16_rows_possible(int64_t cols, const void *out) { return cols % 128 == 0 && (uintptr_t)out % 16 == 0; }
+ * dequantize and (for down) SiLU*up took three. Possible where those kernels can read such rows
+ * (fp4_moe_bf16_rows_possible: cols % 128 == 0, 16-byte aligned); else the caller quantizes to FP4
+ * rows. */
+static int ws_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
 
-/* The NVFP4 global encode scale the runtime recipe quantizes w's inputs with (1 for MXFP4). */
-static float input_gsf(const fp4_grouped_qmatrix *w, float act_scale) {
-  return w->format == FP4_FORMAT_NVFP4 ? act_scale : 1.0f;
-}
-
-/* Points g's activations at bf16 rows [*, cols] quantized with input_gsf(w, act_scale). */
-static void use_bf16_rows(fp4_cuda_grouped_args *g, const fp4_grouped_qmatrix *w, float act_scale, void *rows,
-                          int64_t cols) {
+/* Points g's activations at bf16 rows [*, cols] quantized with w's input scale. */
+static void use_bf16_rows(fp4_cuda_grouped_args *g, const fp4_moe_experts *set, int which, void *rows, int64_t cols) {
+  const fp4_grouped_qmatrix *w = which ? &set->down : &set->gate_up;
   g->act = FP4_CUDA_ACT_BF16;
   g->a = rows;
   g->lda = cols;
   g->a_scales = NULL;
-  g->a_mult = 1.0f / input_gsf(w, act_scale);
+  g->a_mult = 1.0f / input_gsf(w, which ? set->down_act_scale : set->gate_up_act_scale);
+  g->a_scale_device = input_gsf_device(set, w, which);
 }
 
 static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const void *x, int src, int64_t rows,
-                            int64_t cols, int64_t ld, const fp4_grouped_qmatrix *w, float act_scale, void *out) {
-  const int e = fp4_cuda_moe_quantize_bf16(x, src, ld, rows, cols, (int)w->format, input_gsf(w, act_scale), out,
-                                           m->p->stream, m->pdl);
-  use_bf16_rows(g, w, act_scale, out, cols);
+                            int64_t cols, int64_t ld, const fp4_moe_experts *set, int which, void *out) {
+  const fp4_grouped_qmatrix *w = which ? &set->down : &set->gate_up;
+  const int e = fp4_cuda_moe_quantize_bf16(x, src, ld, rows, cols, (int)w->format,
+                                           input_gsf(w, which ? set->down_act_scale : set->gate_up_act_scale),
+                                           input_gsf_device(set, w, which), out, m->p->stream, m->pdl);
+  use_bf16_rows(g, set, which, out, cols);
   return e;
 }
 
-/* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). */
+/* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). The plan says
+ * which variant runs each GEMM and on which activations (fp4_moe_plan_layer: the same rules). */
 static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, void *down_out) {
   const fp4_problem *p = m->p;
   const int w4a4 = p->moe->mode == FP4_MOE_W4A4;
   const int64_t T = p->a->rows, k = p->routing->top_k, rows = shared ? T : T * k;
   const int64_t H = set->gate_up.cols, I = set->gate_up.rows / 2;
+  const int large = m->plan.prefill[shared];
+  const fp4_moe_variant *vg = &m->plan.variant[2 * shared], *vd = &m->plan.variant[2 * shared + 1];
   int e;
   fp4_cuda_grouped_args g;
   memset(&g, 0, sizeof g);
@@ -307,18 +395,18 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.slots = min64(g.experts, rows);
   g.splits = splits_for(rows, g.slots);
-  const int large = large_m_wanted(rows, g.slots);
+  g.variant = *vg;
+  void *hidden_bf16 = at(m, m->x.hidden_bf16);
   if (w4a4) {
     const int64_t ld = p->a->ld ? p->a->ld : H;
-    void *hidden_bf16 = at(m, m->x.hidden_bf16);
     if (!shared && m->hidden_bf16_done) /* moe_launch_layer: in the routing launch */
-      use_bf16_rows(&g, &set->gate_up, set->gate_up_act_scale, hidden_bf16, H);
-    else if ((e = !large && bf16_rows_possible(H, hidden_bf16)
-                      ? quantize_as_bf16(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up,
-                                         set->gate_up_act_scale, hidden_bf16)
-                      : quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, &set->gate_up,
-                                       set->gate_up_act_scale, m->ws.hidden_q, m->ws.hidden_q_scales)))
+      use_bf16_rows(&g, set, 0, hidden_bf16, H);
+    else if ((e = !large && fp4_moe_bf16_rows_possible(H, ws_aligned(hidden_bf16))
+                      ? quantize_as_bf16(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, set, 0, hidden_bf16)
+                      : quantize_input(m, &g, p->a->data, (int)p->a->dtype, T, H, ld, set, 0, m->ws.hidden_q,
+                                       m->ws.hidden_q_scales)))
       return e;
+    g.a_bf16 = hidden_bf16; /* the register-A tiles' bf16 values of the FP4 rows: T x H */
   } else {
     g.act = act_kind(p->a->dtype);
     g.a = p->a->data;
@@ -330,94 +418,203 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.out = gate_up;
   g.ldo = 2 * I;
   g.out_dtype = (int)FP4_DTYPE_F32;
-  if ((e = grouped_run(&g, large, p->stream, m->pdl))) return e;
+  if ((e = grouped_launch_variant(&g, p->stream, m->pdl))) return e;
   /* W4A4 quantizes the f32 act (in decode straight from gate_up: quantize_as_bf16). W4A16: SiLU*up
    * in bf16 for the down GEMM on both paths where the tensor-core kernels can read it (I % 128 == 0
    * and 16-byte aligned rows, which a caller's workspace offset by 8 bytes would not give): the
-   * large-M tiles take no f32, and in decode bf16 rows are a third of the bytes of f32 values split
+   * prefill tiles take no f32, and in decode bf16 rows are a third of the bytes of f32 values split
    * into three exact bf16 parts (which the kernels would do in every weight tile) and one MMA per
    * step instead of three, so the down GEMM runs on the lean decode kernel. One rounding more than
    * the reference (relative 2^-9 per element), inside the W4A16 tolerance (docs/moe.md, numeric
    * contract). Else f32. */
-  const int bf16_rows = bf16_rows_possible(I, act) || large;
+  const int bf16_rows = fp4_moe_bf16_rows_possible(I, ws_aligned(act)) || large;
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
   /* W4A4 decode: SiLU*up runs inside the down input's quantize (quantize_as_bf16) */
-  const int w4a4_bf16 = w4a4 && !large && bf16_rows_possible(I, act);
+  const int w4a4_bf16 = w4a4 && !large && fp4_moe_bf16_rows_possible(I, ws_aligned(act));
   if (!w4a4_bf16 && (e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);
   g.a_rows = NULL;
   g.a_div = 1;
+  g.variant = *vd;
+  g.a_bf16 = NULL;
   if (w4a4_bf16) {
-    if ((e = quantize_as_bf16(m, &g, gate_up, FP4_CUDA_MOE_SRC_SILU_MUL, rows, I, 2 * I, &set->down,
-                              set->down_act_scale, act)))
-      return e;
+    if ((e = quantize_as_bf16(m, &g, gate_up, FP4_CUDA_MOE_SRC_SILU_MUL, rows, I, 2 * I, set, 1, act))) return e;
   } else if (w4a4) {
-    if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, &set->down, set->down_act_scale, m->ws.act_q,
-                            m->ws.act_q_scales)))
+    if ((e = quantize_input(m, &g, act, (int)FP4_DTYPE_F32, rows, I, I, set, 1, m->ws.act_q, m->ws.act_q_scales)))
       return e;
+    g.a_bf16 = act; /* rows x I bf16 over the f32 act the quantize has consumed (stream order) */
   } else {
     g.act = act_kind;
     g.a = act;
     g.lda = I;
     g.a_scales = NULL;
     g.a_mult = 1.0f;
+    g.a_scale_device = NULL;
   }
   g.out = down_out;
   g.ldo = H;
-  return grouped_run(&g, large, p->stream, m->pdl);
+  return grouped_launch_variant(&g, p->stream, m->pdl);
 }
 
-static int moe_launch_layer(const fp4_problem *p, int pdl) {
-  moe_launch m = {.p = p, .base = p->workspace, .pdl = pdl};
+/* The layer as the chooser sees it. */
+static fp4_moe_layer_shape layer_shape_of(const fp4_problem *p) {
+  const fp4_moe_layer *L = p->moe;
+  const fp4_moe_experts *sh = L->shared;
+  return (fp4_moe_layer_shape){.tokens = p->a->rows, .top_k = p->routing->top_k, .experts = L->routed.gate_up.experts,
+                               .hidden = L->routed.gate_up.cols, .inter = L->routed.gate_up.rows / 2,
+                               .shared_inter = sh ? sh->gate_up.rows / 2 : 0, .mode = L->mode,
+                               .format = (int)L->routed.gate_up.format, .layout = (int)L->routed.gate_up.layout,
+                               .shared_format = sh ? (int)sh->gate_up.format : 0,
+                               .shared_layout = sh ? (int)sh->gate_up.layout : 0, .hidden_dtype = p->a->dtype,
+                               .hidden_aligned = rows_aligned(p->a), .workspace_aligned = ws_aligned(p->workspace)};
+}
+
+static int moe_launch_layer(moe_launch *m) {
+  const fp4_problem *p = m->p;
+  const int pdl = m->pdl;
   const fp4_moe_layer *L = p->moe;
   const fp4_moe_routing *rt = p->routing;
-  if (fp4_moe_ws_layout_make("cuda", L, p->a->rows, rt->top_k, &m.ws)) return (int)cudaErrorInvalidValue;
-  m.x = extra_layout(m.ws.total, L, p->a->rows);
-  if (p->workspace_bytes < m.x.total) return (int)cudaErrorInvalidValue; /* the dispatcher asked us: never */
   int e;
   fp4_cuda_route_args r = {.ids = rt->topk_ids, .tokens = p->a->rows, .top_k = rt->top_k,
-                           .experts = L->routed.gate_up.experts, .offsets = at(&m, m.ws.offsets),
-                           .sorted = at(&m, m.ws.sorted), .inverse = at(&m, m.ws.inverse),
-                           .counts = at(&m, m.x.counts), .active = at(&m, m.x.active),
-                           .active_count = at(&m, m.x.active_count), .shared_offsets = at(&m, m.x.shared_offsets)};
-  /* Prefill: the routing kernel also numbers the M tiles of the width the register-A tiles will
-   * pick (the same rule, from the same rows and slots), so none of their CTAs finds an empty tile
-   * (docs/moe.md). FP4KIT_MOE_DENSE_TILES=0 keeps the bound numbering, for measuring the two. */
-  const char *dense_env = getenv("FP4KIT_MOE_DENSE_TILES");
-  if (moe_large(p) && !(dense_env && !strcmp(dense_env, "0"))) {
-    const int64_t rows = p->a->rows * rt->top_k;
-    m.tile_rows = r.tile_rows = fp4_cuda_grouped_wgra_width(rows, min64(L->routed.gate_up.experts, rows));
-    m.tile_starts = r.tile_starts = at(&m, m.x.tile_starts);
+                           .experts = L->routed.gate_up.experts, .offsets = at(m, m->ws.offsets),
+                           .sorted = at(m, m->ws.sorted), .inverse = at(m, m->ws.inverse),
+                           .counts = at(m, m->x.counts), .active = at(m, m->x.active),
+                           .active_count = at(m, m->x.active_count), .shared_offsets = at(m, m->x.shared_offsets)};
+  /* Prefill on the register-A tiles: the routing kernel also numbers the M tiles of their width, so
+   * none of their CTAs finds an empty tile (docs/moe.md); the .bound-tiles configs keep the bound
+   * numbering, for measuring the two. */
+  for (int g = FP4_MOE_GATE_UP; g <= FP4_MOE_DOWN && !m->tile_starts; g++) { /* the routed GEMMs share the width */
+    const fp4_moe_variant *v = &m->plan.variant[g];
+    if (v->kernel == FP4_MOE_KERNEL_PREFILL_WGRA && !v->bound_tiles) {
+      m->tile_rows = r.tile_rows = v->tile_m;
+      m->tile_starts = r.tile_starts = at(m, m->x.tile_starts);
+    }
   }
   /* W4A4 decode: the routed set's hidden rows are quantized (to their exact bf16 values, as run_set
    * would) by the routing launch's other CTAs: one dependent launch fewer. The condition is
    * run_set's for that form. */
   const int64_t H = L->routed.gate_up.cols, ld = p->a->ld ? p->a->ld : H;
-  void *hidden_bf16 = at(&m, m.x.hidden_bf16);
-  if (L->mode == FP4_MOE_W4A4 && !moe_large(p) && bf16_rows_possible(H, hidden_bf16)) {
+  void *hidden_bf16 = at(m, m->x.hidden_bf16);
+  if (L->mode == FP4_MOE_W4A4 && !m->plan.prefill[0] && fp4_moe_bf16_rows_possible(H, ws_aligned(hidden_bf16))) {
     const fp4_grouped_qmatrix *w = &L->routed.gate_up;
     e = fp4_cuda_moe_route_quantize_bf16(&r, p->a->data, (int)p->a->dtype, ld, p->a->rows, H, (int)w->format,
-                                         input_gsf(w, L->routed.gate_up_act_scale), hidden_bf16, p->stream, pdl);
-    m.hidden_bf16_done = 1;
+                                         input_gsf(w, L->routed.gate_up_act_scale),
+                                         input_gsf_device(&L->routed, w, 0), hidden_bf16, p->stream, pdl);
+    m->hidden_bf16_done = 1;
   } else {
     e = fp4_cuda_moe_route(&r, p->stream, pdl);
   }
   if (e) return e;
-  if ((e = run_set(&m, &L->routed, 0, at(&m, m.ws.down_out)))) return e;
-  if (L->shared && (e = run_set(&m, L->shared, 1, at(&m, m.ws.shared_out)))) return e;
+  if ((e = run_set(m, &L->routed, 0, at(m, m->ws.down_out)))) return e;
+  if (L->shared && (e = run_set(m, L->shared, 1, at(m, m->ws.shared_out)))) return e;
   const fp4_matrix *w = &rt->topk_weights;
-  fp4_cuda_combine_args c = {.down = at(&m, m.ws.down_out), .inverse = at(&m, m.ws.inverse), .weights = w->data,
-                             .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(&m, m.ws.shared_out) : NULL,
+  fp4_cuda_combine_args c = {.down = at(m, m->ws.down_out), .inverse = at(m, m->ws.inverse), .weights = w->data,
+                             .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(m, m->ws.shared_out) : NULL,
                              .shared_weights = rt->shared_weights, .out = p->out->data,
                              .ldo = p->out->ld ? p->out->ld : p->out->cols, .out_dtype = (int)p->out->dtype,
-                             .tokens = p->a->rows, .top_k = rt->top_k, .hidden = p->out->cols};
+                             .tokens = p->a->rows, .top_k = rt->top_k, .hidden = p->out->cols,
+                             .alpha_device = p->alpha_device};
   return fp4_cuda_moe_combine(&c, p->stream, pdl);
 }
 
-int fp4_cuda_moe_launch(const fp4_problem *p, int pdl) {
-  return p->op == FP4_OP_MOE ? moe_launch_layer(p, pdl) : grouped_launch(p, pdl);
+/* ---- entry points -------------------------------------------------------------------------------- */
+
+int fp4_cuda_moe_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
+  fp4_moe_arch arch;
+  char reason[256];
+  if (max < 1 || moe_arch(ctx, &arch, reason, sizeof reason)) return 0;
+  int count = 0, nv = 0;
+  const char *const *all = fp4_moe_variant_names(&nv);
+  if (p->op == FP4_OP_MOE) {
+    const fp4_moe_layer_shape L = layer_shape_of(p);
+    fp4_moe_layer_plan plan;
+    static const char *const paths[] = {"moe.default", "moe.streaming", "moe.prefill"};
+    for (int i = 0; i < 3 && count < max; i++) names[count++] = paths[i];
+    for (int i = 0; i < nv && count < max; i++) {
+      fp4_moe_variant v;
+      if (!fp4_moe_variant_parse(all[i], &v) && !fp4_moe_plan_layer(&L, &v, 0, &arch, &plan, reason, sizeof reason))
+        names[count++] = all[i];
+    }
+    return count;
+  }
+  fp4_cuda_grouped_args a;
+  fp4_moe_gemm_shape shape;
+  grouped_args_of(p, &a, &shape);
+  const fp4_moe_variant first = fp4_moe_choose_gemm(&shape, fp4_moe_prefill_wanted(shape.rows, shape.experts, &arch), &arch);
+  names[count++] = fp4_moe_variant_name(&first);
+  for (int i = 0; i < nv && count < max; i++) {
+    fp4_moe_variant v;
+    if (!fp4_moe_variant_parse(all[i], &v) && strcmp(all[i], names[0]) &&
+        !fp4_moe_variant_check(&v, &shape, &arch, reason, sizeof reason))
+      names[count++] = all[i];
+  }
+  return count;
+}
+
+/* info: the backend, the config, PDL, and for the layer's default which variant ran each GEMM. */
+static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_arch *arch, const char *config, int pdl,
+                      const fp4_moe_layer_plan *plan) {
+  if (!info) return;
+  snprintf(info->backend, sizeof info->backend, "cuda");
+  snprintf(info->config, sizeof info->config, "%s", config);
+  info->pdl = pdl;
+  info->note[0] = 0;
+  if (plan) {
+    static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "shared gate_up", "shared down"};
+    for (int g = 0; g < 2 * plan->sets; g++)
+      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%s%s %s", g ? ", " : "",
+               what[g], fp4_moe_variant_name(&plan->variant[g]));
+  }
+  if (p->enable_pdl && !pdl)
+    snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%sPDL needs SM90+, device is SM%d%d",
+             info->note[0] ? "; " : "", arch->major, arch->minor);
+}
+
+static fp4_status launch_failed(int e, const char *what, const fp4_context *ctx) {
+  return fp4_fail(FP4_ERR_CUDA, "cuda: launching %s on device %d failed: %s", what, fp4_context_device(ctx),
+                  cudaGetErrorString((cudaError_t)e));
+}
+
+fp4_status fp4_cuda_moe_run(fp4_context *ctx, const fp4_problem *p, const char *config, int pdl, fp4_run_info *info) {
+  fp4_moe_arch arch;
+  char reason[320];
+  fp4_status st = moe_arch(ctx, &arch, reason, sizeof reason);
+  if (st) return fp4_fail(st, "cuda: %s", reason);
+  fp4_moe_variant v;
+  const fp4_moe_variant *forced;
+  int path;
+  if ((st = parse_config(config, &forced, &path, &v))) return st;
+  if (p->op != FP4_OP_MOE) {
+    fp4_cuda_grouped_args a;
+    if ((st = grouped_variant(p, config, &arch, &a, &v))) return st;
+    const size_t bytes = grouped_bf16_bytes(&a);
+    if ((st = fp4_context_workspace(ctx, bytes, p->stream, "cuda grouped W4A4 on the register-A prefill tiles", &a.a_bf16)))
+      return st;
+    const char *name = fp4_moe_variant_name(&v);
+    const int e = grouped_launch_variant(&a, p->stream, pdl);
+    if (e) return launch_failed(e, name, ctx);
+    fill_info(info, p, &arch, name, pdl, NULL);
+    return FP4_OK;
+  }
+  moe_launch m;
+  memset(&m, 0, sizeof m);
+  m.p = p;
+  m.base = p->workspace;
+  m.pdl = pdl;
+  const fp4_moe_layer_shape L = layer_shape_of(p);
+  if (fp4_moe_plan_layer(&L, forced, path, &arch, &m.plan, reason, sizeof reason))
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s cannot run this layer: %s", config, reason);
+  if ((st = fp4_moe_ws_layout_make("cuda", p->moe, p->a->rows, p->routing->top_k, &m.ws))) return st;
+  m.x = extra_layout(m.ws.total, p->moe, p->a->rows);
+  if (p->workspace_bytes < m.x.total) /* the dispatcher asked fp4_cuda_moe_workspace_size: never */
+    return fp4_fail(FP4_ERR_INTERNAL, "cuda: the MoE workspace holds %zu bytes, the layer needs %zu",
+                    p->workspace_bytes, m.x.total);
+  const int e = moe_launch_layer(&m);
+  if (e) return launch_failed(e, forced ? config : "the MoE layer", ctx);
+  fill_info(info, p, &arch, config ? config : "moe.default", pdl, forced ? NULL : &m.plan);
+  return FP4_OK;
 }
 
 #else /* !FP4KIT_HAVE_CUDA: cuda_backend.c never calls these without CUDA */

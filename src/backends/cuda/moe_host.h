@@ -1,5 +1,6 @@
 /* Host side of the cuda backend's grouped GEMM and MoE layer (moe_host.c), called from
- * cuda_backend.c for FP4_OP_GROUPED_MM, FP4_OP_GROUPED_MM_W4A16 and FP4_OP_MOE. */
+ * cuda_backend.c for FP4_OP_GROUPED_MM, FP4_OP_GROUPED_MM_W4A16 and FP4_OP_MOE. Kernel variants are
+ * named configs (config/moe_config.h). */
 #ifndef FP4_BACKENDS_CUDA_MOE_HOST_H
 #define FP4_BACKENDS_CUDA_MOE_HOST_H
 
@@ -7,12 +8,20 @@
 
 /* FP4_OK, or FP4_ERR_UNSUPPORTED with the rule the kernels need that p breaks. */
 fp4_status fp4_cuda_moe_supports(const fp4_problem *p, char *reason, size_t reason_size);
-/* The configuration a call runs: "grouped" / "moe" (streaming kernels) or "grouped.large-m" /
- * "moe.large-m" (the routed GEMMs on the large-M tiles, from MOE_LARGE_M_MIN_ROWS rows per expert). */
-const char *fp4_cuda_moe_config(const fp4_problem *p);
-/* Launches p on p->stream (pdl: with programmatic dependent launch); returns the cudaError_t. */
-int fp4_cuda_moe_launch(const fp4_problem *p, int pdl);
-/* The workspace fp4_moe_forward needs on this backend: the common layout plus the routing scratch. */
+/* The configs that can run p on ctx's device, the default first ("moe.default" for the layer, the
+ * chooser's variant for a grouped GEMM); returns how many were written (at most max). */
+int fp4_cuda_moe_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max);
+/* Runs p with config (NULL or "moe.default": the chooser's variant of every GEMM) on p->stream,
+ * pdl: with programmatic dependent launch. Fills info (backend, config, pdl, the layer's per-GEMM
+ * variants in note). Never allocates: the layer uses the caller's workspace, a grouped GEMM the
+ * context workspace (fp4_cuda_moe_context_workspace bytes of it). */
+fp4_status fp4_cuda_moe_run(fp4_context *ctx, const fp4_problem *p, const char *config, int pdl, fp4_run_info *info);
+/* The workspace fp4_moe_forward needs on this backend: the common layout plus the routing scratch
+ * (it also holds the bf16 activations of W4A4 on the register-A prefill tiles). */
 size_t fp4_cuda_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k);
+/* Context workspace (fp4_context_workspace) a grouped GEMM takes with config: the bf16 activations
+ * of W4A4 on the register-A prefill tiles, else 0 (the layer takes none: its workspace is the
+ * caller's). */
+size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, const char *config);
 
 #endif

@@ -7,12 +7,16 @@
 
 #include <stdint.h>
 
+#include "backends/cuda/config/moe_config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* out[p, n] = scale_e * A[row(p)] . dq(W_e)[n]^T for the rows p of every expert e, where
- * row(p) = a_rows ? a_rows[p] / a_div : p and scale_e = alpha * w_mult[e] * a_mult (in double).
+ * row(p) = a_rows ? a_rows[p] / a_div : p and scale_e = alpha * w_mult[e] * a_mult (in double;
+ * alpha times *alpha_device in f32 when alpha_device is set, a_mult = 1 / *a_scale_device in f32 when
+ * a_scale_device is set, both read on the GPU after the launch's dependencies).
  * One launch over (N tile, expert slot, row split): a slot is the j-th expert with rows, taken
  * from active[] when given (built by the routing kernel), else found by scanning offsets. */
 typedef struct fp4_cuda_grouped_args {
@@ -35,12 +39,18 @@ typedef struct fp4_cuda_grouped_args {
   const int32_t *active_count;
   int64_t experts, rows, n, k; /* E, output rows (T or P), N, K                              */
   float alpha;
+  const float *alpha_device;   /* NULL, or a device f32 multiplying alpha                    */
+  const float *a_scale_device; /* NULL, or the device NVFP4 encode scale of FP4-valued rows  */
   void *out;                   /* [rows, N], row stride ldo elements                         */
   int64_t ldo;
   int out_dtype;               /* fp4_dtype: F32, BF16 or F16                                */
   int64_t slots;               /* grid.y: an upper bound of the experts with rows            */
   int splits;                  /* grid.z: CTAs sharing one expert's row chunks               */
-  int kernel;                  /* FP4_CUDA_GROUPED_*: AUTO (0) picks tensor cores if K % 128 == 0 */
+  fp4_moe_variant variant;     /* the kernel and its parameters (config/moe_config.h), checked
+                                  by the host against this GEMM (fp4_moe_variant_check)       */
+  /* W4A4 on the register-A prefill tiles: room for the activations' bf16 values, source rows x
+   * K x 2 bytes (the caller's MoE workspace or the context workspace); never allocated here. */
+  void *a_bf16;
   /* Optional, from the routing kernel: the first M tile of every expert when each expert's rows
    * are cut into tiles of tile_rows rows, densely numbered ([E+1], [E] = all tiles; device). The
    * register-A prefill tiles use it when their width is tile_rows: no M tile is then empty, and
@@ -49,33 +59,21 @@ typedef struct fp4_cuda_grouped_args {
   int64_t tile_rows;
 } fp4_cuda_grouped_args;
 
-/* Which grouped kernel: tensor cores need K % 128 == 0; the CUDA-core kernel takes K % 32 == 0. */
-enum { FP4_CUDA_GROUPED_AUTO = 0, FP4_CUDA_GROUPED_MMA = 1, FP4_CUDA_GROUPED_FMA = 2 };
-
+/* The streaming kernels (variant.kernel FMA, MMA or LEAN) of moe_grouped.cu. */
 int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
-/* 1 when the decode (lean) kernel of fp4_cuda_grouped_gemm walks these weights with a compile-time K
- * (lean_stream_fixed_k): NVFP4 in the 128x4 layout, bf16 activations, N a multiple of 128, K one of
- * 1024, 2048, 4096, 7168 (the model shapes'), and FP4KIT_MOE_LEAN_FIXED_K not set to 0 (the generic
- * walk, kept for measuring the two). Both walks compute the same sums in the same order. */
-int fp4_cuda_moe_lean_fixed_k(int format, int act, int layout, int64_t n, int64_t k);
-
-/* The grouped large-M (prefill) GEMM of moe_grouped_large.cu: BM x 128 tensor-core tiles with a
- * cp.async pipeline, one CTA per (expert M tile, N tile), grid bounded by floor(rows / BM) + E M
- * tiles (offsets stay on the device). Same arguments and result as fp4_cuda_grouped_gemm (slots:
- * the host-known bound of active experts, used for the tile choice; splits and kernel ignored).
- * Takes bf16 activations, f16 with NVFP4, or FP4 (W4A4); not f32. */
+/* The grouped large-M (prefill) GEMM of moe_grouped_large.cu (variant.kernel PREFILL_MMA or
+ * PREFILL_WGRA): tensor-core tiles of variant.tile_m tokens x 128 weight rows, one CTA per (expert M
+ * tile, N tile), grid bounded by floor(rows / tile_m) + E M tiles (offsets stay on the device). Same
+ * arguments and result as fp4_cuda_grouped_gemm (splits ignored). Takes bf16 activations, f16 with
+ * NVFP4, or FP4 (W4A4: on the register-A tiles through a_bf16); not f32. */
 int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *args, void *stream, int pdl);
-/* 1 when fp4_cuda_grouped_gemm_large can run args on the current device (activation type, 16-byte
- * aligned activation rows and weights, shared memory, grid size), else 0. */
-int fp4_cuda_grouped_large_supported(const fp4_cuda_grouped_args *args);
-/* The register-A wgmma form of the grouped large-M tiles (gemm_large_m_wgra.cu), which
- * fp4_cuda_grouped_gemm_large runs when it can: 1 when device is an SM 9.0 GPU running this binary's
- * sm_90a code and args has bf16 activations (or f16 with NVFP4) in 16-byte aligned rows. */
+/* The register-A wgmma form of the grouped large-M tiles (gemm_large_m_wgra.cu): supported is 1
+ * when device is an SM 9.0 GPU running this binary's sm_90a code and args has bf16 activations (or
+ * f16 with NVFP4) in 16-byte aligned rows (asked once per device by the host, moe_host.c). The GEMM
+ * runs tiles of variant.tile_m tokens, numbered densely from tile_starts when tile_rows equals it. */
 int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *args, int device);
 int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *args, void *stream, int pdl);
-/* The token width (rows per M tile) fp4_cuda_grouped_gemm_wgra picks for rows over slots. */
-int fp4_cuda_grouped_wgra_width(int64_t rows, int64_t slots);
 
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
@@ -92,6 +90,8 @@ typedef struct fp4_cuda_route_args {
 } fp4_cuda_route_args;
 
 int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
+/* Device scalars of the layer (fp4_options.alpha_device, fp4_moe_experts.act_scales_device): the
+ * kernels below read them after their PDL wait. */
 
 /* act[r, i] = f32(g[r, i] / (1 + exp(-g[r, i])) * g[r, I + i]) in double, g = gate_up [rows, 2I],
  * stored as act_kind: FP4_CUDA_ACT_F32, or FP4_CUDA_ACT_BF16 (rounded once more, to bf16: the W4A16
@@ -100,24 +100,26 @@ int fp4_cuda_moe_silu_mul(const float *gate_up, void *act, int act_kind, int64_t
                           int pdl);
 
 /* W4A4 decode inputs: the rows quantized with the runtime recipe (format; NVFP4 global encode scale
- * global_scale) and written as the exact bf16 values of the quantized elements, out [rows, cols]
+ * global_scale, or *global_scale_device when that is set) and written as the exact bf16 values of the quantized elements, out [rows, cols]
  * (row stride cols, 16-byte aligned): bit for bit fp4_cuda_quantize followed by
  * fp4_cuda_dequant_fp4_rows, in one launch. src: fp4_dtype F32, BF16 or F16 of x [rows, cols] with
  * row stride ld, or FP4_CUDA_MOE_SRC_SILU_MUL: x is gate_up [rows, 2 cols] in f32 and the quantized
  * values are its SiLU*up (the F32 act of fp4_cuda_moe_silu_mul). cols % 32 == 0. */
 enum { FP4_CUDA_MOE_SRC_SILU_MUL = 100 };
 int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
-                               float global_scale, uint16_t *out, void *stream, int pdl);
+                               float global_scale, const float *global_scale_device, uint16_t *out, void *stream,
+                               int pdl);
 
 /* fp4_cuda_moe_route(route) and fp4_cuda_moe_quantize_bf16(x, src, ...) in one launch (src: an
  * fp4_dtype; the W4A4 decode layer's hidden rows, which need no routing): the same results, one
  * kernel fewer in the layer's chain of dependent launches. */
 int fp4_cuda_moe_route_quantize_bf16(const fp4_cuda_route_args *route, const void *x, int src, int64_t ld,
-                                     int64_t rows, int64_t cols, int format, float global_scale, uint16_t *out,
-                                     void *stream, int pdl);
+                                     int64_t rows, int64_t cols, int format, float global_scale,
+                                     const float *global_scale_device, uint16_t *out, void *stream, int pdl);
 
-/* out[t, h] = dtype(f32(sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h])) in
- * double, slots in order; a token with an inverse of -1 (invalid id) gets a NaN row. */
+/* out[t, h] = dtype(f32(alpha * (sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h]))) in
+ * double, slots in order, alpha = *alpha_device (1 when NULL); a token with an inverse of -1 (invalid
+ * id) gets a NaN row. */
 typedef struct fp4_cuda_combine_args {
   const float *down;           /* [P, H] permuted rows                                       */
   const int32_t *inverse;      /* [T*k]                                                      */
@@ -129,6 +131,7 @@ typedef struct fp4_cuda_combine_args {
   int64_t ldo;
   int out_dtype;
   int64_t tokens, top_k, hidden;
+  const float *alpha_device;   /* NULL, or the layer's output scale in device memory        */
 } fp4_cuda_combine_args;
 
 int fp4_cuda_moe_combine(const fp4_cuda_combine_args *args, void *stream, int pdl);

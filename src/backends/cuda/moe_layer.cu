@@ -12,6 +12,7 @@
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_scalars.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
 
@@ -252,12 +253,14 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combi
       }
     }
     const double sw = a.shared && a.shared_weights ? (double)a.shared_weights[t] : 1.0;
+    const double alpha = a.alpha_device ? (double)*a.alpha_device : 1.0; /* read after the PDL wait */
 #pragma unroll
     for (int c = 0; c < kCombinePerThread; c++) {
       const int64_t h = h0 + c * kCombineThreads;
       if (h >= a.hidden) break;
       double x = acc[c];
       if (a.shared) x += sw * (double)a.shared[t * a.hidden + h];
+      if (a.alpha_device) x *= alpha;
       const float v = bad ? __int_as_float(0x7FC00000) : (float)x;
       const int64_t o = t * a.ldo + h;
       if (a.out_dtype == FP4_DTYPE_F32) static_cast<float *>(a.out)[o] = v;
@@ -296,7 +299,8 @@ __device__ __forceinline__ float quant_src(const void *x, int64_t ld, int64_t co
  * idx / (cols / 4). */
 template <int FMT, int SRC>
 __device__ __forceinline__ void quantize_bf16_at(const void *x, int64_t ld, int64_t rows, int64_t cols,
-                                                 float global_scale, uint16_t *out, int64_t idx) {
+                                                 float global_scale, const float *gs_device, uint16_t *out,
+                                                 int64_t idx) {
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kLanes = (NV ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK) / 4; /* threads per block */
   /* rows * cols / 4 threads: a multiple of 8, so every warp that starts holds whole blocks, and all
@@ -315,7 +319,8 @@ __device__ __forceinline__ void quantize_bf16_at(const void *x, int64_t ld, int6
 #pragma unroll
   for (int o = 1; o < kLanes; o <<= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xFFFFFFFFu, vmax, o));
   float out_scale, f[2];
-  const uint8_t sb = NV ? fp4_nvfp4_block_scale(vmax, fp4_nvfp4_recipe_make(global_scale), &out_scale)
+  const uint8_t sb = NV ? fp4_nvfp4_block_scale(vmax, fp4_nvfp4_recipe_make(moe_global_scale(global_scale, gs_device)),
+                                                &out_scale)
                         : fp4_mxfp4_block_scale(vmax, &out_scale);
   chunk_factors<NV>(sb, f);
   const uint32_t codes = (uint32_t)fp4_e2m1_pack2(v[0], v[1], out_scale) | (uint32_t)fp4_e2m1_pack2(v[2], v[3], out_scale) << 8;
@@ -325,9 +330,11 @@ __device__ __forceinline__ void quantize_bf16_at(const void *x, int64_t ld, int6
 
 template <int FMT, int SRC>
 __global__ void __launch_bounds__(kQuantBf16Threads)
-    quantize_bf16_kernel(const void *x, int64_t ld, int64_t rows, int64_t cols, float global_scale, uint16_t *out) {
+    quantize_bf16_kernel(const void *x, int64_t ld, int64_t rows, int64_t cols, float global_scale,
+                         const float *gs_device, uint16_t *out) {
   fp4_pdl_wait();
-  quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, out, (int64_t)blockIdx.x * kQuantBf16Threads + threadIdx.x);
+  quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, gs_device, out,
+                             (int64_t)blockIdx.x * kQuantBf16Threads + threadIdx.x);
   fp4_pdl_launch_dependents();
 }
 
@@ -336,22 +343,24 @@ __global__ void __launch_bounds__(kQuantBf16Threads)
 template <bool SMEM_COUNTS, int FMT, int SRC>
 __global__ void __launch_bounds__(kRouteThreads)
     route_quantize_kernel(fp4_cuda_route_args a, const void *x, int64_t ld, int64_t rows, int64_t cols,
-                          float global_scale, uint16_t *out) {
-  fp4_pdl_wait(); /* the ids and the hidden rows may come from earlier kernels */
+                          float global_scale, const float *gs_device, uint16_t *out) {
+  fp4_pdl_wait(); /* the ids, the hidden rows and the scale may come from earlier kernels */
   if (blockIdx.x == 0)
     route_cta<SMEM_COUNTS>(a);
   else
-    quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, out,
+    quantize_bf16_at<FMT, SRC>(x, ld, rows, cols, global_scale, gs_device, out,
                                (int64_t)(blockIdx.x - 1) * kRouteThreads + threadIdx.x);
   fp4_pdl_launch_dependents();
 }
 
 template <int FMT>
 cudaError_t launch_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, float gs,
-                                 uint16_t *out, cudaStream_t s, int pdl) {
+                                 const float *gs_device, uint16_t *out, cudaStream_t s, int pdl) {
   const dim3 grid((unsigned)((rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads));
   const dim3 block(kQuantBf16Threads);
-  const auto go = [&](auto kernel) { return fp4_cuda_launch(kernel, grid, block, 0, s, pdl, x, ld, rows, cols, gs, out); };
+  const auto go = [&](auto kernel) {
+    return fp4_cuda_launch(kernel, grid, block, 0, s, pdl, x, ld, rows, cols, gs, gs_device, out);
+  };
   switch (src) {
   case kSrcSiluMul: return go(quantize_bf16_kernel<FMT, kSrcSiluMul>);
   case FP4_DTYPE_BF16: return go(quantize_bf16_kernel<FMT, FP4_DTYPE_BF16>);
@@ -401,7 +410,8 @@ extern "C" int fp4_cuda_moe_combine(const fp4_cuda_combine_args *a, void *stream
 }
 
 extern "C" int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, int64_t rows, int64_t cols, int format,
-                                          float global_scale, uint16_t *out, void *stream, int pdl) {
+                                          float global_scale, const float *global_scale_device, uint16_t *out,
+                                          void *stream, int pdl) {
   const bool silu = src == FP4_CUDA_MOE_SRC_SILU_MUL;
   if (rows < 1 || cols < 32 || cols % 32 || (!silu && ld < cols) || (uintptr_t)out % 16 ||
       (rows * (cols / 4) + kQuantBf16Threads - 1) / kQuantBf16Threads > 0x7FFFFFFF)
@@ -409,24 +419,27 @@ extern "C" int fp4_cuda_moe_quantize_bf16(const void *x, int src, int64_t ld, in
   const int s = silu ? kSrcSiluMul : src;
   cudaStream_t st = (cudaStream_t)stream;
   return (int)(format == FP4_FORMAT_NVFP4
-                   ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl)
-                   : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, out, st, pdl));
+                   ? launch_quantize_bf16<FP4_FORMAT_NVFP4>(x, s, ld, rows, cols, global_scale, global_scale_device, out,
+                                                            st, pdl)
+                   : launch_quantize_bf16<FP4_FORMAT_MXFP4>(x, s, ld, rows, cols, global_scale, NULL, out, st, pdl));
 }
 
 extern "C" int fp4_cuda_moe_route_quantize_bf16(const fp4_cuda_route_args *a, const void *x, int src, int64_t ld,
                                                 int64_t rows, int64_t cols, int format, float global_scale,
-                                                uint16_t *out, void *stream, int pdl) {
+                                                const float *global_scale_device, uint16_t *out, void *stream,
+                                                int pdl) {
   const int64_t quant_ctas = (rows * (cols / 4) + kRouteThreads - 1) / kRouteThreads;
   if (a->tokens < 1 || a->top_k < 1 || a->experts < 1 || rows < 1 || cols < 32 || cols % 32 || ld < cols ||
       (uintptr_t)out % 16 || quant_ctas > 0x7FFFFFFE ||
       (src != FP4_DTYPE_BF16 && src != FP4_DTYPE_F16 && src != FP4_DTYPE_F32))
     return (int)cudaErrorInvalidValue;
   const bool smem = a->experts <= kRouteSmemExperts, nv = format == FP4_FORMAT_NVFP4;
+  const float *gs_device = nv ? global_scale_device : NULL;
   const dim3 grid((unsigned)(1 + quant_ctas)), block(kRouteThreads);
   const size_t dyn = smem ? (size_t)a->experts * sizeof(int32_t) : 0;
   cudaStream_t s = (cudaStream_t)stream;
   const auto go = [&](auto kernel) {
-    return (int)fp4_cuda_launch(kernel, grid, block, dyn, s, pdl, *a, x, ld, rows, cols, global_scale, out);
+    return (int)fp4_cuda_launch(kernel, grid, block, dyn, s, pdl, *a, x, ld, rows, cols, global_scale, gs_device, out);
   };
 #define ROUTE_QUANT(SMEM_, FMT_)                                                                        \
   switch (src) {                                                                                        \

@@ -99,6 +99,17 @@ int fp4_moe_prefill_wanted(int64_t rows, int64_t experts, const fp4_moe_arch *ar
   return slots > 0 && cdiv(rows, slots) >= rules_of(arch)->prefill_min_rows;
 }
 
+int fp4_moe_path_parse(const char *name) {
+  static const char *const paths[] = {"moe.default", "moe.streaming", "moe.prefill"};
+  for (int i = 0; name && i < 3; i++)
+    if (!strcmp(name, paths[i])) return i;
+  return -1;
+}
+
+int fp4_moe_path_prefill(int path, int64_t rows, int64_t experts, const fp4_moe_arch *arch) {
+  return path == FP4_MOE_PATH_DEFAULT ? fp4_moe_prefill_wanted(rows, experts, arch) : path == FP4_MOE_PATH_PREFILL;
+}
+
 int fp4_moe_bf16_rows_possible(int64_t cols, int aligned) { return cols % 128 == 0 && aligned; }
 
 /* ---- streaming kernels ------------------------------------------------------------------------- */
@@ -157,12 +168,7 @@ static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_m
 /* ---- prefill tiles ----------------------------------------------------------------------------- */
 
 int fp4_moe_prefill_mma_smem(int tile_m, int act) {
-  /* 4 stages of 64-element K tiles (A tile + 128 FP4 weight rows) + the 16-bit weight tile (+ the
-   * 16-bit A tile for FP4 activations), as lm_tile_cfg<tile_m, 128, 4, ...>::SMEM, plus the row
-   * table and the tile header (moe_grouped_large.cu checks these numbers at compile time). */
-  const int fp4 = act == FP4_CUDA_ACT_FP4;
-  const int stage = (fp4 ? tile_m * 32 : tile_m * 128) + 128 * 32;
-  return 4 * stage + 128 * 128 + (fp4 ? tile_m * 128 : 0) + tile_m * 4 + 256;
+  return FP4_MOE_PREFILL_MMA_SMEM(tile_m, act == FP4_CUDA_ACT_FP4);
 }
 
 enum { PREFILL_N_TILE = 128 /* both families: 128 weight rows per CTA */ };
@@ -293,8 +299,8 @@ static int act_of(fp4_dtype dtype) {
   return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
 }
 
-int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, const fp4_moe_arch *arch,
-                       fp4_moe_layer_plan *plan, char *why, size_t why_size) {
+int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
+                       const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size) {
   static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "the shared expert's gate_up",
                                                   "the shared expert's down"};
   memset(plan, 0, sizeof *plan);
@@ -303,7 +309,8 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
   for (int set = 0; set < plan->sets; set++) {
     const int64_t rows = set ? L->tokens : L->tokens * L->top_k, experts = set ? 1 : L->experts;
     const int64_t inter = set ? L->shared_inter : L->inter;
-    const int prefill = forced ? forced->kernel >= FP4_MOE_KERNEL_PREFILL_MMA : fp4_moe_prefill_wanted(rows, experts, arch);
+    const int prefill =
+        forced ? forced->kernel >= FP4_MOE_KERNEL_PREFILL_MMA : fp4_moe_path_prefill(path, rows, experts, arch);
     plan->prefill[set] = prefill;
     fp4_moe_gemm_shape *gu = &plan->gemm[2 * set], *dn = &plan->gemm[2 * set + 1];
     const int format = set ? L->shared_format : L->format, layout = set ? L->shared_layout : L->layout;

@@ -22,8 +22,11 @@
  *   moe.prefill.wgra<M>.bound-tiles   the same with the M tiles numbered from a bound (empty ones exit)
  *
  * A grouped GEMM runs the named variant; an MoE layer runs it for each of its GEMMs (routed and
- * shared gate_up and down). "moe.default" (or no config) runs the chooser's variant per GEMM. A variant
- * that cannot run a problem is refused with the rule it needs, never replaced by another.
+ * shared gate_up and down). A variant that cannot run a problem is refused with the rule it needs,
+ * never replaced by another. Three names choose a path, then the chooser's variant per GEMM:
+ *   moe.default    the default: the prefill tiles from a mean of prefill_min_rows rows per expert
+ *   moe.streaming  the streaming kernels (lean, mma, fma) at any batch
+ *   moe.prefill    the prefill tiles at any batch (where a GEMM's activations allow them)
  */
 #ifndef FP4_BACKENDS_CUDA_CONFIG_MOE_CONFIG_H
 #define FP4_BACKENDS_CUDA_CONFIG_MOE_CONFIG_H
@@ -89,6 +92,12 @@ typedef struct fp4_moe_layer_shape {
 /* The layer's GEMMs, in the order fp4_moe_choose_layer fills them. */
 enum { FP4_MOE_GATE_UP = 0, FP4_MOE_DOWN = 1, FP4_MOE_SHARED_GATE_UP = 2, FP4_MOE_SHARED_DOWN = 3, FP4_MOE_GEMMS = 4 };
 
+/* The path names: FP4_MOE_PATH_* for "moe.default", "moe.streaming", "moe.prefill", else -1. */
+typedef enum fp4_moe_path { FP4_MOE_PATH_DEFAULT = 0, FP4_MOE_PATH_STREAMING = 1, FP4_MOE_PATH_PREFILL = 2 } fp4_moe_path;
+int fp4_moe_path_parse(const char *name);
+/* The prefill flag of a GEMM (set) of rows over experts on a path. */
+int fp4_moe_path_prefill(int path, int64_t rows, int64_t experts, const fp4_moe_arch *arch);
+
 /* Every variant name, in the order configs() offers them after the default. */
 const char *const *fp4_moe_variant_names(int *count);
 /* The variant a name denotes: 0, or -1 for an unknown name. */
@@ -114,17 +123,22 @@ typedef struct fp4_moe_layer_plan {
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
 
-/* The layer's plan with the default variant of every GEMM (forced NULL) or the variant forced on
- * all of them; returns -1 with the rule in why when forced cannot run one of them. */
-int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, const fp4_moe_arch *arch,
-                       fp4_moe_layer_plan *plan, char *why, size_t why_size);
+/* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
+ * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. */
+int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
+                       const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
 /* The W4A4 inputs of a GEMM set on the streaming kernels are bf16 rows (the exact values of the
  * quantized elements) when the kernels can read them: cols % 128 == 0 and 16-byte aligned. */
 int fp4_moe_bf16_rows_possible(int64_t cols, int aligned);
 
-/* Shared memory of a prefill mma.sync tile (tile_m 64 or 128) for these activations, with its row
- * table and header: the constants are checked against the kernels' at compile time. */
+/* Shared memory of a prefill mma.sync tile (tile_m 64 or 128) for these activations: 4 stages of
+ * 64-element K tiles (the A tile + 128 FP4 weight rows), the 16-bit weight tile (+ the 16-bit A tile
+ * for FP4 activations), as lm_tile_cfg<tile_m, 128, 4, ...>::SMEM (moe_grouped_large.cu asserts the
+ * equality), plus the row table and the tile header. */
+#define FP4_MOE_PREFILL_MMA_SMEM(tile_m, fp4)                                                             \
+  (4 * ((fp4) ? (tile_m) * 32 + 128 * 32 : (tile_m) * 128 + 128 * 32) + 128 * 128 + ((fp4) ? (tile_m) * 128 : 0) + \
+   (tile_m) * 4 + 256)
 int fp4_moe_prefill_mma_smem(int tile_m, int act);
 
 #ifdef __cplusplus
