@@ -68,6 +68,14 @@ FP4_API const char *fp4_status_str(fp4_status status);
 /* Detail of the last failing call on this thread ("fp4_mm: b->cols (100) is not a multiple of
  * the NVFP4 block size 16"); "" when the last call succeeded or nothing failed yet. */
 FP4_API const char *fp4_last_error(void);
+/* Records the detail fp4_last_error() returns on this thread (printf-style; fmt NULL clears it) and
+ * returns status: for code layered on fp4kit (the fp4kit_bench library, bindings) so that one
+ * channel carries every detail. */
+FP4_API fp4_status fp4_set_error(fp4_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ------------------------------------------------------------------------------------------ */
 /* Formats, layouts, element types                                                             */
@@ -321,60 +329,6 @@ FP4_API fp4_status fp4_backend_available(fp4_context *ctx, const char *name, cha
                                          size_t reason_size);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Timing and same-run peers (src/tune/timing.c): what `fp4kit bench` and the tuner measure with  */
-/* ------------------------------------------------------------------------------------------ */
-
-typedef struct fp4_timing {
-  double median_us;
-  double min_us;
-  double max_us;
-  int runs;
-} fp4_timing;
-
-/* One timed call; iteration counts from 0 so callers can rotate through input sets larger than the
- * L2 cache. Returns FP4_OK or the failure that stops the measurement. */
-typedef fp4_status (*fp4_timed_fn)(void *user, int iteration);
-
-/* Calls fn warmup times, then times runs calls one by one: with CUDA events on stream when ctx has a
- * device, with a monotonic host clock otherwise. */
-FP4_API fp4_status fp4_time(fp4_context *ctx, void *stream, fp4_timed_fn fn, void *user, int warmup, int runs,
-                            fp4_timing *timing);
-
-typedef enum fp4_peer {
-  FP4_PEER_COPY = 0,          /* device-to-device copy of n*k bytes; bandwidth counts read + written */
-  FP4_PEER_READ = 1,          /* device read-only reduction over n*k bytes                           */
-  FP4_PEER_CUBLAS_BF16 = 2,   /* cuBLAS BF16 GEMM [m, k] x [n, k]^T, FP32 accumulation               */
-  FP4_PEER_CUBLASLT_FP8 = 3,  /* cuBLASLt FP8 E4M3 GEMM of the same shape                             */
-  FP4_PEER_HOST_READ = 4,     /* host memory read bandwidth over n*k bytes with the CPU threads        */
-  FP4_PEER_HOST_FMA = 5       /* host FP32 FMA peak: 2*m*n*k FLOPs of register-only FMAs on the threads */
-} fp4_peer;
-
-/* Times a peer on the same machine in the same run. bytes_per_s (optional) receives the bandwidth
- * for the memory peers (COPY counts bytes read + written) and FLOP/s (2*m*n*k / median) for the
- * compute peers (CUBLAS_BF16, CUBLASLT_FP8, HOST_FMA). Device GEMM peers and READ rotate through
- * enough operand copies to exceed the L2 cache. Host peers use FP4KIT_NUM_THREADS threads (default: every online
- * CPU). FP4_ERR_UNSUPPORTED when the peer cannot run here, with the reason. */
-FP4_API fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
-                                 fp4_timing *timing, double *bytes_per_s);
-/* Name of a peer for tables ("cublas-bf16", "copy"); NULL for unknown values. */
-FP4_API const char *fp4_peer_name(fp4_peer peer);
-
-/* What a measurement record needs to say about the machine it ran on. */
-typedef struct fp4_device_info {
-  int device;             /* CUDA ordinal, -1 for the host                                       */
-  char name[128];         /* "NVIDIA H200", or the CPU model name                                */
-  int cc_major, cc_minor; /* compute capability; 0 for the host                                  */
-  int processors;         /* streaming multiprocessors, or the host threads fp4kit uses          */
-  int64_t cache_bytes;    /* GPU L2, or the CPU's last-level cache (0 when unknown)              */
-  int64_t memory_bytes;   /* device global memory, or host physical memory (0 when unknown)      */
-  int driver_version;     /* cudaDriverGetVersion (13000 = 13.0); 0 on the host or without CUDA  */
-  int runtime_version;    /* the CUDA runtime fp4kit runs with; 0 without CUDA                   */
-} fp4_device_info;
-
-/* Describes ctx's device, or the host for ctx NULL / device -1. */
-FP4_API fp4_status fp4_device_info_get(fp4_context *ctx, fp4_device_info *info);
-
-/* ------------------------------------------------------------------------------------------ */
 /* Model shape sets (src/model/shapes.c): the GEMMs of real NVFP4 models (MODELS.md)              */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -569,7 +523,7 @@ typedef struct fp4_device_probe {
   uint64_t memory_bytes;
   int driver_version;        /* cudaDriverGetVersion: 13000 = CUDA 13.0                        */
   int runtime_version;       /* cudaRuntimeGetVersion                                          */
-  int cublaslt_version;      /* cublasLtGetVersion: 130100 = 13.1.0; 0 when not built in       */
+  int cublaslt_version;      /* cublasLtGetVersion: 130100 = 13.1.0; 0 when not built in or absent */
   int cudnn_version;         /* cudnnGetVersion: 91300 = 9.13.0; 0 when not built in or absent  */
   int binary_has_code;       /* this build contains code the device can run natively           */
   char arch[16];             /* "sm_90"                                                        */

@@ -5,7 +5,7 @@
  *     FP4_PEER_HOST_READ definition) and over the weight bytes themselves;
  *   - FMA peak: independent AVX-512 FMA chains on every thread.
  * Build (from the repository root, after building build-nocuda):
- *   cc -O3 -march=native -fopenmp -Iinclude scripts/cpu_timing.c build-nocuda/libfp4kit.a -lpthread -lm -o /tmp/cpu_timing
+ *   cc -O3 -march=native -fopenmp -Iinclude scripts/cpu_timing.c build-nocuda/libfp4kit_bench.a build-nocuda/libfp4kit.a -lcjson -lpthread -ldl -lm -o /tmp/cpu_timing
  * Run: FP4KIT_NUM_THREADS=2 OMP_NUM_THREADS=2 /tmp/cpu_timing
  */
 #include <immintrin.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 
 typedef struct job {
   int op; /* 0 w4a16 bf16, 1 w4a4 */

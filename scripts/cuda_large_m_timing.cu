@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 
 #define CK(x)                                                                                   \
   do {                                                                                          \

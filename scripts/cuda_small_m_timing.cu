@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 
 #define CK(x)                                                                                   \
   do {                                                                                          \

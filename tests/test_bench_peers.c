@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 
 #include "testing.h"
 

@@ -10,6 +10,7 @@
 
 #include "dispatch/heuristic.h"
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 #include "testing.h"
 
 #ifndef FP4KIT_CLI

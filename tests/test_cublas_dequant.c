@@ -1,4 +1,3 @@
-#define _POSIX_C_SOURCE 200809L
 /*
  * GPU tests of the cublas-dequant backend (skipped with exit 77 and the reason when it cannot run
  * here): its dequantize kernel (8-element units, 4-byte code loads when the pointer allows)
@@ -6,8 +5,9 @@
  * W4A4, bf16 and (NVFP4) f16 activations, f32/bf16 outputs, random and edge-case data (zero
  * blocks, ties, saturating and tiny values, subnormal scales), K with and without a 32-element tail
  * (K % 32 == 16 for NVFP4), and FP4 codes placed 1 and 3 bytes past an aligned address (the
- * byte-wise load path); and once more with the dequantized-weight workspace bounded to 1 MiB
- * (FP4KIT_DEQUANT_WORKSPACE_MB), so the weights run as N chunks with a narrower last one.
+ * byte-wise load path); and once more on a context whose reserved workspace holds only cuBLASLt's
+ * 32 MiB plus 2 MiB, so the weights run as N chunks with a narrower last one, without the call
+ * growing the workspace. The backend's workspace size query names what the default plan takes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,11 +80,38 @@ int main(void) {
   static const shape shapes[] = {{37, 136, 96}, {300, 1000, 2048}, {1, 64, 80}};
   uint64_t seed = 1;
   run_shapes(ctx, shapes, 3, "", &seed);
-  /* A 1 MiB bound on the dequantized weights: N = 1000, K = 2048 (4 KiB bf16 rows) then runs as
-   * chunks of 256, 256, 256 and 232 rows, the last with its own cuBLASLt answer. */
-  setenv("FP4KIT_DEQUANT_WORKSPACE_MB", "1", 1);
-  run_shapes(ctx, &shapes[1], 1, " (1 MiB workspace)", &seed);
-  unsetenv("FP4KIT_DEQUANT_WORKSPACE_MB");
+  /* The size query: cuBLASLt's 32 MiB plus the bf16 weights of N = 1000, K = 2048 (4000 KiB). */
+  void *buf = NULL; /* device memory for the operands' pointers: the query reads no data */
+  fp4_status st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, 1 << 20, &buf);
+  fp4_qmatrix qb = {buf, buf, 1000, 2048, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+  fp4_matrix qa = {buf, 300, 2048, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  fp4_matrix qo = {buf, 300, 1000, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  const fp4_options dq = {.backend = "cublas-dequant"};
+  size_t want = 0;
+  if (!st) st = fp4_mm_w4a16_workspace_size(ctx, &qa, &qb, &qo, &dq, &want);
+  fp4_free(ctx, FP4_MEMORY_DEVICE, buf);
+  g_runs++;
+  if (st != FP4_OK || want < ((size_t)32 << 20) + (size_t)1000 * 2048 * 2) {
+    g_failures++;
+    printf("FAIL workspace size query: %s, %zu bytes (%s)\n", fp4_status_str(st), want, fp4_last_error());
+  }
+  /* A context holding 34 MiB: N = 1000, K = 2048 (4 KiB bf16 rows) runs as chunks of 384, 384 and
+   * 232 rows in W4A16 and of 128 rows (the last 104) in W4A4, the last chunk with its own cuBLASLt
+   * answer; the workspace is not grown. */
+  fp4_context *small = NULL;
+  const size_t held = (size_t)34 << 20;
+  if (fp4_context_create(&small, 0) != FP4_OK || fp4_context_reserve_workspace(small, held) != FP4_OK) {
+    printf("FAIL: a context with a %zu-byte workspace: %s\n", held, fp4_last_error());
+    g_failures++;
+  } else {
+    run_shapes(small, &shapes[1], 1, " (34 MiB workspace)", &seed);
+    g_runs++;
+    if (fp4_context_workspace_bytes(small) != held) {
+      g_failures++;
+      printf("FAIL: the calls grew the reserved workspace from %zu to %zu bytes\n", held, fp4_context_workspace_bytes(small));
+    }
+  }
+  fp4_context_destroy(small);
   printf("cublas-dequant: %d cases, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);
   return g_failures ? 1 : 0;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "fp4kit.h"
+#include "fp4kit_bench.h"
 
 typedef enum bench_op { BENCH_W4A16 = 0, BENCH_W4A4 = 1, BENCH_QUANTIZE = 2 } bench_op;
 

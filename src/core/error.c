@@ -7,16 +7,33 @@
 
 static _Thread_local char last_error[512];
 
-fp4_status fp4_fail(fp4_status status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static fp4_status record(fp4_status status, const char *fmt, va_list ap) {
   vsnprintf(last_error, sizeof last_error, fmt, ap);
-  va_end(ap);
   fp4_log(FP4_LOG_DEBUG, "%s: %s", fp4_status_str(status), last_error);
   return status;
 }
 
+fp4_status fp4_fail(fp4_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(status, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
 void fp4_clear_error(void) { last_error[0] = '\0'; }
+
+fp4_status fp4_set_error(fp4_status status, const char *fmt, ...) {
+  if (!fmt) {
+    fp4_clear_error();
+    return status;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  record(status, fmt, ap);
+  va_end(ap);
+  return status;
+}
 
 const char *fp4_last_error(void) { return last_error; }
 
@@ -78,9 +95,9 @@ size_t fp4_struct_size(const char *name) {
     const char *name;
     size_t size;
   } sizes[] = {FP4_STRUCT(fp4_qmatrix),         FP4_STRUCT(fp4_matrix),        FP4_STRUCT(fp4_run_info),
-               FP4_STRUCT(fp4_options),         FP4_STRUCT(fp4_timing),        FP4_STRUCT(fp4_device_info),
-               FP4_STRUCT(fp4_gemm_shape),      FP4_STRUCT(fp4_grouped_qmatrix), FP4_STRUCT(fp4_moe_experts),
-               FP4_STRUCT(fp4_moe_layer),       FP4_STRUCT(fp4_moe_routing),   FP4_STRUCT(fp4_arch_info),
+               FP4_STRUCT(fp4_options),         FP4_STRUCT(fp4_gemm_shape),    FP4_STRUCT(fp4_grouped_qmatrix),
+               FP4_STRUCT(fp4_moe_experts),     FP4_STRUCT(fp4_moe_layer),     FP4_STRUCT(fp4_moe_routing),
+               FP4_STRUCT(fp4_arch_info),
                FP4_STRUCT(fp4_capability),      FP4_STRUCT(fp4_backend_probe), FP4_STRUCT(fp4_device_probe),
                FP4_STRUCT(fp4_tune_key),        FP4_STRUCT(fp4_tune_result)};
 #undef FP4_STRUCT

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cublaslt/cublaslt_api.h"
+#include "backends/cudnn/cudnn_api.h"
 #include "core/error.h"
 #include "dispatch/arch.h"
 #include "dispatch/backend.h"
@@ -15,11 +17,7 @@
 #include "dispatch/heuristic.h"
 #include "dispatch/probe.h"
 #if FP4KIT_HAVE_CUDA
-#include <cublasLt.h>
 #include <cuda_runtime.h>
-#endif
-#if FP4KIT_HAVE_CUDNN
-#include <cudnn_graph.h>
 #endif
 
 const char *fp4_cap_name(fp4_cap cap) {
@@ -77,10 +75,8 @@ fp4_status fp4_probe_device(int device, fp4_device_probe *out) {
   out->memory_bytes = (uint64_t)prop.totalGlobalMem;
   cudaDriverGetVersion(&out->driver_version);
   cudaRuntimeGetVersion(&out->runtime_version);
-  out->cublaslt_version = (int)cublasLtGetVersion();
-#if FP4KIT_HAVE_CUDNN
-  out->cudnn_version = (int)cudnnGetVersion();
-#endif
+  out->cublaslt_version = fp4_cublaslt_version(); /* 0 when the library cannot be loaded */
+  out->cudnn_version = fp4_cudnn_version();
   out->binary_has_code = fp4_arch_build_runs_on(out->cc);
   snprintf(out->arch, sizeof out->arch, "sm_%d", out->cc);
   return FP4_OK;
@@ -166,7 +162,7 @@ static void grouped_cap(const fp4_backend *b, int on_device, fp4_backend_probe *
 }
 
 /* Derives a backend's answers from available() and supports() (backends without a probe). */
-static void generic_probe(fp4_context *ctx, const fp4_backend *b, const fp4_arch_info *arch, fp4_backend_probe *out) {
+void fp4_probe_generic(fp4_context *ctx, const fp4_backend *b, const fp4_arch_info *arch, fp4_backend_probe *out) {
   char why[256], why_host[256];
   const int device = fp4_context_device(ctx);
   for (int c = 0; c < FP4_CAP_COUNT; c++) set_cap(out, (fp4_cap)c, FP4_SUPPORT_NO, FP4_EVIDENCE_QUERIED, "");
@@ -221,7 +217,7 @@ static void generic_arch_probe(const fp4_backend *b, const fp4_arch_info *arch, 
   probe_problem pp;
   make_problem(&pp, FP4_CAP_NVFP4_W4A4, FP4_MEMORY_HOST);
   if (b->available(NULL, why, sizeof why) == FP4_OK && b->supports(NULL, &pp.p, why, sizeof why) == FP4_OK) {
-    generic_probe(NULL, b, NULL, out);
+    fp4_probe_generic(NULL, b, NULL, out);
     for (int c = 0; c < FP4_CAP_COUNT; c++) out->caps[c].evidence = FP4_EVIDENCE_TABLE;
     return;
   }
@@ -238,12 +234,30 @@ static void generic_arch_probe(const fp4_backend *b, const fp4_arch_info *arch, 
   for (int c = 0; c < FP4_CAP_COUNT; c++)
     set_cap(out, (fp4_cap)c, out->available == FP4_SUPPORT_NO ? FP4_SUPPORT_NO : FP4_SUPPORT_UNKNOWN, FP4_EVIDENCE_TABLE, why);
   if (!arch->pdl) {
-    snprintf(why, sizeof why, "PDL needs SM90+ (griddepcontrol); %s has none", arch->name);
-    set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+    fp4_probe_no_pdl(out, arch);
   } else if (b->honours_pdl && out->available != FP4_SUPPORT_NO) {
     snprintf(why, sizeof why, "%s has PDL and every kernel of this backend waits (griddepcontrol.wait) before reading", arch->name);
     set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_YES, FP4_EVIDENCE_TABLE, why);
   }
+}
+
+void fp4_probe_no_pdl(fp4_backend_probe *out, const fp4_arch_info *arch) {
+  char why[192];
+  snprintf(why, sizeof why, "PDL needs SM90+ (griddepcontrol); %s has none", arch->name);
+  set_cap(out, FP4_CAP_PDL, FP4_SUPPORT_NO, FP4_EVIDENCE_TABLE, why);
+}
+
+int fp4_probe_arch_code(const fp4_arch_info *arch, char *why, size_t why_size) {
+  const char *targets = fp4_build_cuda_targets();
+  if (!fp4_arch_build_runs_on(arch->cc)) {
+    fp4_reason(why, why_size, "binary has no code for %s (built for: %s)", arch->name,
+               targets[0] ? targets : "nothing: built without CUDA");
+    return 0;
+  }
+  fp4_reason(why, why_size, "the build's targets (%s) hold code for %s; %s", targets, arch->name,
+             arch->hardware_tested ? "fp4kit's GPU tests ran on this architecture"
+                                   : "compiled only: fp4kit's GPU tests have not run on this architecture");
+  return 1;
 }
 
 static fp4_status probe_prepare(const char *fn, const char *backend, fp4_backend_probe *out, const fp4_backend **b) {
@@ -269,7 +283,7 @@ fp4_status fp4_probe_backend(fp4_context *ctx, const char *backend, fp4_backend_
     fp4_arch_info unknown = {.name = "unknown architecture"};
     st = b->probe(ctx, arch ? arch : &unknown, out);
   } else {
-    generic_probe(ctx, b, arch, out);
+    fp4_probe_generic(ctx, b, arch, out);
   }
   fp4_clear_error(); /* the questions asked on the way are answers, not failures */
   return st;

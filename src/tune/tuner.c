@@ -12,6 +12,7 @@
 #include "dispatch/backend.h"
 #include "dispatch/heuristic.h"
 #include "dispatch/dispatch.h"
+#include "tune/timer.h"
 #include "tune/tuning.h"
 
 /* A candidate whose first timed call after its warm-up exceeds this multiple of the best median so
@@ -396,9 +397,9 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
       char bad[200] = "";
       if (!cs) judge_output(got, have_baseline ? baseline : NULL, (size_t)(M * N), bad, sizeof bad);
       else fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
-      fp4_timing t = {0};
+      fp4_call_timing t = {0};
       /* One warm-up and one timed call first: a candidate far slower than the best so far is cut. */
-      if (!bad[0] && isfinite(best) && (cs = fp4_time(ctx, NULL, call_once, &c, 1, 1, &t)))
+      if (!bad[0] && isfinite(best) && (cs = fp4_tune_time(ctx, NULL, call_once, &c, 1, 1, &t)))
         fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
       if (!bad[0] && isfinite(best) && t.median_us > FP4_TUNE_CUT_FACTOR * best) {
         res->cut++;
@@ -406,7 +407,7 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
                 (long long)M, (long long)N, (long long)K, what, t.median_us, FP4_TUNE_CUT_FACTOR, best);
         continue;
       }
-      if (!bad[0] && (cs = fp4_time(ctx, NULL, call_once, &c, 2, runs, &t)))
+      if (!bad[0] && (cs = fp4_tune_time(ctx, NULL, call_once, &c, 2, runs, &t)))
         fp4_reason(bad, sizeof bad, "%s", fp4_last_error());
       if (bad[0]) {
         res->rejected++;

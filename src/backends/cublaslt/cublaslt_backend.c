@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cublaslt/lt_common.h"
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/probe.h"
 
@@ -60,20 +61,22 @@ static fp4_lt_gemm gemm_of(const fp4_problem *p) {
   return g;
 }
 
-/* cuBLASLt's answer for p, with the reason when it is "no". */
-static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, char *reason, size_t reason_size) {
+/* cuBLASLt's answer for p, with the reason when it is "no"; *state receives the context's state. */
+static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_lt_state **state, char *reason,
+                                size_t reason_size) {
   fp4_lt_state *s = NULL;
   if (fp4_lt_state_get(ctx, name, &s)) {
     fp4_reason(reason, reason_size, "%s", fp4_last_error());
     return NULL;
   }
+  if (state) *state = s;
   fp4_lt_gemm g = gemm_of(p);
   const fp4_lt_answer *a = fp4_lt_ask(s, &g, p->b->scales, p->a_q->scales);
   char ver[48];
   fp4_lt_version(ver, sizeof ver);
   if (a->status)
     fp4_reason(reason, reason_size, "%s: no algorithm (cublasLtMatmulAlgoGetHeuristic: %s%s) for %s %lldx%lldx%lld, out %s",
-               ver, cublasLtGetStatusName(a->status),
+               ver, fp4_lt_status_name(s, a->status),
                a->status == CUBLAS_STATUS_INVALID_VALUE ? ", the description was refused; CUBLASLT_LOG_LEVEL=1 says why" : "",
                fp4_format_name(p->b->format), (long long)g.m, (long long)g.n, (long long)g.k, fp4_dtype_name(p->out->dtype));
   else
@@ -86,7 +89,7 @@ static fp4_status lt_supports(fp4_context *ctx, const fp4_problem *p, char *reas
   fp4_status st = static_checks(p, reason, reason_size);
   if (st) return st;
 #if FP4KIT_HAVE_CUDA
-  const fp4_lt_answer *a = ask(ctx, p, reason, reason_size);
+  const fp4_lt_answer *a = ask(ctx, p, NULL, reason, reason_size);
   fp4_clear_error();
   return a && !a->status ? FP4_OK : FP4_ERR_UNSUPPORTED;
 #else
@@ -99,7 +102,7 @@ static fp4_status lt_supports(fp4_context *ctx, const fp4_problem *p, char *reas
 static int lt_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max) {
 #if FP4KIT_HAVE_CUDA
   char why[256];
-  const fp4_lt_answer *a = ask(ctx, p, why, sizeof why);
+  const fp4_lt_answer *a = ask(ctx, p, NULL, why, sizeof why);
   return a ? fp4_lt_configs(a, names, max) : 0;
 #else
   (void)ctx, (void)p, (void)names, (void)max;
@@ -112,14 +115,15 @@ static fp4_status lt_run(fp4_context *ctx, const fp4_problem *p, const char *con
   int algo = fp4_lt_config_index(config);
   if (algo < 0) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: unknown config '%s' (heur0..heur3)", name, config);
   char why[256];
-  const fp4_lt_answer *a = ask(ctx, p, why, sizeof why);
-  if (!a || a->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s", name, why);
   fp4_lt_state *s = NULL;
-  fp4_status st = fp4_lt_state_get(ctx, name, &s);
-  if (!st) st = fp4_lt_scratch(s, 0, NULL);
+  const fp4_lt_answer *a = ask(ctx, p, &s, why, sizeof why);
+  if (!a || a->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s", name, why);
+  void *workspace = NULL;
+  fp4_status st = fp4_context_workspace(ctx, fp4_lt_workspace(a, algo), p->stream, "cublaslt", &workspace);
   if (st) return st;
   const float alpha = p->alpha * p->a_q->multiplier * p->b->multiplier;
-  st = fp4_lt_run(s, a, algo, alpha, p->b->data, p->b->scales, p->a_q->data, p->a_q->scales, p->out->data, p->stream, name);
+  st = fp4_lt_run(s, a, algo, alpha, p->b->data, p->b->scales, p->a_q->data, p->a_q->scales, p->out->data, workspace,
+                  p->stream, name);
   if (!st && info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
     snprintf(info->config, sizeof info->config, "heur%d", algo);
@@ -129,6 +133,20 @@ static fp4_status lt_run(fp4_context *ctx, const fp4_problem *p, const char *con
 #else
   (void)ctx, (void)p, (void)config, (void)info;
   return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: built without CUDA", name);
+#endif
+}
+
+/* The scratch of the algorithm the config names (cuBLASLt's own need, 0 for many shapes). */
+static size_t lt_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
+#if FP4KIT_HAVE_CUDA
+  char why[256];
+  const int algo = fp4_lt_config_index(config);
+  const fp4_lt_answer *a = static_checks(p, why, sizeof why) ? NULL : ask(ctx, p, NULL, why, sizeof why);
+  fp4_clear_error();
+  return a ? fp4_lt_workspace(a, algo) : 0;
+#else
+  (void)ctx, (void)p, (void)config;
+  return 0;
 #endif
 }
 
@@ -181,4 +199,5 @@ const fp4_backend fp4_backend_cublaslt = {
     .release_state = NULL,
 #endif
     .probe = lt_probe,
+    .workspace_size = lt_workspace_size,
 };

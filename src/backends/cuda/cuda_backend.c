@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "backends/cuda/moe_host.h"
+#include "backends/cuda/cuda_probe.h"
 
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -531,4 +532,5 @@ const fp4_backend fp4_backend_cuda = {
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
     .workspace_size = cuda_workspace_size,
     .device_scalars = 1,
+    .probe = fp4_cuda_probe,
 };

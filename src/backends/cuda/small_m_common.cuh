@@ -3,7 +3,8 @@
  * (gemm_small_m.cu) and the grouped MoE decode kernel (moe_grouped.cu): streaming weight loads,
  * the exact e2m1 -> bf16/f16 decode, weight and activation scale handling, the activation
  * fragments (bf16, f16, f32 as three bf16 parts, FP4) and the per-slab mma.sync m16n8k16 step with
- * the weights as the 16-row A operand ("swap AB"). The numeric reasoning is in gemm_small_m.cu's
+ * the weights as the 16-row A operand ("swap AB"); the decode helpers shared with other backends are
+ * in format/codec_device.cuh. The numeric reasoning is in gemm_small_m.cu's
  * header comment. Everything sits in an unnamed namespace: each kernel file gets its own copy.
  */
 #ifndef FP4_BACKENDS_CUDA_SMALL_M_COMMON_CUH
@@ -15,6 +16,7 @@
 
 #include "backends/cuda/cuda_kernels.h"
 #include "format/codec.h"
+#include "format/codec_device.cuh"
 #include "fp4kit.h"
 
 namespace {
@@ -38,73 +40,12 @@ __device__ __forceinline__ uint4 ld_stream(const uint8_t *ptr) {
 
 __device__ __forceinline__ uint4 ld_act(const void *ptr) { return __ldg(static_cast<const uint4 *>(ptr)); }
 
-/* Eight e2m1 codes (element i in nibble i) -> four pairs p[i] = (elem i, elem i+4) as bf16x2 or
- * f16x2 bits, exact, without scale. Byte permutes look the magnitudes up in register tables; the
- * sign bits of elements i and i+4 sit 16 bits apart, so one shift puts both in place. */
-template <bool F16>
-__device__ __forceinline__ void decode8(uint32_t w, uint32_t p[4]) {
-  const uint32_t mag = w & 0x77777777u;
-  if (F16) { /* f16 values of e2m1 have a zero low byte */
-    const uint32_t h0 = __byte_perm(0x3E3C3800u, 0x46444240u, mag);
-    const uint32_t h1 = __byte_perm(0x3E3C3800u, 0x46444240u, mag >> 16);
-    const uint32_t b01 = __byte_perm(h0, h1, 0x5140), b23 = __byte_perm(h0, h1, 0x7362);
-    p[0] = __byte_perm(b01, 0u, 0x1404);
-    p[1] = __byte_perm(b01, 0u, 0x3424);
-    p[2] = __byte_perm(b23, 0u, 0x1404);
-    p[3] = __byte_perm(b23, 0u, 0x3424);
-  } else {
-    const uint32_t h0 = __byte_perm(0x3F3F3F00u, 0x40404040u, mag);
-    const uint32_t h1 = __byte_perm(0x3F3F3F00u, 0x40404040u, mag >> 16);
-    const uint32_t l0 = __byte_perm(0xC0800000u, 0xC0804000u, mag);
-    const uint32_t l1 = __byte_perm(0xC0800000u, 0xC0804000u, mag >> 16);
-    const uint32_t a01 = __byte_perm(l0, l1, 0x5140), a23 = __byte_perm(l0, l1, 0x7362);
-    const uint32_t b01 = __byte_perm(h0, h1, 0x5140), b23 = __byte_perm(h0, h1, 0x7362);
-    p[0] = __byte_perm(a01, b01, 0x5140);
-    p[1] = __byte_perm(a01, b01, 0x7362);
-    p[2] = __byte_perm(a23, b23, 0x5140);
-    p[3] = __byte_perm(a23, b23, 0x7362);
-  }
-  p[0] |= (w << 12) & 0x80008000u;
-  p[1] |= (w << 8) & 0x80008000u;
-  p[2] |= (w << 4) & 0x80008000u;
-  p[3] |= w & 0x80008000u;
-}
-
-template <bool F16>
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  if (F16) {
-    __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
-    __half2 z = __hmul2(x, y);
-    r = *reinterpret_cast<uint32_t *>(&z);
-  } else {
-    __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
-    __nv_bfloat162 z = __hmul2(x, y);
-    r = *reinterpret_cast<uint32_t *>(&z);
-  }
-  return r;
-}
-
-/* An E4M3 scale byte as a 16-bit pair (exact in bf16 and f16): W4A4 activation scales. */
-template <bool F16>
-__device__ __forceinline__ uint32_t e4m3_pair(uint32_t byte) {
-  const float s = fp4_e4m3_decode_inline((uint8_t)byte);
-  const uint32_t h = F16 ? fp4_f16_from_f32_inline(s) : fp4_bf16_from_f32_inline(s);
-  return h | (h << 16);
-}
-
 /* 2^d as a 16-bit pair, for d up to 127 (bf16) or 15 (f16); 0 below the smallest subnormal. */
 template <bool F16>
 __device__ __forceinline__ uint32_t pow2_pair(int d) {
   uint32_t h;
   if (F16) h = d >= -14 ? (uint32_t)(15 + d) << 10 : d >= -24 ? 1u << (d + 24) : 0u;
   else h = d >= -126 ? (uint32_t)(127 + d) << 7 : d >= -133 ? 1u << (d + 133) : 0u;
-  return h | (h << 16);
-}
-
-/* A UE8M0 activation scale 2^(e-127) as a bf16 pair (W4A4 stages FP4 activations as bf16). */
-__device__ __forceinline__ uint32_t ue8m0_bf16_pair(uint32_t e) {
-  const uint32_t h = e == 0xFF ? 0x7FC0u : e == 0 ? 0x0040u : e << 7;
   return h | (h << 16);
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cudnn/cudnn_api.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
@@ -18,7 +19,6 @@
 #include <cuda_runtime.h>
 #endif
 #if FP4KIT_HAVE_CUDA && FP4KIT_HAVE_CUDNN
-#include <cudnn_graph.h>
 #define HAVE_CUDNN_GRAPH 1
 #else
 #define HAVE_CUDNN_GRAPH 0
@@ -28,6 +28,11 @@ static const char name[] = "cudnn";
 
 static fp4_status dnn_available(fp4_context *ctx, char *reason, size_t reason_size) {
 #if HAVE_CUDNN_GRAPH
+  char why[256];
+  if (!fp4_cudnn(why, sizeof why)) {
+    fp4_reason(reason, reason_size, "%s", why);
+    return FP4_ERR_UNSUPPORTED;
+  }
   int count = fp4_probe_device_count(), device = fp4_context_device(ctx);
   fp4_clear_error();
   if (device < 0) {
@@ -38,9 +43,9 @@ static fp4_status dnn_available(fp4_context *ctx, char *reason, size_t reason_si
     fp4_reason(reason, reason_size, "CUDA device %d is not present (%d visible)", device, count);
     return FP4_ERR_UNSUPPORTED;
   }
-  size_t v = cudnnGetVersion();
+  const int v = fp4_cudnn_version();
   if (v < 90700) {
-    fp4_reason(reason, reason_size, "cuDNN %zu found; block-scale dequantize needs cuDNN 9.7+", v);
+    fp4_reason(reason, reason_size, "cuDNN %d found (%s); block-scale dequantize needs cuDNN 9.7+", v, fp4_cudnn_soname());
     return FP4_ERR_UNSUPPORTED;
   }
   fp4_reason(reason, reason_size, "%s", "");
@@ -48,7 +53,7 @@ static fp4_status dnn_available(fp4_context *ctx, char *reason, size_t reason_si
 #else
   (void)ctx;
 #if FP4KIT_HAVE_CUDA
-  fp4_reason(reason, reason_size, "built without cuDNN (cudnn_backend.h / libcudnn not found at configure time)");
+  fp4_reason(reason, reason_size, "built without cuDNN (its headers were not found at configure time)");
 #else
   fp4_reason(reason, reason_size, "built without CUDA");
 #endif
@@ -74,6 +79,9 @@ static fp4_status static_checks(const fp4_problem *p, char *reason, size_t reaso
 
 #if HAVE_CUDNN_GRAPH
 
+/* The loaded table: every caller below runs after dnn_available() or state_get() loaded it. */
+static const fp4_cudnn_api *api(void) { return fp4_cudnn(NULL, 0); }
+
 enum { MAX_DESCS = 40, MEMO = 16, MAX_CFGS = 8 };
 enum { UID_A = 1, UID_SFA, UID_B, UID_SFB, UID_ALPHA, UID_OUT, UID_DA = 10, UID_DB, UID_C };
 
@@ -95,14 +103,12 @@ typedef struct dnn_plan {
 typedef struct dnn_state {
   int device;
   cudnnHandle_t handle;
-  void *workspace;
-  size_t workspace_bytes;
   dnn_plan memo[MEMO];
   int memo_count, memo_next;
 } dnn_state;
 
 static void plan_clear(dnn_plan *pl) {
-  for (int i = pl->ndescs - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(pl->descs[i]);
+  for (int i = pl->ndescs - 1; i >= 0; i--) api()->cudnnBackendDestroyDescriptor(pl->descs[i]);
   memset(pl, 0, sizeof *pl);
 }
 
@@ -111,24 +117,43 @@ static void dnn_release(void *state) {
   if (!s) return;
   cudaSetDevice(s->device);
   for (int i = 0; i < s->memo_count; i++) plan_clear(&s->memo[i]);
-  if (s->workspace) cudaFree(s->workspace);
-  if (s->handle) cudnnDestroy(s->handle);
+  if (s->handle) api()->cudnnDestroy(s->handle);
   free(s);
 }
 
-static fp4_status state_get(fp4_context *ctx, dnn_state **out) {
+/* 1 when work queued on stream is being captured into a CUDA graph (a failed query counts as
+ * capturing: nothing is built or allocated on a stream whose state is unknown). */
+static int capturing(void *stream) {
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+static const char capture_hint[] =
+    "cuDNN builds its handle and a shape's execution plan on first use, which must not happen while the stream is "
+    "captured into a CUDA graph: run the call once, or ask fp4_mm_workspace_size / fp4_mm_w4a16_workspace_size for "
+    "it, before the capture";
+
+/* The context's state, created on first use (never while stream is being captured). */
+static fp4_status state_get(fp4_context *ctx, void *stream, dnn_state **out) {
   void **slot = fp4_context_state(ctx, name);
   if (!slot) return fp4_fail(FP4_ERR_INTERNAL, "cudnn: no context slot");
   cudaError_t ce = cudaSetDevice(fp4_context_device(ctx));
   if (ce != cudaSuccess) return fp4_fail(FP4_ERR_CUDA, "cudnn: cudaSetDevice: %s", cudaGetErrorString(ce));
   if (!*slot) {
+    char why[256];
+    if (!fp4_cudnn(why, sizeof why)) return fp4_fail(FP4_ERR_UNSUPPORTED, "cudnn: %s", why);
+    if (capturing(stream)) return fp4_fail(FP4_ERR_UNSUPPORTED, "cudnn: %s", capture_hint);
     dnn_state *s = calloc(1, sizeof *s);
     if (!s) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "cudnn: out of host memory");
     s->device = fp4_context_device(ctx);
-    cudnnStatus_t st = cudnnCreate(&s->handle);
+    cudnnStatus_t st = api()->cudnnCreate(&s->handle);
     if (st != CUDNN_STATUS_SUCCESS) {
       free(s);
-      return fp4_fail(FP4_ERR_CUDA, "cudnn: cudnnCreate: %s", cudnnGetErrorString(st));
+      return fp4_fail(FP4_ERR_CUDA, "cudnn: cudnnCreate: %s", api()->cudnnGetErrorString(st));
     }
     *slot = s;
   }
@@ -151,7 +176,7 @@ static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t ty
     b->where = "too many descriptors";
     return NULL;
   }
-  if ((b->st = cudnnBackendCreateDescriptor(type, &d))) {
+  if ((b->st = api()->cudnnBackendCreateDescriptor(type, &d))) {
     b->where = where;
     return NULL;
   }
@@ -162,12 +187,12 @@ static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t ty
 static void set(builder *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t attr, cudnnBackendAttributeType_t type,
                 int64_t count, const void *value, const char *where) {
   if (b->st) return;
-  if ((b->st = cudnnBackendSetAttribute(d, attr, type, count, value))) b->where = where;
+  if ((b->st = api()->cudnnBackendSetAttribute(d, attr, type, count, value))) b->where = where;
 }
 
 static void fin(builder *b, cudnnBackendDescriptor_t d, const char *where) {
   if (b->st) return;
-  if ((b->st = cudnnBackendFinalize(d))) b->where = where;
+  if ((b->st = api()->cudnnBackendFinalize(d))) b->where = where;
 }
 
 static cudnnBackendDescriptor_t tensor(builder *b, int64_t uid, cudnnDataType_t type, const int64_t dims[3],
@@ -225,7 +250,7 @@ static plan_key key_of(const fp4_problem *p) {
 }
 
 static void version_text(char *buf, size_t size) {
-  size_t v = cudnnGetVersion();
+  size_t v = (size_t)fp4_cudnn_version();
   snprintf(buf, size, "cuDNN %zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
 }
 
@@ -299,13 +324,13 @@ static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
   set(&b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics");
   fin(&b, heur, "heuristics finalize");
   int64_t ncfg = 0;
-  if (!b.st && (b.st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &ncfg, NULL)))
+  if (!b.st && (b.st = api()->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &ncfg, NULL)))
     b.where = "heuristics results";
   char ver[48], last[256] = "";
   version_text(ver, sizeof ver);
   if (b.st) {
-    cudnnGetLastErrorString(last, sizeof last);
-    snprintf(pl->reason, sizeof pl->reason, "%s: %s failed: %s%s%s", ver, b.where, cudnnGetErrorString(b.st), last[0] ? ": " : "", last);
+    api()->cudnnGetLastErrorString(last, sizeof last);
+    snprintf(pl->reason, sizeof pl->reason, "%s: %s failed: %s%s%s", ver, b.where, api()->cudnnGetErrorString(b.st), last[0] ? ": " : "", last);
     return;
   }
   if (ncfg == 0) {
@@ -316,7 +341,7 @@ static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
   cudnnBackendDescriptor_t cfgs[MAX_CFGS];
   for (int64_t i = 0; i < ncfg; i++) cfgs[i] = make(&b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
   int64_t got = 0;
-  if (!b.st && (b.st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got, cfgs)))
+  if (!b.st && (b.st = api()->cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &got, cfgs)))
     b.where = "heuristics results";
   cudnnStatus_t plan_st = CUDNN_STATUS_SUCCESS;
   for (int64_t i = 0; !b.st && i < got && !pl->ok; i++) {
@@ -324,13 +349,13 @@ static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
     set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &s->handle, "execution plan");
     set(&b, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i], "execution plan");
     if (b.st) break;
-    plan_st = cudnnBackendFinalize(plan);
+    plan_st = api()->cudnnBackendFinalize(plan);
     if (plan_st) {
-      cudnnGetLastErrorString(last, sizeof last);
+      api()->cudnnGetLastErrorString(last, sizeof last);
       continue;
     }
     int64_t n = 0;
-    if ((b.st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &pl->workspace)))
+    if ((b.st = api()->cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &pl->workspace)))
       b.where = "plan workspace size";
     else {
       pl->plan = plan;
@@ -342,18 +367,24 @@ static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
   if (!b.st && got == 0) {
     snprintf(pl->reason, sizeof pl->reason, "%s: heuristics (mode A) returned no engine config for the block-scale dequantize + matmul graph", ver);
   } else if (b.st) {
-    cudnnGetLastErrorString(last, sizeof last);
-    snprintf(pl->reason, sizeof pl->reason, "%s: %s failed: %s%s%s", ver, b.where, cudnnGetErrorString(b.st), last[0] ? ": " : "", last);
+    api()->cudnnGetLastErrorString(last, sizeof last);
+    snprintf(pl->reason, sizeof pl->reason, "%s: %s failed: %s%s%s", ver, b.where, api()->cudnnGetErrorString(b.st), last[0] ? ": " : "", last);
   } else {
     snprintf(pl->reason, sizeof pl->reason, "%s: no execution plan (%lld engine configs, last: %s%s%s)", ver, (long long)got,
-             cudnnGetErrorString(plan_st), last[0] ? ": " : "", last);
+             api()->cudnnGetErrorString(plan_st), last[0] ? ": " : "", last);
   }
 }
 
+/* The execution plan for p, built on first use; NULL (and the reason in fp4_last_error()) when it
+ * would have to be built while p's stream is being captured. */
 static dnn_plan *plan_for(dnn_state *s, const fp4_problem *p) {
   plan_key k = key_of(p);
   for (int i = 0; i < s->memo_count; i++)
     if (!memcmp(&s->memo[i].key, &k, sizeof k)) return &s->memo[i];
+  if (capturing(p->stream)) {
+    fp4_fail(FP4_ERR_UNSUPPORTED, "cudnn: %s", capture_hint);
+    return NULL;
+  }
   dnn_plan *pl = &s->memo[s->memo_next];
   s->memo_next = (s->memo_next + 1) % MEMO;
   if (s->memo_count < MEMO) s->memo_count++;
@@ -370,14 +401,15 @@ static fp4_status dnn_supports(fp4_context *ctx, const fp4_problem *p, char *rea
   if (st) return st;
 #if HAVE_CUDNN_GRAPH
   dnn_state *s = NULL;
-  if ((st = state_get(ctx, &s))) {
+  if ((st = state_get(ctx, p->stream, &s))) {
     fp4_reason(reason, reason_size, "%s", fp4_last_error());
     fp4_clear_error();
     return FP4_ERR_UNSUPPORTED;
   }
   const dnn_plan *pl = plan_for(s, p);
-  fp4_reason(reason, reason_size, "%s", pl->reason);
-  return pl->ok ? FP4_OK : FP4_ERR_UNSUPPORTED;
+  fp4_reason(reason, reason_size, "%s", pl ? pl->reason : fp4_last_error());
+  fp4_clear_error();
+  return pl && pl->ok ? FP4_OK : FP4_ERR_UNSUPPORTED;
 #else
   (void)ctx;
   return dnn_available(ctx, reason, reason_size);
@@ -389,18 +421,13 @@ static fp4_status dnn_run(fp4_context *ctx, const fp4_problem *p, const char *co
     return fp4_fail(FP4_ERR_NOT_FOUND, "cudnn: unknown config '%s' (cuDNN's heuristics choose; only 'default')", config);
 #if HAVE_CUDNN_GRAPH
   dnn_state *s = NULL;
-  fp4_status st = state_get(ctx, &s);
+  fp4_status st = state_get(ctx, p->stream, &s);
   if (st) return st;
   dnn_plan *pl = plan_for(s, p);
+  if (!pl) return FP4_ERR_UNSUPPORTED;
   if (!pl->ok) return fp4_fail(FP4_ERR_UNSUPPORTED, "cudnn: %s", pl->reason);
-  if ((size_t)pl->workspace > s->workspace_bytes) {
-    if (s->workspace) cudaFree(s->workspace);
-    s->workspace = NULL;
-    s->workspace_bytes = 0;
-    cudaError_t e = cudaMalloc(&s->workspace, (size_t)pl->workspace);
-    if (e != cudaSuccess) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "cudnn: workspace of %lld bytes: %s", (long long)pl->workspace, cudaGetErrorString(e));
-    s->workspace_bytes = (size_t)pl->workspace;
-  }
+  void *workspace = NULL;
+  if ((st = fp4_context_workspace(ctx, (size_t)pl->workspace, p->stream, "cudnn", &workspace))) return st;
   float alpha = p->alpha * p->b->multiplier * (p->op == FP4_OP_MM ? p->a_q->multiplier : 1.0f);
   int64_t uids[6];
   void *ptrs[6];
@@ -416,18 +443,18 @@ static fp4_status dnn_run(fp4_context *ctx, const fp4_problem *p, const char *co
   uids[n] = UID_ALPHA, ptrs[n++] = &alpha;
   uids[n] = UID_OUT, ptrs[n++] = p->out->data;
   cudnnBackendDescriptor_t vp = NULL;
-  cudnnStatus_t ds = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-  if (!ds) ds = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
-  if (!ds) ds = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-  if (!ds) ds = cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &s->workspace);
-  if (!ds) ds = cudnnBackendFinalize(vp);
-  if (!ds) ds = cudnnSetStream(s->handle, (cudaStream_t)p->stream);
-  if (!ds) ds = cudnnBackendExecute(s->handle, pl->plan, vp);
-  if (vp) cudnnBackendDestroyDescriptor(vp);
+  cudnnStatus_t ds = api()->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  if (!ds) ds = api()->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+  if (!ds) ds = api()->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
+  if (!ds) ds = api()->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  if (!ds) ds = api()->cudnnBackendFinalize(vp);
+  if (!ds) ds = api()->cudnnSetStream(s->handle, (cudaStream_t)p->stream);
+  if (!ds) ds = api()->cudnnBackendExecute(s->handle, pl->plan, vp);
+  if (vp) api()->cudnnBackendDestroyDescriptor(vp);
   if (ds) {
     char last[256] = "";
-    cudnnGetLastErrorString(last, sizeof last);
-    return fp4_fail(FP4_ERR_CUDA, "cudnn: execute: %s %s", cudnnGetErrorString(ds), last);
+    api()->cudnnGetLastErrorString(last, sizeof last);
+    return fp4_fail(FP4_ERR_CUDA, "cudnn: execute: %s %s", api()->cudnnGetErrorString(ds), last);
   }
   if (info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
@@ -440,6 +467,23 @@ static fp4_status dnn_run(fp4_context *ctx, const fp4_problem *p, const char *co
   char why[160];
   dnn_available(ctx, why, sizeof why);
   return fp4_fail(FP4_ERR_UNSUPPORTED, "cudnn: %s", why);
+#endif
+}
+
+/* The plan's workspace (building the plan if needed, outside capture). */
+static size_t dnn_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
+  (void)config;
+#if HAVE_CUDNN_GRAPH
+  char why[256];
+  dnn_state *s = NULL;
+  const dnn_plan *pl = NULL;
+  if (!static_checks(p, why, sizeof why) && !dnn_available(ctx, why, sizeof why) && !state_get(ctx, p->stream, &s))
+    pl = plan_for(s, p);
+  fp4_clear_error();
+  return pl && pl->ok ? (size_t)pl->workspace : 0;
+#else
+  (void)ctx, (void)p;
+  return 0;
 #endif
 }
 
@@ -491,4 +535,5 @@ const fp4_backend fp4_backend_cudnn = {
     .release_state = NULL,
 #endif
     .probe = dnn_probe,
+    .workspace_size = dnn_workspace_size,
 };

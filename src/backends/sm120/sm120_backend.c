@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/sm120/sm120_launch.h"
+#include "backends/sm120/sm120_probe.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
@@ -204,4 +205,5 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .release_state = sm120_release_state,
     .honours_pdl = 1,
     .device_scalars = 1,
+    .probe = fp4_sm120_probe,
 };

@@ -1,6 +1,6 @@
-/* Internals of the same-run peers (src/tune/peers.c) and their CUDA kernels (peers_kernels.cu). */
-#ifndef FP4_TUNE_PEERS_H
-#define FP4_TUNE_PEERS_H
+/* Internals of the same-run peers (src/bench/peers.c) and their CUDA kernels (peers_kernels.cu). */
+#ifndef FP4_BENCH_PEERS_H
+#define FP4_BENCH_PEERS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -8,9 +8,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Threads the host peers use: FP4KIT_NUM_THREADS when set to a positive number, else every online CPU. */
-int fp4_host_thread_count(void);
 
 /* Kernels of the device peers. Each returns a cudaError_t as int (0 = success) so that this header
  * needs no CUDA headers; stream is a cudaStream_t. */

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "tune/peers.h"
+#include "bench/peers.h"
+#include "fp4kit_bench.h"
 #if FP4KIT_HAVE_CUDA
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -116,7 +116,7 @@ static fp4_status pool_start(host_pool *p, int threads) {
   p->threads = threads;
   p->started = 1;
   p->ids = calloc((size_t)threads, sizeof *p->ids);
-  if (!p->ids) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_time_peer: out of host memory");
+  if (!p->ids) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "fp4_time_peer: out of host memory");
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->go, NULL);
   pthread_cond_init(&p->finished, NULL);
@@ -127,7 +127,7 @@ static fp4_status pool_start(host_pool *p, int threads) {
       free(arg);
       /* Fewer threads than asked would measure a different machine: stop and say so. */
       pool_stop(p);
-      return fp4_fail(FP4_ERR_INTERNAL, "fp4_time_peer: could not start host thread %d of %d", t, threads);
+      return fp4_set_error(FP4_ERR_INTERNAL, "fp4_time_peer: could not start host thread %d of %d", t, threads);
     }
     p->started = t + 1;
   }
@@ -211,14 +211,14 @@ static fp4_status time_host(fp4_peer peer, int64_t m, int64_t n, int64_t k, int 
                             double *rate) {
   host_pool p;
   memset(&p, 0, sizeof p);
-  int threads = fp4_host_thread_count();
+  int threads = fp4_cpu_threads();
   uint8_t *buf = NULL;
   double units = 0.0;
   if (peer == FP4_PEER_HOST_READ) {
     p.bytes = (size_t)n * (size_t)k;
-    if (p.bytes < 8) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: host-read needs n*k >= 8 bytes");
+    if (p.bytes < 8) return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: host-read needs n*k >= 8 bytes");
     if (posix_memalign((void **)&buf, 64, p.bytes))
-      return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_time_peer: host-read: %zu bytes of host memory", p.bytes);
+      return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "fp4_time_peer: host-read: %zu bytes of host memory", p.bytes);
     /* Nonzero, varied contents; every page touched before timing. */
     for (size_t i = 0; i + 8 <= p.bytes; i += 8) {
       uint64_t v = (uint64_t)i * 0x9E3779B97F4A7C15ull + 1u;
@@ -247,10 +247,6 @@ static fp4_status time_host(fp4_peer peer, int64_t m, int64_t n, int64_t k, int 
   }
   free(buf);
   if (!st && rate) *rate = units / (timing->median_us * 1e-6);
-  if (!st)
-    fp4_log(FP4_LOG_INFO, "fp4_time_peer: %s on %d threads%s", fp4_peer_name(peer), threads,
-            peer == FP4_PEER_HOST_FMA ? (p.fma_level == 2 ? ", AVX-512F" : p.fma_level == 1 ? ", AVX2+FMA" : ", generic C")
-                                      : "");
   return st;
 }
 
@@ -286,7 +282,7 @@ typedef struct device_peer {
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static fp4_status cuda_fail(const char *what, cudaError_t e) {
-  return fp4_fail(e == cudaErrorMemoryAllocation ? FP4_ERR_OUT_OF_MEMORY : FP4_ERR_CUDA, "fp4_time_peer: %s: %s", what,
+  return fp4_set_error(e == cudaErrorMemoryAllocation ? FP4_ERR_OUT_OF_MEMORY : FP4_ERR_CUDA, "fp4_time_peer: %s: %s", what,
                   cudaGetErrorString(e));
 }
 
@@ -310,14 +306,14 @@ static fp4_status device_call(void *user, int iteration) {
                                     CUDA_R_16BF, (int)d->k, x, CUDA_R_16BF, (int)d->k, &zero, y, CUDA_R_16BF,
                                     (int)d->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-      return fp4_fail(FP4_ERR_CUDA, "fp4_time_peer: cublasGemmEx (BF16, m %lld n %lld k %lld): %s", (long long)d->m,
+      return fp4_set_error(FP4_ERR_CUDA, "fp4_time_peer: cublasGemmEx (BF16, m %lld n %lld k %lld): %s", (long long)d->m,
                       (long long)d->n, (long long)d->k, cublasGetStatusString(s));
     return FP4_OK;
   }
   cublasStatus_t s = cublasLtMatmul(d->lt, d->op, &one, w, d->lw, x, d->lx, &zero, y, d->ly, y, d->ly, &d->algo,
                                     d->workspace, d->workspace_bytes, d->stream);
   if (s != CUBLAS_STATUS_SUCCESS)
-    return fp4_fail(FP4_ERR_CUDA, "fp4_time_peer: cublasLtMatmul (FP8 E4M3, m %lld n %lld k %lld): %s", (long long)d->m,
+    return fp4_set_error(FP4_ERR_CUDA, "fp4_time_peer: cublasLtMatmul (FP8 E4M3, m %lld n %lld k %lld): %s", (long long)d->m,
                     (long long)d->n, (long long)d->k, cublasLtGetStatusString(s));
   return FP4_OK;
 }
@@ -353,7 +349,7 @@ static fp4_status gemm_operands(device_peer *d, int device, size_t elem) {
 
 static fp4_status lt_setup(device_peer *d) {
   cublasStatus_t s = cublasLtCreate(&d->lt);
-  if (s != CUBLAS_STATUS_SUCCESS) return fp4_fail(FP4_ERR_CUDA, "fp4_time_peer: cublasLtCreate: %s", cublasLtGetStatusString(s));
+  if (s != CUBLAS_STATUS_SUCCESS) return fp4_set_error(FP4_ERR_CUDA, "fp4_time_peer: cublasLtCreate: %s", cublasLtGetStatusString(s));
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   /* FP8 GEMMs in cuBLASLt are TN only, which is exactly the K-major weight layout. */
   if ((s = cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
@@ -362,7 +358,7 @@ static fp4_status lt_setup(device_peer *d) {
       (s = cublasLtMatrixLayoutCreate(&d->lw, CUDA_R_8F_E4M3, (uint64_t)d->k, (uint64_t)d->n, d->k)) ||
       (s = cublasLtMatrixLayoutCreate(&d->lx, CUDA_R_8F_E4M3, (uint64_t)d->k, (uint64_t)d->m, d->k)) ||
       (s = cublasLtMatrixLayoutCreate(&d->ly, CUDA_R_16BF, (uint64_t)d->n, (uint64_t)d->m, d->n)))
-    return fp4_fail(FP4_ERR_CUDA, "fp4_time_peer: cuBLASLt FP8 descriptors: %s", cublasLtGetStatusString(s));
+    return fp4_set_error(FP4_ERR_CUDA, "fp4_time_peer: cuBLASLt FP8 descriptors: %s", cublasLtGetStatusString(s));
   d->workspace_bytes = 32u << 20;
   cudaError_t e = cudaMalloc(&d->workspace, d->workspace_bytes);
   if (e != cudaSuccess) return cuda_fail("cuBLASLt workspace", e);
@@ -376,7 +372,7 @@ static fp4_status lt_setup(device_peer *d) {
   if (!s) s = cublasLtMatmulAlgoGetHeuristic(d->lt, d->op, d->lw, d->lx, d->ly, d->ly, pref, 1, &result, &found);
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found < 1)
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_time_peer: cuBLASLt has no FP8 E4M3 algorithm for m %lld n %lld k %lld (%s)",
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_time_peer: cuBLASLt has no FP8 E4M3 algorithm for m %lld n %lld k %lld (%s)",
                     (long long)d->m, (long long)d->n, (long long)d->k,
                     s != CUBLAS_STATUS_SUCCESS ? cublasLtGetStatusString(s) : "heuristic returned none");
   d->algo = result.algo;
@@ -405,7 +401,7 @@ static fp4_status time_device(fp4_context *ctx, fp4_peer peer, int64_t m, int64_
   cudaError_t e = cudaSetDevice(device);
   if (e != cudaSuccess) return cuda_fail("cudaSetDevice", e);
   if ((peer == FP4_PEER_CUBLAS_BF16 || peer == FP4_PEER_CUBLASLT_FP8) && (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: cuBLAS takes 32-bit dimensions (m %lld n %lld k %lld)",
+    return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: cuBLAS takes 32-bit dimensions (m %lld n %lld k %lld)",
                     (long long)m, (long long)n, (long long)k);
   device_peer d;
   memset(&d, 0, sizeof d);
@@ -454,7 +450,7 @@ static fp4_status time_device(fp4_context *ctx, fp4_peer peer, int64_t m, int64_
       if (s) d.blas = NULL; /* not a handle to destroy */
       else s = cublasSetStream(d.blas, d.stream);
       if (s) {
-        st = fp4_fail(FP4_ERR_CUDA, "fp4_time_peer: cublasCreate: %s", cublasGetStatusString(s));
+        st = fp4_set_error(FP4_ERR_CUDA, "fp4_time_peer: cublasCreate: %s", cublasGetStatusString(s));
         goto out;
       }
     } else if ((st = lt_setup(&d))) {
@@ -471,25 +467,25 @@ out:
 
 fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
                          fp4_timing *timing, double *bytes_per_s) {
-  fp4_clear_error();
+  fp4_set_error(FP4_OK, NULL);
   const char *name = fp4_peer_name(peer);
-  if (!name) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: peer %d is not an fp4_peer", (int)peer);
-  if (!timing) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: timing is NULL");
-  if (runs < 1) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: runs (%d) must be >= 1", runs);
+  if (!name) return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: peer %d is not an fp4_peer", (int)peer);
+  if (!timing) return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: timing is NULL");
+  if (runs < 1) return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: runs (%d) must be >= 1", runs);
   const int gemm = peer == FP4_PEER_CUBLAS_BF16 || peer == FP4_PEER_CUBLASLT_FP8 || peer == FP4_PEER_HOST_FMA;
   if (n < 1 || k < 1 || (gemm && m < 1))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: %s: m %lld, n %lld, k %lld must be positive", name,
+    return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: %s: m %lld, n %lld, k %lld must be positive", name,
                     (long long)m, (long long)n, (long long)k);
   if ((double)n * (double)k > (double)(SIZE_MAX / 4) || (gemm && (double)m * (double)n > (double)(SIZE_MAX / 4)))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: %s: sizes overflow (m %lld n %lld k %lld)", name,
+    return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_time_peer: %s: sizes overflow (m %lld n %lld k %lld)", name,
                     (long long)m, (long long)n, (long long)k);
   if (peer == FP4_PEER_HOST_READ || peer == FP4_PEER_HOST_FMA) return time_host(peer, m, n, k, runs, timing, bytes_per_s);
   if (fp4_context_device(ctx) < 0)
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_time_peer: %s runs on a CUDA device; the context is %s", name,
+    return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_time_peer: %s runs on a CUDA device; the context is %s", name,
                     ctx ? "host-only" : "NULL");
 #if FP4KIT_HAVE_CUDA
   return time_device(ctx, peer, m, n, k, runs, timing, bytes_per_s);
 #else
-  return fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_time_peer: %s needs a build with CUDA (this fp4kit has none)", name);
+  return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_time_peer: %s needs a build with CUDA (this fp4kit has none)", name);
 #endif
 }

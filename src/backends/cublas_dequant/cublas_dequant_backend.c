@@ -1,14 +1,16 @@
 /*
- * The cublas-dequant backend: the path users write by hand. Dequantize the FP4 operands into a
- * context-owned workspace (exactly: e2m1 * e4m3 fits BF16), then run a cuBLASLt GEMM in the
- * activations' precision with the per-tensor multipliers folded into alpha. It runs wherever
- * cuBLASLt runs, and at very large M its cost is dominated by the BF16 tensor-core GEMM.
+ * The cublas-dequant backend: the path users write by hand. Dequantize the FP4 operands into the
+ * context workspace (exactly: e2m1 * e4m3 fits BF16), then run a cuBLASLt GEMM in the activations'
+ * precision with the per-tensor multipliers folded into alpha. It runs wherever cuBLASLt runs, and
+ * at very large M its cost is dominated by the BF16 tensor-core GEMM.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cublas_dequant/dequant.h"
 #include "backends/cublaslt/lt_common.h"
+#include "core/context.h"
 #include "core/error.h"
 #include "dispatch/arch.h"
 #include "dispatch/heuristic.h"
@@ -49,22 +51,59 @@ static int cuda_type_of(fp4_dtype t) {
  * otherwise (bf16 GEMM, f16 output) it writes f32 that a kernel converts. */
 static int direct_output(fp4_dtype gemm, fp4_dtype out) { return out == gemm || out == FP4_DTYPE_F32; }
 
-/* The dequantized weights live in a workspace of at most FP4KIT_DEQUANT_WORKSPACE_MB (default
- * 256 MiB): wider weights run as consecutive chunks of N rows, each dequantized into the same
- * buffer and multiplied into its columns of y (one stream, so a chunk's GEMM has read the buffer
- * before the next chunk's dequantization writes it). Without the bound a vocabulary projection
- * (248320 x 4096) would take 2 GiB of scratch. Chunks are multiples of 128 rows, which keeps every
- * scale layout's chunk a contiguous byte range. */
-static int64_t chunk_rows(int64_t n, int64_t k, size_t elem) {
-  const char *env = getenv("FP4KIT_DEQUANT_WORKSPACE_MB");
-  long long mb = env && *env ? atoll(env) : 256;
-  if (mb < 1) mb = 1;
-  int64_t rows = (int64_t)(((long long)mb << 20) / (long long)((size_t)k * elem)) / 128 * 128;
+/* How a problem runs in the context workspace, laid out as
+ *   [cuBLASLt scratch | dequantized weights of one chunk | dequantized A (W4A4) | f32 y of a chunk],
+ * each part 256-byte aligned. The weights run as consecutive chunks of N rows, each dequantized into
+ * the same buffer and multiplied into its columns of y (one stream, so a chunk's GEMM has read the
+ * buffer before the next chunk's dequantization writes it). By default a chunk's parts take at most
+ * 256 MiB: without a bound a vocabulary projection (248320 x 4096) would take 2 GiB. A context whose
+ * workspace is smaller (fp4_context_reserve_workspace) but holds at least 128 rows runs in chunks
+ * that fit it, so a call never grows a workspace the caller sized. Chunks are multiples of 128 rows,
+ * which keeps every scale layout's chunk a contiguous byte range. */
+#define DQ_CHUNK_BYTES ((size_t)256 << 20)
+
+typedef struct dq_plan {
+  fp4_dtype t;          /* the GEMM's precision                                 */
+  int direct;           /* cuBLASLt writes the output (no f32 y)                */
+  int64_t chunk;        /* weight rows per chunk                                */
+  size_t w_off, x_off, y_off, bytes;
+} dq_plan;
+
+static size_t up256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Rows per chunk when a chunk's per-row parts may take budget bytes: equal chunks, rounded up to
+ * 128 rows; at least 128. */
+static int64_t chunk_rows(int64_t n, size_t per_row, size_t budget) {
+  int64_t rows = (int64_t)(budget / per_row) / 128 * 128;
   if (rows < 128) rows = 128;
   if (rows >= n) return n;
-  const int64_t chunks = (n + rows - 1) / rows; /* equal chunks, rounded up to 128 rows */
+  const int64_t chunks = (n + rows - 1) / rows;
   rows = ((n + chunks - 1) / chunks + 127) / 128 * 128;
   return rows < n ? rows : n;
+}
+
+static void plan_layout(dq_plan *pl, int64_t m, int64_t k, size_t x_bytes, int64_t chunk) {
+  pl->chunk = chunk;
+  pl->w_off = FP4_LT_MAX_WORKSPACE;
+  pl->x_off = pl->w_off + up256((size_t)chunk * (size_t)k * fp4_dtype_size(pl->t));
+  pl->y_off = pl->x_off + up256(x_bytes);
+  pl->bytes = pl->y_off + (pl->direct ? 0 : up256((size_t)m * (size_t)chunk * sizeof(float)));
+}
+
+/* The plan for p in a context workspace holding `held` bytes now: the default plan, or smaller
+ * chunks when the workspace is smaller than the default but holds 128 rows. */
+static void plan_of(const fp4_problem *p, fp4_dtype t, size_t held, dq_plan *pl) {
+  const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
+  memset(pl, 0, sizeof *pl);
+  pl->t = t;
+  pl->direct = direct_output(t, p->out->dtype);
+  const size_t es = fp4_dtype_size(t);
+  const size_t x_bytes = p->op == FP4_OP_MM ? (size_t)M * (size_t)K * es : 0;
+  const size_t per_row = (size_t)K * es + (pl->direct ? 0 : (size_t)M * sizeof(float));
+  plan_layout(pl, M, K, x_bytes, chunk_rows(N, per_row, DQ_CHUNK_BYTES));
+  const size_t fixed = FP4_LT_MAX_WORKSPACE + up256(x_bytes) + 2 * 256;
+  if (held >= pl->bytes || held < fixed || held - fixed < 128 * per_row) return;
+  plan_layout(pl, M, K, x_bytes, chunk_rows(N, per_row, held - fixed));
 }
 
 static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t, int64_t n) {
@@ -84,30 +123,33 @@ static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t, int64_t n) {
   return g;
 }
 
-/* cuBLASLt's answer for the GEMM of one chunk of n weight rows (the problem's full chunk unless
- * n says otherwise: the last, narrower chunk). */
-static const fp4_lt_answer *ask_n(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, int64_t n, char *reason,
-                                  size_t reason_size) {
+/* cuBLASLt's answer for the GEMM of one chunk of n weight rows; *state receives the context's
+ * state. */
+static const fp4_lt_answer *ask_n(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, int64_t n,
+                                  fp4_lt_state **state, char *reason, size_t reason_size) {
   fp4_lt_state *s = NULL;
   if (fp4_lt_state_get(ctx, name, &s)) {
     fp4_reason(reason, reason_size, "%s", fp4_last_error());
     return NULL;
   }
+  if (state) *state = s;
   fp4_lt_gemm g = gemm_of(p, t, n);
   const fp4_lt_answer *a = fp4_lt_ask(s, &g, NULL, NULL);
   char ver[48];
   fp4_lt_version(ver, sizeof ver);
   if (a->status)
     fp4_reason(reason, reason_size, "%s: no %s GEMM algorithm (cublasLtMatmulAlgoGetHeuristic: %s)", ver,
-               fp4_dtype_name(t), cublasLtGetStatusName(a->status));
+               fp4_dtype_name(t), fp4_lt_status_name(s, a->status));
   else
     fp4_reason(reason, reason_size, "%s: %s GEMM, %d algorithm%s", ver, fp4_dtype_name(t), a->count, a->count == 1 ? "" : "s");
   return a;
 }
 
-static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, char *reason, size_t reason_size) {
-  const int64_t n = chunk_rows(fp4_problem_n(p), fp4_problem_k(p), fp4_dtype_size(t));
-  return ask_n(ctx, p, t, n, reason, reason_size);
+/* The plan for p in ctx's workspace as it is now, and cuBLASLt's answer for its chunk. */
+static const fp4_lt_answer *ask(fp4_context *ctx, const fp4_problem *p, fp4_dtype t, dq_plan *pl, fp4_lt_state **state,
+                                char *reason, size_t reason_size) {
+  plan_of(p, t, fp4_context_workspace_bytes(ctx), pl);
+  return ask_n(ctx, p, t, pl->chunk, state, reason, reason_size);
 }
 #endif
 
@@ -116,7 +158,8 @@ static fp4_status dq_supports(fp4_context *ctx, const fp4_problem *p, char *reas
   fp4_status st = gemm_dtype(p, &t, reason, reason_size);
   if (st) return st;
 #if FP4KIT_HAVE_CUDA
-  const fp4_lt_answer *a = ask(ctx, p, t, reason, reason_size);
+  dq_plan pl;
+  const fp4_lt_answer *a = ask(ctx, p, t, &pl, NULL, reason, reason_size);
   fp4_clear_error();
   return a && !a->status ? FP4_OK : FP4_ERR_UNSUPPORTED;
 #else
@@ -130,11 +173,29 @@ static int dq_configs(fp4_context *ctx, const fp4_problem *p, const char **names
 #if FP4KIT_HAVE_CUDA
   char why[256];
   fp4_dtype t;
+  dq_plan pl;
   if (gemm_dtype(p, &t, why, sizeof why)) return 0;
-  const fp4_lt_answer *a = ask(ctx, p, t, why, sizeof why);
+  const fp4_lt_answer *a = ask(ctx, p, t, &pl, NULL, why, sizeof why);
   return a ? fp4_lt_configs(a, names, max) : 0;
 #else
   (void)ctx, (void)p, (void)names, (void)max;
+  return 0;
+#endif
+}
+
+/* The default plan's bytes: what a context must hold for the call to neither grow its workspace
+ * nor run in more chunks than by default. */
+static size_t dq_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
+#if FP4KIT_HAVE_CUDA
+  (void)ctx, (void)config;
+  char why[256];
+  fp4_dtype t;
+  dq_plan pl;
+  if (gemm_dtype(p, &t, why, sizeof why)) return 0;
+  plan_of(p, t, 0, &pl);
+  return pl.bytes;
+#else
+  (void)ctx, (void)p, (void)config;
   return 0;
 #endif
 }
@@ -147,19 +208,14 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   fp4_dtype t;
   fp4_status st = gemm_dtype(p, &t, why, sizeof why);
   if (st) return fp4_fail(st, "%s: %s", name, why);
-  const fp4_lt_answer *a = ask(ctx, p, t, why, sizeof why);
+  dq_plan pl;
+  fp4_lt_state *s = NULL;
+  const fp4_lt_answer *a = ask(ctx, p, t, &pl, &s, why, sizeof why);
   if (!a || a->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s", name, why);
   const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
-  const size_t es = fp4_dtype_size(t);
-  const int64_t nc = chunk_rows(N, K, es);
-  const size_t w_bytes = (size_t)nc * (size_t)K * es, x_bytes = p->op == FP4_OP_MM ? (size_t)M * (size_t)K * es : 0;
-  const int direct = direct_output(t, p->out->dtype);
-  const size_t y_bytes = direct ? 0 : (size_t)M * (size_t)nc * sizeof(float);
-  fp4_lt_state *s = NULL;
-  char *scratch = NULL;
-  if ((st = fp4_lt_state_get(ctx, name, &s)) || (st = fp4_lt_scratch(s, w_bytes + x_bytes + y_bytes + 512, (void **)&scratch)))
-    return st;
-  char *w = scratch, *x = w + ((w_bytes + 255) & ~(size_t)255), *y = x + ((x_bytes + 255) & ~(size_t)255);
+  char *ws = NULL;
+  if ((st = fp4_context_workspace(ctx, pl.bytes, p->stream, "cublas-dequant", (void **)&ws))) return st;
+  char *w = ws + pl.w_off, *x = ws + pl.x_off, *y = ws + pl.y_off;
   float alpha = p->alpha * p->b->multiplier;
   const void *xin = p->op == FP4_OP_MM ? (const void *)x : p->a->data;
   if (p->op == FP4_OP_MM) {
@@ -169,20 +225,24 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   const int64_t ldo = p->out->ld ? p->out->ld : N;
   const size_t out_es = fp4_dtype_size(p->out->dtype);
   const int64_t scale_cols = K / (p->b->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
-  for (int64_t n0 = 0; n0 < N && !st; n0 += nc) {
-    const int64_t n = N - n0 < nc ? N - n0 : nc;
+  for (int64_t n0 = 0; n0 < N && !st; n0 += pl.chunk) {
+    const int64_t n = N - n0 < pl.chunk ? N - n0 : pl.chunk;
     fp4_qmatrix chunk = *p->b; /* rows n0 .. n0+n-1: a contiguous range of codes and of scales */
     chunk.data = (char *)p->b->data + n0 * (K / 2);
     chunk.scales = (char *)p->b->scales + fp4_layout_offset((int)p->b->layout, scale_cols, n0, 0);
     chunk.rows = n;
-    const fp4_lt_answer *an = n == nc ? a : ask_n(ctx, p, t, n, why, sizeof why);
+    const fp4_lt_answer *an = n == pl.chunk ? a : ask_n(ctx, p, t, n, NULL, why, sizeof why);
     if (!an || an->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: last chunk of %lld rows: %s", name, (long long)n, why);
     /* The tail chunk's own answer may list fewer algorithms than the one the config names. */
     const int an_algo = algo < an->count ? algo : 0;
+    if (fp4_lt_workspace(an, an_algo) > FP4_LT_MAX_WORKSPACE)
+      return fp4_fail(FP4_ERR_INTERNAL, "%s: cuBLASLt chose an algorithm needing %zu bytes of scratch (asked for at most %zu)",
+                      name, fp4_lt_workspace(an, an_algo), FP4_LT_MAX_WORKSPACE);
     char *out_cols = (char *)p->out->data + (size_t)n0 * out_es;
     if ((st = fp4_cuda_dequantize(&chunk, w, t, p->stream))) return st;
-    st = fp4_lt_run(s, an, an_algo, alpha, w, NULL, xin, NULL, direct ? (void *)out_cols : (void *)y, p->stream, name);
-    if (!st && !direct) st = fp4_cuda_convert_f32((const float *)y, M, n, out_cols, ldo, p->out->dtype, p->stream);
+    st = fp4_lt_run(s, an, an_algo, alpha, w, NULL, xin, NULL, pl.direct ? (void *)out_cols : (void *)y, ws, p->stream,
+                    name);
+    if (!st && !pl.direct) st = fp4_cuda_convert_f32((const float *)y, M, n, out_cols, ldo, p->out->dtype, p->stream);
   }
   if (!st && info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
@@ -242,8 +302,8 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
 
 const fp4_backend fp4_backend_cublas_dequant = {
     .name = name,
-    .summary = "dequantize to BF16 in a workspace, then a cuBLASLt BF16 GEMM (large M; weights wider than "
-               "FP4KIT_DEQUANT_WORKSPACE_MB, default 256, of BF16 run in chunks of N rows)",
+    .summary = "dequantize to BF16 in the context workspace, then a cuBLASLt BF16 GEMM (large M; weights over "
+               "256 MiB of BF16, or over a smaller reserved workspace, run in chunks of N rows)",
     .available = dq_available,
     .supports = dq_supports,
     .configs = dq_configs,
@@ -254,4 +314,5 @@ const fp4_backend fp4_backend_cublas_dequant = {
     .release_state = NULL,
 #endif
     .probe = dq_probe,
+    .workspace_size = dq_workspace_size,
 };

@@ -1,10 +1,10 @@
 #define _POSIX_C_SOURCE 200809L
-/* Timing of repeated calls: CUDA events on the caller's stream for device work, a monotonic clock
- * for host work; the median of single-call times is what every report and the tuner use. */
+/* The median-of-single-calls timer (timer.h). */
+#include "tune/timer.h"
+
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-#include "core/error.h"
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -22,17 +22,22 @@ static double now_us(void) {
 
 #if FP4KIT_HAVE_CUDA
 /* Device timing: one event pair per call so each sample is a single call's time. */
-static fp4_status time_device(void *stream, fp4_timed_fn fn, void *user, int warmup, int runs, double *samples) {
+static fp4_status time_device(void *stream, fp4_call_fn fn, void *user, int warmup, int runs, double *samples,
+                              char *why, size_t why_size) {
   cudaStream_t s = (cudaStream_t)stream;
   cudaEvent_t *ev = malloc(sizeof *ev * (size_t)(2 * runs));
-  if (!ev) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_time: out of host memory");
+  if (!ev) {
+    snprintf(why, why_size, "out of host memory");
+    return FP4_ERR_OUT_OF_MEMORY;
+  }
   int created = 0;
   fp4_status st = FP4_OK;
   cudaError_t e = cudaSuccess;
   for (; created < 2 * runs && e == cudaSuccess; created++) e = cudaEventCreate(&ev[created]);
   if (e != cudaSuccess) {
     created--;
-    st = fp4_fail(FP4_ERR_CUDA, "fp4_time: cudaEventCreate: %s", cudaGetErrorString(e));
+    snprintf(why, why_size, "cudaEventCreate: %s", cudaGetErrorString(e));
+    st = FP4_ERR_CUDA;
     goto out;
   }
   for (int i = 0; i < warmup && !st; i++) st = fn(user, i);
@@ -43,7 +48,8 @@ static fp4_status time_device(void *stream, fp4_timed_fn fn, void *user, int war
   }
   if (st) goto out;
   if ((e = cudaEventSynchronize(ev[2 * runs - 1])) != cudaSuccess) {
-    st = fp4_fail(FP4_ERR_CUDA, "fp4_time: the timed work failed: %s", cudaGetErrorString(e));
+    snprintf(why, why_size, "the timed work failed: %s", cudaGetErrorString(e));
+    st = FP4_ERR_CUDA;
     goto out;
   }
   for (int i = 0; i < runs; i++) {
@@ -58,23 +64,23 @@ out:
 }
 #endif
 
-fp4_status fp4_time(fp4_context *ctx, void *stream, fp4_timed_fn fn, void *user, int warmup, int runs,
-                    fp4_timing *timing) {
-  fp4_clear_error();
-  if (!fn) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time: fn is NULL");
-  if (!timing) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time: timing is NULL");
-  if (runs < 1 || warmup < 0)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_time: runs (%d) must be >= 1 and warmup (%d) >= 0", runs, warmup);
+fp4_status fp4_timer_run(int device, void *stream, fp4_call_fn fn, void *user, int warmup, int runs,
+                         fp4_call_timing *timing, char *why, size_t why_size) {
+  if (why_size) why[0] = '\0';
   double *samples = malloc(sizeof *samples * (size_t)runs);
-  if (!samples) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_time: out of host memory");
+  if (!samples) {
+    snprintf(why, why_size, "out of host memory");
+    return FP4_ERR_OUT_OF_MEMORY;
+  }
   fp4_status st = FP4_OK;
-  if (fp4_context_device(ctx) >= 0) {
+  if (device >= 0) {
 #if FP4KIT_HAVE_CUDA
-    cudaSetDevice(fp4_context_device(ctx));
-    st = time_device(stream, fn, user, warmup, runs, samples);
+    cudaSetDevice(device);
+    st = time_device(stream, fn, user, warmup, runs, samples, why, why_size);
 #else
     (void)stream;
-    st = fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_time: device timing needs a build with CUDA");
+    snprintf(why, why_size, "device timing needs a build with CUDA");
+    st = FP4_ERR_UNSUPPORTED;
 #endif
   } else {
     for (int i = 0; i < warmup && !st; i++) st = fn(user, i);

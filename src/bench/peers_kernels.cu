@@ -4,7 +4,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
-#include "tune/peers.h"
+#include "bench/peers.h"
 
 namespace {
 

@@ -6,21 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "tune/peers.h"
+#include "fp4kit_bench.h"
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-
-int fp4_host_thread_count(void) {
-  const char *env = getenv("FP4KIT_NUM_THREADS");
-  if (env && *env) {
-    int t = atoi(env);
-    if (t > 0) return t;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
 
 /* "32768K" / "1M" / "512" (sysfs cache sizes) -> bytes. */
 static int64_t parse_size(const char *s) {
@@ -67,14 +56,14 @@ static void host_cpu_name(char *name, size_t size) {
 }
 
 fp4_status fp4_device_info_get(fp4_context *ctx, fp4_device_info *info) {
-  fp4_clear_error();
-  if (!info) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_device_info_get: info is NULL");
+  fp4_set_error(FP4_OK, NULL);
+  if (!info) return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_device_info_get: info is NULL");
   memset(info, 0, sizeof *info);
   int device = fp4_context_device(ctx);
   info->device = device;
   if (device < 0) {
     host_cpu_name(info->name, sizeof info->name);
-    info->processors = fp4_host_thread_count();
+    info->processors = fp4_cpu_threads();
     info->cache_bytes = host_cache_bytes();
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (pages > 0 && page > 0) info->memory_bytes = (int64_t)pages * (int64_t)page;
@@ -87,7 +76,7 @@ fp4_status fp4_device_info_get(fp4_context *ctx, fp4_device_info *info) {
   struct cudaDeviceProp prop;
   cudaError_t e = cudaGetDeviceProperties(&prop, device);
   if (e != cudaSuccess)
-    return fp4_fail(FP4_ERR_CUDA, "fp4_device_info_get: cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
+    return fp4_set_error(FP4_ERR_CUDA, "fp4_device_info_get: cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
   memcpy(info->name, prop.name, sizeof info->name - 1); /* prop.name is 256 bytes, NUL-terminated */
   info->name[sizeof info->name - 1] = '\0';
   info->cc_major = prop.major;
@@ -99,7 +88,7 @@ fp4_status fp4_device_info_get(fp4_context *ctx, fp4_device_info *info) {
   cudaRuntimeGetVersion(&info->runtime_version);
   return FP4_OK;
 #else
-  return fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_device_info_get: device %d asked for, but this fp4kit was built without CUDA",
+  return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_device_info_get: device %d asked for, but this fp4kit was built without CUDA",
                   device);
 #endif
 }

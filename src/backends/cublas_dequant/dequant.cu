@@ -6,10 +6,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "backends/cublaslt/lt_common.h"
-#include "backends/cuda/small_m_common.cuh"
+#include "backends/cublas_dequant/dequant.h"
 #include "core/error.h"
 #include "format/codec.h"
+#include "format/codec_device.cuh"
 
 namespace {
 
