@@ -16,8 +16,12 @@ for name in $names; do
   # The library sources each target links (the smallest set that resolves; see each target's stubs).
   case $name in
   safetensors)
-    sources="src/model/safetensors.c src/model/st_writer.c src/core/error.c src/backends/cpu/cpu_threads.c"
+    sources="src/model/safetensors.c src/model/st_writer.c src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
     seeds=$here/corpus max_len=4096 ;;
+  model_config)
+    sources="src/model/inspect.c src/model/config.c src/model/shapes.c src/model/safetensors.c src/model/st_writer.c
+             src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
+    seeds=$here/corpus_model_config max_len=8192 ;;
   tuning_cache)
     sources="src/tune/tuning_cache.c src/core/error.c src/format/codec.c"
     seeds=$here/corpus_tuning_cache max_len=8192 ;;
@@ -29,7 +33,7 @@ for name in $names; do
   src=""
   for s in $sources; do src="$src $root/$s"; done
   # shellcheck disable=SC2086
-  clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined,float-cast-overflow \
+  clang -g -O1 -std=c11 -D_GNU_SOURCE= -fsanitize=fuzzer,address,undefined,float-cast-overflow \
     -fno-sanitize-recover=undefined,float-cast-overflow -I"$root/include" -I"$root/src" \
     "$here/fuzz_$name.c" $src -lcjson -lm -lpthread -o "$out/fuzz_$name"
   [ "$seconds" -gt 0 ] || continue

@@ -35,7 +35,7 @@ int fp4_st_dtype_bits(fp4_st_dtype dtype) { return (unsigned)dtype < FP4_ST_DTYP
 fp4_status fp4_st_dtype_parse(const char *name, fp4_st_dtype *dtype) {
   if (!dtype) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_st_dtype_parse: dtype is NULL");
   for (int i = 0; i < FP4_ST_DTYPE_COUNT; i++)
-    if (name && !strcmp(name, st_dtypes[i].name)) {
+    if (name && name[0] == st_dtypes[i].name[0] && !strcmp(name, st_dtypes[i].name)) {
       *dtype = (fp4_st_dtype)i;
       return FP4_OK;
     }
@@ -154,10 +154,24 @@ static int jhex4(const char *p, const char *end, unsigned *v) {
 /* Bytes from the cursor to the closing quote of the string there (or to the end): a bound on its
  * decoded length, since no escape decodes to more bytes than it is written with. */
 static size_t jraw_len(const jreader *r) {
-  size_t i = 1, n = (size_t)(r->end - r->p);
-  while (i < n && r->p[i] != '"') i += r->p[i] == '\\' ? 2 : 1;
-  return i < n ? i : n;
+  const size_t n = (size_t)(r->end - r->p);
+  for (size_t i = 1; i < n;) {
+    const char *q = memchr(r->p + i, '"', n - i);
+    if (!q) break;
+    /* A quote ends the string unless an odd run of backslashes escapes it. */
+    size_t j = (size_t)(q - r->p), b = 0;
+    while (j - b > 1 && r->p[j - b - 1] == '\\') b++;
+    if (b % 2 == 0) return j;
+    i = j + 1;
+  }
+  return n;
 }
+
+/* The bytes a string holds as they are: printable ASCII but the quote and the backslash. */
+static const unsigned char plain_byte[256] = {
+    ['\x20'] = 1, 1, 0 /* '"' */, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    ['@'] = 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0 /* '\\' */, 1, 1, 1,
+    ['`'] = 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 /* Reads the string at the cursor (which is at its opening quote) and, when out is not NULL, writes
  * its decoded bytes and a NUL there (room: the raw length + 1 is always enough). Returns the decoded
@@ -169,7 +183,7 @@ static long long jstring(jreader *r, char *out) {
   size_t o = 0;
   for (;;) {
     const char *run = p; /* a run of plain ASCII copied in one go */
-    while (p < r->end && (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x80 && *p != '"' && *p != '\\') p++;
+    while (p < r->end && plain_byte[(unsigned char)*p]) p++;
     if (out && p > run) memcpy(out + o, run, (size_t)(p - run));
     o += (size_t)(p - run);
     if (p >= r->end) return jerror(r, start, "unterminated string"), -1;
@@ -415,9 +429,12 @@ static int jtensor(jreader *r, jentry *e, const char *name, const char *key_at) 
     char key[16] = "";
     jspace(r);
     /* Only short keys can be known ones; longer keys are read without copying. */
-    if ((jraw_len(r) < sizeof key ? jstring(r, key) : jstring(r, NULL)) < 0 || !jexpect(r, ':')) return 0;
-    int *seen = !strcmp(key, "dtype") ? &e->has_dtype : !strcmp(key, "shape") ? &e->ndim
-                : !strcmp(key, "data_offsets") ? &e->noffsets : NULL;
+    const long long klen = jraw_len(r) < sizeof key ? jstring(r, key) : jstring(r, NULL);
+    if (klen < 0 || !jexpect(r, ':')) return 0;
+    int *seen = klen == 5 && !memcmp(key, "dtype", 5)           ? &e->has_dtype
+                : klen == 5 && !memcmp(key, "shape", 5)         ? &e->ndim
+                : klen == 12 && !memcmp(key, "data_offsets", 12) ? &e->noffsets
+                                                                : NULL;
     if (seen && *seen != 0 && *seen != -2) {
       r->status = fp4_fail(FP4_ERR_FORMAT, "safetensors %s: tensor '%s' at header byte %llu: key '%s' appears twice",
                            r->path, name, jpos(r, key_at), key);
@@ -427,9 +444,12 @@ static int jtensor(jreader *r, jentry *e, const char *name, const char *key_at) 
     const char c = r->p < r->end ? *r->p : 0;
     if (seen == &e->has_dtype) {
       if (c == '"') {
-        char raw[64] = "(too long)";
-        if ((jraw_len(r) < sizeof raw ? jstring(r, raw) : jstring(r, NULL)) < 0) return 0;
-        snprintf(e->dtype, sizeof e->dtype, "%s", raw);
+        if (jraw_len(r) < sizeof e->dtype) {
+          if (jstring(r, e->dtype) < 0) return 0;
+        } else {
+          if (jstring(r, NULL) < 0) return 0;
+          memcpy(e->dtype, "(too long)", sizeof "(too long)");
+        }
         e->has_dtype = 1;
       } else {
         if (!jskip(r, 1)) return 0;
