@@ -102,7 +102,7 @@ enum { ST_MAX_DEPTH = 64 };                 /* nesting allowed inside ignored he
  * A strict RFC 8259 reader made for this one document: an object of tensor entries and __metadata__.
  * It decodes names straight into the name blocks and numbers into integers, allocating nothing per
  * tensor (a general JSON tree cost more than everything else in the inspection of a large
- * checkpoint). Strings must be UTF-8 without NUL characters; integers must be exact (below 2^53,
+ * checkpoint: bench/results/cpu/inspect_reader.md). Strings must be UTF-8 without NUL characters; integers must be exact (below 2^53,
  * the bound every JSON reader keeps exactly). */
 
 typedef struct jreader {
@@ -702,9 +702,10 @@ static void load_keys(name_key *a, size_t n, size_t d) {
 
 /* Sorts a[0..n) by cmp_name_from, all names sharing their first d bytes (keys loaded for depth d when
  * fresh): multikey quicksort on 8-byte slices of the names. Checkpoint names share long prefixes,
- * which qsort with strcmp read again for every comparison (a seventh of a large inspection); here
- * each name is read once per 8 bytes of depth. Recursion goes only into parts of at most half the
- * elements: depth O(log n) on any input. Sets *dups when two names are equal. */
+ * which qsort with strcmp read again for every comparison (a seventh of a large inspection,
+ * bench/results/cpu/inspect_reader.md); here each name is read once per 8 bytes of depth. Recursion
+ * goes only into parts of at most half the elements: depth O(log n) on any input. Sets *dups when
+ * two names are equal. */
 static void sort_names(name_key *a, size_t n, size_t d, int fresh, int *dups) {
   while (n > 1) {
     if (n < 16) { /* insertion sort */
