@@ -2,7 +2,7 @@
 # variable, else the environment variable of that name, else auto):
 #   auto    the architecture of each visible GPU (nvidia-smi, else nvcc's __nvcc_device_query); with
 #           no GPU visible, the host backends only: their build and `fp4kit check` take minutes,
-#           every CUDA architecture takes about an hour on 2 cores (README)
+#           all five CUDA architectures take about 20 minutes of CPU (README)
 #   all     every target the kernels are written for: sm_80, sm_89, sm_90a, sm_100a, sm_120a (CI, wheels)
 #   native  the visible GPUs; an error without one
 #   none    the host backends only (as FP4KIT_ENABLE_CUDA=OFF)

@@ -3,7 +3,7 @@
 # BUILD_TARGET builds one target (and what it needs) instead of all, e.g. fp4kit_cli.
 # The GPU code follows FP4KIT_CUDA_ARCHITECTURES: auto (default) the visible GPU's architecture, and
 # with no GPU the host backends only (minutes on 2 cores); all the five targets sm_80, sm_89, sm_90a,
-# sm_100a, sm_120a (about an hour and a half on 2 cores); none; or a list such as 90a or 80,120a.
+# sm_100a, sm_120a (about 20 minutes of CPU: 10-15 minutes on 2 free cores); none; or a list such as 90a.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

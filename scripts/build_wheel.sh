@@ -5,7 +5,7 @@
 # of a manylinux system; the CUDA libraries (cudart, cuBLAS, cuBLASLt, cuDNN) are not bundled:
 # the CUDA backends use the ones installed where the wheel runs.
 #
-#   bash scripts/build_wheel.sh                                   # CUDA for the five architectures (hours on 2 cores)
+#   bash scripts/build_wheel.sh                                   # CUDA for the five architectures (10-15 minutes on 2 free cores)
 #   FP4KIT_CUDA_ARCHITECTURES=none bash scripts/build_wheel.sh    # host backends only (minutes)
 #   FP4KIT_CUDA_ARCHITECTURES=90a bash scripts/build_wheel.sh     # one GPU architecture
 #
