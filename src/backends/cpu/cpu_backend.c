@@ -131,6 +131,7 @@ typedef struct gemm_job {
   unsigned char *scratch; /* per thread: one decoded panel, then the tile's accumulators     */
   size_t scratch_stride, panel_bytes;
   int64_t rows_per_pack_unit;
+  uint8_t src[FP4_CPU_KALIGN]; /* the packed order's source index within each 128-element chunk */
   int64_t n_per_unit;   /* gemv: weight rows per unit                                      */
   int64_t npanels, mtiles;
 } gemm_job;
@@ -165,10 +166,12 @@ static void pack_unit(void *arg, int64_t unit, int thread) {
       /* Exact: bf16 activations round-trip, and dequantized E2M1 x E4M3/UE8M0 values need at most
        * 6 significant bits. */
       uint16_t *d = (uint16_t *)j->a_packed + r * lda;
-      for (int64_t k = 0; k < lda; k++) d[k] = fp4_bf16_from_f32_inline(row[fp4_cpu_order_source(j->order, k)]);
+      for (int64_t c = 0; c < lda; c += FP4_CPU_KALIGN)
+        for (int q = 0; q < FP4_CPU_KALIGN; q++) d[c + q] = fp4_bf16_from_f32_inline(row[c + j->src[q]]);
     } else {
       float *d = (float *)j->a_packed + r * lda;
-      for (int64_t k = 0; k < lda; k++) d[k] = row[fp4_cpu_order_source(j->order, k)];
+      for (int64_t c = 0; c < lda; c += FP4_CPU_KALIGN)
+        for (int q = 0; q < FP4_CPU_KALIGN; q++) d[c + q] = row[c + j->src[q]];
     }
   }
 }
@@ -260,6 +263,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->a = j.a_packed;
 
   j.rows_per_pack_unit = 8;
+  for (int q = 0; q < FP4_CPU_KALIGN; q++) j.src[q] = (uint8_t)fp4_cpu_order_source(j.order, q);
   fp4_cpu_parallel(threads, (g->m + 7) / 8, pack_unit, &j);
 
   const char *kname;
