@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/cuda/config/dense_config.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,45 +88,24 @@ int fp4_cuda_dequant_fp4_rows(const void *codes, const uint8_t *scales, int form
 /* Shared memory the GEMM needs for a warp count, M and rows per CTA (the split-K reduction buffer). */
 int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 
-/* Large-M GEMMs (gemm_large_m.cu): any M >= 1, K % 32 == 0, bf16/f16 activations or FP4 (W4A4);
- * warps is ignored. check: 1 if the kernels (or the named config, NULL: any) can run a on device,
- * else 0 with the rule in why (-1: config is not a large-M config name). configs: candidate config names, heuristic best first. */
-int fp4_cuda_large_m_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
-int fp4_cuda_large_m_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
-int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
-/* The sm_90a wgmma large-M GEMMs (gemm_large_m_sm90.cu): same arguments and operand rules as the
- * large-M family; extra tuner candidates ("large-m.wgmma.*"), never the default. check: 1 if the
- * named config (NULL: any) can run on device (SM90 running this binary's sm_90a code, shared memory),
- * else 0 with the rule in why (-1: not a wgmma config name). configs: the runnable names, or 0. */
-int fp4_cuda_wgmma_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
-int fp4_cuda_wgmma_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
-int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
-/* The register-decode large-M GEMMs (gemm_large_m_rd.cu): same arguments and operand rules as the
- * large-M family, the FP4 weights decoded in registers instead of a shared 16-bit tile; extra tuner
- * candidates ("large-m.rd.*"), not yet the default. check: 1 if the named config (NULL: any) can run
- * on device, else 0 with the rule in why (-1: not an rd config name). configs: the runnable names. */
-int fp4_cuda_rd_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
-int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
-/* Workspace the config takes for args: the bf16 activations of the prologue configs, else 0. */
-size_t fp4_cuda_rd_workspace(const fp4_cuda_gemm_args *args, const char *config);
-int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
-/* The sm_90a register-A wgmma large-M GEMMs (gemm_large_m_wgra.cu): out^T = dq(W) * A^T with the FP4
- * weights decoded into wgmma's register operand; same arguments and operand rules as the large-M
- * family; tuner candidates ("large-m.wgra.*", W4A4 through a bf16 prologue: "large-m.wgra.pro.*"),
- * not the default. check / configs / run as the wgmma family above. decode_selftest: the consumer
- * decode of a test tile for every code x scale byte (format, FP4_CUDA_ACT_BF16/F16) into host_out
- * (4096 x 16 words, see gemm_large_m_wgra.cu). */
-int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *args, int device, const char *config, char *why, size_t why_size);
-int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *args, int device, const char **names, int max);
-/* Workspace the config takes for args (args->sms decides the split): the prologue's bf16
- * activations, then the split-K partial tiles and their counters; 0 when neither applies. */
-size_t fp4_cuda_wgra_workspace(const fp4_cuda_gemm_args *args, const char *config);
-int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const char *config, void *stream, int pdl);
+/* Large-M GEMMs: any M >= 1, K % 32 == 0, bf16/f16 activations or FP4 (W4A4); each runs the tile of
+ * a config of its family (config/dense_config.h; the config's check there has passed) and returns
+ * the cudaError_t. mma.sync tiles (gemm_large_m.cu); register-decode tiles, FP4 weights decoded in
+ * registers (gemm_large_m_rd.cu); sm_90a wgmma tiles (gemm_large_m_sm90.cu); sm_90a register-A wgmma
+ * tiles, out^T = dq(W) * A^T with the weights decoded into wgmma's register operand
+ * (gemm_large_m_wgra.cu). The ".pro" configs take W4A4 through the bf16 prologue and args->workspace
+ * (config/dense_config.c, fp4_dense_workspace). */
+int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
+int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
+int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
+int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
+/* 1 when device (SM 9.0) runs this binary's sm_90a code of the wgmma / register-A tiles, else 0 with
+ * the reason; probed once per device (cudaFuncGetAttributes), so a context asks once. */
+int fp4_cuda_wgmma_image_ok(int device, char *why, size_t why_size);
+int fp4_cuda_wgra_image_ok(int device, char *why, size_t why_size);
+/* The register-A tiles' consumer decode of a test tile for every code x scale byte (format,
+ * FP4_CUDA_ACT_BF16/F16) into host_out (4096 x 16 words, see gemm_large_m_wgra.cu). */
 int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out);
-/* M above which the default configuration is a large-M tile rather than a small-M kernel: measured on
- * the H200, the large-M family overtakes the best small-M config from M = 65 on seven of the eight
- * dense MODELS.md shapes, from M = 48 on the eighth (bench/results/h200/2026-11-30-session2/). */
-#define FP4_CUDA_LARGE_M_FROM 64
 
 /* cudaFuncGetAttributes on the kernels: cudaErrorNoKernelImageForDevice (or
  * cudaErrorInvalidDeviceFunction) when the binary carries no code for the current device. */

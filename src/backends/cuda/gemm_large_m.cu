@@ -26,10 +26,8 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <string.h>
 
-#include <cstdio>
-
+#include "backends/cuda/config/dense_config.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "format/codec.h"
@@ -377,21 +375,7 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
     }
 }
 
-/* ---- configurations ------------------------------------------------------------------------------ */
-
-struct lm_config {
-  const char *name;
-  int bm, bn, stages;
-};
-
-/* Candidate tiles, in no particular order (the heuristic ranks them). */
-const lm_config kConfigs[] = {
-    {"large-m.128x128.s4", 128, 128, 4},
-    {"large-m.128x128.s3", 128, 128, 3},
-    {"large-m.128x256.s3", 128, 256, 3},
-    {"large-m.64x128.s4", 64, 128, 4},
-};
-constexpr int kNumConfigs = (int)(sizeof kConfigs / sizeof *kConfigs);
+/* ---- configurations: the tiles config/dense_config.c names (large-m.<BM>x<BN>.s<S>) ---------------- */
 
 template <int BM, int BN, int STAGES, int FMT, int ACT>
 cudaError_t launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
@@ -405,117 +389,28 @@ cudaError_t launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
 }
 
 template <int FMT, int ACT>
-cudaError_t launch_cfg(const lm_params &p, int cfg, cudaStream_t s, int pdl) {
-  switch (cfg) {
-  case 0: return launch_tile<128, 128, 4, FMT, ACT>(p, s, pdl);
-  case 1: return launch_tile<128, 128, 3, FMT, ACT>(p, s, pdl);
-  case 2: return launch_tile<128, 256, 3, FMT, ACT>(p, s, pdl);
-  case 3: return launch_tile<64, 128, 4, FMT, ACT>(p, s, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+cudaError_t launch_cfg(const lm_params &p, const fp4_dense_config *c, cudaStream_t s, int pdl) {
+  if (c->bm == 128 && c->bn == 128 && c->stages == 4) return launch_tile<128, 128, 4, FMT, ACT>(p, s, pdl);
+  if (c->bm == 128 && c->bn == 128 && c->stages == 3) return launch_tile<128, 128, 3, FMT, ACT>(p, s, pdl);
+  if (c->bm == 128 && c->bn == 256 && c->stages == 3) return launch_tile<128, 256, 3, FMT, ACT>(p, s, pdl);
+  if (c->bm == 64 && c->bn == 128 && c->stages == 4) return launch_tile<64, 128, 4, FMT, ACT>(p, s, pdl);
+  return cudaErrorInvalidValue;
 }
 
-template <int FMT, int ACT>
-int smem_cfg(int cfg) {
-  switch (cfg) {
-  case 0: return lm_cfg<128, 128, 4, FMT, ACT>::SMEM;
-  case 1: return lm_cfg<128, 128, 3, FMT, ACT>::SMEM;
-  case 2: return lm_cfg<128, 256, 3, FMT, ACT>::SMEM;
-  case 3: return lm_cfg<64, 128, 4, FMT, ACT>::SMEM;
-  default: return 0;
-  }
+/* The chooser's shared-memory figures (config/dense_config.h) are these tiles' own. */
+template <int BM, int BN, int STAGES>
+constexpr bool smem_matches() {
+  return lm_cfg<BM, BN, STAGES, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_MMA_SMEM(BM, BN, STAGES, 0) &&
+         lm_cfg<BM, BN, STAGES, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM == FP4_DENSE_MMA_SMEM(BM, BN, STAGES, 1);
 }
-
-int config_index(const char *name) {
-  for (int i = 0; i < kNumConfigs; i++)
-    if (!strcmp(name, kConfigs[i].name)) return i;
-  return -1;
-}
-
-/* Shared memory of a config for an activation kind (the FP4 format does not change it). */
-int smem_of(int cfg, int act) {
-  return act == FP4_CUDA_ACT_FP4 ? smem_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(cfg)
-                                 : smem_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(cfg);
-}
-
-int device_smem_optin(int device) {
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) v = 48 * 1024;
-  return v;
-}
-
-int device_sms(int device) {
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) v = 1;
-  return v;
-}
+static_assert(smem_matches<128, 128, 4>() && smem_matches<128, 128, 3>() && smem_matches<128, 256, 3>() &&
+                  smem_matches<64, 128, 4>(),
+              "FP4_DENSE_MMA_SMEM must give the shared memory of the mma.sync tiles");
 
 } // namespace
 
-extern "C" int fp4_cuda_large_m_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
-                                      size_t why_size) {
-  if (a->act == FP4_CUDA_ACT_F32) {
-    snprintf(why, why_size,
-             "the large-M kernels take bf16 or f16 activations (or FP4 for W4A4), not f32: convert the activations "
-             "to bf16");
-    return 0;
-  }
-  if (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) {
-    snprintf(why, why_size,
-             "large-M MXFP4 needs bf16 activations: the weights are dequantized to the activations' type and "
-             "2^(e-127) * e2m1 does not fit f16");
-    return 0;
-  }
-  if (a->k % 32) {
-    snprintf(why, why_size, "K = %lld: the large-M kernels need K to be a multiple of 32 (16-byte copies of FP4 rows)",
-             (long long)a->k);
-    return 0;
-  }
-  const int optin = device_smem_optin(device);
-  if (config) {
-    const int c = config_index(config);
-    if (c < 0) {
-      snprintf(why, why_size, "unknown large-M config '%s' (%s, %s, %s, %s)", config, kConfigs[0].name,
-               kConfigs[1].name, kConfigs[2].name, kConfigs[3].name);
-      return -1;
-    }
-    if (smem_of(c, a->act) > optin) {
-      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
-               smem_of(c, a->act), device, optin);
-      return 0;
-    }
-    return 1;
-  }
-  for (int c = 0; c < kNumConfigs; c++)
-    if (smem_of(c, a->act) <= optin) return 1;
-  snprintf(why, why_size, "no large-M tile fits the %d bytes of shared memory per block of device %d", optin, device);
-  return 0;
-}
-
-extern "C" int fp4_cuda_large_m_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
-  const int optin = device_smem_optin(device), sms = device_sms(device);
-  /* Heuristic (not yet tuned on hardware, see docs/cuda-large-m.md): the biggest tile that still
-   * gives every SM a CTA, then the others by decreasing tile area. */
-  int order[kNumConfigs], count = 0;
-  const int64_t ctas128 = ((a->m + 127) / 128) * ((a->n + 127) / 128);
-  const int64_t ctas256 = ((a->m + 127) / 128) * ((a->n + 255) / 256);
-  int first;
-  if (ctas256 >= 2 * sms && optin >= smem_of(2, a->act)) first = 2;
-  else if (ctas128 >= sms) first = optin >= smem_of(0, a->act) ? 0 : 1;
-  else first = 3;
-  order[count++] = first;
-  static const int rank[] = {2, 0, 1, 3};
-  for (int i = 0; i < kNumConfigs; i++)
-    if (rank[i] != first) order[count++] = rank[i];
-  int out = 0;
-  for (int i = 0; i < count && out < max; i++)
-    if (smem_of(order[i], a->act) <= optin) names[out++] = kConfigs[order[i]].name;
-  return out;
-}
-
-extern "C" int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
-  const int cfg = config_index(config);
-  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+extern "C" int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
+  if (!c || c->family != FP4_DENSE_LARGE_M_MMA || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
       (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16))
     return (int)cudaErrorInvalidValue;
   lm_params p;
@@ -540,13 +435,13 @@ extern "C" int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *a, const char *co
   const bool nv = a->format == FP4_FORMAT_NVFP4;
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    e = nv ? launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl)
-           : launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl);
+    e = nv ? launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl)
+           : launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl);
     break;
-  case FP4_CUDA_ACT_F16: e = launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, cfg, s, pdl); break;
+  case FP4_CUDA_ACT_F16: e = launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, c, s, pdl); break;
   case FP4_CUDA_ACT_FP4:
-    e = nv ? launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(p, cfg, s, pdl)
-           : launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_FP4>(p, cfg, s, pdl);
+    e = nv ? launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(p, c, s, pdl)
+           : launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_FP4>(p, c, s, pdl);
     break;
   default: e = cudaErrorInvalidValue;
   }

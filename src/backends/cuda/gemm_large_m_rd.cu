@@ -60,6 +60,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_kernels.h"
+#include "backends/cuda/config/dense_config.h"
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
 
@@ -259,24 +260,11 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, 1) gemm_large_m_rd_ker
   lm_store_mma_acc<G::MT, G::NT>(p, acc, m0 + wm, n0 + wn, g, t);
 }
 
-/* ---- configurations ------------------------------------------------------------------------------ */
+/* ---- configurations: the tiles config/dense_config.c names (large-m.rd[.pro].<BM>x<BN>) ----------- */
 
-/* Tiles: 0 = 128 x 128 (2 x 2 warps, 4 stages: two CTAs per SM where shared memory allows),
- * 1 = 128 x 256 (2 x 4 warps, 3 stages), 2 = 256 x 128 (4 x 2 warps, 3 stages). A prologue config
- * takes W4A4 only: the activations are dequantized to bf16 into the context workspace (M x K x 2
- * bytes, fp4_cuda_rd_workspace), then the tile runs as W4A16 on them. */
-struct rd_config {
-  const char *name;
-  int tile;
-  bool prologue;
-};
-
-const rd_config kRdConfigs[] = {
-    {"large-m.rd.128x128", 0, false},     {"large-m.rd.128x256", 1, false},     {"large-m.rd.256x128", 2, false},
-    {"large-m.rd.pro.128x128", 0, true}, {"large-m.rd.pro.128x256", 1, true},
-};
-constexpr int kNumRdConfigs = (int)(sizeof kRdConfigs / sizeof *kRdConfigs);
-
+/* 128 x 128 on 2 x 2 warps (4 stages: two CTAs per SM where shared memory allows), 128 x 256 on
+ * 2 x 4 and 256 x 128 on 4 x 2 (3 stages). A prologue config takes W4A4 only: the activations are
+ * dequantized to bf16 into the context workspace (M x K x 2 bytes), then the tile runs as W4A16. */
 template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES, int FMT, int ACT>
 cudaError_t rd_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
   using G = rd_cfg<BM, BN, WARPS_M, WARPS_N, STAGES, FMT, ACT>;
@@ -285,125 +273,46 @@ cudaError_t rd_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
 }
 
 template <int FMT, int ACT>
-cudaError_t rd_launch_cfg(const lm_params &p, int tile, cudaStream_t s, int pdl) {
-  switch (tile) {
-  case 0: return rd_launch_tile<128, 128, 2, 2, 4, FMT, ACT>(p, s, pdl);
-  case 1: return rd_launch_tile<128, 256, 2, 4, 3, FMT, ACT>(p, s, pdl);
-  case 2: return rd_launch_tile<256, 128, 4, 2, 3, FMT, ACT>(p, s, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+cudaError_t rd_launch_cfg(const lm_params &p, const fp4_dense_config *c, cudaStream_t s, int pdl) {
+  if (c->bm == 128 && c->bn == 128) return rd_launch_tile<128, 128, 2, 2, 4, FMT, ACT>(p, s, pdl);
+  if (c->bm == 128 && c->bn == 256) return rd_launch_tile<128, 256, 2, 4, 3, FMT, ACT>(p, s, pdl);
+  if (c->bm == 256 && c->bn == 128) return rd_launch_tile<256, 128, 4, 2, 3, FMT, ACT>(p, s, pdl);
+  return cudaErrorInvalidValue;
 }
 
 template <int FMT>
-cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, int tile, cudaStream_t s, int pdl) {
+cudaError_t rd_launch_prologue(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, cudaStream_t s, int pdl) {
   return lm_run_with_dequant_a<FMT>(
-      a, s, pdl, [&](const lm_params &p) { return rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, tile, s, pdl); });
+      a, s, pdl, [&](const lm_params &p) { return rd_launch_cfg<FMT, FP4_CUDA_ACT_BF16>(p, c, s, pdl); });
 }
 
-/* Shared memory of a config (the FP4 format and the activations' 16-bit type do not change it). */
-int rd_smem_of(int cfg) {
-  switch (kRdConfigs[cfg].tile) {
-  case 0: return rd_cfg<128, 128, 2, 2, 4, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 1: return rd_cfg<128, 256, 2, 4, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 2: return rd_cfg<256, 128, 4, 2, 3, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  default: return 0;
-  }
+/* The chooser's shared-memory figures (config/dense_config.h) are these tiles' own, and its warp
+ * grids theirs (the FP4 format and the activations' 16-bit type change neither). */
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
+constexpr bool rd_smem_matches() {
+  return rd_cfg<BM, BN, WARPS_M, WARPS_N, STAGES, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM ==
+         FP4_DENSE_RD_SMEM(BM, BN, STAGES);
 }
-
-/* NULL when config cfg takes the activation kind act, else the rule (written to why). */
-const char *rd_act_rule(int cfg, int act, char *why, size_t why_size) {
-  /* W4A4 on the in-register tiles: decoding both operands in registers next to the 128 accumulators
-   * spilled on sm_80-sm_90a */
-  const int pro = 3; /* the prologue configs: kRdConfigs[pro], kRdConfigs[pro + 1] */
-  const auto &c = kRdConfigs[cfg];
-  return lm_prologue_act_rule(c.name, c.prologue, kRdConfigs[c.tile].name, kRdConfigs[pro].name, kRdConfigs[pro + 1].name, act, why,
-                              why_size);
-}
-
-int rd_config_index(const char *name) {
-  for (int i = 0; i < kNumRdConfigs; i++)
-    if (!strcmp(name, kRdConfigs[i].name)) return i;
-  return -1;
-}
-
+static_assert(rd_smem_matches<128, 128, 2, 2, 4>() && rd_smem_matches<128, 256, 2, 4, 3>() &&
+                  rd_smem_matches<256, 128, 4, 2, 3>(),
+              "FP4_DENSE_RD_SMEM must give the shared memory of the register-decode tiles");
 
 } // namespace
 
-extern "C" int fp4_cuda_rd_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
-                                 size_t why_size) {
-  const int c = config ? rd_config_index(config) : -1;
-  if (config && c < 0) {
-    snprintf(why, why_size, "unknown register-decode large-M config '%s' (%s, %s, %s, %s, %s)", config,
-             kRdConfigs[0].name, kRdConfigs[1].name, kRdConfigs[2].name, kRdConfigs[3].name, kRdConfigs[4].name);
-    return -1;
-  }
-  /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
-  if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
-  if (config && rd_act_rule(c, a->act, why, why_size)) return 0;
-  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  char rule[320];
-  for (int i = 0; i < kNumRdConfigs; i++) {
-    if ((config && i != c) || rd_act_rule(i, a->act, rule, sizeof rule)) continue;
-    if (rd_smem_of(i) <= optin) return 1;
-    if (config) {
-      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
-               rd_smem_of(i), device, optin);
-      return 0;
-    }
-  }
-  snprintf(why, why_size, "no register-decode large-M tile fits the %d bytes of shared memory per block of device %d",
-           optin, device);
-  return 0;
-}
-
-extern "C" int fp4_cuda_rd_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
-  char why[320];
-  if (max < 1 || fp4_cuda_rd_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
-  /* within the family (not yet measured): the 8-warp tiles first when they still give every SM a
-   * CTA, the wider one along the longer side, else the 4-warp 128 x 128 tile first; W4A4: the
-   * prologue configs, 128 x 256 first on the same condition */
-  const int64_t tm = (a->m + 127) / 128, tn = (a->n + 127) / 128;
-  const bool big = tm * ((tn + 1) / 2) >= sms;
-  const int wide = a->n >= a->m ? 1 : 2;
-  int order[kNumRdConfigs], n = 0;
-  if (a->act == FP4_CUDA_ACT_FP4) {
-    order[n++] = big ? 4 : 3, order[n++] = big ? 3 : 4;
-  } else if (big) {
-    order[n++] = wide, order[n++] = 3 - wide, order[n++] = 0;
-  } else {
-    order[n++] = 0, order[n++] = 1, order[n++] = 2;
-  }
-  int out = 0;
-  for (int i = 0; i < n && out < max; i++)
-    if (!rd_act_rule(order[i], a->act, why, sizeof why) && rd_smem_of(order[i]) <= optin)
-      names[out++] = kRdConfigs[order[i]].name;
-  return out;
-}
-
-extern "C" size_t fp4_cuda_rd_workspace(const fp4_cuda_gemm_args *a, const char *config) {
-  const int cfg = config ? rd_config_index(config) : -1;
-  return cfg >= 0 && kRdConfigs[cfg].prologue ? fp4_cuda_bf16_a_bytes(a->m, a->k) : 0;
-}
-
-extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
-  const int cfg = rd_config_index(config);
-  char why[320];
-  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
-      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || rd_act_rule(cfg, a->act, why, sizeof why))
+extern "C" int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
+  if (!c || c->family != FP4_DENSE_LARGE_M_RD || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || (c->prologue != (a->act == FP4_CUDA_ACT_FP4)))
     return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   const bool nv = a->format == FP4_FORMAT_NVFP4;
-  const int tile = kRdConfigs[cfg].tile;
-  if (kRdConfigs[cfg].prologue)
-    return (int)(nv ? rd_launch_prologue<FP4_FORMAT_NVFP4>(a, tile, s, pdl) : rd_launch_prologue<FP4_FORMAT_MXFP4>(a, tile, s, pdl));
+  if (c->prologue)
+    return (int)(nv ? rd_launch_prologue<FP4_FORMAT_NVFP4>(a, c, s, pdl) : rd_launch_prologue<FP4_FORMAT_MXFP4>(a, c, s, pdl));
   const lm_params p = lm_params_of(a);
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl)
-                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, s, pdl));
-  case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, s, pdl);
+    return (int)(nv ? rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl)
+                    : rd_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl));
+  case FP4_CUDA_ACT_F16: return (int)rd_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, c, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
 }

@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
   using G = wg_cfg<BN, STAGES, FMT, ACT>;
   (void)p;
   (void)G::NV, (void)G::F16, (void)G::ROWS_N, (void)G::B_TASKS, (void)G::A_TASKS, (void)G::D, (void)kBK;
-  __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgmma_check) */
+  __trap(); /* the host never launches this outside sm_90a code (the wgmma check of config/dense_config.c) */
 #else
   (void)p;
 #endif
@@ -234,16 +234,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1) gemm_wgmma_kernel(lm_params p) 
 
 /* ---- configurations ------------------------------------------------------------------------------ */
 
-struct wg_config {
-  const char *name;
-  int bn, stages;
-};
-const wg_config kWgConfigs[] = {
-    {"large-m.wgmma.128x128", 128, 6},
-    {"large-m.wgmma.128x256", 256, 5},
-};
-constexpr int kNumWgConfigs = (int)(sizeof kWgConfigs / sizeof *kWgConfigs);
-
+/* The tiles config/dense_config.c names (large-m.wgmma.128x<BN>): 128 x 128 (6 stages) and 128 x 256 (5). */
 template <int BN, int STAGES, int FMT, int ACT>
 cudaError_t wg_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
   using G = wg_cfg<BN, STAGES, FMT, ACT>;
@@ -256,96 +247,31 @@ cudaError_t wg_launch_tile(const lm_params &p, cudaStream_t stream, int pdl) {
 }
 
 template <int FMT, int ACT>
-cudaError_t wg_launch_cfg(const lm_params &p, int cfg, cudaStream_t s, int pdl) {
-  switch (cfg) {
-  case 0: return wg_launch_tile<128, 6, FMT, ACT>(p, s, pdl);
-  case 1: return wg_launch_tile<256, 5, FMT, ACT>(p, s, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+cudaError_t wg_launch_cfg(const lm_params &p, const fp4_dense_config *c, cudaStream_t s, int pdl) {
+  if (c->bn == 128 && c->stages == 6) return wg_launch_tile<128, 6, FMT, ACT>(p, s, pdl);
+  if (c->bn == 256 && c->stages == 5) return wg_launch_tile<256, 5, FMT, ACT>(p, s, pdl);
+  return cudaErrorInvalidValue;
 }
 
-int wg_smem_of(int cfg, int act) {
-  const bool q = act == FP4_CUDA_ACT_FP4;
-  switch (cfg) {
-  case 0: return q ? wg_cfg<128, 6, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM : wg_cfg<128, 6, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 1: return q ? wg_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM : wg_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  default: return 0;
-  }
+/* The chooser's shared-memory figures (config/dense_config.h) are these tiles' own. */
+template <int BN, int STAGES>
+constexpr bool wg_smem_matches() {
+  return kTileM == 128 && wg_cfg<BN, STAGES, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGMMA_SMEM(BN, STAGES, 0) &&
+         wg_cfg<BN, STAGES, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>::SMEM == FP4_DENSE_WGMMA_SMEM(BN, STAGES, 1);
 }
+static_assert(wg_smem_matches<128, 6>() && wg_smem_matches<256, 5>(),
+              "FP4_DENSE_WGMMA_SMEM must give the shared memory of the wgmma tiles");
 
-int wg_config_index(const char *name) {
-  for (int i = 0; i < kNumWgConfigs; i++)
-    if (!strcmp(name, kWgConfigs[i].name)) return i;
-  return -1;
-}
+} // namespace
 
-/* 1 when device runs this binary's sm_90a code, else 0 with the reason; probed once per device. */
-int wg_image_ok(int device, char *why, size_t why_size) {
+extern "C" int fp4_cuda_wgmma_image_ok(int device, char *why, size_t why_size) {
   static lm_sm90a_probe_cache cache;
   return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgmma_kernel<128, 6, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>),
                            "wgmma", device, &cache, why, why_size);
 }
 
-int wg_device_smem_optin(int device) {
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) v = 48 * 1024;
-  return v;
-}
-
-} // namespace
-
-extern "C" int fp4_cuda_wgmma_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
-                                    size_t why_size) {
-  const int c = config ? wg_config_index(config) : -1;
-  if (config && c < 0) {
-    snprintf(why, why_size, "unknown wgmma config '%s' (%s, %s)", config, kWgConfigs[0].name, kWgConfigs[1].name);
-    return -1;
-  }
-  /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
-  if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
-  if (!wg_image_ok(device, why, why_size)) return 0;
-  /* Without setmaxnreg (the producer's decode needs more than the registers it could give up)
-   * every thread has 168 registers; the 128 accumulators of the 128x256 tile plus MXFP4 W4A4's
-   * two decodes do not fit in them without spilling, so that variant is not built. */
-  const bool mx_w4a4 = a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_FP4;
-  if (mx_w4a4 && c == 1) {
-    snprintf(why, why_size, "config %s takes W4A16 and NVFP4 W4A4; MXFP4 W4A4 runs on %s", config, kWgConfigs[0].name);
-    return 0;
-  }
-  const int optin = wg_device_smem_optin(device);
-  for (int i = 0; i < kNumWgConfigs; i++) {
-    if (config && i != c) continue;
-    if (wg_smem_of(i, a->act) <= optin) return 1;
-    if (config) {
-      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
-               wg_smem_of(i, a->act), device, optin);
-      return 0;
-    }
-  }
-  snprintf(why, why_size, "no wgmma tile fits the %d bytes of shared memory per block of device %d", optin, device);
-  return 0;
-}
-
-extern "C" int fp4_cuda_wgmma_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
-  char why[320];
-  if (max < 1 || fp4_cuda_wgmma_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  int sms = 1;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int optin = wg_device_smem_optin(device);
-  /* within the family: the 128x256 tile first when it still gives every SM a CTA */
-  const int64_t ctas256 = ((a->m + kTileM - 1) / kTileM) * ((a->n + 255) / 256);
-  const int first = ctas256 >= sms ? 1 : 0;
-  const int order[2] = {first, 1 - first};
-  int out = 0;
-  const bool mx_w4a4 = a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_FP4;
-  for (int i = 0; i < kNumWgConfigs && out < max; i++)
-    if (wg_smem_of(order[i], a->act) <= optin && !(mx_w4a4 && order[i] == 1)) names[out++] = kWgConfigs[order[i]].name;
-  return out;
-}
-
-extern "C" int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
-  const int cfg = wg_config_index(config);
-  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+extern "C" int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
+  if (!c || c->family != FP4_DENSE_LARGE_M_WGMMA || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
       (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16))
     return (int)cudaErrorInvalidValue;
   const lm_params p = lm_params_of(a);
@@ -353,13 +279,13 @@ extern "C" int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *a, const char *conf
   const bool nv = a->format == FP4_FORMAT_NVFP4;
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    return (int)(nv ? wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl)
-                    : wg_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, cfg, s, pdl));
-  case FP4_CUDA_ACT_F16: return (int)wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, cfg, s, pdl);
+    return (int)(nv ? wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl)
+                    : wg_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, c, s, pdl));
+  case FP4_CUDA_ACT_F16: return (int)wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, c, s, pdl);
   case FP4_CUDA_ACT_FP4:
-    if (nv) return (int)wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(p, cfg, s, pdl);
-    return cfg == 0 ? (int)wg_launch_tile<128, 6, FP4_FORMAT_MXFP4, FP4_CUDA_ACT_FP4>(p, s, pdl)
-                    : (int)cudaErrorInvalidValue; /* refused by fp4_cuda_wgmma_check */
+    if (nv) return (int)wg_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_FP4>(p, c, s, pdl);
+    return c->bn == 128 ? (int)wg_launch_tile<128, 6, FP4_FORMAT_MXFP4, FP4_CUDA_ACT_FP4>(p, s, pdl)
+                        : (int)cudaErrorInvalidValue; /* refused by the config's check (dense_config.c) */
   default: return (int)cudaErrorInvalidValue;
   }
 }

@@ -85,7 +85,6 @@
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_grouped_tiles.cuh"
 #include "backends/cuda/moe_kernels.h"
-#include "backends/cuda/moe_scalars.cuh"
 
 namespace {
 
@@ -485,7 +484,7 @@ __device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *fu
 #endif
 
 /* Split-K: `splits` CTAs share an output tile, each taking a contiguous part of its K tiles, where
- * the grid would otherwise leave SMs idle (wgra_splits). Each writes its FP32 partial tile to ws;
+ * the grid would otherwise leave SMs idle (fp4_dense_wgra_splits). Each writes its FP32 partial tile to ws;
  * the last to arrive on the tile's counter sums the partials in split order (so the result does not
  * depend on which finishes first) and writes the output. */
 struct wgra_split {
@@ -569,7 +568,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   (void)p, (void)sk;
   (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM, (void)wgra_producer_regs(BT), (void)wgra_consumer_regs(BT);
-  __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_wgra_check) */
+  __trap(); /* the host never launches this outside sm_90a code (the register-A check of config/dense_config.c) */
 #else
   (void)p;
 #endif
@@ -615,8 +614,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
         tile_info[0] = e;
         tile_info[1] = m0;
         tile_info[2] = m0 < hi ? hi : -1;
-        tile_scale = (double)moe_alpha(p.alpha, p.alpha_device) * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) *
-                     (double)moe_a_mult(p.a_mult, p.a_scale_device);
+        tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
       }
     }
   }
@@ -694,45 +692,12 @@ __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out
     for (int i = 0; i < 4; i++) out[t * 16 + 4 * s + i] = a[s][i];
 }
 
-/* ---- configurations ------------------------------------------------------------------------------ */
+/* ---- configurations: the tiles config/dense_config.c names (large-m.wgra[.pro].128x<BT>) ------------ */
 
-/* Tiles: 0 = 128 weight rows x 128 tokens (8 stages), 1 = 128 x 256 (5 stages: 5 x 38 KiB). A
- * prologue config takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM
- * (lm_run_with_dequant_a, as the large-m.rd.pro.* configs), then the tile runs as W4A16. The tile
- */
-struct wgra_config {
-  const char *name;
-  int tile;
-  bool prologue;
-};
-const wgra_config kWgraConfigs[] = {
-    {"large-m.wgra.128x128", 0, false},
-    {"large-m.wgra.128x256", 1, false},
-    {"large-m.wgra.pro.128x128", 0, true},
-    {"large-m.wgra.pro.128x256", 1, true},
-};
-constexpr int kNumWgraConfigs = (int)(sizeof kWgraConfigs / sizeof *kWgraConfigs);
-
-/* CTAs per output tile for a grid of `tiles` output tiles walking `kall` K tiles each on `sms` SMs:
- * the split that minimizes the estimated time, waves x (K tiles per CTA + a fixed cost per CTA in
- * K-tile times: 4 for the pipeline fill and the epilogue, 16 with a split, whose partial tile makes
- * a round trip through memory and whose workspace is allocated and cleared per call), taking a
- * split (the best one) only for a 20% gain over none, keeping at least 8 K tiles per CTA. Large
- * grids keep 1.
- * The constants come from the H200 (session 9, runs 7 and 8, 11 dense shapes at M = 256 and 512):
- * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
- * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
- * the two measured on 20 of the 22 points and 6-7% behind on two. */
-int wgra_splits(int64_t tiles, int64_t kall, int sms) {
-  const auto waves = [&](int64_t ctas) { return (double)((ctas + sms - 1) / sms); };
-  int best = 1;
-  double best_t = 0.0;
-  for (int s = 2; s <= 8 && kall / s >= 8; s++) {
-    const double t = waves(tiles * s) * ((double)kall / s + 16.0);
-    if (best == 1 || t < best_t) best = s, best_t = t;
-  }
-  return best > 1 && best_t < 0.8 * waves(tiles) * ((double)kall + 4.0) ? best : 1;
-}
+/* 128 weight rows x 128 tokens (8 stages) or x 256 tokens (5 stages: 5 x 38 KiB). A prologue config
+ * takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM (lm_run_with_dequant_a,
+ * as the large-m.rd.pro.* configs), then the tile runs as W4A16. The split-K choice and its
+ * workspace are the chooser's (fp4_dense_wgra_splits, fp4_dense_wgra_split_bytes). */
 
 /* setmaxnreg.inc waits until the CTA's register pool holds what it claims, so the launch must
  * allocate at least what the producer and the consumers claim together, or the consumers wait
@@ -745,25 +710,7 @@ bool wgra_register_pool_ok(const void *kernel) {
   return fa.numRegs * kWgraThreads >= kWgraWg * wgra_producer_regs(BT) + 2 * kWgraWg * wgra_consumer_regs(BT);
 }
 
-/* The split of an m x n x k problem on tiles of bt tokens (wgra_splits) and the workspace it takes:
- * the FP32 partial tiles, then one counter per output tile (0 bytes without a split). */
-struct wgra_split_plan {
-  int64_t tiles;
-  int splits;
-  size_t part_bytes, bytes;
-};
-
-wgra_split_plan wgra_plan(int64_t m, int64_t n, int64_t k, int bt, int sms) {
-  wgra_split_plan s;
-  /* CTAs over (token tiles of bt) x (weight tiles of 128), times the split */
-  s.tiles = ((m + bt - 1) / bt) * ((n + kWgraRows - 1) / kWgraRows);
-  s.splits = wgra_splits(s.tiles, (k + kWgraBK - 1) / kWgraBK, sms > 0 ? sms : 1);
-  s.part_bytes = s.splits > 1 ? (size_t)s.tiles * s.splits * bt * kWgraRows * sizeof(float) : 0;
-  s.bytes = s.splits > 1 ? s.part_bytes + (size_t)s.tiles * sizeof(unsigned) : 0;
-  return s;
-}
-
-/* ws: the split-K part of the context workspace (wgra_plan(...).bytes; unused without a split). */
+/* ws: the split-K part of the context workspace (fp4_dense_wgra_split_bytes; unused without a split). */
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
@@ -772,52 +719,36 @@ cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t
   if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
-  const wgra_split_plan plan = wgra_plan(p.m, p.n, p.k, BT, sms);
-  wgra_split sk = {plan.splits, NULL, NULL};
-  if (plan.tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  /* CTAs over (token tiles of BT) x (weight tiles of 128), times the split */
+  const int64_t tiles = ((p.m + BT - 1) / BT) * ((p.n + kWgraRows - 1) / kWgraRows);
+  wgra_split sk = {fp4_dense_wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, sms), NULL, NULL};
+  if (tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
   if (sk.splits == 1)
-    return fp4_cuda_launch(kernel, dim3((unsigned)plan.tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
+    return fp4_cuda_launch(kernel, dim3((unsigned)tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
   if (!ws) return cudaErrorInvalidValue;
   /* the partial tiles and the counters, zeroed in stream order (a memset node under capture) */
+  size_t part_bytes = 0;
+  fp4_dense_wgra_split_bytes(p.m, p.n, p.k, BT, sms, &part_bytes);
   sk.ws = static_cast<float *>(ws);
-  sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + plan.part_bytes);
-  e = cudaMemsetAsync(sk.counters, 0, (size_t)plan.tiles * sizeof(unsigned), stream);
+  sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + part_bytes);
+  e = cudaMemsetAsync(sk.counters, 0, (size_t)tiles * sizeof(unsigned), stream);
   if (e != cudaSuccess) return e;
-  return fp4_cuda_launch(kernel, dim3((unsigned)(plan.tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream,
-                         pdl, p, sk);
+  return fp4_cuda_launch(kernel, dim3((unsigned)(tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl,
+                         p, sk);
 }
 
 template <int FMT, int ACT>
-cudaError_t wgra_launch_cfg(const lm_params &p, int tile, int sms, void *ws, cudaStream_t s, int pdl) {
-  switch (tile) {
-  case 0: return wgra_launch_tile<128, 8, FMT, ACT>(p, sms, ws, s, pdl);
-  case 1: return wgra_launch_tile<256, 5, FMT, ACT>(p, sms, ws, s, pdl);
-  default: return cudaErrorInvalidValue;
-  }
+cudaError_t wgra_launch_cfg(const lm_params &p, const fp4_dense_config *c, int sms, void *ws, cudaStream_t s, int pdl) {
+  if (c->bm == 128 && c->stages == 8) return wgra_launch_tile<128, 8, FMT, ACT>(p, sms, ws, s, pdl);
+  if (c->bm == 256 && c->stages == 5) return wgra_launch_tile<256, 5, FMT, ACT>(p, sms, ws, s, pdl);
+  return cudaErrorInvalidValue;
 }
 
-int wgra_smem_of(int cfg) {
-  switch (kWgraConfigs[cfg].tile) {
-  case 0: return wgra_cfg<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  case 1: return wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM;
-  default: return 0;
-  }
-}
-
-/* NULL when config cfg takes the activation kind act, else the rule (written to why). */
-const char *wgra_act_rule(int cfg, int act, char *why, size_t why_size) {
-  const int pro = 2; /* the prologue configs: kWgraConfigs[pro], kWgraConfigs[pro + 1] */
-  const auto &c = kWgraConfigs[cfg];
-  return lm_prologue_act_rule(c.name, c.prologue, kWgraConfigs[c.tile].name, kWgraConfigs[pro].name, kWgraConfigs[pro + 1].name, act, why,
-                              why_size);
-}
-
-int wgra_config_index(const char *name) {
-  for (int i = 0; i < kNumWgraConfigs; i++)
-    if (!strcmp(name, kWgraConfigs[i].name)) return i;
-  return -1;
-}
-
+/* The chooser's shared-memory figures (config/dense_config.h) are these tiles' own. */
+static_assert(kWgraRows == 128 && kWgraBK == 64 &&
+                  wgra_cfg<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(128, 8) &&
+                  wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(256, 5),
+              "FP4_DENSE_WGRA_SMEM must give the shared memory of the register-A tiles");
 
 /* ---- grouped tiles: host ------------------------------------------------------------------------ */
 
@@ -845,8 +776,52 @@ cudaError_t grouped_wgra_tile(const glm_params &p, int bt, int64_t ctas, cudaStr
   }
 }
 
-/* The token width of the grouped tiles is the host's choice (fp4_cuda_grouped_args.variant.tile_m:
- * config/moe_config.c, the expected-cost rule fitted on the H200, or a moe.prefill.wgra<M> config). */
+/* Expected tiles of width bt per expert when its rows are a Poisson count of mean m (routing
+ * counts spread about like one): sum over r of P(r) * ceil(r / bt), summed to m + 12 sqrt(m) + 12. */
+double expected_tiles(double m, int bt) {
+  const double limit = m + 12.0 * sqrt(m) + 12.0;
+  double pr = exp(-m), sum = 0.0; /* P(0); large m underflows to 0 and is rebuilt below */
+  if (pr == 0.0) return ceil(m / bt) + 0.5; /* m > ~700: the tile count is about fixed */
+  for (int r = 1; r <= (int)limit; r++) {
+    pr *= m / r;
+    sum += pr * (double)((r + bt - 1) / bt);
+  }
+  return sum;
+}
+
+/* Token widths of the grouped tiles and the time of one tile relative to the 64-token one's,
+ * fitted to the H200 (session 10 run 3: the MoE layer at B = 1024 and 4096 for Qwen3.5 and
+ * DeepSeek-R1 with each width forced, the cost per expected tile taken from each of the four): the
+ * narrow tiles run two CTAs per SM, so 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256
+ * tokens 1.85. 160 and 192 (for experts of about 130-190 rows) are interpolated between 128 and 256. */
+const struct {
+  int bt;
+  double cost;
+} kGroupedWidths[] = {{32, 0.87}, {64, 1.0}, {128, 1.5}, {160, 1.59}, {192, 1.68}, {256, 1.85}};
+
+/* Tokens per tile from the mean rows per expert slot (the host knows no more). An expert's rows are
+ * padded to whole tiles, so the choice is the width with the least expected cost: expected tiles
+ * x the time of one tile. FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256 (a width of kGroupedWidths)
+ * forces one, for measuring. */
+int grouped_wgra_bt(int64_t rows, int64_t slots) {
+  if (const char *env = getenv("FP4KIT_MOE_PREFILL_TILES")) {
+    for (const auto &w : kGroupedWidths) {
+      char name[16];
+      snprintf(name, sizeof name, "wgra%d", w.bt);
+      if (!strcmp(env, name)) return w.bt;
+    }
+  }
+  const double mean = (double)rows / (double)slots;
+  const auto &widths = kGroupedWidths;
+  int best = 0;
+  double best_cost = 0.0;
+  for (const auto &w : widths) {
+    const double c = expected_tiles(mean, w.bt) * w.cost;
+    if (!best || c < best_cost) best = w.bt, best_cost = c;
+  }
+  return best;
+}
+
 int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) { /* M tiles: the bound of either numbering */
   return (a->rows / bt + a->experts) * ((a->n + kWgraRows - 1) / kWgraRows);
 }
@@ -859,83 +834,33 @@ int wgra_image_ok(int device, char *why, size_t why_size) {
 
 } // namespace
 
-extern "C" int fp4_cuda_wgra_check(const fp4_cuda_gemm_args *a, int device, const char *config, char *why,
-                                   size_t why_size) {
-  const int c = config ? wgra_config_index(config) : -1;
-  if (config && c < 0) {
-    snprintf(why, why_size, "unknown register-A wgmma config '%s' (%s, %s, %s, %s)", config, kWgraConfigs[0].name,
-             kWgraConfigs[1].name, kWgraConfigs[2].name, kWgraConfigs[3].name);
-    return -1;
-  }
-  /* the operand rules are those of the mma.sync family (activation types, MXFP4 with f16, K % 32) */
-  if (fp4_cuda_large_m_check(a, device, NULL, why, why_size) != 1) return 0;
-  if (config && wgra_act_rule(c, a->act, why, why_size)) return 0;
-  if (!wgra_image_ok(device, why, why_size)) return 0;
-  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  char rule[320];
-  for (int i = 0; i < kNumWgraConfigs; i++) {
-    if ((config && i != c) || wgra_act_rule(i, a->act, rule, sizeof rule)) continue;
-    if (wgra_smem_of(i) <= optin) return 1;
-    if (config) {
-      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; device %d allows %d", config,
-               wgra_smem_of(i), device, optin);
-      return 0;
-    }
-  }
-  snprintf(why, why_size, "no register-A wgmma tile fits the %d bytes of shared memory per block of device %d", optin,
-           device);
-  return 0;
+extern "C" int fp4_cuda_wgra_image_ok(int device, char *why, size_t why_size) {
+  return wgra_image_ok(device, why, why_size);
 }
 
-extern "C" int fp4_cuda_wgra_configs(const fp4_cuda_gemm_args *a, int device, const char **names, int max) {
-  char why[320];
-  if (max < 1 || fp4_cuda_wgra_check(a, device, NULL, why, sizeof why) != 1) return 0;
-  const int optin = lm_device_attr(device, cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024);
-  const int sms = lm_device_attr(device, cudaDevAttrMultiProcessorCount, 1);
-  /* within the family (not yet measured): the 256-token tile first when it still gives every SM a CTA */
-  const int64_t ctas256 = ((a->m + 255) / 256) * ((a->n + kWgraRows - 1) / kWgraRows);
-  const int wide = ctas256 >= sms ? 1 : 0;
-  const int base = a->act == FP4_CUDA_ACT_FP4 ? 2 : 0;
-  const int order[2] = {base + wide, base + 1 - wide};
-  int out = 0;
-  for (int i = 0; i < 2 && out < max; i++)
-    if (wgra_smem_of(order[i]) <= optin) names[out++] = kWgraConfigs[order[i]].name;
-  return out;
-}
-
-extern "C" size_t fp4_cuda_wgra_workspace(const fp4_cuda_gemm_args *a, const char *config) {
-  const int cfg = config ? wgra_config_index(config) : -1;
-  if (cfg < 0) return 0;
-  const size_t bf16 = kWgraConfigs[cfg].prologue ? fp4_cuda_bf16_a_bytes(a->m, a->k) : 0;
-  return bf16 + wgra_plan(a->m, a->n, a->k, kWgraConfigs[cfg].tile ? 256 : 128, a->sms).bytes;
-}
-
-extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const char *config, void *stream, int pdl) {
-  const int cfg = wgra_config_index(config);
-  char why[320];
-  if (cfg < 0 || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
-      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || wgra_act_rule(cfg, a->act, why, sizeof why))
+extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
+  if (!c || c->family != FP4_DENSE_LARGE_M_WGRA || a->m < 1 || a->n < 1 || a->k % 32 || a->act == FP4_CUDA_ACT_F32 ||
+      (a->format == FP4_FORMAT_MXFP4 && a->act == FP4_CUDA_ACT_F16) || (c->prologue != (a->act == FP4_CUDA_ACT_FP4)))
     return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   const bool nv = a->format == FP4_FORMAT_NVFP4;
-  const int tile = kWgraConfigs[cfg].tile;
-  if (kWgraConfigs[cfg].prologue) { /* the split-K part of the workspace follows the bf16 activations */
+  if (c->prologue) { /* the split-K part of the workspace follows the bf16 activations */
     void *ws = a->workspace ? static_cast<char *>(a->workspace) + fp4_cuda_bf16_a_bytes(a->m, a->k) : NULL;
     if (nv)
       return (int)lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(a, s, pdl, [&](const lm_params &p) {
-        return wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, ws, s, pdl);
+        return wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, c, a->sms, ws, s, pdl);
       });
     return (int)lm_run_with_dequant_a<FP4_FORMAT_MXFP4>(a, s, pdl, [&](const lm_params &p) {
-      return wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, ws, s, pdl);
+      return wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, c, a->sms, ws, s, pdl);
     });
   }
   const lm_params p = lm_params_of(a);
   switch (a->act) {
   case FP4_CUDA_ACT_BF16:
-    return (int)(nv ? wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, a->workspace, s, pdl)
-                    : wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, tile, a->sms, a->workspace, s, pdl));
+    return (int)(nv ? wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, c, a->sms, a->workspace, s, pdl)
+                    : wgra_launch_cfg<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, c, a->sms, a->workspace, s, pdl));
   case FP4_CUDA_ACT_F16:
-    return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, tile, a->sms, a->workspace, s, pdl);
+    return (int)wgra_launch_cfg<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, c, a->sms, a->workspace, s, pdl);
   default: return (int)cudaErrorInvalidValue;
   }
 }
@@ -952,18 +877,20 @@ extern "C" int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *a, i
 }
 
 extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
-  /* The host asked fp4_cuda_grouped_wgra_supported once for the device and checked the rest of the
-   * variant against a (config/moe_config.c): no device query per call. */
-  if (a->act != FP4_CUDA_ACT_BF16 && !(a->act == FP4_CUDA_ACT_F16 && a->format == FP4_FORMAT_NVFP4))
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || !fp4_cuda_grouped_wgra_supported(a, device))
     return (int)cudaErrorInvalidValue;
   const glm_params p = glm_params_of(a, kWgraRows);
-  const int bt = a->variant.tile_m;
+  const int bt = grouped_wgra_bt(a->rows, a->slots > 0 ? a->slots : 1);
   const int64_t ctas = grouped_wgra_ctas(a, bt);
-  if (bt < 32 || ctas > 0x7FFFFFFF) return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->format == FP4_FORMAT_MXFP4) return (int)grouped_wgra_tile<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
   if (a->act == FP4_CUDA_ACT_F16) return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, bt, ctas, s, pdl);
   return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
+}
+
+extern "C" int fp4_cuda_grouped_wgra_width(int64_t rows, int64_t slots) {
+  return grouped_wgra_bt(rows, slots > 0 ? slots : 1);
 }
 
 extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {

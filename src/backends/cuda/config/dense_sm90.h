@@ -1,0 +1,15 @@
+/* Dense GEMM choice on SM90: the SM89 table plus the sm_90a families (wgmma and register-A wgmma
+ * tiles). The register-A tiles lead the large-M candidates where their 256-token tile gives every SM
+ * a CTA: 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 (session 9) against
+ * 223-229 for the best mma.sync tile (session 2); on smaller grids each of their CTAs walks all of K
+ * at about 1 us per 64-K tile, so they stay behind the mma.sync tiles there. */
+#ifndef FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
+#define FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
+
+#include "backends/cuda/config/dense_sm89.h"
+
+#define FP4_DENSE_RULES_SM90_INIT FP4_DENSE_RULES_SM89_INIT
+
+static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90", FP4_DENSE_RULES_SM90_INIT, .sm90a_families = 1};
+
+#endif

@@ -1,0 +1,158 @@
+/*
+ * The cuda backend's dense config chooser (src/backends/cuda/config/dense_config.c), host-only:
+ *   - its default equals, for every recorded point, the config the backend chose before the choice
+ *     became a table (tests/dense_recorded_choices.h: every dense and TP8-sharded GEMM shape of the
+ *     embedded models, NVFP4 and MXFP4, bf16/f16/f32/FP4 activations, M = 1..8192, on the facts of
+ *     A100, L40S, H200, H200 without sm_90a code, B200 and RTX PRO 6000);
+ *     "-" marks a problem the backend refused, which the rules must refuse too;
+ *   - the tuner's first candidate is the default, and every candidate passes its own check;
+ *   - names, families, refusals and workspace sizes behave as documented.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/config/dense_config.h"
+#include "backends/cuda/cuda_kernels.h"
+#include "dense_recorded_choices.h"
+#include "fp4kit.h"
+#include "testing.h"
+
+static fp4_dense_arch arch_of(int i) {
+  fp4_dense_arch a;
+  memset(&a, 0, sizeof a);
+  a.major = recorded_archs[i].major;
+  a.minor = recorded_archs[i].minor;
+  a.sms = recorded_archs[i].sms;
+  a.smem_optin = recorded_archs[i].smem_optin;
+  a.sm90a = recorded_archs[i].sm90a;
+  if (!a.sm90a) snprintf(a.sm90a_why, sizeof a.sm90a_why, "no sm_90a code");
+  return a;
+}
+
+static const int acts[] = {FP4_CUDA_ACT_BF16, FP4_CUDA_ACT_F16, FP4_CUDA_ACT_F32, FP4_CUDA_ACT_FP4};
+
+static void test_recorded(void) {
+  const int n = (int)(sizeof recorded / sizeof *recorded);
+  int64_t points = 0, wrong = 0;
+  for (int i = 0; i < n; i++) {
+    const fp4_dense_arch a = arch_of(recorded[i].arch);
+    for (int64_t m = recorded[i].from; m <= recorded[i].to; m++) {
+      /* every M up to 1024 and at each range's ends, every 13th above (the ranges' ends are where a
+       * rule could be off by one) */
+      if (m > 1024 && m != recorded[i].to && (m - recorded[i].from) % 13) continue;
+      const fp4_dense_shape s = {m, recorded[i].n, recorded[i].k, acts[recorded[i].act], recorded[i].format};
+      char why[400];
+      points++;
+      const char *want = recorded_names[recorded[i].config];
+      if (!strcmp(want, "-")) {
+        const int refused = fp4_dense_small_m_rule(&s, why, sizeof why) &&
+                            fp4_dense_check(FP4_DENSE_LARGE_M_MMA, &s, &a, NULL, why, sizeof why) == 0;
+        if (!refused && wrong++ < 10)
+          fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: recorded refused, the rules take it\n",
+                  recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
+                  (long long)m);
+        continue;
+      }
+      const char *got = fp4_dense_default(&s, &a);
+      if ((!got || strcmp(got, want)) && wrong++ < 10)
+        fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: chooser %s, recorded %s\n",
+                recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
+                (long long)m, got ? got : "(none)", want);
+    }
+  }
+  printf("recorded default configs: %lld points, %lld differ\n", (long long)points, (long long)wrong);
+  CHECK(points > 1000000 && wrong == 0, "%lld of %lld recorded choices differ", (long long)wrong, (long long)points);
+}
+
+/* The tuner's list starts with the default; each name in it passes its family's check. */
+static void test_candidates(void) {
+  static const int64_t ms[] = {1, 3, 8, 17, 32, 64, 65, 200, 1024, 4096};
+  static const int64_t shapes[][2] = {{57344, 8192}, {4096, 1024}, {128, 4096}, {20480, 4096}, {2048, 512}};
+  int64_t bad = 0, lists = 0;
+  for (int ai = 0; ai < (int)(sizeof recorded_archs / sizeof *recorded_archs); ai++) {
+    const fp4_dense_arch a = arch_of(ai);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+      for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+        for (int f = 0; f < 2; f++)
+          for (int ac = 0; ac < 4; ac++) {
+            const fp4_dense_shape s = {ms[mi], shapes[si][0], shapes[si][1], acts[ac], f};
+            const char *names[64];
+            const int n = fp4_dense_candidates(&s, &a, names, 64);
+            const char *def = fp4_dense_default(&s, &a);
+            char why[400];
+            if (n < 1) continue;
+            lists++;
+            if (!def || strcmp(def, names[0])) bad++;
+            for (int i = 0; i < n; i++)
+              if (fp4_dense_check(fp4_dense_family_of(names[i]), &s, &a, names[i], why, sizeof why) != 1) {
+                if (bad++ < 10) fprintf(stderr, "candidate %s refused: %s\n", names[i], why);
+              }
+          }
+  }
+  CHECK(lists > 100 && bad == 0, "%lld of %lld candidate lists wrong", (long long)bad, (long long)lists);
+}
+
+static void test_rules_and_workspace(void) {
+  const fp4_dense_arch h200 = {9, 0, 132, 232448, 1, ""};
+  fp4_dense_arch a100 = {8, 0, 108, 166912, 0, ""};
+  char why[400];
+  /* every config's name finds it, and its family is the prefix's */
+  int n = 0;
+  const fp4_dense_config *all = fp4_dense_configs_all(&n);
+  CHECK(n == 39, "%d dense configs", n);
+  for (int i = 0; i < n; i++)
+    CHECK(fp4_dense_config_find(all[i].name) == &all[i] && fp4_dense_family_of(all[i].name) == all[i].family,
+          "config %s: lookup or family", all[i].name);
+  /* unknown names are -1 with the list; rules name themselves */
+  const fp4_dense_shape w4a16 = {300, 4096, 4096, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_MMA, &w4a16, &h200, "large-m.1x1.s1", why, sizeof why) == -1 &&
+            strstr(why, "large-m.128x128.s4"),
+        "unknown large-M name: %s", why);
+  CHECK(fp4_dense_check(FP4_DENSE_SMALL_M, &w4a16, &h200, "small-m.nope", why, sizeof why) == -1 &&
+            strstr(why, "small-m.w8"),
+        "unknown small-M name: %s", why);
+  CHECK(fp4_dense_check(FP4_DENSE_SMALL_M, &w4a16, &h200, "small-m.w4", why, sizeof why) == 0 && strstr(why, "M <= 64"),
+        "small-M at M = 300: %s", why);
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &w4a16, &a100, "large-m.wgra.128x128", why, sizeof why) == 0 &&
+            strstr(why, "SM90 only"),
+        "wgra on SM80: %s", why);
+  a100.major = 9; /* SM 9.0 without the sm_90a code: the probe's reason */
+  snprintf(a100.sm90a_why, sizeof a100.sm90a_why, "this fp4kit binary carries no sm_90a code");
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGMMA, &w4a16, &a100, "large-m.wgmma.128x128", why, sizeof why) == 0 &&
+            strstr(why, "no sm_90a code"),
+        "wgmma without sm_90a code: %s", why);
+  const fp4_dense_shape w4a4 = {300, 4096, 4096, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_RD, &w4a4, &h200, "large-m.rd.128x128", why, sizeof why) == 0 &&
+            strstr(why, "large-m.rd.pro.128x128"),
+        "W4A4 on a W4A16 register-decode tile: %s", why);
+  const fp4_dense_shape f32 = {300, 4096, 4096, FP4_CUDA_ACT_F32, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_MMA, &f32, &h200, NULL, why, sizeof why) == 0 && strstr(why, "f32"),
+        "f32 large-M: %s", why);
+  /* workspace: the prologue's bf16 activations (rounded to 256), the split-K partials */
+  const fp4_dense_shape pro = {7, 8192, 4096, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_workspace(&pro, &h200, fp4_dense_config_find("small-m.pro.w4")) == fp4_cuda_bf16_a_bytes(7, 4096) &&
+            fp4_cuda_bf16_a_bytes(7, 4096) == 7 * 4096 * 2 && fp4_cuda_bf16_a_bytes(3, 32) == 256,
+        "small-M prologue workspace");
+  CHECK(fp4_dense_workspace(&pro, &h200, fp4_dense_config_find("small-m.w4")) == 0, "in-loop W4A4 takes no workspace");
+  const fp4_dense_shape split = {128, 256, 8192, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
+  size_t part = 0;
+  const size_t sb = fp4_dense_wgra_split_bytes(128, 256, 8192, 128, 132, &part);
+  const int splits = fp4_dense_wgra_splits(2, 128, 132);
+  CHECK(splits > 1 && part == (size_t)2 * splits * 128 * 128 * 4 && sb == part + 2 * sizeof(unsigned),
+        "split-K of 2 tiles x 128 K tiles on 132 SMs: %d splits, %zu bytes", splits, sb);
+  CHECK(fp4_dense_workspace(&split, &h200, fp4_dense_config_find("large-m.wgra.128x128")) == sb,
+        "register-A split-K workspace");
+  const fp4_dense_shape big = {4096, 8192, 8192, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_workspace(&big, &h200, fp4_dense_config_find("large-m.wgra.pro.128x256")) ==
+            fp4_cuda_bf16_a_bytes(4096, 8192),
+        "register-A prologue without a split: the bf16 activations only");
+  CHECK(fp4_dense_workspace(&w4a16, &h200, fp4_dense_config_find("large-m.128x128.s4")) == 0, "mma.sync: none");
+}
+
+int main(void) {
+  test_rules_and_workspace();
+  test_candidates();
+  test_recorded();
+  return TEST_SUMMARY();
+}
