@@ -207,7 +207,6 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t 
   const lut2 t = lut2_make();
   const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64;
   const int64_t gstep = g->mx ? g->gstride : 2 * g->gstride;
-  const float fix = g->mx ? 1.0f : 256.0f;
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
     float *d = panel + r * g->lda;
     if (r >= nr) {
@@ -216,32 +215,35 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t 
     }
     const uint8_t *w = g->b + (n0 + r) * row_bytes;
     const uint8_t *sp = g->bs + fp4_cpu_scale_base(g, n0 + r);
+    _Alignas(32) uint8_t wb[64];
+    uint8_t gb[8];
     for (int64_t ch = k0 / 128; ch < k1 / 128; ch++) {
-      _Alignas(32) uint8_t wb[64] = {0};
-      uint8_t gb[8];
       const uint8_t *wp = w + ch * 64, *g0 = sp + ch * gstep, *g1 = g0 + g->gstride;
       if (ch >= nfull) {
+        memset(wb, 0, sizeof wb);
         if (ch * 64 < row_bytes) memcpy(wb, wp, (size_t)(row_bytes - ch * 64));
         tail_scale_bytes(g, sp, ch, gb);
         wp = wb, g0 = gb, g1 = gb + 4;
       }
       __m256 f;
-      if (nan_seen(chunk_scales(g0, g1, g->mx, _mm_setzero_si128(), &f), g->mx)) { /* rare: decode the scales one by one, NaN included */
+      if (nan_seen(chunk_scales(g0, g1, g->mx, _mm_setzero_si128(), &f), g->mx)) {
+        /* rare: decode the scales one by one, NaN included */
         static const int lane_nv[8] = {0, 1, 4, 5, 2, 3, 6, 7}, lane_mx[8] = {0, 0, 2, 2, 1, 1, 3, 3};
-        uint8_t sb[8];
+        uint8_t sb[8] = {0};
         memcpy(sb, g0, 4);
-        memcpy(sb + 4, g1, 4);
+        if (!g->mx) memcpy(sb + 4, g1, 4);
         const float *stab = g->mx ? fp4_cpu_ue8m0_table() : fp4_cpu_e4m3_table();
         float fl[8];
-        for (int i = 0; i < 8; i++) fl[i] = stab[sb[g->mx ? lane_mx[i] : lane_nv[i]]] / fix;
+        for (int i = 0; i < 8; i++) fl[i] = stab[sb[g->mx ? lane_mx[i] : lane_nv[i]]];
         f = _mm256_loadu_ps(fl);
+      } else if (!g->mx) {
+        f = _mm256_mul_ps(f, _mm256_set1_ps(256.0f)); /* exact: (value * 2^-8) * 2^8 */
       }
-      const __m256 fx = _mm256_set1_ps(fix);
       for (int h = 0; h < 2; h++) {
         __m256 v[8];
         decode32(&t, wp + 32 * h, v);
-        for (int q = 0; q < 8; q++) /* exact: (value * 2^-8) * 2^8 */
-          _mm256_storeu_ps(d + ch * 128 + 64 * h + 8 * q, _mm256_mul_ps(_mm256_mul_ps(v[q], map_scale(f, h, q / 4)), fx));
+        for (int q = 0; q < 8; q++)
+          _mm256_storeu_ps(d + ch * 128 + 64 * h + 8 * q, _mm256_mul_ps(v[q], map_scale(f, h, q / 4)));
       }
     }
   }
