@@ -2,7 +2,7 @@
  * Shared by the tests that run the fp4kit command (FP4KIT_CLI): `dir` is the test's temporary
  * directory (the test fills it with mkdtemp); cli_run runs `ENV fp4kit ARGS` with stdout to DIR/NAME
  * and stderr to DIR/NAME.err and returns the exit status; cli_slurp reads DIR/NAME (NULL if absent);
- * cli_count counts occurrences of a needle (0 for a NULL text).
+ * cli_count counts occurrences of a needle (0 for a NULL text). A test calls cli_require() first.
  */
 #ifndef FP4_TESTS_CLI_TESTING_H
 #define FP4_TESTS_CLI_TESTING_H
@@ -12,7 +12,18 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#ifndef FP4KIT_CLI
+#define FP4KIT_CLI "" /* the command is not built (FP4KIT_BUILD_TOOLS=OFF): cli_require() skips */
+#endif
+
 static char dir[64];
+
+/* Exits 77 (a skipped ctest), saying why, when the command is not built. */
+static inline void cli_require(void) {
+  if (FP4KIT_CLI[0]) return;
+  printf("skip: the fp4kit command is not built (FP4KIT_BUILD_TOOLS=OFF)\n");
+  exit(77);
+}
 
 static int cli_run(const char *env, const char *args, const char *name) {
   char cmd[2048];

@@ -2,6 +2,7 @@
 #ifndef FP4_TOOLS_CLI_H
 #define FP4_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "fp4kit.h"
@@ -28,5 +29,21 @@ int fp4cli_report(const char *what, fp4_status st);
 /* The device to use: the FP4KIT_DEVICE environment variable, else 0 when a CUDA device is
  * present, else -1 (host only). */
 int fp4cli_default_device(void);
+
+/* Whether a CUDA ordinal can be used: a context on it allocates and frees device memory. When it
+ * cannot (no driver, no GPU, no such ordinal, a build without CUDA), why receives the runtime's
+ * message and the result is 0. */
+int fp4cli_device_usable(int device, char *why, size_t size);
+
+/* Option parsing (getopt_long, opterr = 0) shares its messages: the option getopt_long refused
+ * (c is '?' for an unknown option, ':' for a missing value; optstrings start with ':'), and a value
+ * that is not an integer in [lo, hi]. Each prints "fp4kit CMD: ..." and the hint to run --help, and
+ * returns FP4CLI_USAGE. */
+int fp4cli_bad_option(const char *cmd, int c, char **argv);
+int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out);
+/* "bf16", "f16"/"fp16", "f32"/"fp32"; 0 on success, -1 for another name. */
+int fp4cli_parse_dtype(const char *s, fp4_dtype *t);
+/* Arguments left after the options: none is expected. Prints the first and returns FP4CLI_USAGE. */
+int fp4cli_no_operands(const char *cmd, int argc, char **argv);
 
 #endif

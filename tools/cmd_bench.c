@@ -1,10 +1,11 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 /*
  * fp4kit bench: times FP4 GEMMs and quantization per (shape, M, backend) and states every speed as
  * a ratio to peers measured in the same run (copy/read bandwidth, cuBLAS BF16, cuBLASLt FP8, or the
  * host's read bandwidth and FMA peak). Benchmarks are not tests: correctness is `fp4kit check`'s
  * job; the bench only refuses to report a time for a call that left NaN in its output.
  */
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_step.h"
 #include "cli.h"
 #include "harness.h"
 
@@ -111,6 +113,7 @@ static void bench_usage(FILE *f) {
           "  --runs      timed calls per point, >= 50 (default 100 on a device, 50 on the host); the\n"
           "              median is reported. --warmup: untimed calls first (default 10).\n"
           "  --moe       time the MoE layer instead (fp4kit bench --moe --help).\n"
+          "  --step      time one rank's decode step of a model instead (fp4kit bench --step MODEL --help).\n"
           "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
           "  --config    time one named configuration of the one --backend (GEMM ops; the tuner's\n"
           "              candidate names, e.g. small-m.r32.w4 or large-m.wgmma.128x256).\n"
@@ -150,14 +153,6 @@ static int split_list(const char *s, char *buf, size_t size, char **items, int m
   return n;
 }
 
-static int parse_dtype(const char *s, fp4_dtype *t) {
-  if (!strcmp(s, "bf16")) *t = FP4_DTYPE_BF16;
-  else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *t = FP4_DTYPE_F16;
-  else if (!strcmp(s, "f32") || !strcmp(s, "fp32")) *t = FP4_DTYPE_F32;
-  else return -1;
-  return 0;
-}
-
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "fp4kit bench: ");
   fprintf(stderr, fmt, arg);
@@ -179,64 +174,85 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
   o->out_dtype = FP4_DTYPE_BF16;
   o->layout = FP4_LAYOUT_128X4;
   *help = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+  enum { OPT_BACKEND = 256, OPT_MODEL, OPT_SHAPES, OPT_M, OPT_OP, OPT_FORMAT, OPT_RUNS, OPT_WARMUP, OPT_JSON, OPT_CSV,
+         OPT_HTML, OPT_DEVICE, OPT_TP, OPT_ACT, OPT_OUT, OPT_LAYOUT, OPT_CACHE, OPT_CONFIG, OPT_NO_PEERS, OPT_LIST };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"backend", required_argument, NULL, OPT_BACKEND},
+                                        {"model", required_argument, NULL, OPT_MODEL},
+                                        {"shapes", required_argument, NULL, OPT_SHAPES},
+                                        {"m", required_argument, NULL, OPT_M},
+                                        {"op", required_argument, NULL, OPT_OP},
+                                        {"format", required_argument, NULL, OPT_FORMAT},
+                                        {"runs", required_argument, NULL, OPT_RUNS},
+                                        {"warmup", required_argument, NULL, OPT_WARMUP},
+                                        {"json", required_argument, NULL, OPT_JSON},
+                                        {"csv", required_argument, NULL, OPT_CSV},
+                                        {"html", required_argument, NULL, OPT_HTML},
+                                        {"device", required_argument, NULL, OPT_DEVICE},
+                                        {"tp", required_argument, NULL, OPT_TP},
+                                        {"act", required_argument, NULL, OPT_ACT},
+                                        {"out", required_argument, NULL, OPT_OUT},
+                                        {"layout", required_argument, NULL, OPT_LAYOUT},
+                                        {"cache", required_argument, NULL, OPT_CACHE},
+                                        {"config", required_argument, NULL, OPT_CONFIG},
+                                        {"no-peers", no_argument, NULL, OPT_NO_PEERS},
+                                        {"list-shapes", no_argument, NULL, OPT_LIST},
+                                        {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
+    const char *v = optarg;
     long long x = 0;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      *help = 1;
-      return FP4CLI_OK;
-    }
-    if (!strcmp(a, "--no-peers")) {
-      o->peers = 0;
-      continue;
-    }
-    if (!strcmp(a, "--list-shapes")) {
-      o->list_shapes = 1;
-      continue;
-    }
-    static const char *const valued[] = {"--backend", "--model", "--shapes", "--m",    "--op",     "--format", "--runs",
-                                         "--warmup",  "--json",  "--csv",    "--html", "--device", "--tp",     "--act",
-                                         "--out",     "--layout", "--cache",  "--config"};
-    int known = 0;
-    for (size_t j = 0; j < sizeof valued / sizeof *valued; j++) known |= !strcmp(a, valued[j]);
-    if (!known) return usage_error("unknown option '%s'", a);
-    if (!v) return usage_error("option '%s' needs a value", a);
-    i++;
-    if (!strcmp(a, "--backend")) o->backends = v;
-    else if (!strcmp(a, "--model")) o->model = v;
-    else if (!strcmp(a, "--shapes")) o->shapes = v;
-    else if (!strcmp(a, "--m")) o->ms = v;
-    else if (!strcmp(a, "--op")) o->ops = v;
-    else if (!strcmp(a, "--format")) o->formats = v;
-    else if (!strcmp(a, "--json")) o->json = v;
-    else if (!strcmp(a, "--csv")) o->csv = v;
-    else if (!strcmp(a, "--html")) o->html = v;
-    else if (!strcmp(a, "--cache")) o->cache = v;
-    else if (!strcmp(a, "--config")) o->config = v;
-    else if (!strcmp(a, "--runs")) {
-      if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
-      o->runs = (int)x;
-    } else if (!strcmp(a, "--warmup")) {
-      if (parse_int(v, 0, 100000, &x)) return usage_error("--warmup '%s': give a number >= 0", v);
-      o->warmup = (int)x;
-    } else if (!strcmp(a, "--device")) {
-      if (parse_int(v, -1, 1024, &x)) return usage_error("--device '%s': give a CUDA ordinal or -1 for the host", v);
-      o->device = (int)x;
-    } else if (!strcmp(a, "--tp")) {
-      if (parse_int(v, 1, 1024, &x)) return usage_error("--tp '%s': give a tensor-parallel degree >= 1", v);
-      o->tp = (int)x;
-    } else if (!strcmp(a, "--act")) {
-      if (parse_dtype(v, &o->act_dtype)) return usage_error("--act '%s': use bf16, f16 or f32", v);
-    } else if (!strcmp(a, "--out")) {
-      if (parse_dtype(v, &o->out_dtype)) return usage_error("--out '%s': use bf16, f16 or f32", v);
-    } else if (!strcmp(a, "--layout")) {
-      if (!strcmp(v, "128x4")) o->layout = FP4_LAYOUT_128X4;
-      else if (!strcmp(v, "linear")) o->layout = FP4_LAYOUT_LINEAR;
-      else if (!strcmp(v, "8x4")) o->layout = FP4_LAYOUT_8X4;
-      else return usage_error("--layout '%s': use 128x4, linear or 8x4", v);
+    switch (c) {
+      case 'h':
+        *help = 1;
+        return FP4CLI_OK;
+      case OPT_NO_PEERS: o->peers = 0; break;
+      case OPT_LIST: o->list_shapes = 1; break;
+      case OPT_BACKEND: o->backends = v; break;
+      case OPT_MODEL: o->model = v; break;
+      case OPT_SHAPES: o->shapes = v; break;
+      case OPT_M: o->ms = v; break;
+      case OPT_OP: o->ops = v; break;
+      case OPT_FORMAT: o->formats = v; break;
+      case OPT_JSON: o->json = v; break;
+      case OPT_CSV: o->csv = v; break;
+      case OPT_HTML: o->html = v; break;
+      case OPT_CACHE: o->cache = v; break;
+      case OPT_CONFIG: o->config = v; break;
+      case OPT_RUNS:
+        if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
+        o->runs = (int)x;
+        break;
+      case OPT_WARMUP:
+        if (parse_int(v, 0, 100000, &x)) return usage_error("--warmup '%s': give a number >= 0", v);
+        o->warmup = (int)x;
+        break;
+      case OPT_DEVICE:
+        if (parse_int(v, -1, 1024, &x)) return usage_error("--device '%s': give a CUDA ordinal or -1 for the host", v);
+        o->device = (int)x;
+        break;
+      case OPT_TP:
+        if (parse_int(v, 1, 1024, &x)) return usage_error("--tp '%s': give a tensor-parallel degree >= 1", v);
+        o->tp = (int)x;
+        break;
+      case OPT_ACT:
+        if (fp4cli_parse_dtype(v, &o->act_dtype)) return usage_error("--act '%s': use bf16, f16 or f32", v);
+        break;
+      case OPT_OUT:
+        if (fp4cli_parse_dtype(v, &o->out_dtype)) return usage_error("--out '%s': use bf16, f16 or f32", v);
+        break;
+      case OPT_LAYOUT:
+        if (!strcmp(v, "128x4")) o->layout = FP4_LAYOUT_128X4;
+        else if (!strcmp(v, "linear")) o->layout = FP4_LAYOUT_LINEAR;
+        else if (!strcmp(v, "8x4")) o->layout = FP4_LAYOUT_8X4;
+        else return usage_error("--layout '%s': use 128x4, linear or 8x4", v);
+        break;
+      default:
+        return fp4cli_bad_option("bench", c, argv);
     }
   }
+  if (fp4cli_no_operands("bench", argc, argv)) return FP4CLI_USAGE;
   if (o->model && o->shapes) return usage_error("%s", "--model and --shapes exclude each other");
   if (o->config && (!strcmp(o->backends, "all") || !strcmp(o->backends, "auto") || strchr(o->backends, ',')))
     return usage_error("%s", "--config names a configuration of one backend: give --backend NAME too");
@@ -913,17 +929,6 @@ static int attach_tuning_cache(bench_env *e) {
   return FP4CLI_OK;
 }
 
-static int default_device(void) {
-  const char *env = getenv("FP4KIT_DEVICE");
-  if (env && *env) return atoi(env);
-  fp4_context *ctx = NULL;
-  fp4_device_info info;
-  int device = -1;
-  if (fp4_context_create(&ctx, 0) == FP4_OK && fp4_device_info_get(ctx, &info) == FP4_OK) device = 0;
-  fp4_context_destroy(ctx);
-  return device;
-}
-
 /* One line per point on stderr, started before the point is measured and finished after, so a
  * slow point is visible while it runs (and names itself if the run is killed). */
 static void progress_start(int done, int total, const bench_point *pt) {
@@ -1065,10 +1070,14 @@ out:
 }
 
 int fp4cli_bench(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--moe")) return bench_moe_main(argc, argv); /* its own options (bench_moe.c) */
+  /* The MoE layer and the decode step are benchmarks of their own, with their own options. */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--moe")) return bench_moe_main(argc, argv);                                 /* bench_moe.c */
+    if (!strcmp(argv[i], "--step") || !strncmp(argv[i], "--step=", 7)) return bench_step_main(argc, argv); /* bench_step.c */
+  }
   bench_env *e = calloc(1, sizeof *e);
   if (!e) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
+  make_command(&e->run, argc, argv); /* as typed: getopt_long reorders argv */
   int help = 0, rc = parse_opts(argc, argv, &e->o, &help);
   bench_shape *shapes = NULL;
   bench_backend *bl = NULL;
@@ -1102,7 +1111,14 @@ int fp4cli_bench(int argc, char **argv) {
   }
 
   bench_run *r = &e->run;
-  int device = e->o.device == -2 ? default_device() : e->o.device;
+  int device = e->o.device == -2 ? fp4cli_default_device() : e->o.device;
+  char why[320];
+  if (device >= 0 && !fp4cli_device_usable(device, why, sizeof why)) {
+    fprintf(stderr, "fp4kit bench: no usable CUDA device %d (%s); nothing was timed (--device -1 times the host backends)\n",
+            device, why);
+    rc = FP4CLI_ERROR;
+    goto done;
+  }
   fp4_status st = fp4_context_create(&e->hctx, -1);
   if (!st && device >= 0) st = fp4_context_create(&e->dctx, device);
   if (!st) st = fp4_device_info_get(NULL, &r->host);
@@ -1123,7 +1139,6 @@ int fp4cli_bench(int argc, char **argv) {
   struct tm tm;
   gmtime_r(&now, &tm);
   strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  make_command(r, argc, argv);
 
   int done_points = 0, total = 0;
   for (int f = 0; f < 2; f++) {

@@ -1,5 +1,7 @@
 /* fp4kit probe: devices, architecture facts and the backend x capability matrix, with a reason for
  * every "no" and the evidence behind every answer; --check runs each "yes" against the reference. */
+#define _GNU_SOURCE
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,10 @@ static void probe_usage(FILE *f) {
           "             reference, and flag wrong answers (all zeros, NaN, large error); exit status 1\n"
           "             if any is wrong\n"
           "  --json     machine-readable output\n"
+          "  --device N CUDA ordinal to probe, or -1 for the host (default: FP4KIT_DEVICE, else 0 when a\n"
+          "             CUDA device is present, else -1); a device that cannot be used is named once with\n"
+          "             the runtime's reason and the backends are probed on the host\n"
+          "  --seed N   seed of the --check data (default 1)\n"
           "\n"
           "Evidence of each answer: table = architecture table and build targets only (nothing ran);\n"
           "queried = asked of the device or vendor library at run time; executed = ran on this machine\n"
@@ -184,29 +190,46 @@ static void version_text(char *buf, size_t size, int v, int cudnn_style) {
 }
 
 int fp4cli_probe(int argc, char **argv) {
-  int json = 0, check = 0, device = -2;
+  int json = 0, check = 0;
+  long long device = -2, seed = 1;
   const char *arch = NULL;
-  uint64_t seed = 1;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      probe_usage(stdout);
-      return FP4CLI_OK;
-    } else if (!strcmp(argv[i], "--json")) {
-      json = 1;
-    } else if (!strcmp(argv[i], "--check")) {
-      check = 1;
-    } else if (!strcmp(argv[i], "--arch") && i + 1 < argc) {
-      arch = argv[++i];
-    } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-      device = atoi(argv[++i]);
-    } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-      seed = strtoull(argv[++i], NULL, 0);
-    } else {
-      fprintf(stderr, "fp4kit probe: unknown option '%s'\n", argv[i]);
-      probe_usage(stderr);
-      return FP4CLI_USAGE;
+  enum { OPT_JSON = 256, OPT_CHECK, OPT_ARCH, OPT_DEVICE, OPT_SEED };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"json", no_argument, NULL, OPT_JSON},
+                                        {"check", no_argument, NULL, OPT_CHECK},
+                                        {"arch", required_argument, NULL, OPT_ARCH},
+                                        {"device", required_argument, NULL, OPT_DEVICE},
+                                        {"seed", required_argument, NULL, OPT_SEED},
+                                        {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
+    int bad = FP4CLI_OK;
+    switch (c) {
+      case 'h':
+        probe_usage(stdout);
+        return FP4CLI_OK;
+      case OPT_JSON:
+        json = 1;
+        break;
+      case OPT_CHECK:
+        check = 1;
+        break;
+      case OPT_ARCH:
+        arch = optarg;
+        break;
+      case OPT_DEVICE:
+        bad = fp4cli_parse_int("probe", "--device", optarg, -1, 1024, &device);
+        break;
+      case OPT_SEED:
+        bad = fp4cli_parse_int("probe", "--seed", optarg, 0, INT64_MAX, &seed);
+        break;
+      default:
+        return fp4cli_bad_option("probe", c, argv);
     }
+    if (bad) return bad;
   }
+  if (fp4cli_no_operands("probe", argc, argv)) return FP4CLI_USAGE;
   if (arch && check) {
     fprintf(stderr, "fp4kit probe: --check runs on this machine's device; it cannot be combined with --arch\n");
     return FP4CLI_USAGE;
@@ -259,6 +282,17 @@ int fp4cli_probe(int argc, char **argv) {
 
   /* This machine. */
   if (device == -2) device = fp4cli_default_device();
+  /* A device that cannot be used is named once, with the runtime's reason, and the backends are
+   * probed on the host instead (a device context without a driver answers every question with the
+   * driver's error). */
+  char why[320] = "";
+  const int asked = (int)device;
+  if (device >= 0 && !fp4cli_device_usable(asked, why, sizeof why)) {
+    fprintf(stderr, "fp4kit probe: no usable CUDA device %d (%s); probing the backends on the host\n", asked, why);
+    cJSON_AddNumberToObject(root, "device_asked", asked);
+    cJSON_AddStringToObject(root, "device_error", why);
+    device = -1;
+  }
   const int ndev = fp4_probe_device_count();
   cJSON *devs = cJSON_AddArrayToObject(root, "devices");
   if (!json) {
@@ -294,7 +328,7 @@ int fp4cli_probe(int argc, char **argv) {
       printf("  %d: %s, %s (cc %d.%d), %d SMs, %.1f GiB; driver CUDA %s, runtime %s, cuBLASLt %s, cuDNN %s;\n"
              "     this binary has code for it: %s%s\n",
              d, info.name, info.arch, info.cc / 10, info.cc % 10, info.sm_count, (double)info.memory_bytes / (1u << 30), drv,
-             rt, lt, dnn, info.binary_has_code ? "yes" : "NO", d == device ? "   <- probed below" : "");
+             rt, lt, dnn, info.binary_has_code ? "yes" : "NO", d == (int)device ? "   <- probed below" : "");
       const fp4_arch_info *a = fp4_arch_for_cc(info.cc);
       if (a) print_arch(a);
     }
@@ -311,7 +345,7 @@ int fp4cli_probe(int argc, char **argv) {
   }
   if (!json) printf("\n");
   fp4_context *ctx = NULL;
-  fp4_status st = fp4_context_create(&ctx, device);
+  fp4_status st = fp4_context_create(&ctx, (int)device);
   if (st) {
     rc = fp4cli_report("creating a context", st);
     goto out;
@@ -325,14 +359,15 @@ int fp4cli_probe(int argc, char **argv) {
       rc = fp4cli_report("probing a backend", st);
       goto out;
     }
-    if (check) wrong += run_checks(ctx, &probes[i], seed, getenv("FP4KIT_PROBE_VERBOSE") != NULL);
+    if (check) wrong += run_checks(ctx, &probes[i], (uint64_t)seed, getenv("FP4KIT_PROBE_VERBOSE") != NULL);
     cJSON_AddItemToArray(arr, probe_json(&probes[i]));
   }
   cJSON_AddStringToObject(root, "tuning", fp4_context_tuning_note(ctx));
   fp4_context_destroy(ctx);
   if (!json) {
-    printf("\nbackends on %s%s:\n", device >= 0 ? "device " : "the host", device >= 0 ? "" : " (no CUDA device context)");
-    if (device >= 0) printf("(device %d)\n", device);
+    if (device >= 0) printf("\nbackends on device %lld:\n", device);
+    else if (why[0]) printf("\nbackends on the host (no usable CUDA device %d: %s):\n", asked, why);
+    else printf("\nbackends on the host (no CUDA device context):\n");
     print_matrix(probes, nb);
     if (check) printf("\n--check: %s\n", wrong ? "WRONG RESULTS FOUND (see above)" : "every executed capability matched the reference");
     else printf("\nNothing was executed; run 'fp4kit probe --check' to execute every \"yes\" against the reference.\n");

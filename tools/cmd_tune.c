@@ -1,7 +1,8 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 /* fp4kit tune: time every supported (backend, config) on each shape and store the winners in the
  * tuning cache that auto selection reads. The shapes of a model are bench's (bench_shapes.c), so
  * `fp4kit tune --model X` then `fp4kit bench --backend auto --model X` meet in the cache. */
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,14 +118,6 @@ static int parse_flags(const char *s, const char *const *names, int count, int *
   return any;
 }
 
-static int parse_dtype(const char *v, fp4_dtype *out) {
-  if (!strcmp(v, "bf16")) *out = FP4_DTYPE_BF16;
-  else if (!strcmp(v, "f16") || !strcmp(v, "fp16")) *out = FP4_DTYPE_F16;
-  else if (!strcmp(v, "f32") || !strcmp(v, "fp32")) *out = FP4_DTYPE_F32;
-  else return 0;
-  return 1;
-}
-
 static const char *op_name(fp4_tune_op op) { return op == FP4_TUNE_MM ? "w4a4" : "w4a16"; }
 
 /* Candidates of one key, named on the key's progress line as they start: a slow one is visible
@@ -152,49 +145,89 @@ int fp4cli_tune(int argc, char **argv) {
   const char *cache_path = NULL, *model = NULL;
   fp4_dtype act = FP4_DTYPE_BF16, out = FP4_DTYPE_BF16;
   if (!shapes) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      tune_usage(stdout);
-      free(shapes);
-      return FP4CLI_OK;
-    }
-    if (!strcmp(a, "--list-shapes")) {
-      list_only = 1;
-      continue;
-    }
-    if (!v) goto usage;
-    i++;
-    long long n = 0, k = 0;
-    if (!strcmp(a, "--model")) model = v;
-    else if (!strcmp(a, "--tp")) {
-      if ((tp = atoi(v)) < 1) goto usage;
-    } else if (!strcmp(a, "--shapes")) {
-      if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : !parse_shape_list(v, shapes, &nshapes)) {
-        fprintf(stderr, "fp4kit tune: --shapes '%s' is neither a readable shape file nor NxK[,NxK...]\n", v);
-        goto usage;
+  enum { OPT_MODEL = 256, OPT_TP, OPT_SHAPES, OPT_SHAPE, OPT_M, OPT_OP, OPT_FORMAT, OPT_ACT, OPT_OUT, OPT_RUNS, OPT_CACHE,
+         OPT_DEVICE, OPT_LIST };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"model", required_argument, NULL, OPT_MODEL},
+                                        {"tp", required_argument, NULL, OPT_TP},
+                                        {"shapes", required_argument, NULL, OPT_SHAPES},
+                                        {"shape", required_argument, NULL, OPT_SHAPE},
+                                        {"m", required_argument, NULL, OPT_M},
+                                        {"op", required_argument, NULL, OPT_OP},
+                                        {"format", required_argument, NULL, OPT_FORMAT},
+                                        {"act", required_argument, NULL, OPT_ACT},
+                                        {"out", required_argument, NULL, OPT_OUT},
+                                        {"runs", required_argument, NULL, OPT_RUNS},
+                                        {"cache", required_argument, NULL, OPT_CACHE},
+                                        {"device", required_argument, NULL, OPT_DEVICE},
+                                        {"list-shapes", no_argument, NULL, OPT_LIST},
+                                        {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c, li = 0; (c = getopt_long(argc, argv, ":h", longs, &li)) != -1;) {
+    const char *v = optarg, *bad = NULL; /* bad: what a refused value should have been */
+    long long x = 0;
+    switch (c) {
+      case 'h':
+        tune_usage(stdout);
+        free(shapes);
+        return FP4CLI_OK;
+      case OPT_LIST:
+        list_only = 1;
+        break;
+      case OPT_MODEL:
+        model = v;
+        break;
+      case OPT_TP:
+        if ((rc = fp4cli_parse_int("tune", "--tp", v, 1, 1024, &x))) goto usage_quiet;
+        tp = (int)x;
+        break;
+      case OPT_SHAPES:
+        if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : !parse_shape_list(v, shapes, &nshapes))
+          bad = "a readable shape file or NxK[,NxK...]";
+        break;
+      case OPT_SHAPE: {
+        long long n = 0, k = 0;
+        if (sscanf(v, "%lldx%lld", &n, &k) != 2 || n < 1 || k < 1 || !parse_shape_list(v, shapes, &nshapes))
+          bad = "one NxK";
+        break;
       }
-    } else if (!strcmp(a, "--shape")) {
-      if (sscanf(v, "%lldx%lld", &n, &k) != 2 || n < 1 || k < 1 || !parse_shape_list(v, shapes, &nshapes)) goto usage;
-    } else if (!strcmp(a, "--m")) {
-      if ((nm = parse_m_list(v, ms, 32)) < 1) goto usage;
-    } else if (!strcmp(a, "--op")) {
-      if (!parse_flags(v, op_names, 2, ops)) goto usage;
-    } else if (!strcmp(a, "--format")) {
-      if (!parse_flags(v, fmt_names, 2, fmts)) goto usage;
-    } else if (!strcmp(a, "--act")) {
-      if (!parse_dtype(v, &act)) goto usage;
-    } else if (!strcmp(a, "--out")) {
-      if (!parse_dtype(v, &out)) goto usage;
-    } else if (!strcmp(a, "--runs")) {
-      if ((runs = atoi(v)) < 1) goto usage;
-    } else if (!strcmp(a, "--cache")) cache_path = v;
-    else if (!strcmp(a, "--device")) {
-      char *end = NULL;
-      device = (int)strtol(v, &end, 10);
-      if (*end || device < -1) goto usage;
-    } else goto usage;
+      case OPT_M:
+        if ((nm = parse_m_list(v, ms, 32)) < 1) bad = "a list of positive M values (at most 32)";
+        break;
+      case OPT_OP:
+        if (!parse_flags(v, op_names, 2, ops)) bad = "w4a16 and/or w4a4";
+        break;
+      case OPT_FORMAT:
+        if (!parse_flags(v, fmt_names, 2, fmts)) bad = "nvfp4 and/or mxfp4";
+        break;
+      case OPT_ACT:
+        if (fp4cli_parse_dtype(v, &act)) bad = "bf16, f16 or f32";
+        break;
+      case OPT_OUT:
+        if (fp4cli_parse_dtype(v, &out)) bad = "bf16, f16 or f32";
+        break;
+      case OPT_RUNS:
+        if ((rc = fp4cli_parse_int("tune", "--runs", v, 1, 1000000, &x))) goto usage_quiet;
+        runs = (int)x;
+        break;
+      case OPT_CACHE:
+        cache_path = v;
+        break;
+      case OPT_DEVICE:
+        if ((rc = fp4cli_parse_int("tune", "--device", v, -1, 1024, &x))) goto usage_quiet;
+        device = (int)x;
+        break;
+      default:
+        rc = fp4cli_bad_option("tune", c, argv);
+        goto usage_quiet;
+    }
+    if (bad) {
+      fprintf(stderr, "fp4kit tune: --%s '%s': give %s\n", longs[li].name, v, bad);
+      goto usage;
+    }
   }
+  if ((rc = fp4cli_no_operands("tune", argc, argv))) goto usage_quiet;
   if (model && (rc = bench_model_shapes("tune", model, tp, shapes, &nshapes))) {
     free(shapes);
     return rc;
@@ -215,6 +248,13 @@ int fp4cli_tune(int argc, char **argv) {
     return fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
   }
   if (device == -2) device = fp4cli_default_device();
+  char why[320];
+  if (device >= 0 && !fp4cli_device_usable(device, why, sizeof why)) {
+    fprintf(stderr, "fp4kit tune: no usable CUDA device %d (%s); nothing was tuned (--device -1 tunes the host backends)\n",
+            device, why);
+    free(shapes);
+    return FP4CLI_ERROR;
+  }
 
   const int nops = ops[0] + ops[1], nfmts = fmts[0] + fmts[1];
   const int nk = nshapes * nm * nops * nfmts;
@@ -314,6 +354,7 @@ done:
   return rc;
 usage:
   tune_usage(stderr);
+usage_quiet:
   free(shapes);
   return FP4CLI_USAGE;
 }

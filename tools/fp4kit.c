@@ -1,4 +1,6 @@
 /* fp4kit: probe, check, bench, tune, quantize and inspect FP4 GEMMs. Calls only the public API. */
+#define _GNU_SOURCE
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@ static const int command_count = (int)(sizeof commands / sizeof *commands);
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: fp4kit <command> [options]\n"
+          "usage: fp4kit [--help|--version] <command> [options]\n"
           "\n"
           "FP4 (NVFP4, MXFP4) matrix multiplication: which backends run here, are they right, how fast.\n"
           "\n"
@@ -28,16 +30,20 @@ static void usage(FILE *f) {
   for (int i = 0; i < command_count; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
           "\n"
-          "Run 'fp4kit <command> --help' for a command's options.\n"
+          "Run 'fp4kit <command> --help' for a command's options ('fp4kit help' prints this).\n"
           "Environment: FP4KIT_DEVICE (CUDA ordinal, -1 = host only), FP4KIT_LOG (error|warn|info|debug).\n");
 }
 
 static int cmd_version(int argc, char **argv) {
-  (void)argv;
-  if (argc > 1) {
-    fprintf(stderr, "usage: fp4kit version\n");
-    return FP4CLI_USAGE;
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  optind = 1;
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
+    if (c != 'h') return fp4cli_bad_option("version", c, argv);
+    printf("usage: fp4kit version\n\nPrints the library version and the version of the header the command was built with.\n");
+    return FP4CLI_OK;
   }
+  if (optind < argc) return fp4cli_no_operands("version", argc, argv);
   printf("fp4kit %s (header %s)\n", fp4_version(), FP4KIT_VERSION_STRING);
   return FP4CLI_OK;
 }
@@ -53,15 +59,102 @@ int fp4cli_default_device(void) {
   return fp4_probe_device_count() > 0 ? 0 : -1;
 }
 
-int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-    usage(stdout);
-    return argc < 2 ? FP4CLI_USAGE : FP4CLI_OK;
+int fp4cli_device_usable(int device, char *why, size_t size) {
+  fp4_context *ctx = NULL;
+  void *p = NULL;
+  fp4_status st = fp4_context_create(&ctx, device);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, 256, &p);
+  if (!st) fp4_free(ctx, FP4_MEMORY_DEVICE, p);
+  if (st) {
+    /* The runtime's words without the name of the probe call. */
+    const char *msg = fp4_last_error();
+    if (!strncmp(msg, "fp4_alloc: ", 11)) msg += 11;
+    snprintf(why, size, "%s", msg[0] ? msg : fp4_status_str(st));
   }
-  if (!strcmp(argv[1], "--version")) return cmd_version(1, argv + 1);
+  fp4_context_destroy(ctx);
+  return st == FP4_OK;
+}
+
+int fp4cli_bad_option(const char *cmd, int c, char **argv) {
+  const char *arg = argv[optind - 1];
+  if (c == ':') fprintf(stderr, "fp4kit %s: option '%s' needs a value\n", cmd, arg);
+  else if (strncmp(arg, "--", 2)) fprintf(stderr, "fp4kit %s: unknown option '-%c'\n", cmd, optopt);
+  else if (strchr(arg, '='))
+    fprintf(stderr, "fp4kit %s: unknown option '%.*s', or it takes no value\n", cmd, (int)(strchr(arg, '=') - arg), arg);
+  else fprintf(stderr, "fp4kit %s: unknown option '%s'\n", cmd, arg);
+  fprintf(stderr, "Run 'fp4kit %s --help' for the options.\n", cmd);
+  return FP4CLI_USAGE;
+}
+
+int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out) {
+  char *end = NULL;
+  long long v = strtoll(value, &end, 0);
+  if (!*value || *end || v < lo || v > hi) {
+    fprintf(stderr, "fp4kit %s: %s needs an integer from %lld to %lld, not '%s'\n", cmd, opt, lo, hi, value);
+    return FP4CLI_USAGE;
+  }
+  *out = v;
+  return FP4CLI_OK;
+}
+
+int fp4cli_parse_dtype(const char *s, fp4_dtype *t) {
+  if (!strcmp(s, "bf16")) *t = FP4_DTYPE_BF16;
+  else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *t = FP4_DTYPE_F16;
+  else if (!strcmp(s, "f32") || !strcmp(s, "fp32")) *t = FP4_DTYPE_F32;
+  else return -1;
+  return 0;
+}
+
+int fp4cli_no_operands(const char *cmd, int argc, char **argv) {
+  if (optind >= argc) return FP4CLI_OK;
+  fprintf(stderr, "fp4kit %s: unexpected argument '%s'\nRun 'fp4kit %s --help' for the options.\n", cmd, argv[optind], cmd);
+  return FP4CLI_USAGE;
+}
+
+/* getopt keeps the ordering of its first scan ('+': stop at the command) until a scan starts with
+ * optind 0; an empty scan from 0 leaves the command's own scan (optind 1) permuting arguments, so
+ * its options may follow its operands. */
+static void getopt_restart(void) {
+  static char name[] = "fp4kit";
+  char *none[] = {name, NULL};
+  optind = 0;
+  (void)getopt(1, none, "");
+}
+
+int main(int argc, char **argv) {
+  /* Options before the command; '+' stops at the command, whose options are its own. */
+  enum { OPT_VERSION = 256 };
+  static const struct option longs[] = {
+      {"help", no_argument, NULL, 'h'}, {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0}};
+  opterr = 0;
+  for (int c; (c = getopt_long(argc, argv, "+:h", longs, NULL)) != -1;) {
+    switch (c) {
+      case 'h':
+        usage(stdout);
+        return FP4CLI_OK;
+      case OPT_VERSION:
+        printf("fp4kit %s (header %s)\n", fp4_version(), FP4KIT_VERSION_STRING);
+        return FP4CLI_OK;
+      default:
+        fprintf(stderr, "fp4kit: unknown option '%s'\n\n", argv[optind - 1]);
+        usage(stderr);
+        return FP4CLI_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return FP4CLI_USAGE;
+  }
+  const char *name = argv[optind];
+  if (!strcmp(name, "help")) {
+    usage(stdout);
+    return FP4CLI_OK;
+  }
+  const int at = optind;
+  getopt_restart();
   for (int i = 0; i < command_count; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-  fprintf(stderr, "fp4kit: unknown command '%s'\n\n", argv[1]);
+    if (!strcmp(name, commands[i].name)) return commands[i].run(argc - at, argv + at);
+  fprintf(stderr, "fp4kit: unknown command '%s'\n\n", name);
   usage(stderr);
   return FP4CLI_USAGE;
 }

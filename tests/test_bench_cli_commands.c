@@ -1,0 +1,205 @@
+#define _POSIX_C_SOURCE 200809L
+/* The options of every fp4kit command (getopt_long: --opt value and --opt=value, --help and -h,
+ * refused options and values named with exit status 2) and what check, probe, bench and tune say
+ * when the CUDA device asked for cannot be used: one line naming the device and the runtime's
+ * reason, then the host backends (check, probe) or nothing (bench, tune). Device 99 is unusable on
+ * every machine (no driver, no GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
+#include <cjson/cJSON.h>
+
+#include "cli_testing.h"
+#include "testing.h"
+
+/* Exit status of `fp4kit ARGS`; out and err receive its stdout and stderr (caller frees). */
+static int fp4kit(const char *args, char **out, char **err) {
+  static int n;
+  char name[32], errname[40];
+  snprintf(name, sizeof name, "run%d", n++);
+  int rc = cli_run("", args, name);
+  snprintf(errname, sizeof errname, "%s.err", name);
+  *out = cli_slurp(name);
+  *err = cli_slurp(errname);
+  return rc;
+}
+
+/* Lines of s that contain needle. */
+static int lines_with(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = s; s && (p = strstr(p, needle)); n++) {
+    p = strchr(p, '\n');
+    if (!p) break;
+  }
+  return n;
+}
+
+static void options(void) {
+  static const char *const commands[] = {"check", "bench", "probe", "tune", "inspect", "quantize", "version"};
+  char args[256];
+  char *out, *err;
+  for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+    for (int shortform = 0; shortform < 2; shortform++) {
+      snprintf(args, sizeof args, "%s %s", commands[i], shortform ? "-h" : "--help");
+      int rc = fp4kit(args, &out, &err);
+      char want[64];
+      snprintf(want, sizeof want, "usage: fp4kit %s", commands[i]);
+      CHECK(rc == 0 && out && strstr(out, want), "fp4kit %s exits 0 (got %d) and prints '%s'", args, rc, want);
+      free(out);
+      free(err);
+    }
+    snprintf(args, sizeof args, "%s --no-such-option", commands[i]);
+    int rc = fp4kit(args, &out, &err);
+    CHECK(rc == 2 && err && strstr(err, "'--no-such-option'"), "fp4kit %s: exit 2 naming the option (got %d): %s", args, rc,
+          err ? err : "");
+    free(out);
+    free(err);
+  }
+  CHECK(fp4kit("--help", &out, &err) == 0 && out && strstr(out, "commands:"), "fp4kit --help lists the commands");
+  free(out);
+  free(err);
+  CHECK(fp4kit("help", &out, &err) == 0 && out && strstr(out, "commands:"), "fp4kit help lists the commands");
+  free(out);
+  free(err);
+  CHECK(fp4kit("--version", &out, &err) == 0 && out && !strncmp(out, "fp4kit ", 7), "fp4kit --version");
+  free(out);
+  free(err);
+  CHECK(fp4kit("nosuch", &out, &err) == 2 && err && strstr(err, "unknown command 'nosuch'"), "an unknown command: exit 2");
+  free(out);
+  free(err);
+
+  /* Options may follow operands (the command's scan permutes, whatever the top level's does). */
+  int rc = fp4kit("inspect /nonexistent/model.safetensors --json", &out, &err);
+  CHECK(rc == 3 && err && !strstr(err, "unexpected argument"), "inspect PATH --json takes --json as an option (rc %d): %s", rc,
+        err ? err : "");
+  free(out);
+  free(err);
+
+  /* --opt=value as well as --opt value. */
+  rc = fp4kit("tune --shape=128x256 --tp=2 --list-shapes", &out, &err);
+  CHECK(rc == 0 && out && strstr(out, "128 256"), "tune --shape=128x256 --list-shapes (rc %d): %s", rc, err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit("bench --shapes=128x256,64x512 --list-shapes", &out, &err);
+  CHECK(rc == 0 && out && strstr(out, "128 256") && strstr(out, "64 512"), "bench --shapes=... --list-shapes (rc %d): %s", rc,
+        err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit("probe --device=-1 --json", &out, &err);
+  cJSON *probe = out ? cJSON_Parse(out) : NULL;
+  CHECK(rc == 0 && probe && cJSON_GetNumberValue(cJSON_GetObjectItem(probe, "probed_device")) == -1,
+        "probe --device=-1 --json is valid JSON for the host (rc %d)", rc);
+  cJSON_Delete(probe);
+  free(out);
+  free(err);
+  rc = fp4kit("check --backend=ref --seed=7 --device=-1", &out, &err);
+  CHECK(rc == 0 && out && strstr(out, "seed 7") && lines_with(out, " pass ") > 0 && !lines_with(out, "FAIL"),
+        "check --backend=ref --seed=7 --device=-1 passes (rc %d): %s", rc, err ? err : "");
+  free(out);
+  free(err);
+
+  /* Missing values, values that are not numbers, stray arguments. */
+  static const struct {
+    const char *args, *says;
+  } bad[] = {
+      {"check --seed", "'--seed' needs a value"},
+      {"check --seed twelve", "'twelve'"},
+      {"check --device gpu0", "'gpu0'"},
+      {"check --device -2", "'-2'"},
+      {"check stray", "unexpected argument 'stray'"},
+      {"probe --arch", "'--arch' needs a value"},
+      {"probe --device 1x", "'1x'"},
+      {"probe --json=yes", "'--json'"},
+      {"probe stray", "unexpected argument 'stray'"},
+      {"tune --shape 128x256 --runs 0", "--runs"},
+      {"tune --shape 128x256 --tp two --list-shapes", "'two'"},
+      {"tune --shape 12y3", "--shape '12y3'"},
+      {"tune --shape 128x256 stray", "unexpected argument 'stray'"},
+      {"tune --shape 128x256 --device", "'--device' needs a value"},
+      {"bench --runs=10", "--runs '10'"},
+      {"bench --m", "'--m' needs a value"},
+      {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
+      {"version stray", "unexpected argument 'stray'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    rc = fp4kit(bad[i].args, &out, &err);
+    CHECK(rc == 2 && err && strstr(err, bad[i].says), "fp4kit %s: exit 2 (got %d) saying %s; said: %s", bad[i].args, rc,
+          bad[i].says, err ? err : "");
+    free(out);
+    free(err);
+  }
+}
+
+static void unusable_device(void) {
+  char *out, *err;
+  /* check: one line on stderr, the host backends checked (no FAIL), exit 3 (the device was asked for). */
+  int rc = fp4kit("check --device 99", &out, &err);
+  CHECK(rc == 3, "check --device 99 exits 3 (got %d)", rc);
+  CHECK(lines_with(err, "no usable CUDA device 99 (") == 1 && cli_count(err, "\n") == 1,
+        "check names the unusable device in one line, with the reason:\n%s", err ? err : "");
+  CHECK(out && !lines_with(out, "FAIL") && lines_with(out, "ref ") > 1 && !lines_with(out, "ref              quantize nvfp4 128x4 f32       skip"),
+        "check --device 99 runs the host backends' cases without FAIL lines:\n%s", out ? out : "");
+  CHECK(out && strstr(out, "0 failed") && strstr(out, "device 99 was not checked"), "the summary says the device was not checked");
+  free(out);
+  free(err);
+  rc = fp4kit("check --device 99 --backend cpu", &out, &err);
+  CHECK(rc == 3 && out && lines_with(out, "cpu ") > 1 && !lines_with(out, "FAIL"), "check --device 99 --backend cpu (rc %d)", rc);
+  free(out);
+  free(err);
+  /* A device backend alone: nothing can run, and the output says so. */
+  rc = fp4kit("check --device 99 --backend cublaslt", &out, &err);
+  CHECK(rc == 3 && out && strstr(out, "nothing could run") && !lines_with(out, "FAIL") && lines_with(out, " skip ") == 1,
+        "check --device 99 --backend cublaslt: one skip line and 'nothing could run' (rc %d):\n%s", rc, out ? out : "");
+  free(out);
+  free(err);
+
+  /* probe: the same line, then the backends on the host; JSON carries the reason. */
+  rc = fp4kit("probe --device 99", &out, &err);
+  CHECK(rc == 0 && lines_with(err, "no usable CUDA device 99 (") == 1 && out && strstr(out, "backends on the host"),
+        "probe --device 99 names the device once and probes the host (rc %d):\n%s", rc, err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit("probe --device 99 --json", &out, &err);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  CHECK(rc == 0 && j && cJSON_GetNumberValue(cJSON_GetObjectItem(j, "device_asked")) == 99 &&
+            cJSON_IsString(cJSON_GetObjectItem(j, "device_error")) &&
+            cJSON_GetNumberValue(cJSON_GetObjectItem(j, "probed_device")) == -1,
+        "probe --device 99 --json has device_asked, device_error and probed_device -1 (rc %d)", rc);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+
+  /* bench and tune: nothing timed, nothing written, one line. */
+  char args[512];
+  snprintf(args, sizeof args, "bench --device 99 --backend ref --shapes 128x256 --m 1 --op w4a16 --runs 50 --json %s/d.json", dir);
+  rc = fp4kit(args, &out, &err);
+  char *json = cli_slurp("d.json");
+  CHECK(rc == 3 && cli_count(err, "\n") == 1 && lines_with(err, "no usable CUDA device 99 (") == 1 &&
+            strstr(err, "nothing was timed") && !json,
+        "bench --device 99: one line, nothing timed (rc %d):\n%s", rc, err ? err : "");
+  free(json);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "tune --device 99 --shape 128x256 --m 1 --op w4a16 --runs 1 --cache %s/t.json", dir);
+  rc = fp4kit(args, &out, &err);
+  char *cache = cli_slurp("t.json");
+  CHECK(rc == 3 && cli_count(err, "\n") == 1 && lines_with(err, "no usable CUDA device 99 (") == 1 &&
+            strstr(err, "nothing was tuned") && !cache,
+        "tune --device 99: one line, nothing tuned or written (rc %d):\n%s", rc, err ? err : "");
+  free(cache);
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  cli_require();
+  snprintf(dir, sizeof dir, "/tmp/fp4kit_cmds_XXXXXX");
+  if (!mkdtemp(dir)) {
+    printf("skip: cannot create a temporary directory\n");
+    return 77;
+  }
+  options();
+  unusable_device();
+  char cleanup[128];
+  snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
+  if (!test_failed && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  if (test_failed) fprintf(stderr, "files kept in %s\n", dir);
+  return TEST_SUMMARY();
+}
