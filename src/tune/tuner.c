@@ -106,7 +106,8 @@ const char *fp4_context_tuning_note(fp4_context *ctx) {
 }
 
 int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key) {
-  if (p->op == FP4_OP_QUANTIZE) return 0;
+  /* Only the dense GEMMs are tuned; quantize, the grouped GEMMs and the MoE layer have no p->b. */
+  if (p->op != FP4_OP_MM && p->op != FP4_OP_MM_W4A16) return 0;
   memset(key, 0, sizeof *key);
   key->op = p->op == FP4_OP_MM ? FP4_TUNE_MM : FP4_TUNE_MM_W4A16;
   key->format = p->b->format;

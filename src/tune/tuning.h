@@ -17,7 +17,8 @@ int fp4_tuning_time_plausible(double median_us);
  * remembered under one state of the cache are not reused under another (dispatch/selection_cache). */
 uint64_t fp4_tuning_cache_generation(const fp4_tuning_cache *cache);
 
-/* The tuning key of a GEMM problem; 0 for problems that are not tuned (quantize). */
+/* The tuning key of a dense GEMM problem; 0 for problems that are not tuned (quantize, grouped GEMMs,
+ * the MoE layer). */
 int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key);
 
 /* The cached winner for p on ctx (loading the default cache file on first use): FP4_OK with the
