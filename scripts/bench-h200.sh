@@ -1,24 +1,71 @@
 #!/usr/bin/env bash
-# Builds fp4kit on the GPU machine and runs the default benchmark (the dense GEMMs of Qwen3.5-397B and
-# Llama-3.3-70B, M = 1..64, W4A16 and W4A4, every available device backend, same-run peers), writing the
-# table, JSON, CSV and the HTML roofline page into $OUT (default ./bench-out).
+# The page of current numbers: builds fp4kit on the GPU machine, runs the benchmark parts below on
+# the current commit, and writes their JSON records plus current.md and current.json (through
+# scripts/bench_current.py) into $OUT (default ./bench-out). Copy current.md and current.json to
+# bench/results/h200/ (and the records to a bench/results/h200/<date>-current/ folder with a README)
+# to publish them: every number the README and docs quote comes from that page.
 #
-#   OUT=/some/dir scripts/bench-h200.sh [extra fp4kit bench options, e.g. --m 128,256,512]
+#   OUT=/some/dir bash scripts/bench-h200.sh
+#   FP4KIT_BENCH_PARTS="build decode moe current" bash scripts/bench-h200.sh   # some parts only
 #
-# FP4KIT_COMMIT is taken from git when not set, so every record names the code it measured.
-set -euo pipefail
+# Parts (FP4KIT_BENCH_PARTS, default all, in this order):
+#   build    cmake for this GPU's architecture (FP4KIT_CUDA_ARCH, default 90a-real), -DFP4KIT_WERROR=ON
+#   decode   dense W4A16 and W4A4 GEMMs, M = 1..64, every available device backend, the default shape
+#            set (Qwen3.5-397B and Llama-3.3-70B), with the same-run peers   -> dense-decode.json
+#   prefill  the same at M = 128..8192                                       -> dense-prefill.json
+#   quantize the activation quantize, M = 1..8192, on the default shapes' K   -> quantize.json
+#   moe      fp4kit bench --moe: Qwen3.5-397B and DeepSeek-R1 layers, W4A16 and W4A4,
+#            B = 1, 8, 64, 256, 1024, 4096, with the copy floor and the cuBLAS BF16 expert loop -> moe.json
+#   current  scripts/bench_current.py over the JSON files present -> current.md, current.json
+# Each part's table goes to <part>.txt and its progress to <part>.progress; a part that fails is
+# named at the end and the others still run. Extra arguments are passed to every fp4kit bench call
+# of the dense parts (e.g. --runs 200). The parts' times on an H200 are not yet recorded; where a
+# command is limited to 10 minutes, run the parts one at a time (FP4KIT_BENCH_PARTS) with the same OUT.
+#
+# FP4KIT_COMMIT is taken from git when not set (a copied tree without .git: set it), so every
+# record names the code it measured.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/bench-out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build-h200}
 ARCH=${FP4KIT_CUDA_ARCH:-90a-real}
+PARTS=${FP4KIT_BENCH_PARTS:-build decode prefill quantize moe current}
 export FP4KIT_COMMIT=${FP4KIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+F=$BUILD/tools/fp4kit
+want() { [[ " $PARTS " == *" $1 "* ]]; }
+failed=()
+part() { # name, command...: the table to <name>.txt, progress and errors to <name>.progress
+  local name=$1; shift
+  echo "== $name: $*"
+  if ! "$@" >"$OUT/$name.txt" 2>"$OUT/$name.progress"; then failed+=("$name"); tail -5 "$OUT/$name.progress"; fi
+}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/nvidia-smi.csv" 2>&1 || true
-cmake -S . -B "$BUILD" -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$OUT/configure.log" 2>&1
-cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+if want build; then
+  cmake -S . -B "$BUILD" -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$OUT/configure.progress" 2>&1 &&
+    cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.progress" 2>&1 || { tail -40 "$OUT/build.progress"; exit 1; }
+fi
+[ -x "$F" ] || { echo "bench-h200.sh: $F is missing: run the build part first"; exit 1; }
 
-stamp=$(date -u +%Y%m%dT%H%M%SZ)
-"$BUILD/tools/fp4kit" bench --json "$OUT/bench-$stamp.json" --csv "$OUT/bench-$stamp.csv" \
-  --html "$OUT/bench-$stamp.html" "$@" 2>"$OUT/bench-$stamp.err" | tee "$OUT/bench-$stamp.txt"
-echo "results: $OUT/bench-$stamp.{txt,json,csv,html} (commit $FP4KIT_COMMIT)"
+want decode && part dense-decode "$F" bench --op w4a16,w4a4 --m 1,2,4,8,16,32,64 --json "$OUT/dense-decode.json" "$@"
+want prefill && part dense-prefill "$F" bench --op w4a16,w4a4 --m 128,256,512,1024,2048,4096,8192 \
+  --json "$OUT/dense-prefill.json" "$@"
+want quantize && part quantize "$F" bench --op quantize --m 1,16,64,256,1024,4096,8192 --json "$OUT/quantize.json" "$@"
+want moe && part moe "$F" bench --moe --m 1,8,64,256,1024,4096 --json "$OUT/moe.json"
+
+if want current; then
+  inputs=()
+  for f in dense-decode dense-prefill quantize moe; do
+    [ -s "$OUT/$f.json" ] && inputs+=("$OUT/$f.json=$f")
+  done
+  if ((${#inputs[@]})); then
+    python3 scripts/bench_current.py --md "$OUT/current.md" --json "$OUT/current.json" \
+      --intro "Every table below comes from one run of \`scripts/bench-h200.sh\` on commit $FP4KIT_COMMIT." \
+      "${inputs[@]}" || failed+=(current)
+  else
+    failed+=("current (no JSON records in $OUT)")
+  fi
+fi
+echo "results in $OUT (commit $FP4KIT_COMMIT): current.md, current.json, the parts' .json and .txt"
+((${#failed[@]} == 0)) || { echo "failed parts: ${failed[*]}"; exit 1; }
