@@ -1,28 +1,106 @@
 #define _POSIX_C_SOURCE 200809L
 /* `fp4kit bench` end to end on the host with the reference backend: option errors give exit status
  * 2, a tiny run writes valid JSON (checked by a small parser), CSV with one row per point and a
- * self-contained HTML page with one labelled chart point per GEMM. No timing is asserted. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-
+ * self-contained HTML page with one chart point per GEMM; report paths that cannot be written fail
+ * before any timing; records name the commit and write counts as integers. No timing is asserted. */
+#include "cli_testing.h"
 #include "testing.h"
 
-#ifndef FP4KIT_CLI
-int main(void) {
-  printf("skip: the fp4kit command is not built (FP4KIT_BUILD_TOOLS=OFF)\n");
-  return 77;
-}
-#else
-
-#include "cli_testing.h"
-
-/* `fp4kit bench ARGS`, output to DIR/OUT_NAME. */
-static int run(const char *args, const char *out_name) {
+/* `ENV fp4kit bench ARGS`, output to DIR/OUT_NAME. */
+static int run_env(const char *env, const char *args, const char *out_name) {
   char a[1536];
   snprintf(a, sizeof a, "bench %s", args);
-  return cli_run("", a, out_name);
+  return cli_run(env, a, out_name);
+}
+
+static int run(const char *args, const char *out_name) { return run_env("", args, out_name); }
+
+/* The value text of "key": in a JSON record ("" when absent). */
+static const char *value_of(const char *json, const char *key, char *buf, size_t size) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = json ? strstr(json, pat) : NULL;
+  buf[0] = '\0';
+  if (p) snprintf(buf, size, "%.*s", (int)strcspn(p + strlen(pat), ",}"), p + strlen(pat));
+  return buf;
+}
+
+/* Report paths that cannot be written fail before anything is timed, naming the path; a report
+ * file already there is left as it was by the check. */
+static void unwritable_outputs(void) {
+  char args[1024];
+  const char *base = "--device -1 --backend ref --shapes 128x256 --m 1 --op w4a16 --runs 50 --warmup 0 --no-peers";
+  snprintf(args, sizeof args, "%s --csv %s/keep.csv --json %s/no/such/dir/out.json", base, dir, dir);
+  char path[128];
+  snprintf(path, sizeof path, "%s/keep.csv", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("old contents\n", f);
+    fclose(f);
+  }
+  int rc = run(args, "unwritable");
+  char *err = cli_slurp("unwritable.err"), *kept = cli_slurp("keep.csv");
+  char want[160];
+  snprintf(want, sizeof want, "'%s/no/such/dir/out.json'", dir);
+  CHECK(rc == 3 && err && strstr(err, want) && strstr(err, "--json"), "an unwritable --json fails naming it (rc %d): %s", rc,
+        err ? err : "");
+  CHECK(err && !strstr(err, "[1/") && !strstr(err, "peers"), "nothing was timed before the failure: %s", err ? err : "");
+  CHECK(kept && !strcmp(kept, "old contents\n"), "the --csv file already there is untouched");
+  free(err);
+  free(kept);
+  snprintf(args, sizeof args, "%s --html %s", base, dir);
+  rc = run(args, "html_dir");
+  err = cli_slurp("html_dir.err");
+  snprintf(want, sizeof want, "--html file '%s'", dir);
+  CHECK(rc == 3 && err && strstr(err, want) && !strstr(err, "[1/"), "a directory as --html fails first (rc %d): %s", rc,
+        err ? err : "");
+  free(err);
+  snprintf(args, sizeof args, "%s --csv %s/fresh.csv --html %s/fresh.html --json %s/no/x.json", base, dir, dir, dir);
+  run(args, "fresh");
+  char *fresh = cli_slurp("fresh.csv"), *fresh_html = cli_slurp("fresh.html");
+  CHECK(!fresh && !fresh_html, "the check leaves no empty report file behind");
+  free(fresh);
+  free(fresh_html);
+}
+
+/* Records name the commit: FP4KIT_COMMIT when set, else the source tree's HEAD (git rev-parse),
+ * and integers are written as integers. */
+static void commit_and_integers(void) {
+  char src[512], cmd[700], head[64] = "";
+  snprintf(src, sizeof src, "%s", __FILE__);
+  char *slash = strrchr(src, '/');
+  if (slash) *slash = '\0';
+  else snprintf(src, sizeof src, ".");
+  snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse HEAD 2>/dev/null", src);
+  FILE *g = popen(cmd, "r");
+  if (g) {
+    if (!fgets(head, sizeof head, g)) head[0] = '\0';
+    pclose(g);
+  }
+  head[strcspn(head, "\n")] = '\0';
+  const char *args = "--device -1 --backend cpu --shapes 4096x4096 --m 1 --op w4a16 --runs 50 --warmup 0 --no-peers --json -";
+  int rc = run_env("FP4KIT_COMMIT=", args, "commit.json");
+  char *json = cli_slurp("commit.json"), v[128];
+  value_of(json, "commit", v, sizeof v);
+  if (head[0]) {
+    char want[80];
+    snprintf(want, sizeof want, "\"%s", head);
+    CHECK(rc == 0 && !strncmp(v, want, strlen(want)) && (v[41] == '"' || !strcmp(v + 41, "-dirty\"")),
+          "inside the git clone the record names HEAD %s (rc %d): %s", head, rc, v);
+  } else {
+    printf("the source tree is not a git clone here: the commit must be unknown\n");
+    CHECK(rc == 0 && !strcmp(v, "\"unknown\""), "outside git the commit is unknown: %s", v);
+  }
+  /* 2 * 4096 * 4096 FLOPs and 4096 * 4096 * (1/2 + 1/16) weight bytes, exactly. */
+  CHECK(!strcmp(value_of(json, "flops", v, sizeof v), "33554432"), "flops is an integer: %s", v);
+  CHECK(!strcmp(value_of(json, "weight_bytes", v, sizeof v), "9437184"), "weight_bytes is an integer: %s", v);
+  CHECK(!strcmp(value_of(json, "act_bytes", v, sizeof v), "8192"), "act_bytes is an integer: %s", v);
+  CHECK(!strcmp(value_of(json, "m", v, sizeof v), "1") && !strcmp(value_of(json, "runs", v, sizeof v), "50"), "m and runs");
+  free(json);
+  rc = run_env("FP4KIT_COMMIT=feedbeef", args, "commit_env.json");
+  json = cli_slurp("commit_env.json");
+  CHECK(rc == 0 && !strcmp(value_of(json, "commit", v, sizeof v), "\"feedbeef\""), "FP4KIT_COMMIT overrides: %s", v);
+  free(json);
 }
 
 /* ---- a strict little JSON parser: the records must be an array of flat objects ---- */
@@ -161,6 +239,7 @@ static int csv_fields(const char *line, const char **next) {
 }
 
 int main(void) {
+  cli_require();
   snprintf(dir, sizeof dir, "/tmp/fp4kit_bench_XXXXXX");
   if (!mkdtemp(dir)) {
     printf("skip: cannot create a temporary directory\n");
@@ -213,7 +292,7 @@ int main(void) {
     const char *keys[] = {"\"backend\"", "\"tflops\"", "\"weight_gbps\"", "\"host_read_gbps\"", "\"host_fma_gflops\"",
                           "\"commit\"", "\"date\"", "\"command\"", "\"device\"", "\"quantize_us\"", "\"total_us\""};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) CHECK(cli_count(json, keys[i]) == expect_records, "key %s in every record", keys[i]);
-    CHECK(strstr(json, "\"host_read_gbps\": null") == NULL, "the host read peer was measured");
+    CHECK(strstr(json, "\"host_read_gbps\":null") == NULL, "the host read peer was measured");
   } else {
     CHECK(0, "out.json was not written");
   }
@@ -250,7 +329,7 @@ int main(void) {
     jp j;
     parse_records(&j, sj);
     CHECK(rc == 0 && j.ok && j.records == 1 && j.ok_records == 1, "--json - writes one valid record to stdout (rc %d)", rc);
-    CHECK(strstr(sj, "\"host_read_gbps\": null") != NULL, "--no-peers leaves the peers empty");
+    CHECK(strstr(sj, "\"host_read_gbps\":null") != NULL, "--no-peers leaves the peers empty");
   } else {
     CHECK(0, "no stdout captured");
   }
@@ -259,10 +338,12 @@ int main(void) {
   CHECK(se && strstr(se, "median_us"), "the table went to stderr");
   free(se);
 
+  unwritable_outputs();
+  commit_and_integers();
+
   char cleanup[128];
   snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
   if (!test_failed && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);
   if (test_failed) fprintf(stderr, "%d check(s) failed; files kept in %s\n", test_failed, dir);
   return test_failed ? 1 : 0;
 }
-#endif

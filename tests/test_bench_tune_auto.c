@@ -109,9 +109,9 @@ static void host_tune_then_auto(void) {
   char *json = cli_slurp("auto.json"), *csv = cli_slurp("auto.csv"), *table = cli_slurp("auto"), *perr = cli_slurp("auto.err");
   CHECK(rc == 0, "bench exit %d:\n%s", rc, perr ? perr : "");
   /* 2 shapes x 3 M x 2 ops: M=1 and 16 were tuned (hit), M=3 (bucket 4) was not (none). */
-  CHECK(cli_count(json, "\"cache\": \"hit\"") == 8 && cli_count(json, "\"cache\": \"none\"") == 4 && !cli_count(json, "\"miss\""),
+  CHECK(cli_count(json, "\"cache\":\"hit\"") == 8 && cli_count(json, "\"cache\":\"none\"") == 4 && !cli_count(json, "\"miss\""),
         "cache verdicts in JSON:\n%s", json ? json : "");
-  CHECK(cli_count(json, "\"auto_ran\": \"cpu") == 12, "auto_ran names what ran");
+  CHECK(cli_count(json, "\"auto_ran\":\"cpu") == 12, "auto_ran names what ran");
   CHECK(csv && strstr(csv, ",auto_ran,cache,cache_winner,") && cli_count(csv, ",hit,") == 8, "CSV has the cache columns");
   CHECK(table && strstr(table, " cache ") && cli_count(table, " hit   ") == 8, "table has the cache column:\n%s", table ? table : "");
   CHECK(perr && cli_count(perr, "fp4kit bench: [") == 12 && strstr(perr, "auto on the host follows: tuning cache"),
@@ -165,7 +165,7 @@ static void device_auto_never_host(void) {
                               "--json %s/dev.json", dir);
   int rc = run(args, "dev");
   char *json = cli_slurp("dev.json"), *err = cli_slurp("dev.err");
-  CHECK(rc == 0 && cli_count(json, "\"memory\": \"device\"") == 2 && !cli_count(json, "\"memory\": \"host\""),
+  CHECK(rc == 0 && cli_count(json, "\"memory\":\"device\"") == 2 && !cli_count(json, "\"memory\":\"host\""),
         "bench auto on a device times device memory only (exit %d):\n%s\n%s", rc, json ? json : "", err ? err : "");
   CHECK(err && !strstr(err, "host peers"), "no host peers with a device selected:\n%s", err ? err : "");
   free(json);

@@ -2,7 +2,10 @@
  * self-contained HTML page with a roofline chart (SVG) of every measured point. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "bench.h"
 
@@ -93,23 +96,9 @@ void bench_print_table(FILE *f, const bench_run *r) {
 /* JSON and CSV                                                                                   */
 /* ---------------------------------------------------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-    else fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
-static void json_num(FILE *f, bench_value v) {
-  if (v.ok && isfinite(v.v)) fprintf(f, "%.6g", v.v);
-  else fputs("null", f);
-}
-
-/* The fields of a record, in order, shared by JSON and CSV so the two never disagree. */
-typedef enum field_kind { F_STR, F_NUM, F_INT } field_kind;
+/* The fields of a record, in order, shared by JSON and CSV so the two never disagree. F_COUNT is a
+ * count held in a double (FLOPs, bytes): written as an integer, or null when missing. */
+typedef enum field_kind { F_STR, F_NUM, F_INT, F_COUNT } field_kind;
 typedef struct field {
   const char *name;
   field_kind kind;
@@ -129,6 +118,7 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
 #define S(nm, x) fs[n++] = (field){nm, F_STR, (x), {0, 0}, 0}
 #define N(nm, x) fs[n++] = (field){nm, F_NUM, NULL, (x), 0}
 #define I(nm, x) fs[n++] = (field){nm, F_INT, NULL, {0, 0}, (long long)(x)}
+#define C(nm, x) fs[n++] = (field){nm, F_COUNT, NULL, (x), 0}
   S("backend", p->backend);
   S("op", bench_op_name(p->op));
   S("format", fp4_format_name(p->format));
@@ -150,11 +140,11 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
   I("runs", ok ? p->t.runs : 0);
   I("warmup", r->warmup);
   I("sets", p->sets);
-  N("flops", ok && p->flops > 0 ? val(p->flops) : none);
+  C("flops", ok && p->flops > 0 ? val(p->flops) : none);
   N("tflops", p->tflops);
-  N("weight_bytes", ok && p->weight_bytes > 0 ? val(p->weight_bytes) : none);
-  N("act_bytes", ok ? val(p->act_bytes) : none);
-  N("out_bytes", ok ? val(p->out_bytes) : none);
+  C("weight_bytes", ok && p->weight_bytes > 0 ? val(p->weight_bytes) : none);
+  C("act_bytes", ok ? val(p->act_bytes) : none);
+  C("out_bytes", ok ? val(p->out_bytes) : none);
   N("weight_gbps", p->weight_gbps);
   N("intensity_flop_per_byte", p->intensity);
   N("frac_of_bw_peer", p->frac_bw);
@@ -192,29 +182,62 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
 #undef S
 #undef N
 #undef I
+#undef C
   return n;
 }
 
-int bench_write_json(FILE *f, const bench_run *r) {
+/* An integer as JSON writes it: cJSON prints the doubles it holds without an exponent below 1e15
+ * (exactly: every such integer is a double); larger ones go in as their digits. */
+static cJSON *json_int(long long i) {
+  if (i > -1000000000000000LL && i < 1000000000000000LL) return cJSON_CreateNumber((double)i);
+  char digits[24];
+  snprintf(digits, sizeof digits, "%lld", i);
+  return cJSON_CreateRaw(digits);
+}
+
+/* One point's record; NULL when out of memory. */
+static cJSON *record_json(const bench_run *r, const bench_point *p) {
   field fs[MAX_FIELDS];
+  const int n = record_fields(r, p, fs);
+  cJSON *o = cJSON_CreateObject();
+  for (int j = 0; o && j < n; j++) {
+    const field *x = &fs[j];
+    cJSON *v = NULL;
+    if (x->kind == F_STR) v = cJSON_CreateString(x->s ? x->s : "");
+    else if (x->kind == F_INT) v = json_int(x->i);
+    else if (!x->v.ok || !isfinite(x->v.v)) v = cJSON_CreateNull();
+    else if (x->kind == F_COUNT) v = json_int(llround(x->v.v));
+    else v = cJSON_CreateNumber(x->v.v);
+    if (!v || !cJSON_AddItemToObject(o, x->name, v)) {
+      cJSON_Delete(v);
+      cJSON_Delete(o);
+      o = NULL;
+    }
+  }
+  return o;
+}
+
+static int out_of_memory(void) {
+  fprintf(stderr, "fp4kit bench: out of memory writing the records\n");
+  return -1;
+}
+
+/* One record per line, so the file reads (and greps) by point. */
+int bench_write_json(FILE *f, const bench_run *r) {
   fputs("[\n", f);
   for (int i = 0; i < r->npoints; i++) {
-    int n = record_fields(r, &r->points[i], fs);
-    fputs("  {", f);
-    for (int j = 0; j < n; j++) {
-      if (j) fputs(", ", f);
-      json_str(f, fs[j].name);
-      fputs(": ", f);
-      if (fs[j].kind == F_STR) json_str(f, fs[j].s ? fs[j].s : "");
-      else if (fs[j].kind == F_NUM) json_num(f, fs[j].v);
-      else fprintf(f, "%lld", fs[j].i);
-    }
-    fputs(i + 1 < r->npoints ? "},\n" : "}\n", f);
+    cJSON *o = record_json(r, &r->points[i]);
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return out_of_memory();
+    fprintf(f, "  %s%s\n", text, i + 1 < r->npoints ? "," : "");
+    cJSON_free(text);
   }
   fputs("]\n", f);
   return ferror(f) ? -1 : 0;
 }
 
+/* RFC 4180: a field with a comma, quote or line break is quoted, its quotes doubled. */
 static void csv_str(FILE *f, const char *s) {
   if (!strpbrk(s, ",\"\n\r")) {
     fputs(s, f);
@@ -228,22 +251,31 @@ static void csv_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* The JSON records as CSV: the keys as the header, numbers as JSON writes them, null empty. */
 int bench_write_csv(FILE *f, const bench_run *r) {
-  field fs[MAX_FIELDS];
   bench_point empty;
   memset(&empty, 0, sizeof empty);
-  int n = record_fields(r, r->npoints ? &r->points[0] : &empty, fs);
-  for (int j = 0; j < n; j++) fprintf(f, "%s%s", j ? "," : "", fs[j].name);
-  fputc('\n', f);
-  for (int i = 0; i < r->npoints; i++) {
-    n = record_fields(r, &r->points[i], fs);
-    for (int j = 0; j < n; j++) {
-      if (j) fputc(',', f);
-      if (fs[j].kind == F_STR) csv_str(f, fs[j].s ? fs[j].s : "");
-      else if (fs[j].kind == F_INT) fprintf(f, "%lld", fs[j].i);
-      else if (fs[j].v.ok && isfinite(fs[j].v.v)) fprintf(f, "%.6g", fs[j].v.v);
+  for (int i = -1; i < r->npoints; i++) {
+    cJSON *o = record_json(r, i < 0 ? &empty : &r->points[i]), *v;
+    if (!o) return out_of_memory();
+    cJSON_ArrayForEach(v, o) {
+      if (v != o->child) fputc(',', f);
+      if (i < 0) {
+        csv_str(f, v->string); /* the header */
+      } else if (cJSON_IsString(v)) {
+        csv_str(f, v->valuestring);
+      } else if (!cJSON_IsNull(v)) {
+        char *text = cJSON_PrintUnformatted(v);
+        if (!text) {
+          cJSON_Delete(o);
+          return out_of_memory();
+        }
+        fputs(text, f);
+        cJSON_free(text);
+      }
     }
     fputc('\n', f);
+    cJSON_Delete(o);
   }
   return ferror(f) ? -1 : 0;
 }
@@ -291,8 +323,50 @@ static int series_of(const bench_run *r, const bench_point *p) {
   return s;
 }
 
-static void roof_line(FILE *f, const axes *a, double bw_tbs, double peak, const char *color, const char *dash,
-                      const char *label) {
+/* Text boxes, to keep point labels off each other, the dots, the roof labels and the legend. A
+ * character of the sans-serif font is at most 0.62 of the font size wide (digits 0.56); the box spans
+ * 0.8 of the size above the baseline and 0.2 below. */
+typedef struct box {
+  double x0, y0, x1, y1;
+} box;
+
+static box text_box(double x, double y, char anchor, size_t chars, double font) {
+  const double w = 0.62 * font * (double)chars;
+  const double x0 = anchor == 's' ? x : anchor == 'e' ? x - w : x - w / 2;
+  return (box){x0, y - 0.8 * font, x0 + w, y + 0.2 * font};
+}
+
+static int boxes_meet(const box *a, const box *b) { return a->x0 < b->x1 && b->x0 < a->x1 && a->y0 < b->y1 && b->y0 < a->y1; }
+
+static const char *anchor_name(char anchor) { return anchor == 's' ? "start" : anchor == 'e' ? "end" : "middle"; }
+
+enum { LABEL_FONT = 10, DOT_R = 4 };
+
+/* Where a point's label goes: the first of these offsets from the dot (baseline, anchor) whose box
+ * stays in the plot and meets no other box; none: the label is left out (the tooltip and the
+ * table still carry the number). */
+static int place_label(double x, double y, size_t chars, const box *taken, int ntaken, double *lx, double *ly, char *anchor) {
+  static const struct {
+    double dx, dy;
+    char anchor;
+  } at[] = {{6, -3, 's'}, {6, 11, 's'}, {-6, -3, 'e'}, {-6, 11, 'e'}, {0, -7, 'm'}, {0, 16, 'm'}};
+  const box plot = {ML, MT, W - MR, H - MB};
+  for (size_t c = 0; c < sizeof at / sizeof *at; c++) {
+    const box b = text_box(x + at[c].dx, y + at[c].dy, at[c].anchor, chars, LABEL_FONT);
+    int room = b.x0 >= plot.x0 && b.x1 <= plot.x1 && b.y0 >= plot.y0 && b.y1 <= plot.y1;
+    for (int i = 0; room && i < ntaken; i++) room = !boxes_meet(&b, &taken[i]);
+    if (room) {
+      *lx = x + at[c].dx;
+      *ly = y + at[c].dy;
+      *anchor = at[c].anchor;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static box roof_line(FILE *f, const axes *a, double bw_tbs, double peak, const char *color, const char *dash,
+                     const char *label) {
   /* Memory roof y = bw * x until it meets the ceiling at the ridge x = peak / bw. */
   double xl = pow(10, a->x0), xr = pow(10, a->x1), ridge = peak / bw_tbs;
   if (ridge < xl) ridge = xl;
@@ -304,6 +378,11 @@ static void roof_line(FILE *f, const axes *a, double bw_tbs, double peak, const 
           px(a, xr), py(a, fmin(bw_tbs * xr, peak)));
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" fill=\"%s\" text-anchor=\"end\">%s</text>\n", px(a, xr) - 4,
           py(a, peak) - 6, color, label);
+  return text_box(px(a, xr) - 4, py(a, peak) - 6, 'e', strlen(label), 12);
+}
+
+static int chart_point(const bench_point *p, fp4_memory mem) {
+  return !strcmp(status_of(p), "ok") && p->memory == mem && p->intensity.ok && p->tflops.ok && p->tflops.v > 0;
 }
 
 static void chart(FILE *f, const bench_run *r, fp4_memory mem) {
@@ -314,7 +393,7 @@ static void chart(FILE *f, const bench_run *r, fp4_memory mem) {
   int count = 0;
   for (int i = 0; i < r->npoints; i++) {
     const bench_point *p = &r->points[i];
-    if (strcmp(status_of(p), "ok") || p->memory != mem || !p->intensity.ok || !p->tflops.ok || p->tflops.v <= 0) continue;
+    if (!chart_point(p, mem)) continue;
     xmin = fmin(xmin, p->intensity.v);
     xmax = fmax(xmax, p->intensity.v);
     ymin = fmin(ymin, p->tflops.v);
@@ -347,44 +426,89 @@ static void chart(FILE *f, const bench_run *r, fp4_memory mem) {
           (W + ML - MR) / 2, H - 12);
   fprintf(f, "<text x=\"16\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\" transform=\"rotate(-90 16 %d)\">TFLOP/s</text>\n",
           (H + MT - MB) / 2, (H + MT - MB) / 2);
+  /* Boxes labels must not meet: every dot, the roof labels, the legend, then each label placed. */
+  box *taken = malloc((size_t)(2 * count + 2 + 64) * sizeof *taken);
+  int ntaken = 0;
   char label[160];
-  if (bw.ok && peak.ok) {
+  const int solid = bw.ok && peak.ok, dashed = device && bw.ok && r->fp8_peak_tflops.ok;
+  if (solid) {
     snprintf(label, sizeof label, "%s %.0f GB/s, %s %.3g TFLOP/s", device ? "copy" : "host read", bw.v,
              device ? "cuBLAS BF16" : "FP32 FMA peak", peak.v);
-    roof_line(f, &a, bw.v * 1e-3, peak.v, "#333", "", label);
+    box b = roof_line(f, &a, bw.v * 1e-3, peak.v, "#333", "", label);
+    if (taken) taken[ntaken++] = b;
   }
-  if (device && bw.ok && r->fp8_peak_tflops.ok) {
+  if (dashed) {
     snprintf(label, sizeof label, "cuBLASLt FP8 %.0f TFLOP/s", r->fp8_peak_tflops.v);
-    roof_line(f, &a, bw.v * 1e-3, r->fp8_peak_tflops.v, "#888", "stroke-dasharray=\"6 4\"", label);
+    box b = roof_line(f, &a, bw.v * 1e-3, r->fp8_peak_tflops.v, "#888", "stroke-dasharray=\"6 4\"", label);
+    if (taken) taken[ntaken++] = b;
   }
-  for (int i = 0; i < r->npoints; i++) {
+  for (int i = 0; taken && i < r->npoints; i++) {
     const bench_point *p = &r->points[i];
-    if (strcmp(status_of(p), "ok") || p->memory != mem || !p->intensity.ok || !p->tflops.ok || p->tflops.v <= 0) continue;
-    const char *color = palette[series_of(r, p) % (int)(sizeof palette / sizeof *palette)];
-    double x = px(&a, p->intensity.v), y = py(&a, p->tflops.v);
-    fprintf(f, "<g><title>#%d %s %s %s M=%lld N=%lld K=%lld: %.2f us, %.3g TFLOP/s, %.0f GB/s of weights</title>", i + 1,
-            p->backend, bench_op_name(p->op), fp4_format_name(p->format), (long long)p->m, (long long)p->n,
-            (long long)p->k, p->t.median_us, p->tflops.v, p->weight_gbps.v);
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" "
-               "fill=\"%s\">%d</text></g>\n",
-            x, y, color, x + 5, y - 4, color, i + 1);
+    if (!chart_point(p, mem)) continue;
+    const double x = px(&a, p->intensity.v), y = py(&a, p->tflops.v);
+    taken[ntaken++] = (box){x - DOT_R, y - DOT_R, x + DOT_R, y + DOT_R};
   }
-  /* Legend: one entry per (backend, op). */
-  int ly = MT + 16, shown = -1;
-  for (int i = 0; i < r->npoints; i++) {
+  /* Legend: one entry per (backend, op), drawn after the points, on top. */
+  int legend[64], nlegend = 0, shown = -1;
+  for (int i = 0; i < r->npoints && nlegend < 64; i++) {
     const bench_point *p = &r->points[i];
     if (strcmp(status_of(p), "ok") || p->memory != mem || !p->intensity.ok) continue;
     int s = series_of(r, p);
     if (s <= shown) continue;
     shown = s;
-    const char *color = palette[s % (int)(sizeof palette / sizeof *palette)];
-    fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">%s %s</text>\n",
-            ML + 14, ly - 4, color, ML + 24, ly, p->backend, bench_op_name(p->op));
-    ly += 16;
+    legend[nlegend] = i;
+    const double ly = MT + 16 + 16 * nlegend++;
+    char entry[80];
+    snprintf(entry, sizeof entry, "%s %s", p->backend, bench_op_name(p->op));
+    if (taken) {
+      box b = text_box(ML + 24, ly, 's', strlen(entry), 12);
+      b.x0 = ML + 14 - DOT_R;
+      taken[ntaken++] = b;
+    }
   }
-  fputs("</svg>\n<p class=\"note\">Each point is labelled with its row number in the table; hover for details. The solid "
-        "roof is the same-run memory bandwidth rising to the same-run compute ceiling; the dashed one the FP8 ceiling.</p>\n",
+  char tf[32], gb[32];
+  for (int i = 0; i < r->npoints; i++) {
+    const bench_point *p = &r->points[i];
+    if (!chart_point(p, mem)) continue;
+    const char *color = palette[series_of(r, p) % (int)(sizeof palette / sizeof *palette)];
+    double x = px(&a, p->intensity.v), y = py(&a, p->tflops.v);
+    /* The tooltip's numbers are the table's, at the table's precision. */
+    fprintf(f, "<g><title>#%d %s %s %s M=%lld N=%lld K=%lld: %.2f us, %s TFLOP/s, %s GB/s of weights</title>", i + 1,
+            p->backend, bench_op_name(p->op), fp4_format_name(p->format), (long long)p->m, (long long)p->n,
+            (long long)p->k, p->t.median_us, num(tf, sizeof tf, p->tflops, 3), num(gb, sizeof gb, p->weight_gbps, 1));
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%d\" fill=\"%s\"/>", x, y, DOT_R, color);
+    char number[16];
+    double lx = 0, ly = 0;
+    char anchor = 's';
+    snprintf(number, sizeof number, "%d", i + 1);
+    if (taken && place_label(x, y, strlen(number), taken, ntaken, &lx, &ly, &anchor)) {
+      taken[ntaken++] = text_box(lx, ly, anchor, strlen(number), LABEL_FONT);
+      fprintf(f, "<text class=\"pl\" x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\" fill=\"%s\">%s</text>", lx,
+              ly, LABEL_FONT, anchor_name(anchor), color, number);
+    }
+    fputs("</g>\n", f);
+  }
+  free(taken);
+  for (int e = 0; e < nlegend; e++) {
+    const bench_point *p = &r->points[legend[e]];
+    const char *color = palette[series_of(r, p) % (int)(sizeof palette / sizeof *palette)];
+    const int ly = MT + 16 + 16 * e;
+    fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"%d\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" font-size=\"12\">%s %s</text>\n",
+            ML + 14, ly - 4, DOT_R, color, ML + 24, ly, p->backend, bench_op_name(p->op));
+  }
+  /* The note describes the lines drawn, and only those. */
+  fputs("</svg>\n<p class=\"note\">Each point is labelled with its row number in the table where the label has room "
+        "(hover a point for its details; every point is in the table).",
         f);
+  const char *bandwidth = device ? "copy bandwidth" : "host read bandwidth";
+  if (solid)
+    fprintf(f, " The solid line is the same-run %s rising to the same-run %s ceiling%s", bandwidth,
+            device ? "cuBLAS BF16" : "FP32 FMA", dashed ? "; the dashed one rises to the same-run cuBLASLt FP8 ceiling." : ".");
+  else if (dashed)
+    fprintf(f, " The dashed line is the same-run %s rising to the same-run cuBLASLt FP8 ceiling.", bandwidth);
+  else
+    fputs(" No roof is drawn: the same-run bandwidth and compute peers were not both measured.", f);
+  fputs("</p>\n", f);
 }
 
 int bench_write_html(FILE *f, const bench_run *r) {

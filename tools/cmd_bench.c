@@ -5,12 +5,14 @@
  * host's read bandwidth and FMA peak). Benchmarks are not tests: correctness is `fp4kit check`'s
  * job; the bench only refuses to report a time for a call that left NaN in its output.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -126,7 +128,9 @@ static void bench_usage(FILE *f) {
           "\n"
           "Operands are random (never zero), quantized with the runtime recipe, and rotated through\n"
           "enough copies to exceed 3x the last-level cache (GPU L2 or CPU LLC). The commit recorded is\n"
-          "FP4KIT_COMMIT from the environment (scripts/bench-h200.sh sets it from git).\n",
+          "FP4KIT_COMMIT from the environment when set, else 'git rev-parse HEAD' of the source tree this\n"
+          "command was built from (with -dirty when its tracked files differ from that commit), else\n"
+          "unknown. The --json, --csv and --html files are checked for writing before anything is timed.\n",
           (long long)BENCH_REF_MAX_MNK, default_models[0], default_models[1]);
 }
 
@@ -873,6 +877,53 @@ static void make_command(bench_run *r, int argc, char **argv) {
   }
 }
 
+/* The report files can be written: checked before any timing, so a wrong path costs nothing. A file
+ * that is there is opened for appending (its contents stay until the report replaces them); one
+ * that is not is created and removed again. */
+static int check_outputs(const bench_opts *o) {
+  const char *const paths[] = {o->json, o->csv, o->html}, *const whats[] = {"--json", "--csv", "--html"};
+  for (int i = 0; i < 3; i++) {
+    if (!paths[i] || !strcmp(paths[i], "-")) continue; /* "-": stdout */
+    const int existed = access(paths[i], F_OK) == 0;
+    FILE *f = fopen(paths[i], "a");
+    if (!f) {
+      fprintf(stderr, "fp4kit bench: cannot write the %s file '%s': %s; nothing was timed\n", whats[i], paths[i],
+              strerror(errno));
+      return FP4CLI_ERROR;
+    }
+    fclose(f);
+    if (!existed) remove(paths[i]);
+  }
+  return FP4CLI_OK;
+}
+
+/* The commit the records name (see the usage text). */
+static void source_commit(char *out, size_t size) {
+  const char *env = getenv("FP4KIT_COMMIT");
+  snprintf(out, size, "%s", env && *env ? env : "unknown");
+  if (env && *env) return;
+  /* The directory of this file as the compiler was given it: the source tree of this build. */
+  char dir[1024], quoted[2048], cmd[2200], line[128];
+  snprintf(dir, sizeof dir, "%s", __FILE__);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  size_t q = 0;
+  for (const char *p = dir; *p && q + 5 < sizeof quoted; p++) q += (size_t)snprintf(quoted + q, sizeof quoted - q, *p == '\'' ? "'\\''" : "%c", *p);
+  quoted[q] = '\0';
+  snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --verify --quiet HEAD 2>/dev/null", quoted);
+  FILE *g = popen(cmd, "r");
+  if (!g) return;
+  const int got = fgets(line, sizeof line, g) != NULL;
+  const int st = pclose(g);
+  line[strcspn(line, "\n")] = '\0';
+  if (!got || st != 0 || strlen(line) != 40 || strspn(line, "0123456789abcdef") != 40) return;
+  snprintf(cmd, sizeof cmd, "git -C '%s' diff --quiet HEAD -- >/dev/null 2>&1", quoted);
+  const int diff = system(cmd);
+  const int dirty = diff != -1 && WIFEXITED(diff) && WEXITSTATUS(diff) == 1;
+  snprintf(out, size, "%s%s", line, dirty ? "-dirty" : "");
+}
+
 static FILE *open_out(const char *path, FILE *std, const char *what) {
   if (!strcmp(path, "-")) return std;
   FILE *f = fopen(path, "w");
@@ -1109,6 +1160,7 @@ int fp4cli_bench(int argc, char **argv) {
     bench_print_shapes(stdout, shapes, nshapes);
     goto done;
   }
+  if ((rc = check_outputs(&e->o))) goto done;
 
   bench_run *r = &e->run;
   int device = e->o.device == -2 ? fp4cli_default_device() : e->o.device;
@@ -1133,8 +1185,7 @@ int fp4cli_bench(int argc, char **argv) {
   r->runs_device = e->o.runs ? e->o.runs : 100;
   r->runs_host = e->o.runs ? e->o.runs : 50;
   r->warmup = e->o.warmup;
-  const char *commit = getenv("FP4KIT_COMMIT");
-  snprintf(r->commit, sizeof r->commit, "%s", commit && *commit ? commit : "unknown");
+  source_commit(r->commit, sizeof r->commit);
   time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
