@@ -57,7 +57,7 @@ FP4_HD float fp4_f32_from_bits(uint32_t u) {
 
 /* ---- E2M1 ---------------------------------------------------------------------------------- */
 
-/* Decision table of SPEC 1 on |x|; the inclusive/exclusive bounds encode ties to the even code.
+/* The E2M1 decision table on |x|; the inclusive/exclusive bounds encode ties to the even code.
  * The table is evaluated as seven comparisons of the bits of |x| (ordered like the values for
  * non-negative floats), summed: no branches, so a warp encoding 32 different values does not
  * diverge (the GPU quantize kernel is issue-bound on this function). NaN compares above every
@@ -187,7 +187,7 @@ FP4_HD float fp4_f16_to_f32_inline(uint16_t h) {
   return fp4_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-/* ---- scale layouts (SPEC 4) -------------------------------------------------------------------- */
+/* ---- scale layouts ------------------------------------------------------------------------------ */
 
 FP4_HD int64_t fp4_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -213,7 +213,7 @@ FP4_HD int64_t fp4_layout_bytes(int layout, int64_t R, int64_t C) {
   }
 }
 
-/* ---- block quantizers of the runtime recipe (SPEC 3.1) ------------------------------------------ */
+/* ---- block quantizers of the runtime recipe ----------------------------------------------------- */
 
 /* The two operation orders of the runtime recipe's NVFP4 scale (TensorRT-LLM / FlashInfer
  * cvt_warp_fp16_to_fp4). They differ only where a float32 rounding lands a scale on the other side
@@ -279,7 +279,7 @@ FP4_HD uint8_t fp4_mxfp4_block_scale(float vmax, float *out_scale) {
   return e;
 }
 
-/* ---- the Model Optimizer checkpoint recipe's block scale (SPEC 3.1) ---------------------------- */
+/* ---- the Model Optimizer checkpoint recipe's block scale ---------------------------------------- */
 
 /* nvidia-modelopt 0.45 and later (checked through 0.47): _cast_per_block_scale_to_fp8 clamps the
  * block scale to [2^-9, 448] before the float8_e4m3fn cast. */

@@ -1,4 +1,4 @@
-/* Scale-factor layouts (SPEC 4): sizes, offsets and conversion between them. */
+/* Scale-factor layouts (linear, 128x4, 8x4): sizes, offsets and conversion between them. */
 #include <string.h>
 
 #include "core/error.h"
