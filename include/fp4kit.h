@@ -329,7 +329,7 @@ FP4_API fp4_status fp4_backend_available(fp4_context *ctx, const char *name, cha
                                          size_t reason_size);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Model shape sets (src/model/shapes.c): the GEMMs of real NVFP4 models (MODELS.md)              */
+/* Model shape sets (src/model/shapes.c): the GEMMs of real NVFP4 models from their configs        */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct fp4_gemm_shape {
@@ -548,8 +548,8 @@ FP4_API fp4_status fp4_probe_backend_arch(const char *arch, const char *backend,
  * heuristic per compute capability and M regime; with a tuning cache attached to the context, the
  * cached winner for (M bucket, N, K, formats, output dtype) runs. */
 
-/* The M bucket of a run-time M (SPEC 5): powers of two up to 256, steps of 256 to 2048, steps of
- * 512 to 4096, then powers of two; M is rounded up. */
+/* The M bucket of a run-time M, as FlashInfer's autotuner buckets it: powers of two up to 256, steps
+ * of 256 to 2048, steps of 512 to 4096, then powers of two; M is rounded up. */
 FP4_API int64_t fp4_tune_m_bucket(int64_t m);
 
 typedef enum fp4_tune_op { FP4_TUNE_MM = 0, FP4_TUNE_MM_W4A16 = 1 } fp4_tune_op;

@@ -1,4 +1,4 @@
-/* Embedded GEMM shape sets of real NVFP4 models (the numbers of MODELS.md) and the TP/EP sharding
+/* Embedded GEMM shape sets of real NVFP4 models (from the models' published config.json files) and the TP/EP sharding
  * rule shared with the checkpoint GEMM list. */
 #include <stdio.h>
 #include <string.h>
