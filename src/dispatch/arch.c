@@ -1,7 +1,8 @@
 /*
  * The one architecture table: what each GPU generation's tensor cores and launch machinery offer
- * (SPEC 6) and which nvcc target the fast kernels need. Every capability answer starts here; the
- * vendor libraries are then asked at run time for what only they know.
+ * (from NVIDIA's PTX ISA and tuning guides) and which nvcc target the fast kernels need. Every
+ * capability answer starts here; the vendor libraries are then asked at run time for what only
+ * they know.
  */
 #include "dispatch/arch.h"
 

@@ -1,4 +1,4 @@
-/* The one architecture table (SPEC 6) and the build's CUDA targets; see fp4_arch_info. */
+/* The one architecture table and the build's CUDA targets; see fp4_arch_info. */
 #ifndef FP4_DISPATCH_ARCH_H
 #define FP4_DISPATCH_ARCH_H
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* From this M on, a BF16 GEMM on dequantized weights beats the own kernels on SM80-SM90. Measured
- * on the H200 (bench/results/h200/2026-11-30-session5/, run2- and run3-crossover.csv: cuda against
+ * on the H200 (bench/results/h200/2026-11-30-cublas-dequant/crossover-*.csv: cuda against
  * cublas-dequant on 11 dense Qwen3.5 / Llama-3.3-70B shapes, M = 16-256): up to M = 32 the small-M
  * kernels win every shape (0.22-0.71x cublas-dequant's time); at M = 48 the two are within
  * 0.63-1.17x; at M = 64 cublas-dequant wins every weight of at least 2^25 elements (by 1.05-1.34x),

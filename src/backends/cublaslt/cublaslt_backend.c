@@ -1,5 +1,5 @@
 /*
- * The cublaslt backend: native block-scaled NVFP4 / MXFP4 matmul through cuBLASLt (SPEC 7: TN
+ * The cublaslt backend: native block-scaled NVFP4 / MXFP4 matmul through cuBLASLt (cuBLASLt's TN
  * mapping, 128x4 scales, alpha as the product of the per-tensor multipliers). Whether a problem is
  * supported is asked of cublasLtMatmulAlgoGetHeuristic at run time, never assumed: the answer (and
  * the cuBLASLt status when it is "no") is the reason shown to the user.
