@@ -201,10 +201,10 @@ static int default_warps(int64_t k) {
 }
 
 /* Default W4A16 small-M config, from the H200 timings of every config on the model shapes
- * (bench/results/h200/cuda-small-m.md): up to 32 tokens, 32-row CTAs win wherever they still give
- * every SM a CTA (an activation fragment serves two weight tiles), with 4 warps when there are two
- * CTAs per SM and 8 when there is one; below one CTA per SM, and above 32 tokens, 16-row CTAs. Each
- * warp keeps at least two 128-K slabs (r32.w4: K >= 1024, r32.w8: K >= 2048). */
+ * (bench/results/h200/2026-11-30-small-m-decode/): up to 32 tokens, 32-row CTAs win wherever they
+ * still give every SM a CTA (an activation fragment serves two weight tiles), with 4 warps when
+ * there are two CTAs per SM and 8 when there is one; below one CTA per SM, and above 32 tokens,
+ * 16-row CTAs. Each warp keeps at least two 128-K slabs (r32.w4: K >= 1024, r32.w8: K >= 2048). */
 static const fp4_dense_config *small_m_w4a16_default(const fp4_dense_rules *r, int64_t m, int64_t n, int64_t k, int sms) {
   const int64_t slabs = k / FP4_DENSE_K_SLAB, ctas32 = cdiv(n, 32), ctas16 = cdiv(n, 16);
   const int64_t lean_ctas = (int64_t)r->lean_ctas_per_sm * sms;
@@ -533,7 +533,8 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
  * K-tile times: 4 for the pipeline fill and the epilogue, 16 with a split, whose partial tile makes
  * a round trip through memory and whose counters are cleared per call), taking a split (the best
  * one) only for a 20% gain over none, keeping at least 8 K tiles per CTA. Large grids keep 1.
- * The constants come from the H200 (session 9, runs 7 and 8, 11 dense shapes at M = 256 and 512):
+ * The constants come from the H200 (11 dense shapes at M = 256 and 512, bench/results/h200/
+ * 2026-11-30-large-m-prefill/wgra-128x256.json and wgra-128x256-split-k.json):
  * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
  * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
  * the two measured on 20 of the 22 points and 6-7% behind on two. */

@@ -1,8 +1,9 @@
 /* Dense GEMM choice on SM90: the SM89 table plus the sm_90a families (wgmma and register-A wgmma
  * tiles). The register-A tiles lead the large-M candidates where their 256-token tile gives every SM
- * a CTA: 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 (session 9) against
- * 223-229 for the best mma.sync tile (session 2); on smaller grids each of their CTAs walks all of K
- * at about 1 us per 64-K tile, so they stay behind the mma.sync tiles there. */
+ * a CTA: 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 against 223-229 for
+ * the best mma.sync tile (bench/results/h200/2026-11-30-large-m-prefill/); on smaller grids each of
+ * their CTAs walks all of K at about 1 us per 64-K tile, so they stay behind the mma.sync tiles
+ * there. */
 #ifndef FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 #define FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 

@@ -6,10 +6,10 @@
 
 /* prefill_min_rows: at 5-8 rows per expert (B = 256) streaming wins (Qwen3.5 3.7 vs 5.9 ms,
  * DeepSeek-R1 6.6 vs 10.2 ms), at 20-32 rows (B = 1024) the tiles win by 2.7-2.8x (6.2 vs 17.2 ms,
- * 10.5 vs 28.3 ms) (bench/results/h200/2026-11-30-session3).
+ * 10.5 vs 28.3 ms) (bench/results/h200/2026-11-30-moe-prefill/streaming-vs-tiles-all-tiles.json).
  * lean_wave_ctas: the two-tile lean kernel's CTAs per SM under its sm_90a launch bounds (4 on other
  * targets, moe_lean_blocks_here; the rules were fitted with 5 on the H200).
- * lean_span_*: docs/moe.md (bench/results/h200/2026-11-30-session15, runs 4-5).
+ * lean_span_*: docs/moe.md (bench/results/h200/2026-11-30-moe-decode/README.md, per-GEMM table).
  * mma_min_ctas_per_sm: fewer than 3 CTAs of 8 warps per SM leave the tensor-core kernel latency-bound. */
 #define FP4_MOE_RULES_SM80_INIT                                                                          \
   .prefill_min_rows = 16, .lean_wave_ctas = 5, .lean_span_max_bytes = 64 << 10, .lean_span_waves = 8,   \

@@ -5,10 +5,10 @@
 #include "backends/cuda/config/moe_sm80.h"
 
 /* Token widths of the register-A tiles and the time of one tile relative to the 64-token one's,
- * fitted to the H200 (bench/results/h200/2026-11-30-session10, run 3: the MoE layer at B = 1024 and
- * 4096 for Qwen3.5 and DeepSeek-R1 with each width forced): the narrow tiles run two CTAs per SM, so
- * 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256 tokens 1.85; 160 and 192 (experts of
- * about 130-190 rows) interpolated between 128 and 256. */
+ * fitted to the H200 (bench/results/h200/2026-11-30-moe-prefill/width-*.json: the MoE layer at
+ * B = 1024 and 4096 for Qwen3.5 and DeepSeek-R1 with each width forced): the narrow tiles run two
+ * CTAs per SM, so 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256 tokens 1.85; 160 and
+ * 192 (experts of about 130-190 rows) interpolated between 128 and 256. */
 static const fp4_moe_rules fp4_moe_rules_sm90 = {
     FP4_MOE_RULES_SM80_INIT,
     .prefill_wgra = 1,
