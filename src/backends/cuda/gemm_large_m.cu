@@ -16,7 +16,7 @@
  *   - the epilogue multiplies the FP32 accumulators by alpha and the per-tensor multipliers once
  *     and stores bf16, f16 or f32 with masks.
  *
- * Exactness (SPEC 3): a code's magnitude bits are placed in a float's exponent/mantissa field, which
+ * Exactness: a code's magnitude bits are placed in a float's exponent/mantissa field, which
  * gives e2m1 * 2^-126 exactly (the e = 0 code 0.5 becomes a float subnormal); multiplying by 2^126
  * and then by the block scale (E4M3, or 2^(e-127) for MXFP4) is exact in FP32, and the product, at
  * most 6 significant bits, converts to bf16 (and, for NVFP4, to f16) without rounding. MXFP4 values stay exact in bf16 for every scale byte except
@@ -302,8 +302,9 @@ __global__ void __launch_bounds__(kThreads, (!kTwoCtasPerSm || BN >= 256 || (ACT
   }
   /* Block scales of tiles kt (bsc, asc) and kt + 1 (bsn, asn): loads are issued two tiles ahead, so
    * a global-memory round trip never sits between two consecutive tiles. On the H200 this changed
-   * nothing for this kernel (it is instruction-issue bound, ncu in bench/results/h200/
-   * 2026-11-30-session4/); the register-A wgmma tiles gained 5-13% from the same change. */
+   * nothing for this kernel (it is instruction-issue bound); the register-A wgmma tiles gained 5-13%
+   * from the same change (bench/results/h200/2026-11-30-large-m-prefill/
+   * scales-two-tiles-ahead.csv). */
   uint32_t bsc[G::B_TASKS], asc[G::A_TASKS], bsn[G::B_TASKS], asn[G::A_TASKS];
   load_scales<G::NV, BN, G::B_TASKS>(p.b_scales, p.b_layout, p.C, p.n, n0, 0, kts, bsc);
   if (G::A_FP4) load_scales<G::NV, BM, G::A_TASKS>(p.a_scales, p.a_layout, p.C, p.m, m0, 0, kts, asc);

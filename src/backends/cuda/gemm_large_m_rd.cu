@@ -38,7 +38,7 @@
  * Warps: WARPS_M x WARPS_N warps each own a 64 x 64 output tile (4 x 8 m16n8 accumulators, 128
  * FP32 registers): each decoded weight pair feeds 4 MMAs, each activation fragment 8.
  *
- * Exact decode in registers (SPEC 3). The three magnitude bits of a code index a byte lookup
+ * Exact decode in registers. The three magnitude bits of a code index a byte lookup
  * (prmt) of the 16-bit patterns of {0, 0.5, 1, 1.5, 2, 3, 4, 6}: the high bytes, and for bf16 the
  * low bytes (f16 patterns of these values have a zero low byte); the sign bit is moved into the
  * high byte; then one packed 16-bit multiply by the block scale. The value is exactly e2m1, and the

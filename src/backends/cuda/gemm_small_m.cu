@@ -11,7 +11,7 @@
  * deterministic run to run. With R > 1 a warp loads (and for W4A4 decodes) each activation
  * fragment once for R weight tiles: the activation work per weight shrinks R-fold.
  *
- * Exactness (SPEC 3): e2m1 codes decode to bf16/f16 exactly with byte permutes; an NVFP4 weight
+ * Exactness: e2m1 codes decode to bf16/f16 exactly with byte permutes; an NVFP4 weight
  * e2m1 * e4m3 is exact in bf16 and f16, so the block scale is applied with a 16-bit multiply. An
  * MXFP4 scale 2^(e-127) is not representable in 16 bits in general, so per row and 128-K slab the
  * kernel factors it as 2^(e - emax) (16-bit, exact while the slab's blocks lie within 2^126 (bf16)

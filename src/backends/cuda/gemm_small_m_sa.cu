@@ -17,13 +17,14 @@ namespace {
 /* The shared-activation kernel ("small-m.sa.r64.w8"; up to 32 tokens of bf16/f16 activations). At
  * M = 16 the K-splitting kernels are bound by activation traffic, not weights: every warp loads
  * its own 16-token activation fragments (4 KB per 128-K slab against 1-2 KB of weights) and every
- * CTA fetches the whole activation matrix from L2 again (ncu at 57344 x 8192, session 5: memory
- * pipes 72% busy, DRAM 43%). Here 8 warps form two K groups of four; a group's four warps each own
- * 16 weight rows (the CTA 64) and stream every other 128-K slab, and the group copies each slab's
- * activations once into a shared-memory stage (cp.async, kSaStages deep, one named barrier per
- * slab) that its four warps read: a quarter of the activation traffic per weight byte. The 16-byte
- * chunks of a stage row are swizzled (chunk ^ (bit 3 of chunk | row parity << 1)) so the fragment
- * reads of a quarter warp hit eight different bank groups. U slabs of weights in flight per warp.
+ * CTA fetches the whole activation matrix from L2 again (ncu at 57344 x 8192: memory pipes 72%
+ * busy, DRAM 43%; bench/results/h200/2026-11-30-small-m-decode/README.md). Here 8 warps form two
+ * K groups of four; a group's four warps each own 16 weight rows (the CTA 64) and stream every
+ * other 128-K slab, and the group copies each slab's activations once into a shared-memory stage
+ * (cp.async, kSaStages deep, one named barrier per slab) that its four warps read: a quarter of the
+ * activation traffic per weight byte. The 16-byte chunks of a stage row are swizzled (chunk ^ (bit
+ * 3 of chunk | row parity << 1)) so the fragment reads of a quarter warp hit eight different bank
+ * groups. U slabs of weights in flight per warp.
  * The two groups' sums meet in shared memory (group 0 + group 1, fixed order). */
 constexpr int kSaWarps = 8, kSaGroups = 2, kSaGroupWarps = kSaWarps / kSaGroups, kSaStages = 4;
 

@@ -3,7 +3,7 @@
  * (gemm_large_m_rd.cu: it adds the launch and mma.sync accumulator-store helpers at the end) and the
  * register-A wgmma GEMM (gemm_large_m_wgra.cu: the sm_90a pieces and the in-register decode), lifted from the mma.sync family (gemm_large_m.cu,
  * which keeps its own copies: sharing them changed its register allocation and spilled on one target): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
- * exact FP4 -> bf16/f16 decode (SPEC 3; the reasoning is in gemm_large_m.cu's header comment and
+ * exact FP4 -> bf16/f16 decode (the reasoning is in gemm_large_m.cu's header comment and
  * docs/cuda-large-m.md) and the masked epilogue store. Everything sits in an unnamed namespace:
  * each kernel file gets its own copy of these inline device functions.
  */
@@ -143,7 +143,8 @@ __device__ __forceinline__ uint4 decode_word(uint32_t w, float f) {
  * scales exactly), and 0x7F / 0xFF are NaN. The same bits as codec.h for all 256 bytes
  * (tests/test_cuda_wgra.c decodes every scale byte through it), in 6 instructions instead of about
  * 20 with two branches: the register-A tiles' producer converts four of these per row and K tile
- * (about 80 of its ~210 instructions per K tile before; session 12 runs 3 and 5). */
+ * (about 80 of its ~210 instructions per K tile before; bench/results/h200/
+ * 2026-11-30-moe-prefill/README.md). */
 __device__ __forceinline__ float e4m3_decode_branchless(uint32_t b) {
   const uint32_t sign = (b & 0x80u) << 24;
   const float f = __fmul_rn(__uint_as_float(((b & 0x7Fu) << 20) | sign), 0x1p120f);

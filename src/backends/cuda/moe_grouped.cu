@@ -398,7 +398,8 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * weight tiles of its expert, warp w taking slabs w, w + kLeanWarps, ...; a register cap of MINB
  * CTAs per SM keeps 20-24 warps per SM loading. Two tiles (one slab of each in flight per warp,
  * each activation fragment serving both) at 5 CTAs per SM beat one tile (two slabs in flight) at 6:
- * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 2-10% (session 7); four tiles at 3 were
+ * the Qwen3.5 layer 8-12% faster at B = 1-64, DeepSeek-R1 2-10% (bench/results/h200/
+ * 2026-11-30-moe-decode/README.md); four tiles at 3 were
  * slower at B = 1 (fewer CTAs). With p.lean_span > 1 a CTA walks that many consecutive groups of R
  * tiles of its expert; with KW < kLeanWarps, KW warps share a group's K and the CTA covers
  * kLeanWarps / KW groups (KW = 1: each warp its own R tiles and all of K; the host's rules for both

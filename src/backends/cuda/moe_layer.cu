@@ -49,7 +49,8 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
  * for block_scan's static array). The
  * scatter's atomics return the row they claim, so each thread waits for one per pair it places:
  * on global counters that is an L2 round trip each, 71 us for DeepSeek-R1 at B = 4096 (32768
- * pairs, 32 per thread; session 10 run 5, ncu), on shared ones a few cycles. */
+ * pairs, 32 per thread; ncu, bench/results/h200/2026-11-30-moe-prefill/README.md), on shared ones
+ * a few cycles. */
 constexpr int64_t kRouteSmemExperts = (48 * 1024 - 1024) / sizeof(int32_t);
 
 /* The routing of route_kernel by one CTA (after the PDL wait: the ids may come from the previous
@@ -161,7 +162,7 @@ __device__ __forceinline__ uint16_t silu_mul_bf16(float g, float u) {
  * 16-byte aligned (VEC; a caller's workspace need not be). The math is per element: silu_mul_f32,
  * and for bf16 rows silu_mul_bf16 (mostly single precision, bit for bit the double formula's). The
  * layout replaces a 64-bit division per element and scalar accesses (367 us for DeepSeek-R1 at
- * B = 4096, 1.8 TB/s over its bytes; session 10 run 5). */
+ * B = 4096, 1.8 TB/s over its bytes; bench/results/h200/2026-11-30-moe-prefill/README.md). */
 constexpr int kSiluThreads = 256, kSiluPerThread = 4;
 
 template <int KIND, bool VEC>
@@ -216,7 +217,8 @@ constexpr int kCombineGroup = 8;
 /* CTA (token t, chunk y) writes out[t, 1024 y .. 1024 y + 1023], each thread 4 columns 256 apart
  * (coalesced loads of the down rows): the token's slot positions and weights are loaded once per
  * thread for its 4 columns, and no 64-bit division is left per element (one thread per element
- * took 508 us for DeepSeek-R1 at B = 4096, 1.9 TB/s over the down rows; session 10 run 5). */
+ * took 508 us for DeepSeek-R1 at B = 4096, 1.9 TB/s over the down rows; bench/results/h200/
+ * 2026-11-30-moe-prefill/README.md). */
 constexpr int kCombineThreads = 256, kCombinePerThread = 4;
 
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combine_args a) {
@@ -281,7 +283,7 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combi
  * the block's threads (4 or 8 adjacent lanes) combining their maxima by shuffles: decode inputs are
  * a few rows, and a thread per block left too few threads to hide the double-precision exp of
  * SiLU*up (DeepSeek-R1 B = 1, ncu: 6.4 us against 2.6 + 3.3 + 3.1 for the three kernels it
- * replaces, session 14 run 4; 3.3 us with four per thread, run 7). */
+ * replaces; 3.3 us with four per thread: bench/results/h200/2026-11-30-moe-decode/README.md). */
 constexpr int kSrcSiluMul = -1, kQuantBf16Threads = 256;
 
 template <int SRC>

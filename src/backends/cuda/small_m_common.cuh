@@ -320,7 +320,8 @@ __device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const u
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kStep = STEP * 64; /* weight bytes between one warp's slabs */
   /* The STEP warps sharing a row's K read STEP consecutive 64-byte pieces of it in the same step:
-   * L2 fetches them as one unit (ld .L2::128B / ::256B). ncu on the H200 (session 14, MoE decode):
+   * L2 fetches them as one unit (ld .L2::128B / ::256B). ncu on the H200 (MoE decode, bench/results/
+   * h200/2026-11-30-moe-decode/README.md):
    * gate_up at 4 warps 3-4% faster, down at 2 warps 3-4%; a warp walking a row alone (STEP = 1)
    * was slower with either size (Qwen3.5 down, B = 8: 73.7 and 86.0 against 70.8 us). */
   constexpr int PF = STEP >= 4 ? 256 : STEP == 2 ? 128 : 0;
