@@ -1,6 +1,6 @@
 /*
  * Timing driver for the cuda backend's large-M GEMMs (not the official `fp4kit bench`): on the dense
- * shapes of Qwen3.5-397B and Llama-3.3-70B (MODELS.md, TP1) and M = 16 .. 8192 it times, in one run,
+ * shapes of Qwen3.5-397B and Llama-3.3-70B (TP1) and M = 16 .. 8192 it times, in one run,
  *   - every small-M config (M <= 64 only) and every large-M config, W4A16 NVFP4 with bf16 activations,
  *     and reports the best of each family: the M where large-M overtakes small-M is the crossover
  *     the default heuristic (FP4_CUDA_LARGE_M_FROM) must use;
@@ -56,7 +56,7 @@ static const char *const kLarge[] = {"large-m.128x128.s4",    "large-m.128x128.s
 /* W4A4 is timed on the best W4A16 config (when it takes W4A4), on the decoded-tile mma.sync tile
  * that decodes the FP4 activations in its main loop, and on the prologue configs (activations
  * dequantized to bf16 once per GEMM, then the W4A16 register-decode tile), keeping the fastest and
- * printing each: the issue's "main loop or prologue, which is faster". */
+ * printing each, which answers whether the main loop or the prologue is faster. */
 static const char *const kW4A4Extra[] = {"large-m.128x128.s3",       "large-m.rd.pro.128x128",  "large-m.rd.pro.128x256",
                                          "large-m.wgra.pro.128x128", "large-m.wgra.pro.128x256"};
 

@@ -86,7 +86,7 @@ fi
 # (which take most of a large-M bench's time and add nothing a 57344-row weight does not show).
 DENSE=20480x4096,128x4096,4096x8192,17408x4096,512x4096,2048x4096,4096x1024,10240x8192,8192x8192,57344x8192,8192x28672
 if want bench-dequant; then
-  # Issue #4's large-M targets on the dequantize-then-cuBLAS path, with both same-run peers.
+  # The large-M dense shapes on the dequantize-then-cuBLAS path, with both same-run peers.
   step bench-dequant $F bench --backend cublas-dequant --shapes $DENSE --m 256,512,4096,8192 --op w4a16,w4a4 \
     --runs 50 --json "$LOG/bench-dequant.json" --csv "$LOG/bench-dequant.csv"
 fi
@@ -97,7 +97,7 @@ if want crossover; then
     --runs 50 --no-peers --json "$LOG/crossover.json" --csv "$LOG/crossover.csv"
 fi
 if want tune; then
-  # The issue-5 demonstration: tune the model's shapes, then bench --backend auto follows the cache
+  # Tune then auto: tune the model's shapes, then bench --backend auto follows the cache
   # (its rows say which backend:config ran and whether that is the cached winner: hit/miss/none).
   # FP4KIT_TUNE_SHAPES: tune and bench these (e.g. "--shapes 20480x4096,4096x8192 --m 1,16") instead.
   TUNE_SHAPES=${FP4KIT_TUNE_SHAPES:---model qwen3.5-397b-a17b --m 1,16,128,1024,4096}

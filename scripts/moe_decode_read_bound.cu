@@ -1,7 +1,7 @@
 /*
  * A lower bound for a MoE decode layer at B = 1: how long do plain reads of the touched experts'
  * bytes (codes and scales of gate_up and down) take, with no math, in the launch structures a layer
- * could use? Issue #6 asks for <= 1.4x (touched bytes / copy bandwidth); a layer cannot be faster
+ * could use? The decode target is <= 1.4x (touched bytes / copy bandwidth); a layer cannot be faster
  * than the structure it is built on.
  *
  *   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/mdrb scripts/moe_decode_read_bound.cu && /tmp/mdrb [H I E k [same]]
