@@ -13,7 +13,7 @@
 static float up(float x) { return nextafterf(x, INFINITY); }
 static float down(float x) { return nextafterf(x, -INFINITY); }
 
-/* SPEC 1's decision table, written as the specification reads: the oracle for every float32. */
+/* The E2M1 decision table (OCP microscaling formats), written as the specification reads: the oracle for every float32. */
 static uint8_t e2m1_spec(float x) {
   if (isnan(x)) return 0x7; /* NaN -> +6 */
   const uint8_t sign = signbit(x) ? 0x8 : 0;

@@ -130,7 +130,7 @@ static void test_gemm_all_m(fp4_context *ctx) {
 }
 
 static void test_gemm_model_shapes(fp4_context *ctx) {
-  /* (N, K) from MODELS.md, including K = 128 shards and N below one tile. */
+  /* (N, K) of the embedded models' GEMMs, including K = 128 shards and N below one tile. */
   static const int64_t shapes[][2] = {{4096, 128}, {2560, 4096}, {16, 4096}, {4096, 1024}, {256, 4096},
                                       {1280, 8192}, {8192, 1024}, {4096, 1792}, {7168, 256}, {131, 512}};
   static const int64_t ms[] = {1, 3, 8, 13, 16, 31, 64};
@@ -526,7 +526,7 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
     free(xf);
   }
   int pdl_used = 1;
-  for (int run = 0; run < 2 && ok; run++) { /* run 0: PDL on, run 1: PDL off */
+  for (int run = 0; run < 2 && ok; run++) { /* first pass PDL on, second pass PDL off */
     /* Interleave the two chains' launches so both streams are busy at once. */
     for (int s = 0; s < STRESS_CHAINS && ok; s++) ok = !fp4_copy(ctx, ch[s].x[0], FP4_MEMORY_DEVICE, ch[s].x0_host, FP4_MEMORY_HOST, (size_t)(ch[s].m * ch[s].k) * 2);
     fp4_run_info info;

@@ -303,7 +303,7 @@ done:
 }
 
 static void test_forced_configs(fp4_context *ctx) {
-  /* (M, N, K): MODELS.md shapes; the largest M on shapes that keep the host side quick. */
+  /* (M, N, K): the embedded models' shapes; the largest M on shapes that keep the host side quick. */
   static const int64_t shapes[][3] = {
       {1, 200, 256},     {17, 136, 96},     {65, 7168, 256},   {128, 4096, 128},  {200, 2048, 96},
       {1000, 1280, 8192}, {4096, 2560, 4096}, {8192, 4096, 1024}, {333, 4096, 1792},
@@ -337,7 +337,7 @@ static void test_forced_configs(fp4_context *ctx) {
 }
 
 /* The configs first .. first + count - 1 (the wgmma tiles, the register-decode tiles) on every
- * variant at the M of the issue (65, 128, 1000, 4096, 8192) and with odd M, N and K-tile tails, f32
+ * variant at M = 65, 128, 1000, 4096, 8192 and with odd M, N and K-tile tails, f32
  * output (the 1e-5 check) and, rotating, bf16/f16 outputs and edge-value data. */
 static void test_family_configs(fp4_context *ctx, int first, int count, const char *family, uint64_t seed) {
   static const int64_t shapes[][3] = {

@@ -1,4 +1,4 @@
-/* Scale layouts: sizes, the SPEC 4 formulas at known points, bijection on the valid region,
+/* Scale layouts: sizes, the 128x4 / 8x4 offset formulas at known points, bijection on the valid region,
  * round trips between layouts, zeroed padding. Every layout holds either format: the 8x4 one too
  * for MXFP4 (UE8M0 scales per 32), as FlashInfer's fp4_quantize writes it with sf_use_ue8m0 and
  * is_sf_8x4_layout (its get_sf_out_offset_8x4 indexes scale columns whatever the block size). */

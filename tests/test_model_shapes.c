@@ -1,4 +1,4 @@
-/* Embedded shape sets: the figures of MODELS.md at TP1, TP8, EP8 and MoE-TP8, and the errors. */
+/* Embedded shape sets: the models' GEMM figures at TP1, TP8, EP8 and MoE-TP8, and the errors. */
 #include <stdio.h>
 #include <string.h>
 

@@ -19,7 +19,7 @@
  *     (Figure 45, Table 37): scale_vec::4X uses all four bytes, byte-id 0; scale_vec::2X uses the
  *     byte pair starting at byte-id 0 or 2.
  *     (The row carried by each lane of the pair is drawn in Figure 43; the same assignment is the
- *     SFA layout of CUTLASS's SM120 block-scaled MMA traits and SPEC 6.)
+ *     SFA layout of CUTLASS's SM120 block-scaled MMA traits.)
  * Unselected lanes and bytes hold NaN scale bytes, so reading the wrong one cannot go unnoticed.
  */
 #include <math.h>

@@ -3,7 +3,7 @@
  * SM90 (H100/H200) the same kernel with the MMA emulated (everything but the tensor-core
  * instruction executes). Skips (77) where neither exists.
  *
- * Covers M from 1 to 8192, NVFP4 and MXFP4, N and K of real models (MODELS.md), every scale
+ * Covers M from 1 to 8192, NVFP4 and MXFP4, N and K of real models, every scale
  * layout, K tails (K not a multiple of the 128-K stage), odd M and N, edge-case data, every tile
  * configuration with PDL on (all three must give bit-identical f32 results: each output sees the
  * same sequence of MMAs), and the refusals. Outputs are pre-filled with NaN by the harness.
