@@ -101,7 +101,7 @@ def c_quantize_ref(x, fmt, layout, gsf):
 # ---- independent NumPy helpers ------------------------------------------------------------------------
 
 def offsets_128x4(rows, cols):
-    """SPEC 4: off = (r/128)*(Cp/4)*512 + (c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + (c%4)."""
+    """The 128x4 layout: off = (r/128)*(Cp/4)*512 + (c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + (c%4)."""
     r = np.arange(rows)[:, None]
     c = np.arange(cols)[None, :]
     cp = (cols + 3) // 4 * 4
@@ -194,7 +194,7 @@ def test_quantize_bit_exact_vs_c_reference(rows, cols, dtype, fmt, layout):
 
 
 def _expected_nvfp4(x, gsf):
-    """The runtime recipe of SPEC 3.1 in float32 NumPy with ml_dtypes casts: (codes, scale bytes)."""
+    """The runtime recipe in float32 NumPy with ml_dtypes casts: (codes, scale bytes)."""
     f = np.float32
     xb = x.astype(f).reshape(x.shape[0], -1, 16)
     vmax = np.abs(xb).max(axis=2)

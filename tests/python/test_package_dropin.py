@@ -1,4 +1,4 @@
-"""Drop-in test: code written against FlashInfer's FP4 call pattern (SPEC 5), unchanged, with
+"""Drop-in test: code written against FlashInfer's FP4 call pattern (mm_fp4, fp4_quantize), unchanged, with
 `import fp4kit as flashinfer`. Runs on CPU tensors (host backends) and, where PyTorch sees a GPU,
 on CUDA tensors (the GPU backends)."""
 
@@ -52,7 +52,7 @@ DEVICES = ["cpu"] + (["cuda"] if base.CUDA else [])
 
 
 def _within_flashinfer_tolerance(out, ref):
-    # FlashInfer's own test bound (SPEC 5), and a far tighter one an exact kernel meets.
+    # FlashInfer's own test bound (its mm_fp4 tests), and a far tighter one an exact kernel meets.
     err = (out.double().cpu() - ref).abs()
     assert (err <= 0.12 * ref.abs().max() + 0.10 * ref.abs()).all()
     assert (err <= 2.0 ** -8 * ref.abs() + 1e-4 * ref.abs().max()).all(), err.max().item()
