@@ -213,8 +213,10 @@ typedef struct fp4_options {
    * by the kernels on the GPU after the launch's dependencies, never copied to the host, so the call
    * neither synchronizes nor breaks a CUDA-graph capture. A host pointer, or memory of another
    * device, is refused with FP4_ERR_INVALID_ARGUMENT. Device backends only. */
-  const float *alpha_device;        /* fp4_mm, fp4_mm_w4a16, grouped GEMMs, fp4_moe_forward: multiplies
-                                       the alpha argument (pass alpha = 1.0f to use it alone)        */
+  const float *alpha_device;        /* fp4_mm, fp4_mm_w4a16, grouped GEMMs: multiplies the alpha
+                                       argument (pass alpha = 1.0f to use it alone); fp4_moe_forward,
+                                       which has no alpha argument: scales the layer's whole output
+                                       (routed and shared experts), applied in the combine        */
   const float *global_scale_device; /* fp4_quantize: the NVFP4 encode scale, replacing the
                                        global_scale argument; out->multiplier is then set to 1.0f
                                        (fold 1/global_scale into alpha, as FlashInfer's callers do) */
@@ -390,6 +392,18 @@ FP4_API fp4_status fp4_grouped_mm(fp4_context *ctx, const fp4_qmatrix *a, const 
 FP4_API fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_grouped_qmatrix *b,
                                         const int64_t *offsets, float alpha, fp4_matrix *out,
                                         const fp4_options *options);
+
+/* Device workspace (fp4_context_reserve_workspace) the grouped GEMM with these operands and options
+ * would take (0: none), as fp4_mm_workspace_size: reserve it before capturing the call in a CUDA
+ * graph. The operands are validated as for the call; their data is not read, offsets excepted when
+ * they are in host memory. */
+FP4_API fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
+                                                 const int64_t *offsets, const fp4_matrix *out,
+                                                 const fp4_options *options, size_t *bytes);
+FP4_API fp4_status fp4_grouped_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a,
+                                                       const fp4_grouped_qmatrix *b, const int64_t *offsets,
+                                                       const fp4_matrix *out, const fp4_options *options,
+                                                       size_t *bytes);
 
 typedef enum fp4_moe_mode {
   FP4_MOE_W4A16 = 0, /* FP4 weights, activations kept in floating point                           */

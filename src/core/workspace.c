@@ -96,6 +96,8 @@ fp4_status fp4_context_reserve_workspace(fp4_context *ctx, size_t bytes) {
   fp4_clear_error();
   (void)bytes;
   if (!ctx) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_context_reserve_workspace: ctx is NULL");
+  if (ctx->device < 0)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_context_reserve_workspace: the context is host-only (device -1)");
   return fp4_fail(FP4_ERR_UNSUPPORTED, "fp4_context_reserve_workspace: this build has no CUDA support");
 }
 

@@ -87,6 +87,41 @@ fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4
   return fp4_problem_run(ctx, &p, options, fn);
 }
 
+fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
+                                         const int64_t *offsets, const fp4_matrix *out, const fp4_options *options,
+                                         size_t *bytes) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_grouped_mm_workspace_size";
+  if (!bytes) return BAD("%s: bytes is NULL", fn);
+  *bytes = 0;
+  fp4_status st = fp4_check_qmatrix_rows0(fn, "a", a);
+  if (st) return st;
+  if ((st = check_grouped_common(fn, ctx, b, offsets, a->rows, a->cols, a->memory, 1.0f, out))) return st;
+  if (a->format != b->format)
+    return BAD("%s: a is %s but b is %s; both operands must share a format", fn, fp4_format_name(a->format),
+               fp4_format_name(b->format));
+  if (a->rows == 0) return FP4_OK;
+  fp4_problem p = {.op = FP4_OP_GROUPED_MM, .a_q = a, .gb = b, .offsets = offsets, .alpha = 1.0f,
+                   .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
+  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+}
+
+fp4_status fp4_grouped_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a, const fp4_grouped_qmatrix *b,
+                                               const int64_t *offsets, const fp4_matrix *out,
+                                               const fp4_options *options, size_t *bytes) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_grouped_mm_w4a16_workspace_size";
+  if (!bytes) return BAD("%s: bytes is NULL", fn);
+  *bytes = 0;
+  fp4_status st = fp4_check_matrix_rows0(fn, "a", a);
+  if (st) return st;
+  if ((st = check_grouped_common(fn, ctx, b, offsets, a->rows, a->cols, a->memory, 1.0f, out))) return st;
+  if (a->rows == 0) return FP4_OK;
+  fp4_problem p = {.op = FP4_OP_GROUPED_MM_W4A16, .a = a, .gb = b, .offsets = offsets, .alpha = 1.0f,
+                   .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
+  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+}
+
 /* The workspace a backend needs: its own declaration, else the common layout. */
 static size_t backend_workspace(const fp4_backend *b, const fp4_moe_layer *layer, int64_t tokens, int64_t top_k,
                                 size_t common) {

@@ -1,0 +1,59 @@
+/* The workspace queries and the context workspace on the host: host backends need no device
+ * workspace (0 bytes), bad operands are refused as the call would refuse them, and a host-only
+ * context cannot reserve device memory. The device side (sizes equal to what run() takes, capture
+ * failing cleanly when the reservation is short) is in test_cuda_graph and test_cuda_moe. */
+#include <stdint.h>
+#include <string.h>
+
+#include "fp4kit.h"
+#include "testing.h"
+
+enum { E = 2, N = 32, K = 64, T = 3 };
+
+static uint8_t codes[E * N * K / 2], scales[E * 4096], a_codes[T * K / 2], a_scales[4096];
+static uint16_t act[T * K];
+static float out[T * N];
+static const int64_t offsets[E + 1] = {0, 1, T};
+
+int main(void) {
+  fp4_context *ctx = NULL;
+  CHECK(fp4_context_create(&ctx, -1) == FP4_OK, "host context: %s", fp4_last_error());
+  fp4_qmatrix b = {codes, scales, N, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix aq = {a_codes, a_scales, T, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_matrix a = {act, T, K, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  fp4_matrix o = {out, T, N, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_grouped_qmatrix g = {codes, scales, NULL, E, N, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, FP4_MEMORY_HOST};
+  const char *backends[] = {NULL, "cpu", "ref"};
+  for (int i = 0; i < 3; i++) {
+    fp4_options opt = {.backend = backends[i]};
+    size_t bytes = 12345;
+    CHECK(fp4_mm_workspace_size(ctx, &aq, &b, &o, &opt, &bytes) == FP4_OK && bytes == 0, "mm %s: %zu (%s)",
+          backends[i] ? backends[i] : "auto", bytes, fp4_last_error());
+    bytes = 12345;
+    CHECK(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &o, &opt, &bytes) == FP4_OK && bytes == 0, "w4a16 %s: %zu (%s)",
+          backends[i] ? backends[i] : "auto", bytes, fp4_last_error());
+    bytes = 12345;
+    CHECK(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &o, &opt, &bytes) == FP4_OK && bytes == 0,
+          "grouped %s: %zu (%s)", backends[i] ? backends[i] : "auto", bytes, fp4_last_error());
+    bytes = 12345;
+    CHECK(fp4_grouped_mm_w4a16_workspace_size(ctx, &a, &g, offsets, &o, &opt, &bytes) == FP4_OK && bytes == 0,
+          "grouped w4a16 %s: %zu (%s)", backends[i] ? backends[i] : "auto", bytes, fp4_last_error());
+  }
+  size_t bytes = 0;
+  CHECK_ERROR(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &o, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes");
+  fp4_matrix wrong = o;
+  wrong.cols = N + 1;
+  CHECK_ERROR(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &wrong, NULL, &bytes), FP4_ERR_INVALID_ARGUMENT, "out is");
+  CHECK_ERROR(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &wrong, NULL, &bytes), FP4_ERR_INVALID_ARGUMENT, "out");
+  fp4_options named = {.backend = "no-such-backend"};
+  CHECK_ERROR(fp4_mm_workspace_size(ctx, &aq, &b, &o, &named, &bytes), FP4_ERR_NOT_FOUND, "no-such-backend");
+  /* A device scalar on host operands is refused by the call; the query resolves the same way. */
+  static const float one = 1.0f;
+  fp4_options dev = {.alpha_device = &one};
+  CHECK_ERROR(fp4_mm_w4a16(ctx, &a, &b, 1.0f, &o, &dev), FP4_ERR_INVALID_ARGUMENT, "device scalar");
+  CHECK_ERROR(fp4_context_reserve_workspace(ctx, 1 << 20), FP4_ERR_INVALID_ARGUMENT, "host-only");
+  CHECK_ERROR(fp4_context_reserve_workspace(NULL, 1 << 20), FP4_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK(fp4_context_workspace_bytes(ctx) == 0 && fp4_context_workspace_bytes(NULL) == 0, "no workspace on the host");
+  fp4_context_destroy(ctx);
+  return TEST_SUMMARY();
+}
