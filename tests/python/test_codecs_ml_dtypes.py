@@ -1,7 +1,8 @@
 """Independent cross-check of the E2M1 and E4M3 encoders against ml_dtypes on over 10^6 float32
 inputs: every rounding boundary and its float32 neighbours, random values across all exponents,
-and the special values. Where fp4kit's encoders and ml_dtypes differ, it is handled explicitly: ml_dtypes maps NaN to 0x8 for
-float4_e2m1fn (fp4kit: 0x7), and float8_e4m3fn does not saturate (inputs are clamped to +-448)."""
+and the special values. Where fp4kit's encoders and ml_dtypes differ, it is handled explicitly:
+ml_dtypes maps NaN to 0x8 for float4_e2m1fn (fp4kit: 0x7), and float8_e4m3fn does not saturate
+(inputs are clamped to +-448)."""
 import ctypes
 
 import ml_dtypes
