@@ -91,6 +91,8 @@ typedef struct fp4_cpu_gemm {
   fp4_matrix *out;
 } fp4_cpu_gemm;
 
+/* ---- shared helpers (cpu_common.c) ---- */
+
 /* Offset of scale (row r, group of 4 columns 0) in the weight scale buffer; scale column c of row
  * r lives at base + (c/4)*gstride + c%4 in every layout. */
 int64_t fp4_cpu_scale_base(const fp4_cpu_gemm *g, int64_t r);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_moe.h"
 #include "core/error.h"
 #include "dispatch/moe_workspace.h"

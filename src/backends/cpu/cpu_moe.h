@@ -1,6 +1,6 @@
 /*
  * The cpu backend's grouped GEMM and MoE layer (cpu_moe.c), built on the backend's GEMM and
- * quantization entry points (cpu_backend.c), which are declared here for it.
+ * quantization of one problem (cpu_gemm.h).
  */
 #ifndef FP4_BACKENDS_CPU_MOE_H
 #define FP4_BACKENDS_CPU_MOE_H
@@ -9,13 +9,6 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "dispatch/backend.h"
-
-/* cpu_backend.c: one FP4_OP_MM / FP4_OP_MM_W4A16 problem on `threads` threads; writes the kernel
- * used to config. */
-fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, char *config,
-                                size_t config_size);
-/* cpu_backend.c: one FP4_OP_QUANTIZE problem (runtime recipe, bit-identical to the reference). */
-void fp4_cpu_quantize_problem(const fp4_cpu_kernels *k, int threads, const fp4_problem *p);
 
 /* FP4_OP_GROUPED_MM, FP4_OP_GROUPED_MM_W4A16 and FP4_OP_MOE on host memory; writes the kernels used
  * to config. Results do not depend on the thread count. */
