@@ -5,15 +5,13 @@
  * rounded to float and then to the output dtype.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "backends/ref/ref_gemm.h"
+#include "backends/ref/ref_moe.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "format/format.h"
-#include "ref_moe.h"
-
-enum { REF_B_CHUNK = 64 }; /* rows of B dequantized at a time: bounded memory for any N */
 
 static fp4_status ref_available(fp4_context *ctx, char *reason, size_t reason_size) {
   (void)ctx;
@@ -30,54 +28,6 @@ static fp4_status ref_supports(fp4_context *ctx, const fp4_problem *p, char *rea
   return FP4_OK;
 }
 
-/* Row m of the activations as float: dequantized FP4 (W4A4) or converted dense (W4A16). */
-static void load_a_rows(const fp4_problem *p, float *dst) {
-  if (p->op == FP4_OP_MM) {
-    fp4_dequantize_rows(p->a_q, 0, p->a_q->rows, dst);
-    return;
-  }
-  for (int64_t m = 0; m < p->a->rows; m++)
-    for (int64_t k = 0; k < p->a->cols; k++) dst[m * p->a->cols + k] = fp4_matrix_get(p->a, m, k);
-}
-
-fp4_status fp4_ref_rows_times_weights(const float *a, int64_t M, const fp4_qmatrix *w, double scale, fp4_matrix *out,
-                                      int64_t out_row0) {
-  const int64_t N = w->rows, K = w->cols;
-  float *b = malloc((size_t)REF_B_CHUNK * (size_t)K * sizeof *b);
-  if (!b)
-    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "ref: out of host memory for a %lld x %lld x %lld GEMM", (long long)M,
-                    (long long)N, (long long)K);
-  for (int64_t n0 = 0; n0 < N; n0 += REF_B_CHUNK) {
-    int64_t nb = N - n0 < REF_B_CHUNK ? N - n0 : REF_B_CHUNK;
-    fp4_dequantize_rows(w, n0, nb, b);
-    for (int64_t m = 0; m < M; m++) {
-      const float *ar = a + m * K;
-      for (int64_t j = 0; j < nb; j++) {
-        const float *br = b + j * K;
-        double acc = 0.0;
-        for (int64_t k = 0; k < K; k++) acc += (double)ar[k] * (double)br[k];
-        fp4_matrix_set(out, out_row0 + m, n0 + j, (float)(acc * scale));
-      }
-    }
-  }
-  free(b);
-  return FP4_OK;
-}
-
-static fp4_status ref_gemm(const fp4_problem *p) {
-  const int64_t M = fp4_problem_m(p), N = fp4_problem_n(p), K = fp4_problem_k(p);
-  double scale = (double)p->alpha * (double)p->b->multiplier;
-  if (p->op == FP4_OP_MM) scale *= (double)p->a_q->multiplier;
-  float *a = malloc((size_t)M * (size_t)K * sizeof *a);
-  if (!a)
-    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "ref: out of host memory for a %lld x %lld x %lld GEMM", (long long)M,
-                    (long long)N, (long long)K);
-  load_a_rows(p, a);
-  fp4_status st = fp4_ref_rows_times_weights(a, M, p->b, scale, p->out, 0);
-  free(a);
-  return st;
-}
-
 static fp4_status ref_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
   (void)ctx;
   if (config && strcmp(config, "default") != 0)
@@ -92,8 +42,21 @@ static fp4_status ref_run(fp4_context *ctx, const fp4_problem *p, const char *co
   }
   if (p->op == FP4_OP_GROUPED_MM || p->op == FP4_OP_GROUPED_MM_W4A16) return fp4_ref_grouped_mm(p);
   if (p->op == FP4_OP_MOE) return fp4_ref_moe(p);
-  return ref_gemm(p);
+  return fp4_ref_gemm(p);
 }
+
+/* Host memory only; the oracle, correct everywhere and fast nowhere: auto takes it only when nothing
+ * else runs. */
+static const fp4_backend_ranks ref_ranks = {
+    .in = {[FP4_REGIME_HOST] = FP4_RANK_CHECK_ONLY,
+           [FP4_REGIME_QUANTIZE] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM80_SMALL_M] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM80_LARGE_M] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM100_SMALL_M] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM100_LARGE_M] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM120_SMALL_M] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_SM120_LARGE_M] = FP4_RANK_UNKNOWN},
+};
 
 const fp4_backend fp4_backend_ref = {
     .name = "ref",
@@ -104,4 +67,6 @@ const fp4_backend fp4_backend_ref = {
     .run = ref_run,
     .release_state = NULL,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
+    .host = 1,
+    .ranks = &ref_ranks,
 };

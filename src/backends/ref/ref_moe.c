@@ -8,11 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/ref/ref_gemm.h"
+#include "backends/ref/ref_moe.h"
 #include "core/error.h"
 #include "dispatch/moe_workspace.h"
 #include "format/codec.h"
 #include "format/format.h"
-#include "ref_moe.h"
 
 static fp4_status oom(const char *what) { return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "ref: out of host memory for %s", what); }
 
