@@ -14,10 +14,6 @@
 #include "../tools/bench_report.c"
 #include "testing.h"
 
-const char *bench_op_name(bench_op op) { /* as the command's (cmd_bench.c) */
-  return op == BENCH_W4A16 ? "w4a16" : op == BENCH_W4A4 ? "w4a4" : op == BENCH_QUANTIZE ? "quantize" : "?";
-}
-
 typedef int (*writer)(FILE *, const bench_run *);
 
 /* What a writer writes, NUL-terminated (caller frees). */

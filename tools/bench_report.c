@@ -9,6 +9,10 @@
 
 #include "bench.h"
 
+const char *bench_op_name(bench_op op) {
+  return op == BENCH_W4A16 ? "w4a16" : op == BENCH_W4A4 ? "w4a4" : op == BENCH_QUANTIZE ? "quantize" : "?";
+}
+
 static const char *status_of(const bench_point *p) { return p->status ? p->status : "unsupported"; }
 
 /* "%.*f" of a value or a dash. */

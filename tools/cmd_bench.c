@@ -74,10 +74,6 @@ typedef struct bench_env {
   int64_t cache[2]; /* host, device */
 } bench_env;
 
-const char *bench_op_name(bench_op op) {
-  return op == BENCH_W4A16 ? "w4a16" : op == BENCH_W4A4 ? "w4a4" : op == BENCH_QUANTIZE ? "quantize" : "?";
-}
-
 static void bench_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit bench [--backend NAME[,NAME]|auto|all] [--model NAME|--shapes NxK[,NxK...]] [--tp N]\n"

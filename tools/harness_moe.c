@@ -119,18 +119,6 @@ static fp4_status put_experts(stage *s, const fp4_moe_experts *h, fp4_moe_expert
 
 /* ---- one case ------------------------------------------------------------------------------------------ */
 
-static float gsf_of(const float *x, int64_t n) {
-  float a = 0.0f;
-  for (int64_t i = 0; i < n; i++) a = fmaxf(a, fabsf(x[i]));
-  return a > 0.0f ? 448.0f * 6.0f / a : 1.0f;
-}
-
-static void note_failure(fp4h_result *r, fp4_status st, const char *what) {
-  r->status = st;
-  r->passed = 0;
-  snprintf(r->message, sizeof r->message, "%s: %s", what, fp4_last_error());
-}
-
 /* Random row groups: each of the T rows goes to a random expert, so some experts get none. */
 static void random_offsets(fp4h_rng *g, int64_t *offsets, int64_t E, int64_t T) {
   memset(offsets, 0, (size_t)(E + 1) * sizeof *offsets);
@@ -188,7 +176,7 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
   void *ws_ref = NULL, *ws = NULL;
   fp4_status st = FP4_ERR_OUT_OF_MEMORY;
   if (!x || !ref || !got || !a_dense || !out_h || !aq_data || !aq_scales || !offsets || !ids || !tw || !sw) {
-    note_failure(r, st, "host allocation");
+    fp4h_fail(r, st, "host allocation");
     goto done;
   }
   fp4h_fill(&g, x, T * K, c->data, fp4_format_block_size(c->format));
@@ -203,17 +191,17 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
   if (moe) {
     if ((st = fp4h_grouped_make(&g, &w1, E, 2 * I, K, c->format, c->layout_b)) ||
         (st = fp4h_grouped_make(&g, &w2, E, K, I, c->format, c->layout_b))) {
-      note_failure(r, st, "making experts");
+      fp4h_fail(r, st, "making experts");
       goto done;
     }
-    layer = (fp4_moe_layer){(fp4_moe_mode)c->moe_mode, {w1, w2, gsf_of(x, T * K), 1.0f}, NULL};
+    layer = (fp4_moe_layer){(fp4_moe_mode)c->moe_mode, {w1, w2, fp4h_global_scale(x, T * K), 1.0f}, NULL};
     if (c->shared) {
       if ((st = fp4h_grouped_make(&g, &s1, 1, 2 * I, K, c->format, c->layout_b)) ||
           (st = fp4h_grouped_make(&g, &s2, 1, K, I, c->format, c->layout_b))) {
-        note_failure(r, st, "making the shared expert");
+        fp4h_fail(r, st, "making the shared expert");
         goto done;
       }
-      shared = (fp4_moe_experts){s1, s2, gsf_of(x, T * K), 1.0f};
+      shared = (fp4_moe_experts){s1, s2, fp4h_global_scale(x, T * K), 1.0f};
       layer.shared = &shared;
       for (int64_t t = 0; t < T; t++) sw[t] = (float)fp4h_uniform(&g);
     }
@@ -224,18 +212,18 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
     if (!st) st = fp4_moe_forward(NULL, &layer, &hid, &rt, ws_ref, bytes, &ref_out, &ref_opts);
   } else {
     if ((st = fp4h_grouped_make(&g, &w1, E, N, K, c->format, c->layout_b))) {
-      note_failure(r, st, "making experts");
+      fp4h_fail(r, st, "making experts");
       goto done;
     }
     random_offsets(&g, offsets, E, T);
     fp4_matrix xm = {x, T, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-    if (w4a4 && !(st = fp4_quantize(NULL, &xm, gsf_of(x, T * K), &aq, &ref_opts)))
+    if (w4a4 && !(st = fp4_quantize(NULL, &xm, fp4h_global_scale(x, T * K), &aq, &ref_opts)))
       st = fp4_grouped_mm(NULL, &aq, &w1, offsets, 0.75f, &ref_out, &ref_opts);
     else if (!w4a4)
       st = fp4_grouped_mm_w4a16(NULL, &hid, &w1, offsets, 0.75f, &ref_out, &ref_opts);
   }
   if (st) {
-    note_failure(r, st, "reference");
+    fp4h_fail(r, st, "reference");
     goto done;
   }
 
@@ -259,7 +247,7 @@ void fp4h_run_moe(fp4_context *ctx, const char *backend, fp4_memory memory, cons
     if (!st) st = put(&s, offsets, (size_t)(E + 1) * sizeof *offsets, &d_off);
   }
   if (st) {
-    note_failure(r, st, "staging operands");
+    fp4h_fail(r, st, "staging operands");
     goto done;
   }
   fp4_matrix xa = {d_a, T, K, 0, c->a_dtype, memory}, xout = {d_out, T, N, 0, c->out_dtype, memory};

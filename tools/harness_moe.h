@@ -6,7 +6,7 @@
 #ifndef FP4_TOOLS_HARNESS_MOE_H
 #define FP4_TOOLS_HARNESS_MOE_H
 
-#include "harness.h"
+#include "harness_common.h"
 
 typedef enum fp4h_routing {
   FP4H_ROUTE_UNIFORM = 0,    /* k distinct experts per token, uniformly at random               */
