@@ -78,10 +78,12 @@ static void key_separates_every_field(void) {
 }
 
 static void host_backends_are_host_only(void) {
-  CHECK(fp4_heuristic_host_backend("cpu") && fp4_heuristic_host_backend("ref"), "cpu and ref compute on the host");
+  CHECK(fp4_heuristic_host_backend(fp4_registry_find("cpu")) && fp4_heuristic_host_backend(fp4_registry_find("ref")),
+        "cpu and ref compute on the host");
   for (int i = 0; fp4_backend_name(i); i++) {
     const char *n = fp4_backend_name(i);
-    if (strcmp(n, "cpu") && strcmp(n, "ref")) CHECK(!fp4_heuristic_host_backend(n), "%s is not a host backend", n);
+    if (strcmp(n, "cpu") && strcmp(n, "ref"))
+      CHECK(!fp4_heuristic_host_backend(fp4_registry_find(n)), "%s is not a host backend", n);
   }
 }
 
@@ -153,7 +155,7 @@ static void device_auto_never_host(void) {
     fp4_run_info info;
     fp4_options opt = {.backend = "auto", .info = &info};
     st = fp4_mm_w4a16(ctx, &x, &w, 1.0f, &y, &opt);
-    CHECK(st == FP4_OK && !fp4_heuristic_host_backend(info.backend) && info.backend[0],
+    CHECK(st == FP4_OK && !fp4_heuristic_host_backend(fp4_registry_find(info.backend)) && info.backend[0],
           "auto on device operands ran '%s' (%s)", info.backend, fp4_last_error());
   }
   void *bufs[] = {a, bd, bs, o};

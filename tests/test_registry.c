@@ -117,28 +117,36 @@ static void test_arch_table(void) {
   CHECK(fp4_probe_backend_arch("sm_75", "ref", &p) == FP4_ERR_NOT_FOUND, "sm_75 is not in the table");
 }
 
+/* The heuristic's rank of the backend registered as name; a name the registry lacks stands for a
+ * backend whose table has no ranks. */
+static int rank(const char *name, int cc, fp4_memory memory, fp4_op op, int64_t m) {
+  static const fp4_backend unranked = {.name = "someone-new"};
+  const fp4_backend *b = fp4_registry_find(name);
+  return fp4_heuristic_rank(b ? b : &unranked, cc, memory, op, m);
+}
+
 /* The heuristic is a pure function with the documented order. */
 static void test_heuristic_order(void) {
   const fp4_op mm = FP4_OP_MM;
   const fp4_memory dev = FP4_MEMORY_DEVICE;
-  CHECK(fp4_heuristic_rank("cpu", 0, FP4_MEMORY_HOST, mm, 1) < fp4_heuristic_rank("ref", 0, FP4_MEMORY_HOST, mm, 1), "host: cpu before ref");
+  CHECK(rank("cpu", 0, FP4_MEMORY_HOST, mm, 1) < rank("ref", 0, FP4_MEMORY_HOST, mm, 1), "host: cpu before ref");
   for (int cc = 80; cc <= 90; cc += 10) {
-    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 1) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 1), "cc %d small M", cc);
-    CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 8192) < fp4_heuristic_rank("cuda", cc, dev, mm, 8192), "cc %d large M", cc);
-    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 63) < fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 63), "cc %d M = 63: own kernels", cc);
-    CHECK(fp4_heuristic_rank("cublas-dequant", cc, dev, mm, 64) < fp4_heuristic_rank("cuda", cc, dev, mm, 64), "cc %d M = 64: dequant + BF16", cc);
-    CHECK(fp4_heuristic_rank("cuda", cc, dev, mm, 16) < fp4_heuristic_rank("cublaslt", cc, dev, mm, 16), "cc %d", cc);
+    CHECK(rank("cuda", cc, dev, mm, 1) < rank("cublas-dequant", cc, dev, mm, 1), "cc %d small M", cc);
+    CHECK(rank("cublas-dequant", cc, dev, mm, 8192) < rank("cuda", cc, dev, mm, 8192), "cc %d large M", cc);
+    CHECK(rank("cuda", cc, dev, mm, 63) < rank("cublas-dequant", cc, dev, mm, 63), "cc %d M = 63: own kernels", cc);
+    CHECK(rank("cublas-dequant", cc, dev, mm, 64) < rank("cuda", cc, dev, mm, 64), "cc %d M = 64: dequant + BF16", cc);
+    CHECK(rank("cuda", cc, dev, mm, 16) < rank("cublaslt", cc, dev, mm, 16), "cc %d", cc);
   }
-  CHECK(fp4_heuristic_rank("cublaslt", 100, dev, mm, 8192) < fp4_heuristic_rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");
-  CHECK(fp4_heuristic_rank("cuda", 100, dev, mm, 1) < fp4_heuristic_rank("cublaslt", 100, dev, mm, 1), "SM100 decode: own kernels");
-  CHECK(fp4_heuristic_rank("cuda", 120, dev, mm, 100) < fp4_heuristic_rank("cublaslt", 120, dev, mm, 100), "SM120 M=100");
-  CHECK(fp4_heuristic_rank("cublaslt", 120, dev, mm, 4096) < fp4_heuristic_rank("cublas-dequant", 120, dev, mm, 4096), "SM120 large");
-  CHECK(fp4_heuristic_rank("someone-new", 90, dev, mm, 1) > fp4_heuristic_rank("cublas-dequant", 90, dev, mm, 1), "unknown last");
-  CHECK(fp4_heuristic_rank("cuda", 90, dev, mm, 64) == fp4_heuristic_rank("cuda", 90, dev, mm, 64), "pure");
-  CHECK(fp4_heuristic_rank("cuda-sm120", 120, dev, mm, 16) < fp4_heuristic_rank("cuda", 120, dev, mm, 16), "SM120: native MMA first");
-  CHECK(fp4_heuristic_rank("cuda-sm120", 90, dev, mm, 16) > fp4_heuristic_rank("someone-new", 90, dev, mm, 16),
+  CHECK(rank("cublaslt", 100, dev, mm, 8192) < rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");
+  CHECK(rank("cuda", 100, dev, mm, 1) < rank("cublaslt", 100, dev, mm, 1), "SM100 decode: own kernels");
+  CHECK(rank("cuda", 120, dev, mm, 100) < rank("cublaslt", 120, dev, mm, 100), "SM120 M=100");
+  CHECK(rank("cublaslt", 120, dev, mm, 4096) < rank("cublas-dequant", 120, dev, mm, 4096), "SM120 large");
+  CHECK(rank("someone-new", 90, dev, mm, 1) > rank("cublas-dequant", 90, dev, mm, 1), "unknown last");
+  CHECK(rank("cuda", 90, dev, mm, 64) == rank("cuda", 90, dev, mm, 64), "pure");
+  CHECK(rank("cuda-sm120", 120, dev, mm, 16) < rank("cuda", 120, dev, mm, 16), "SM120: native MMA first");
+  CHECK(rank("cuda-sm120", 90, dev, mm, 16) > rank("someone-new", 90, dev, mm, 16),
         "SM90: the emulated SM120 build is never preferred");
-  CHECK(fp4_heuristic_rank("cuda-sm120", 90, dev, mm, 1024) == FP4_RANK_VERIFICATION_ONLY,
+  CHECK(rank("cuda-sm120", 90, dev, mm, 1024) == FP4_RANK_VERIFICATION_ONLY,
         "SM90: the emulated SM120 build is a verification build (the tuner skips it)");
 }
 

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "dispatch/backend.h"
 
 fp4_status fp4_context_create(fp4_context **ctx, int device) {
   fp4_clear_error();
@@ -19,20 +18,26 @@ fp4_status fp4_context_create(fp4_context **ctx, int device) {
 
 void fp4_context_destroy(fp4_context *ctx) {
   if (!ctx) return;
-  for (int i = 0; i < fp4_registry_count() && i < FP4_MAX_BACKENDS; i++) {
-    const fp4_backend *b = fp4_registry_get(i);
-    if (ctx->backend_state[i] && b->release_state) b->release_state(ctx->backend_state[i]);
+  for (int i = FP4_CONTEXT_SLOTS - 1; i >= 0; i--) {
+    fp4_context_part *s = &ctx->slots[i];
+    if (s->owner && s->state && s->release) s->release(s->state);
   }
-  fp4_tuning_state_release(ctx->tuning);
-  fp4_selection_release(ctx->selection);
   fp4_context_workspace_release(ctx);
   free(ctx);
 }
 
 int fp4_context_device(const fp4_context *ctx) { return ctx ? ctx->device : -1; }
 
-void **fp4_context_state(fp4_context *ctx, const char *backend_name) {
-  if (!ctx) return NULL;
-  int i = fp4_registry_index(fp4_registry_find(backend_name));
-  return (i >= 0 && i < FP4_MAX_BACKENDS) ? &ctx->backend_state[i] : NULL;
+void **fp4_context_slot(fp4_context *ctx, const void *owner, fp4_context_release_fn release) {
+  if (!ctx || !owner) return NULL;
+  for (int i = 0; i < FP4_CONTEXT_SLOTS; i++) {
+    fp4_context_part *s = &ctx->slots[i];
+    if (s->owner == owner) return &s->state;
+    if (!s->owner) {
+      s->owner = owner;
+      s->release = release;
+      return &s->state;
+    }
+  }
+  return NULL;
 }

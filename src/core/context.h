@@ -7,24 +7,27 @@
 extern "C" {
 #endif
 
-#define FP4_MAX_BACKENDS 32
+/* What a part of the library keeps per context (a backend's handles, the tuning state, remembered
+ * dispatch decisions): its state and how to free it, found by the owner's address. */
+typedef void (*fp4_context_release_fn)(void *state);
+enum { FP4_CONTEXT_SLOTS = 32 };
+typedef struct fp4_context_part {
+  const void *owner; /* NULL: a free slot */
+  void *state;
+  fp4_context_release_fn release;
+} fp4_context_part;
 
 struct fp4_context {
   int device;                                /* CUDA ordinal, -1 host-only                       */
-  void *backend_state[FP4_MAX_BACKENDS];     /* per backend, indexed by registry position        */
-  struct fp4_tuning_state *tuning;           /* auto selection's cache (src/tune/tuner.c)        */
-  struct fp4_selection_table *selection;     /* remembered dispatch decisions (dispatch/selection_cache.c) */
+  fp4_context_part slots[FP4_CONTEXT_SLOTS]; /* taken in order of first use                      */
   void *workspace;                           /* device workspace (src/core/workspace.c)          */
   size_t workspace_bytes;
 };
 
-/* Frees the context's remembered dispatch decisions (src/dispatch/selection_cache.c). */
-void fp4_selection_release(struct fp4_selection_table *table);
-/* Frees the context's tuning state (src/tune/tuner.c). */
-void fp4_tuning_state_release(struct fp4_tuning_state *tuning);
-
-/* The slot where a backend keeps its per-context state (handles, workspaces); NULL for ctx NULL. */
-void **fp4_context_state(fp4_context *ctx, const char *backend_name);
+/* Where owner keeps its state on ctx (the state NULL until it stores one), taken on first use:
+ * fp4_context_destroy frees a non-NULL state with release (NULL: nothing to free), the slots taken
+ * last first. NULL for ctx NULL or when all FP4_CONTEXT_SLOTS are taken. */
+void **fp4_context_slot(fp4_context *ctx, const void *owner, fp4_context_release_fn release);
 
 /* At least bytes of the context's device workspace for work on stream (cudaStream_t) in *ptr (NULL
  * for bytes = 0). Grows it in stream order when it is smaller, unless stream is capturing a CUDA

@@ -61,6 +61,53 @@ static inline int64_t fp4_problem_k(const fp4_problem *p) {
   return (p->op == FP4_OP_MM || p->op == FP4_OP_GROUPED_MM) ? p->a_q->cols : p->a->cols;
 }
 
+/* The situations the auto heuristic ranks backends in; src/dispatch/heuristic.c says which one a
+ * problem is in (the M crossovers and the architecture families), each backend how it ranks there. */
+typedef enum fp4_regime {
+  FP4_REGIME_HOST = 0,      /* operands in host memory                                             */
+  FP4_REGIME_QUANTIZE,      /* FP4_OP_QUANTIZE on the device                                       */
+  FP4_REGIME_SM80_SMALL_M,  /* SM80-SM90, no FP4 tensor cores: M below the dequantize crossover    */
+  FP4_REGIME_SM80_LARGE_M,  /* SM80-SM90: M from the dequantize crossover on                       */
+  FP4_REGIME_SM100_SMALL_M, /* SM100/103, block-scaled FP4 MMA (tcgen05): M up to the native crossover */
+  FP4_REGIME_SM100_LARGE_M, /* SM100/103: M past it                                                */
+  FP4_REGIME_SM120_SMALL_M, /* SM120/121, block-scaled FP4 mma.sync: M up to twice that crossover  */
+  FP4_REGIME_SM120_LARGE_M, /* SM120/121: M past it                                                */
+  FP4_REGIME_COUNT
+} fp4_regime;
+
+/* Ranks, lower preferred. From FP4_RANK_CHECK_ONLY up a backend exists to check others (the
+ * reference oracle: correct everywhere, fast nowhere): auto takes it only when nothing else can run
+ * and never follows a tuning cache entry that names it, and the tuner times it only when it alone
+ * runs. FP4_RANK_VERIFICATION_ONLY: a build that runs only to verify a kernel (the emulated SM120
+ * kernel on SM90). FP4_RANK_UNKNOWN: a backend in a regime it has no rank for (a host backend asked
+ * about device memory, a device backend about host memory, a backend without ranks). */
+#define FP4_RANK_UNKNOWN 50
+#define FP4_RANK_CHECK_ONLY 90
+#define FP4_RANK_VERIFICATION_ONLY 99
+
+/* How a backend ranks in each regime. */
+typedef struct fp4_backend_ranks {
+  int in[FP4_REGIME_COUNT];
+  /* The device ops `in` ranks, as FP4_OP_BIT(op) bits (0: every op); any other op on device
+   * operands ranks other_device_ops. */
+  unsigned device_ops;
+  int other_device_ops;
+} fp4_backend_ranks;
+
+/* The ranks of a backend that computes on the host: rank there, FP4_RANK_UNKNOWN on the device. */
+#define FP4_HOST_RANKS(rank)                                                                               \
+  {.in = {[FP4_REGIME_HOST] = (rank), [FP4_REGIME_QUANTIZE] = FP4_RANK_UNKNOWN,                          \
+          [FP4_REGIME_SM80_SMALL_M] = FP4_RANK_UNKNOWN, [FP4_REGIME_SM80_LARGE_M] = FP4_RANK_UNKNOWN,       \
+          [FP4_REGIME_SM100_SMALL_M] = FP4_RANK_UNKNOWN, [FP4_REGIME_SM100_LARGE_M] = FP4_RANK_UNKNOWN,     \
+          [FP4_REGIME_SM120_SMALL_M] = FP4_RANK_UNKNOWN, [FP4_REGIME_SM120_LARGE_M] = FP4_RANK_UNKNOWN}}
+/* The ranks of a device backend (FP4_RANK_UNKNOWN on the host): quantize, then small and large M on
+ * SM80-SM90, SM100/103 and SM120/121. */
+#define FP4_DEVICE_RANKS(quantize, sm80_small, sm80_large, sm100_small, sm100_large, sm120_small, sm120_large) \
+  {.in = {[FP4_REGIME_HOST] = FP4_RANK_UNKNOWN, [FP4_REGIME_QUANTIZE] = (quantize),                        \
+          [FP4_REGIME_SM80_SMALL_M] = (sm80_small), [FP4_REGIME_SM80_LARGE_M] = (sm80_large),             \
+          [FP4_REGIME_SM100_SMALL_M] = (sm100_small), [FP4_REGIME_SM100_LARGE_M] = (sm100_large),         \
+          [FP4_REGIME_SM120_SMALL_M] = (sm120_small), [FP4_REGIME_SM120_LARGE_M] = (sm120_large)}}
+
 typedef struct fp4_backend {
   const char *name;    /* "ref", "cpu", "cuda", ...                                */
   const char *summary; /* one line for tables                                      */
@@ -97,6 +144,12 @@ typedef struct fp4_backend {
   /* 1 when run() reads fp4_problem.alpha_device / global_scale_device (and the MoE layer's
    * act_scales_device) on the GPU; the dispatcher refuses device scalars for other backends. */
   int device_scalars;
+  /* 1 when run() computes on the host (cpu, ref): auto and the tuner never give it device operands,
+   * whatever its supports() says. */
+  int host;
+  /* Its ranks for auto selection without a tuning cache (src/dispatch/heuristic.c); NULL:
+   * FP4_RANK_UNKNOWN everywhere. */
+  const fp4_backend_ranks *ranks;
 } fp4_backend;
 
 /* Registry (src/dispatch/registry.c). */
@@ -104,6 +157,9 @@ int fp4_registry_count(void);
 const fp4_backend *fp4_registry_get(int index);
 const fp4_backend *fp4_registry_find(const char *name);
 int fp4_registry_index(const fp4_backend *backend);
+/* The slot where a backend keeps its per-context state (handles, plans), freed with release_state
+ * when the context is destroyed; NULL for ctx NULL or an unknown name. */
+void **fp4_context_state(fp4_context *ctx, const char *backend_name);
 
 #ifdef __cplusplus
 }

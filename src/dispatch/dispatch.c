@@ -160,7 +160,7 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
   fp4_reason(config, config_size, "%s", "");
   if (fp4_tuning_lookup(ctx, p, tuned, sizeof tuned, tuned_config, sizeof tuned_config) == FP4_OK) {
     const fp4_backend *b = fp4_registry_find(tuned);
-    if (b && p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) {
+    if (b && p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b)) {
       snprintf(why, sizeof why, "a host backend never runs device operands");
       b = NULL;
     }
@@ -180,12 +180,12 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
   fp4_reason(reason, reason_size, "no backend is registered for %s memory", fp4_memory_name(p->memory));
   for (int i = 0; i < fp4_registry_count(); i++) {
     const fp4_backend *b = fp4_registry_get(i);
-    if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b->name)) continue;
+    if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b)) continue;
     if (fp4_problem_supported(ctx, b, p, why, sizeof why) != FP4_OK) {
       if (!best) fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
       continue;
     }
-    int rank = fp4_heuristic_rank(b->name, cc, p->memory, p->op, m);
+    int rank = fp4_heuristic_rank(b, cc, p->memory, p->op, m);
     if (!best || rank < best_rank) {
       best = b;
       best_rank = rank;

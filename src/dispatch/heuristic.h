@@ -8,23 +8,16 @@
 extern "C" {
 #endif
 
-/* Rank of a backend for a problem of op/M on a device of compute capability cc (0: host); lower is
- * preferred. Pure: the same inputs always give the same rank, and nothing is queried. */
-int fp4_heuristic_rank(const char *backend, int cc, fp4_memory memory, fp4_op op, int64_t m);
-/* The rank of a build that runs only to verify a kernel (the emulated SM120 kernel on SM90): auto
- * takes it only when nothing else can run, and the tuner does not time it. */
-#define FP4_RANK_VERIFICATION_ONLY 99
-/* Ranks from here up belong to backends that exist to check others: the reference oracle (correct
- * everywhere, fast nowhere) and verification builds. Auto takes one only when nothing else can run
- * and never follows a tuning cache entry that names one. */
-#define FP4_RANK_CHECK_ONLY 90
-/* The rank of a backend the heuristic does not know for a memory: a host backend asked about device
- * memory, or a device backend asked about host memory. */
-#define FP4_RANK_UNKNOWN 50
+/* The regime of a problem of op/M on a device of compute capability cc (0: unknown), or on the host. */
+fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m);
 
-/* 1 for the backends that compute on the host (cpu, ref): auto and the tuner never run them on
- * device operands, whatever their supports() says. */
-int fp4_heuristic_host_backend(const char *backend);
+/* Rank of backend b for that problem (its table's ranks in the regime; FP4_RANK_* in backend.h):
+ * lower is preferred. Pure: the same inputs always give the same rank, and nothing is queried. */
+int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m);
+
+/* 1 for the backends that compute on the host (their table says so): auto and the tuner never run
+ * them on device operands, whatever their supports() says. */
+int fp4_heuristic_host_backend(const fp4_backend *b);
 
 /* Compute capability of a CUDA device (major*10+minor), remembered per process; 0 when unknown. */
 int fp4_device_cc(int device);

@@ -2,6 +2,7 @@
  * table whose available() says why, so probes and tables list every backend. */
 #include <string.h>
 
+#include "core/context.h"
 #include "dispatch/backend.h"
 
 extern const fp4_backend fp4_backend_ref;
@@ -39,4 +40,9 @@ int fp4_registry_index(const fp4_backend *backend) {
   for (int i = 0; i < fp4_registry_count(); i++)
     if (registry[i] == backend) return i;
   return -1;
+}
+
+void **fp4_context_state(fp4_context *ctx, const char *backend_name) {
+  const fp4_backend *b = fp4_registry_find(backend_name);
+  return b ? fp4_context_slot(ctx, b, b->release_state) : NULL;
 }

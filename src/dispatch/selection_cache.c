@@ -71,9 +71,18 @@ static size_t slot_of(const fp4_selection_key *key) {
   return (size_t)(h % TABLE_SLOTS);
 }
 
+/* The context's table, created on first use when create is set (NULL without one). */
+static struct fp4_selection_table *table_of(fp4_context *ctx, int create) {
+  static const char owner = 0; /* the address that names this state among the context's slots */
+  void **slot = fp4_context_slot(ctx, &owner, free);
+  if (slot && !*slot && create) *slot = calloc(1, sizeof(struct fp4_selection_table));
+  return slot ? *slot : NULL;
+}
+
 const fp4_backend *fp4_selection_find(fp4_context *ctx, const fp4_selection_key *key, const char **config) {
-  if (!ctx || !ctx->selection) return NULL;
-  const selection_slot *s = &ctx->selection->slots[slot_of(key)];
+  const struct fp4_selection_table *t = table_of(ctx, 0);
+  if (!t) return NULL;
+  const selection_slot *s = &t->slots[slot_of(key)];
   if (!s->used || memcmp(&s->key, key, sizeof *key) != 0) return NULL;
   *config = s->config[0] ? s->config : NULL;
   return fp4_registry_get(s->backend_index);
@@ -81,15 +90,13 @@ const fp4_backend *fp4_selection_find(fp4_context *ctx, const fp4_selection_key 
 
 void fp4_selection_store(fp4_context *ctx, const fp4_selection_key *key, const fp4_backend *backend,
                          const char *config) {
-  if (!ctx) return;
-  if (!ctx->selection && !(ctx->selection = calloc(1, sizeof *ctx->selection))) return;
+  struct fp4_selection_table *t = table_of(ctx, 1);
+  if (!t) return;
   const int index = fp4_registry_index(backend);
-  if (index < 0 || (config && strlen(config) >= sizeof ctx->selection->slots[0].config)) return;
-  selection_slot *s = &ctx->selection->slots[slot_of(key)];
+  if (index < 0 || (config && strlen(config) >= sizeof t->slots[0].config)) return;
+  selection_slot *s = &t->slots[slot_of(key)];
   s->used = 1;
   s->key = *key;
   s->backend_index = index;
   strcpy(s->config, config ? config : "");
 }
-
-void fp4_selection_release(struct fp4_selection_table *table) { free(table); }

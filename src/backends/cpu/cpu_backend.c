@@ -57,6 +57,9 @@ static fp4_status cpu_run(fp4_context *ctx, const fp4_problem *p, const char *co
   return st;
 }
 
+/* Host memory only, where it is the fast path. */
+static const fp4_backend_ranks cpu_ranks = FP4_HOST_RANKS(0);
+
 const fp4_backend fp4_backend_cpu = {
     .name = "cpu",
     .summary = "host SIMD (generic C, AVX2, AVX-512 + BF16 chosen at run time) and threads",
@@ -66,4 +69,6 @@ const fp4_backend fp4_backend_cpu = {
     .run = cpu_run,
     .release_state = NULL,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
+    .host = 1,
+    .ranks = &cpu_ranks,
 };

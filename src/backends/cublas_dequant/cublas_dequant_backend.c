@@ -300,6 +300,12 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   return FP4_OK;
 }
 
+/* First at large M on SM80-SM90 (a BF16 GEMM amortises the dequantization over M rows; the
+ * crossover is in src/dispatch/heuristic.c), second at small M; last where FP4 is native. */
+static const fp4_backend_ranks dq_ranks =
+    /* quantize, SM80-SM90 M small, large; SM100/103 small, large; SM120/121 small, large */
+    FP4_DEVICE_RANKS(3, 1, 0, 3, 3, 3, 3);
+
 const fp4_backend fp4_backend_cublas_dequant = {
     .name = name,
     .summary = "dequantize to BF16 in the context workspace, then a cuBLASLt BF16 GEMM (large M; weights over "
@@ -315,4 +321,5 @@ const fp4_backend fp4_backend_cublas_dequant = {
 #endif
     .probe = dq_probe,
     .workspace_size = dq_workspace_size,
+    .ranks = &dq_ranks,
 };

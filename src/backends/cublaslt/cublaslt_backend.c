@@ -186,6 +186,11 @@ static fp4_status lt_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
   return FP4_OK;
 }
 
+/* Native block-scaled FP4 on SM100+, first at large M; below SM100 it has no FP4 matmul. */
+static const fp4_backend_ranks lt_ranks =
+    /* quantize, SM80-SM90 M small, large; SM100/103 small, large; SM120/121 small, large */
+    FP4_DEVICE_RANKS(1, 2, 2, 1, 0, 1, 0);
+
 const fp4_backend fp4_backend_cublaslt = {
     .name = name,
     .summary = "cuBLASLt native block-scaled NVFP4/MXFP4 matmul (support asked of cuBLASLt)",
@@ -200,4 +205,5 @@ const fp4_backend fp4_backend_cublaslt = {
 #endif
     .probe = lt_probe,
     .workspace_size = lt_workspace_size,
+    .ranks = &lt_ranks,
 };

@@ -361,6 +361,12 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 
 #endif
 
+/* Own kernels first at small M everywhere (decode reads 4-bit weights); at large M behind
+ * cublas-dequant on SM80-SM90 and behind the vendors' native FP4 on SM100+. */
+static const fp4_backend_ranks cuda_ranks =
+    /* quantize, SM80-SM90 M small, large; SM100/103 small, large; SM120/121 small, large */
+    FP4_DEVICE_RANKS(0, 0, 1, 0, 2, 0, 2);
+
 const fp4_backend fp4_backend_cuda = {
     .name = "cuda",
     .summary = "own CUDA kernels, SM80+: quantize, small-M and large-M W4A16/W4A4 GEMMs on tensor cores, grouped GEMM and MoE layer, PDL",
@@ -374,4 +380,5 @@ const fp4_backend fp4_backend_cuda = {
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
     .workspace_size = cuda_workspace_size,
     .device_scalars = 1,
+    .ranks = &cuda_ranks,
 };

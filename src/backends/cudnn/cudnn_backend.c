@@ -522,6 +522,11 @@ static fp4_status dnn_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_bac
 #endif
 }
 
+/* Behind cuBLASLt where FP4 is native (SM100+), last below. */
+static const fp4_backend_ranks dnn_ranks =
+    /* quantize, SM80-SM90 M small, large; SM100/103 small, large; SM120/121 small, large */
+    FP4_DEVICE_RANKS(2, 3, 3, 2, 1, 2, 1);
+
 const fp4_backend fp4_backend_cudnn = {
     .name = name,
     .summary = "cuDNN graph API: block-scale dequantize + matmul (support asked of cuDNN's execution plans)",
@@ -536,4 +541,5 @@ const fp4_backend fp4_backend_cudnn = {
 #endif
     .probe = dnn_probe,
     .workspace_size = dnn_workspace_size,
+    .ranks = &dnn_ranks,
 };

@@ -47,16 +47,7 @@ static fp4_status ref_run(fp4_context *ctx, const fp4_problem *p, const char *co
 
 /* Host memory only; the oracle, correct everywhere and fast nowhere: auto takes it only when nothing
  * else runs. */
-static const fp4_backend_ranks ref_ranks = {
-    .in = {[FP4_REGIME_HOST] = FP4_RANK_CHECK_ONLY,
-           [FP4_REGIME_QUANTIZE] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM80_SMALL_M] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM80_LARGE_M] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM100_SMALL_M] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM100_LARGE_M] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM120_SMALL_M] = FP4_RANK_UNKNOWN,
-           [FP4_REGIME_SM120_LARGE_M] = FP4_RANK_UNKNOWN},
-};
+static const fp4_backend_ranks ref_ranks = FP4_HOST_RANKS(FP4_RANK_CHECK_ONLY);
 
 const fp4_backend fp4_backend_ref = {
     .name = "ref",

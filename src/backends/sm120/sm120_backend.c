@@ -195,6 +195,21 @@ static fp4_status sm120_run(fp4_context *ctx, const fp4_problem *p, const char *
 #endif
 }
 
+/* The native W4A4 path on SM120/121, first there; elsewhere it runs only as the SM90 verification
+ * build (an exact emulation, slow by design), which auto must never prefer. */
+static const fp4_backend_ranks sm120_ranks = {
+    .in = {[FP4_REGIME_HOST] = FP4_RANK_UNKNOWN,
+           [FP4_REGIME_QUANTIZE] = FP4_RANK_VERIFICATION_ONLY,
+           [FP4_REGIME_SM80_SMALL_M] = FP4_RANK_VERIFICATION_ONLY,
+           [FP4_REGIME_SM80_LARGE_M] = FP4_RANK_VERIFICATION_ONLY,
+           [FP4_REGIME_SM100_SMALL_M] = FP4_RANK_VERIFICATION_ONLY,
+           [FP4_REGIME_SM100_LARGE_M] = FP4_RANK_VERIFICATION_ONLY,
+           [FP4_REGIME_SM120_SMALL_M] = -1,
+           [FP4_REGIME_SM120_LARGE_M] = -1},
+    .device_ops = FP4_OP_BIT(FP4_OP_MM),
+    .other_device_ops = FP4_RANK_VERIFICATION_ONLY,
+};
+
 const fp4_backend fp4_backend_cuda_sm120 = {
     .name = "cuda-sm120",
     .summary = "SM120/SM121 block-scaled FP4 MMA GEMM (W4A4): " FP4_SM120_STATUS,
@@ -206,4 +221,5 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .honours_pdl = 1,
     .device_scalars = 1,
     .probe = fp4_sm120_probe,
+    .ranks = &sm120_ranks,
 };
