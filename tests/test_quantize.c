@@ -103,7 +103,7 @@ static void test_runtime_orders(void) {
         "cpu backend, flashinfer order");
   /* The exact order is the reference quantizer's only: other backends and device data are refused. */
   CHECK_ERROR(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_EXACT, data[1], scales[1], &cpu), FP4_ERR_UNSUPPORTED,
-              "ref backend only");
+              "quantizes in FlashInfer's order only, not FP4_ORDER_EXACT");
   fp4_run_info info;
   fp4_options ref = {0};
   ref.backend = "ref";
@@ -111,6 +111,21 @@ static void test_runtime_orders(void) {
   CHECK(quantize_ordered_row(x, 32, 896.0f, FP4_ORDER_EXACT, data[1], scales[1], &ref) == FP4_OK &&
             !memcmp(data[1], data[2], 16) && !strcmp(info.backend, "ref") && strstr(info.note, "exact"),
         "exact on ref, reported: %s / %s", info.backend, info.note);
+  /* On a context, a remembered decision for the default order is not reused for the exact one. */
+  fp4_context *hctx = NULL;
+  CHECK(fp4_context_create(&hctx, -1) == FP4_OK, "host context");
+  fp4_matrix hm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix hq = {data[1], scales[1], 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+  fp4_options with_info = {.info = &info};
+  CHECK(fp4_quantize(hctx, &hm, 896.0f, &hq, &with_info) == FP4_OK && !strcmp(info.backend, "cpu"), "auto: %s",
+        info.backend);
+  CHECK(fp4_quantize_ordered(hctx, &hm, 896.0f, FP4_ORDER_EXACT, &hq, &with_info) == FP4_OK &&
+            !strcmp(info.backend, "ref") && !memcmp(data[1], data[2], 16) && !memcmp(scales[1], scales[2], 2),
+        "auto, exact order on a context: %s", info.backend);
+  CHECK(fp4_quantize(hctx, &hm, 896.0f, &hq, &with_info) == FP4_OK && !strcmp(info.backend, "cpu") &&
+            !memcmp(data[1], data[0], 16),
+        "auto, default order again: %s", info.backend);
+  fp4_context_destroy(hctx);
   fp4_matrix dm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
   fp4_qmatrix dq = {data[1], scales[1], 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_DEVICE};
   CHECK_ERROR(fp4_quantize_ordered(NULL, &dm, 896.0f, FP4_ORDER_EXACT, &dq, NULL), FP4_ERR_UNSUPPORTED, "host memory only");

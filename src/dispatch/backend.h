@@ -24,7 +24,8 @@ typedef enum fp4_op {
 /* The bit of an op in fp4_backend.extra_ops. */
 #define FP4_OP_BIT(op) (1u << (unsigned)(op))
 
-/* A validated request. Backends may assume every check of src/dispatch/validate.c passed. */
+/* A validated request. Backends may assume every check of the public entry points passed
+ * (src/format/matrix_check.c, src/dispatch/validate_moe.c). */
 typedef struct fp4_problem {
   fp4_op op;
   const fp4_qmatrix *a_q; /* FP4_OP_MM: activations [M, K]                         */
@@ -35,6 +36,7 @@ typedef struct fp4_problem {
   fp4_matrix *out;        /* [M, N]                                                 */
   float global_scale;     /* FP4_OP_QUANTIZE: NVFP4 encode scale                    */
   const float *global_scale_device; /* FP4_OP_QUANTIZE: NULL, or the device encode scale */
+  int exact_order;        /* FP4_OP_QUANTIZE: NVFP4 scales in FP4_ORDER_EXACT           */
   fp4_qmatrix *q_out;     /* FP4_OP_QUANTIZE output                                 */
   fp4_memory memory;      /* where every operand lives                              */
   int enable_pdl;
@@ -144,6 +146,9 @@ typedef struct fp4_backend {
   /* 1 when run() reads fp4_problem.alpha_device / global_scale_device (and the MoE layer's
    * act_scales_device) on the GPU; the dispatcher refuses device scalars for other backends. */
   int device_scalars;
+  /* 1 when run() quantizes in FP4_ORDER_EXACT when fp4_problem.exact_order asks; the dispatcher
+   * offers such a problem to no other backend. */
+  int exact_order;
   /* 1 when run() computes on the host (cpu, ref): auto and the tuner never give it device operands,
    * whatever its supports() says. */
   int host;

@@ -9,7 +9,7 @@
 #include "dispatch/dispatch.h"
 #include "dispatch/heuristic.h"
 #include "dispatch/selection_cache.h"
-#include "dispatch/validate.h"
+#include "format/matrix_check.h"
 #include "tune/tuning.h"
 
 static const fp4_options default_options = {0};
@@ -67,6 +67,11 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
   if (has_device_scalars(p) && !b->device_scalars) {
     fp4_reason(reason, reason_size, "backend '%s' does not read device scalars (alpha_device, global_scale_device, act_scales_device)",
                b->name);
+    return FP4_ERR_UNSUPPORTED;
+  }
+  if (p->exact_order && !b->exact_order) {
+    fp4_reason(reason, reason_size, "backend '%s' quantizes in FlashInfer's order only, not FP4_ORDER_EXACT (the "
+               "reference quantizer's)", b->name);
     return FP4_ERR_UNSUPPORTED;
   }
   return fp4_problem_supported_plain(ctx, b, p, reason, reason_size);
@@ -220,6 +225,34 @@ fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scal
   if (out->format == FP4_FORMAT_MXFP4) global_scale = 1.0f;
   if ((st = check_memory(fn, ctx, x->memory))) return st;
   fp4_problem p = {.op = FP4_OP_QUANTIZE, .a = x, .global_scale = global_scale, .q_out = out, .memory = x->memory};
+  return fp4_problem_run(ctx, &p, options, fn);
+}
+
+fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_quantize_order order,
+                                fp4_qmatrix *out, const fp4_options *options) {
+  static const char fn[] = "fp4_quantize_ordered";
+  if (order == FP4_ORDER_FLASHINFER || (order == FP4_ORDER_EXACT && out && out->format == FP4_FORMAT_MXFP4))
+    return fp4_quantize(ctx, x, global_scale, out, options); /* MXFP4 scales have one order only */
+  fp4_clear_error();
+  if (order != FP4_ORDER_EXACT)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: order %d is neither FP4_ORDER_FLASHINFER (0) nor FP4_ORDER_EXACT (1)",
+                    fn, (int)order);
+  if (out) out->multiplier = 1.0f;
+  fp4_status st = fp4_check_quantize_io(fn, x, out);
+  if (st) return st;
+  /* The exact order is the reference quantizer's on the host; the backends' quantizers (SIMD, CUDA)
+   * implement the default order only, so their tables do not offer it and the dispatcher refuses
+   * rather than run in the other order. */
+  if (x->memory != FP4_MEMORY_HOST)
+    return fp4_fail(FP4_ERR_UNSUPPORTED,
+                    "%s: FP4_ORDER_EXACT runs on host memory only (the reference quantizer); device data is "
+                    "quantized in FlashInfer's order by fp4_quantize", fn);
+  if (options && options->global_scale_device)
+    return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT takes the global_scale argument, not a device scale", fn);
+  if (!(isfinite(global_scale) && global_scale > 0.0f))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: global_scale (%g) must be finite and positive", fn, (double)global_scale);
+  fp4_problem p = {.op = FP4_OP_QUANTIZE, .a = x, .global_scale = global_scale, .q_out = out, .memory = x->memory,
+                   .exact_order = 1};
   return fp4_problem_run(ctx, &p, options, fn);
 }
 

@@ -7,8 +7,8 @@
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
 #include "dispatch/moe_workspace.h"
-#include "dispatch/validate.h"
 #include "dispatch/validate_moe.h"
+#include "format/matrix_check.h"
 
 #define BAD(...) fp4_fail(FP4_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 

@@ -50,6 +50,7 @@ int fp4_selection_key_of(const fp4_problem *p, int backend_index, const char *co
   int n = 0;
   w[n++] = (uint64_t)p->op | (uint64_t)p->memory << 8 | (uint64_t)(p->enable_pdl != 0) << 16 |
            (uint64_t)(p->alpha_device != NULL) << 17 | (uint64_t)(p->global_scale_device != NULL) << 18 |
+           (uint64_t)(p->exact_order != 0) << 19 |
            (uint64_t)(uint32_t)(backend_index + 1) << 32;
   w[n++] = tuning_generation;
   put_qmatrix(w, &n, p->a_q);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "core/error.h"
-#include "dispatch/validate.h"
+#include "format/matrix_check.h"
 
 #define BAD(...) fp4_fail(FP4_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 

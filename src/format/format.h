@@ -24,6 +24,8 @@ void fp4_quantize_rows_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix 
 /* The whole runtime-recipe quantization of validated host arguments: rows, zeroed scale padding
  * and out->multiplier. */
 void fp4_quantize_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out);
+/* The same in FP4_ORDER_EXACT (NVFP4 block scales from the encode scale times the block maximum). */
+void fp4_quantize_exact_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out);
 /* Writes zero to every padding byte of q's scale buffer (swizzled layouts). */
 void fp4_scales_zero_padding(fp4_qmatrix *q);
 

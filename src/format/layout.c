@@ -2,9 +2,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "dispatch/validate.h"
 #include "format/codec.h"
 #include "format/format.h"
+#include "format/matrix_check.h"
 
 int64_t fp4_scale_cols(fp4_format format, int64_t cols) { return cols / fp4_format_block_size(format); }
 

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "dispatch/validate.h"
 #include "format/codec.h"
 #include "format/format.h"
+#include "format/matrix_check.h"
 
 static uint8_t *q_row(const fp4_qmatrix *q, int64_t r) { return (uint8_t *)q->data + r * (q->cols / 2); }
 
@@ -170,37 +170,6 @@ void fp4_quantize_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out)
   quantize_all(x, global_scale, FP4_ORDER_CODE_FLASHINFER, out);
 }
 
-fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_quantize_order order,
-                                fp4_qmatrix *out, const fp4_options *options) {
-  static const char fn[] = "fp4_quantize_ordered";
-  if (order == FP4_ORDER_FLASHINFER || (order == FP4_ORDER_EXACT && out && out->format == FP4_FORMAT_MXFP4))
-    return fp4_quantize(ctx, x, global_scale, out, options); /* MXFP4 scales have one order only */
-  fp4_clear_error();
-  if (order != FP4_ORDER_EXACT)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: order %d is neither FP4_ORDER_FLASHINFER (0) nor FP4_ORDER_EXACT (1)",
-                    fn, (int)order);
-  if (out) out->multiplier = 1.0f;
-  fp4_status st = fp4_check_quantize_io(fn, x, out);
-  if (st) return st;
-  /* The exact order is the reference quantizer's on the host; the backends' quantizers (SIMD, CUDA)
-   * implement the default order only, so anything else is refused rather than run in that order. */
-  if (x->memory != FP4_MEMORY_HOST)
-    return fp4_fail(FP4_ERR_UNSUPPORTED,
-                    "%s: FP4_ORDER_EXACT runs on host memory only (the reference quantizer); device data is "
-                    "quantized in FlashInfer's order by fp4_quantize", fn);
-  if (options && options->global_scale_device)
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT takes the global_scale argument, not a device scale", fn);
-  if (options && options->backend && strcmp(options->backend, "auto") && strcmp(options->backend, "ref"))
-    return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT runs on the ref backend only, not '%s'", fn,
-                    options->backend);
-  if (!(isfinite(global_scale) && global_scale > 0.0f))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: global_scale (%g) must be finite and positive", fn, (double)global_scale);
-  (void)ctx;
+void fp4_quantize_exact_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out) {
   quantize_all(x, global_scale, FP4_ORDER_CODE_EXACT, out);
-  if (options && options->info) {
-    memset(options->info, 0, sizeof *options->info);
-    snprintf(options->info->backend, sizeof options->info->backend, "ref");
-    snprintf(options->info->note, sizeof options->info->note, "NVFP4 scales in the exact order (FP4_ORDER_EXACT)");
-  }
-  return FP4_OK;
 }

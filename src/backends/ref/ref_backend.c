@@ -37,7 +37,12 @@ static fp4_status ref_run(fp4_context *ctx, const fp4_problem *p, const char *co
     if (p->enable_pdl) snprintf(info->note, sizeof info->note, "PDL does not apply to host backends");
   }
   if (p->op == FP4_OP_QUANTIZE) {
-    fp4_quantize_ref(p->a, p->global_scale, p->q_out);
+    if (p->exact_order) {
+      fp4_quantize_exact_ref(p->a, p->global_scale, p->q_out);
+      if (info) snprintf(info->note, sizeof info->note, "NVFP4 scales in the exact order (FP4_ORDER_EXACT)");
+    } else {
+      fp4_quantize_ref(p->a, p->global_scale, p->q_out);
+    }
     return FP4_OK;
   }
   if (p->op == FP4_OP_GROUPED_MM || p->op == FP4_OP_GROUPED_MM_W4A16) return fp4_ref_grouped_mm(p);
@@ -58,6 +63,7 @@ const fp4_backend fp4_backend_ref = {
     .run = ref_run,
     .release_state = NULL,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),
+    .exact_order = 1,
     .host = 1,
     .ranks = &ref_ranks,
 };

@@ -1,4 +1,4 @@
-#include "dispatch/validate.h"
+#include "format/matrix_check.h"
 
 #include <math.h>
 

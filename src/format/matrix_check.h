@@ -1,7 +1,7 @@
-/* Argument checks shared by every public entry point: each failure names the function and the
- * argument in fp4_last_error(). */
-#ifndef FP4_DISPATCH_VALIDATE_H
-#define FP4_DISPATCH_VALIDATE_H
+/* Checks of the public matrix descriptions (format, scale layout, shape, dtype, memory) shared by
+ * every public entry point: each failure names the function and the argument in fp4_last_error(). */
+#ifndef FP4_FORMAT_MATRIX_CHECK_H
+#define FP4_FORMAT_MATRIX_CHECK_H
 
 #include "fp4kit.h"
 
