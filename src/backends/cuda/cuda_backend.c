@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "backends/cuda/moe_host.h"
+#include "backends/cuda/cuda_probe.h"
 
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -177,15 +178,7 @@ static fp4_status cuda_supports(fp4_context *ctx, const fp4_problem *p, char *re
   if (p->memory != FP4_MEMORY_DEVICE)
     return refuse(reason, reason_size, "the cuda backend runs on device memory; the operands are in host memory");
   if (p->op == FP4_OP_QUANTIZE) return FP4_OK; /* any validated shape, dtype and layout */
-  if (p->op >= FP4_OP_GROUPED_MM) {
-    /* The grouped and MoE launchers (moe_host.c) take every scalar by value so far. */
-    if (p->alpha_device || (p->op == FP4_OP_MOE && (p->moe->routed.act_scales_device ||
-                                                    (p->moe->shared && p->moe->shared->act_scales_device))))
-      return refuse(reason, reason_size,
-                    "the cuda grouped GEMM and MoE kernels take alpha and the activation scales by value, not as "
-                    "device scalars (alpha_device, act_scales_device)");
-    return fp4_cuda_moe_supports(p, reason, reason_size);
-  }
+  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_supports(p, reason, reason_size);
   fp4_cuda_gemm_args ga;
   cuda_gemm_args_of(p, &ga);
   const fp4_dense_shape shape = cuda_shape_of(&ga);
@@ -220,16 +213,14 @@ static int cuda_configs(fp4_context *ctx, const fp4_problem *p, const char **nam
     if (max > 0) names[0] = "quantize";
     return max > 0 ? 1 : 0;
   }
-  if (p->op >= FP4_OP_GROUPED_MM) {
-    if (max > 0) names[0] = fp4_cuda_moe_config(p);
-    return max > 0 ? 1 : 0;
-  }
+  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_configs(ctx, p, names, max);
   fp4_cuda_gemm_args ga;
   cuda_gemm_args_of(p, &ga);
   const fp4_dense_shape shape = cuda_shape_of(&ga);
   const cuda_state *st = cuda_get_state(ctx, NULL, 0);
   return fp4_dense_candidates(&shape, st ? &st->arch : NULL, names, max);
 }
+
 
 /* The small-M family's launch: the config's rows, warps and kernel into the arguments. */
 static int cuda_launch_small_m(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
@@ -288,10 +279,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
     e = fp4_cuda_quantize(&a, p->stream, pdl);
     if (e == cudaSuccess) p->q_out->multiplier = p->q_out->format == FP4_FORMAT_NVFP4 ? 1.0f / p->global_scale : 1.0f;
   } else if (p->op >= FP4_OP_GROUPED_MM) {
-    cfg_name = fp4_cuda_moe_config(p);
-    if (config && strcmp(config, cfg_name) != 0)
-      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda: unknown config '%s' (this op has one, '%s')", config, cfg_name);
-    e = fp4_cuda_moe_launch(p, pdl);
+    return fp4_cuda_moe_run(ctx, p, config, pdl, info);
   } else {
     fp4_cuda_gemm_args a;
     const fp4_dense_config *c = NULL;
@@ -323,7 +311,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 /* Context workspace run() takes (fp4_context_workspace) for p with config (NULL: the default):
  * the grouped GEMMs' (moe_host.c), or the dense GEMM config's. */
 static size_t cuda_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
-  if (p->op >= FP4_OP_GROUPED_MM) return 0 /* the grouped and MoE launchers take none */;
+  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_context_workspace(ctx, p, config);
   if (p->op == FP4_OP_QUANTIZE) return 0;
   const cuda_state *st = cuda_get_state(ctx, NULL, 0);
   if (!st) return 0;
@@ -380,5 +368,6 @@ const fp4_backend fp4_backend_cuda = {
     .moe_workspace_size = fp4_cuda_moe_workspace_size,
     .workspace_size = cuda_workspace_size,
     .device_scalars = 1,
+    .probe = fp4_cuda_probe,
     .ranks = &cuda_ranks,
 };

@@ -85,6 +85,7 @@
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_grouped_tiles.cuh"
 #include "backends/cuda/moe_kernels.h"
+#include "backends/cuda/moe_scalars.cuh"
 
 namespace {
 
@@ -614,7 +615,8 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
         tile_info[0] = e;
         tile_info[1] = m0;
         tile_info[2] = m0 < hi ? hi : -1;
-        tile_scale = (double)p.alpha * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) * (double)p.a_mult;
+        tile_scale = (double)moe_alpha(p.alpha, p.alpha_device) * (double)(p.w_mult ? __ldg(p.w_mult + e) : 1.0f) *
+                     (double)moe_a_mult(p.a_mult, p.a_scale_device);
       }
     }
   }
@@ -776,52 +778,8 @@ cudaError_t grouped_wgra_tile(const glm_params &p, int bt, int64_t ctas, cudaStr
   }
 }
 
-/* Expected tiles of width bt per expert when its rows are a Poisson count of mean m (routing
- * counts spread about like one): sum over r of P(r) * ceil(r / bt), summed to m + 12 sqrt(m) + 12. */
-double expected_tiles(double m, int bt) {
-  const double limit = m + 12.0 * sqrt(m) + 12.0;
-  double pr = exp(-m), sum = 0.0; /* P(0); large m underflows to 0 and is rebuilt below */
-  if (pr == 0.0) return ceil(m / bt) + 0.5; /* m > ~700: the tile count is about fixed */
-  for (int r = 1; r <= (int)limit; r++) {
-    pr *= m / r;
-    sum += pr * (double)((r + bt - 1) / bt);
-  }
-  return sum;
-}
-
-/* Token widths of the grouped tiles and the time of one tile relative to the 64-token one's,
- * fitted to the H200 (session 10 run 3: the MoE layer at B = 1024 and 4096 for Qwen3.5 and
- * DeepSeek-R1 with each width forced, the cost per expected tile taken from each of the four): the
- * narrow tiles run two CTAs per SM, so 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256
- * tokens 1.85. 160 and 192 (for experts of about 130-190 rows) are interpolated between 128 and 256. */
-const struct {
-  int bt;
-  double cost;
-} kGroupedWidths[] = {{32, 0.87}, {64, 1.0}, {128, 1.5}, {160, 1.59}, {192, 1.68}, {256, 1.85}};
-
-/* Tokens per tile from the mean rows per expert slot (the host knows no more). An expert's rows are
- * padded to whole tiles, so the choice is the width with the least expected cost: expected tiles
- * x the time of one tile. FP4KIT_MOE_PREFILL_TILES=wgra32 .. wgra256 (a width of kGroupedWidths)
- * forces one, for measuring. */
-int grouped_wgra_bt(int64_t rows, int64_t slots) {
-  if (const char *env = getenv("FP4KIT_MOE_PREFILL_TILES")) {
-    for (const auto &w : kGroupedWidths) {
-      char name[16];
-      snprintf(name, sizeof name, "wgra%d", w.bt);
-      if (!strcmp(env, name)) return w.bt;
-    }
-  }
-  const double mean = (double)rows / (double)slots;
-  const auto &widths = kGroupedWidths;
-  int best = 0;
-  double best_cost = 0.0;
-  for (const auto &w : widths) {
-    const double c = expected_tiles(mean, w.bt) * w.cost;
-    if (!best || c < best_cost) best = w.bt, best_cost = c;
-  }
-  return best;
-}
-
+/* The token width of the grouped tiles is the host's choice (fp4_cuda_grouped_args.variant.tile_m:
+ * config/moe_config.c, the expected-cost rule fitted on the H200, or a moe.prefill.wgra<M> config). */
 int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) { /* M tiles: the bound of either numbering */
   return (a->rows / bt + a->experts) * ((a->n + kWgraRows - 1) / kWgraRows);
 }
@@ -877,20 +835,18 @@ extern "C" int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *a, i
 }
 
 extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || !fp4_cuda_grouped_wgra_supported(a, device))
+  /* The host asked fp4_cuda_grouped_wgra_supported once for the device and checked the rest of the
+   * variant against a (config/moe_config.c): no device query per call. */
+  if (a->act != FP4_CUDA_ACT_BF16 && !(a->act == FP4_CUDA_ACT_F16 && a->format == FP4_FORMAT_NVFP4))
     return (int)cudaErrorInvalidValue;
   const glm_params p = glm_params_of(a, kWgraRows);
-  const int bt = grouped_wgra_bt(a->rows, a->slots > 0 ? a->slots : 1);
+  const int bt = a->variant.tile_m;
   const int64_t ctas = grouped_wgra_ctas(a, bt);
+  if (bt < 32 || ctas > 0x7FFFFFFF) return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->format == FP4_FORMAT_MXFP4) return (int)grouped_wgra_tile<FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
   if (a->act == FP4_CUDA_ACT_F16) return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16>(p, bt, ctas, s, pdl);
   return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
-}
-
-extern "C" int fp4_cuda_grouped_wgra_width(int64_t rows, int64_t slots) {
-  return grouped_wgra_bt(rows, slots > 0 ? slots : 1);
 }
 
 extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {
