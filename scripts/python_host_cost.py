@@ -4,7 +4,9 @@
 For mm_fp4, mm_w4a16 and fp4_quantize, with NumPy arrays and PyTorch tensors (CPU tensors, and CUDA
 tensors when PyTorch sees a GPU), it reports the median wall time of a call (from the call to its
 return, eager, the same operands every call) and, beside it, the median of the bare C call with
-prebuilt structs on the same operands: their difference is what the Python layer costs. Times are
+prebuilt structs on the same operands (through an entry point without argtypes, the cheapest way
+from Python to C): their difference is what the Python layer costs. The calls column counts the
+Python functions and builtins one steady-state call runs (sys.setprofile). Times are
 the mean of a batch of calls, the fastest of several batches. On the host
 backends a call computes its result before it returns, so the C column holds the GEMM itself; on a
 GPU the C column is the library's own host cost (launches are asynchronous).
@@ -113,11 +115,34 @@ def bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch):
     qq = L.QMatrix(ptr(q_out), ptr(s_out), 1, k, L.FORMAT_NVFP4, L.LAYOUT_128X4, 1.0, mem)
     r = ctypes.byref
     keep = (out, q_out, s_out)
+    one = ctypes.c_float(1.0)
+    h = ctypes.c_void_p(handle.value if handle else None)
+    fns = {}
+    for name in ("fp4_mm", "fp4_mm_w4a16", "fp4_quantize"):
+        fns[name] = lib[name]  # a function object without argtypes: arguments passed as built
+        fns[name].restype = ctypes.c_int
     if op == "mm_fp4":
-        return lambda: (lib.fp4_mm(handle, r(qa), r(qb), 1.0, r(mo), r(opts)), keep)
-    if op == "mm_w4a16":
-        return lambda: (lib.fp4_mm_w4a16(handle, r(ma), r(qb), 1.0, r(mo), r(opts)), keep)
-    return lambda: (lib.fp4_quantize(handle, r(ma), 1.0, r(qq), r(opts)), keep)
+        args = (h, r(qa), r(qb), one, r(mo), r(opts))
+    elif op == "mm_w4a16":
+        args = (h, r(ma), r(qb), one, r(mo), r(opts))
+    else:
+        args = (h, r(ma), one, r(qq), r(opts))
+    fn = fns[{"mm_fp4": "fp4_mm", "mm_w4a16": "fp4_mm_w4a16"}.get(op, "fp4_quantize")]
+    return lambda: (fn(*args), keep)
+
+
+def calls_per_call(fn):
+    """Python functions and builtins one call of fn runs (fn's own frame not counted)."""
+    n = [0]
+
+    def prof(frame, event, arg):
+        if event in ("call", "c_call"):
+            n[0] += 1
+
+    sys.setprofile(prof)
+    fn()
+    sys.setprofile(None)
+    return n[0] - 2  # fn itself and setprofile
 
 
 def main():
@@ -133,7 +158,8 @@ def main():
     print("fp4kit from %s, libfp4kit %s" % (os.path.dirname(fp4kit.__file__), fp4kit.library_path()))
     print("host microseconds per call, call to return, M = 1 (fastest of %d batches of %d calls)"
           % (args.repeats, args.calls))
-    print("%-11s %-12s %-11s %10s %10s %10s  %s" % ("kind", "op", "N x K", "python", "bare C", "layer", "backend"))
+    print("%-11s %-12s %-11s %10s %10s %10s %6s  %s" % ("kind", "op", "N x K", "python", "bare C", "layer", "calls",
+                                                        "backend"))
     rows = []
     for kind in kinds:
         sync = torch.cuda.synchronize if kind == "torch-cuda" else None
@@ -153,11 +179,12 @@ def main():
                 except Exception as e:  # noqa: BLE001 - report the point that cannot run and go on
                     print("%-11s %-12s %-11s %s" % (kind, op, "%dx%d" % (n, k), "not measured: %s" % e))
                     continue
+                ncalls = calls_per_call(fn)
                 row = {"kind": kind, "op": op, "n": n, "k": k, "python_us": round(t_py, 2), "c_us": round(t_c, 2),
-                       "layer_us": round(t_py - t_c, 2), "backend": backend}
+                       "layer_us": round(t_py - t_c, 2), "calls": ncalls, "backend": backend}
                 rows.append(row)
-                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f  %s" % (kind, op, "%dx%d" % (n, k), t_py, t_c,
-                                                                      t_py - t_c, backend))
+                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f %6d  %s" % (kind, op, "%dx%d" % (n, k), t_py, t_c,
+                                                                          t_py - t_c, ncalls, backend))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"package": os.path.dirname(fp4kit.__file__), "library": fp4kit.library_path(),

@@ -33,7 +33,7 @@ def register_torch_ops():
     if _ops_module._torch_ops is None:
         import torch
         from . import _torch_ops
-        _ops_module._set_torch_ops(_torch_ops, torch.compiler.is_compiling)
+        _ops_module._set_torch_ops(_torch_ops, torch.compiler.is_compiling, torch.Tensor)
     return _ops_module._torch_ops
 
 

@@ -35,19 +35,20 @@ class ActivationType(enum.IntEnum):
     InvalidType = 11
 
 
-class _MoePlan:
-    __slots__ = ("device", "ctx", "layer", "hidden", "routing", "out", "opts", "info", "args", "act_mode",
-                 "w13_mult", "w2_mult", "ws_bytes", "out_shape", "out_dtype", "out_device", "torch", "tokens")
+class _MoePlan(P.Plan):
+    __slots__ = ("layer", "hidden", "routing", "out", "act_mode", "w13_mult", "w2_mult", "ws_bytes", "out_shape",
+                 "out_dtype", "out_device", "tokens", "empty", "u8")
 
     def run(self, hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_scales, w2_mult, act_scales, out):
+        ptr = P.ptr
         r = self.layer.routed
         gu, dn = r.gate_up, r.down
-        gu.data, gu.scales = P.ptr(w13), P.ptr(w13_scales)
-        dn.data, dn.scales = P.ptr(w2), P.ptr(w2_scales)
+        gu.data, gu.scales = ptr(w13), ptr(w13_scales)
+        dn.data, dn.scales = ptr(w2), ptr(w2_scales)
         if self.w13_mult:
-            gu.multipliers = P.ptr(w13_mult)
+            gu.multipliers = ptr(w13_mult)
         if self.w2_mult:
-            dn.multipliers = P.ptr(w2_mult)
+            dn.multipliers = ptr(w2_mult)
         keep = None
         mode = self.act_mode
         if mode == P.SCALAR_DEVICE:
@@ -60,27 +61,24 @@ class _MoePlan:
         elif act_scales is not None:
             r.gate_up_act_scale, r.down_act_scale = float(act_scales[0]), float(act_scales[1])
         if self.torch:
-            torch = T._torch()
+            empty, dev = self.empty, self.out_device
             if out is None:
-                out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
-            ws = torch.empty(self.ws_bytes, dtype=torch.uint8, device=self.out_device) if self.ws_bytes else None
+                out = empty(self.out_shape, dtype=self.out_dtype, device=dev)
+            ws = empty(self.ws_bytes, dtype=self.u8, device=dev) if self.ws_bytes else None
         else:
             if out is None:
                 out = np.empty(self.out_shape, self.out_dtype)
             ws = np.empty(self.ws_bytes, np.uint8) if self.ws_bytes else None
         if self.tokens == 0:
             return out
-        self.hidden.data = P.ptr(hidden)
+        self.hidden.data = ptr(hidden)
         rt = self.routing
-        rt.topk_ids, rt.topk_weights.data = P.ptr(topk_ids), P.ptr(topk_weights)
-        self.out.data = P.ptr(out)
-        args = self.args
-        args[4] = P.ptr(ws) if ws is not None else None
-        status = P.call(self.device, self.ctx, self.opts, _lib.LIB.fp4_moe_forward, args)
-        del keep
-        if status:
-            _lib.check(status, "fp4_moe_forward")
-        _ops._last.info = self.info
+        rt.topk_ids, rt.topk_weights.data = ptr(topk_ids), ptr(topk_weights)
+        self.out.data = ptr(out)
+        a = self.args
+        a[4].value = ptr(ws) if ws is not None else None
+        P.invoke(self)
+        del keep, ws  # the workspace is released in stream order after the queued call
         return out
 
 
@@ -162,7 +160,7 @@ def _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_
     plan = _MoePlan()
     plan.w13_mult = _multipliers(vm13, experts, fn)
     plan.w2_mult = _multipliers(vm2, experts, fn)
-    plan.device, plan.tokens = device, tokens
+    plan.tokens = tokens
     memory = vh.memory
     layer = plan.layer = _lib.MoeLayer()
     layer.mode = _MODES[mode]
@@ -205,18 +203,18 @@ def _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_
     if not out_given:
         plan.out_shape, plan.out_dtype = (tokens, hdim), vo.obj.dtype
     plan.out_device = vh.obj.device if vh.torch else None
-    plan.info = _lib.RunInfo()
-    opts = plan.opts = _lib.Options()
-    opts.backend = _ops._backend_bytes(backend, fn)
-    opts.enable_pdl = 1 if (T.default_pdl(device) if enable_pdl is None else enable_pdl) else 0
-    opts.info = ctypes.pointer(plan.info)
-    ctx = plan.ctx = T.context(device)
+    if vh.torch:
+        torch = T._torch()
+        plan.empty, plan.u8 = torch.empty, torch.uint8
+    ctx = plan.setup(device, "fp4_moe_forward", _ops._backend_bytes(backend, fn), enable_pdl)
+    opts = plan.opts
     n = ctypes.c_size_t()
     _lib.check(_lib.LIB.fp4_moe_workspace_size(ctypes.byref(layer), tokens, top_k, ctypes.byref(opts), ctypes.byref(n)),
                "fp4_moe_workspace_size")
     plan.ws_bytes = n.value
-    plan.args = [ctx.handle if ctx else None, ctypes.byref(layer), ctypes.byref(plan.hidden), ctypes.byref(rt), None,
-                 n.value, ctypes.byref(plan.out), ctypes.byref(opts)]
+    r = ctypes.byref
+    plan.args = (ctx.handle if ctx else None, r(layer), r(plan.hidden), r(rt), ctypes.c_void_p(), ctypes.c_size_t(n.value),
+                 r(plan.out), r(opts))
     return plan
 
 
@@ -249,8 +247,9 @@ def moe_forward(hidden, topk_ids, topk_weights, w13, w13_scales, w13_multipliers
            None if w2_multipliers is None else P.key(w2_multipliers),
            "n" if act_scales is None or isinstance(act_scales, (tuple, list)) else P.key(act_scales),
            mode, use_nvfp4, scale_layout, out_dtype, P.out_key(out), backend, enable_pdl)
-    plan = P.plans().get(key)
-    if plan is None:
+    try:
+        plan = P.tls.plans[key]
+    except (AttributeError, KeyError):
         plan = P.remember(key, _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_multipliers, w2,
                                          w2_scales, w2_multipliers, act_scales, mode, use_nvfp4, scale_layout, out_dtype,
                                          out, backend, enable_pdl))

@@ -7,7 +7,6 @@ and returns the kind of object it was given.
 
 import ctypes
 import enum
-import threading
 
 import numpy as np
 
@@ -44,13 +43,10 @@ _SF_LAYOUT_C = {SfLayout.layout_128x4: _lib.LAYOUT_128X4, SfLayout.layout_8x4: _
 
 # ---- what ran last on this thread --------------------------------------------------------------------
 
-_last = threading.local()
-
-
 def last_run():
     """What the last quantize/GEMM/MoE call on this thread ran: {'backend', 'config', 'pdl', 'note'}
     (None before the first call)."""
-    info = getattr(_last, "info", None)
+    info = getattr(P.last, "info", None)
     if info is None:
         return None
     return {
@@ -162,25 +158,38 @@ def _weight_n(vb, va, k, a_dims, block_size, fn):
 
 
 def _layout_by_shape(v, fmt, layout, rows, cols, fn, fix):
-    """Refuses a 2-D scale tensor whose shape is that of the other layout: [rows, K/block] linear
+    """Refuses a 2-D scale tensor whose shape is that of another layout: [rows, K/block] linear
     scales (a checkpoint's weight_scale) where the padded 128x4 [roundup(rows, 128),
-    roundup(K/block, 4)] is expected, or the reverse. Where both shapes coincide the bytes alone
-    cannot tell, and the byte count decides. fix: {layout: what to do instead}."""
-    if len(v.shape) != 2 or layout not in (_lib.LAYOUT_LINEAR, _lib.LAYOUT_128X4):
+    roundup(K/block, 4)] is expected, the reverse, or the 8x4 layout's [roundup(rows, 8), ...] for
+    the 128x4 one and back. Where the shapes coincide the bytes alone cannot tell, and the byte
+    count decides. fix: {layout seen: what to do instead}."""
+    if len(v.shape) != 2:
         return
     c = cols // _BLOCK[fmt]
-    linear, padded = (rows, c), ((rows + 127) // 128 * 128, (c + 3) // 4 * 4)
+    cp = (c + 3) // 4 * 4
+    shapes = {_lib.LAYOUT_LINEAR: (rows, c), _lib.LAYOUT_128X4: ((rows + 127) // 128 * 128, cp),
+              _lib.LAYOUT_8X4: ((rows + 7) // 8 * 8, cp)}
     seen = (tuple(v.shape), tuple(v.shape[::-1]))
-    if layout == _lib.LAYOUT_128X4 and linear in seen and padded not in seen:
+    if shapes[layout] in seen:
+        return
+    other = next((lay for lay, shape in shapes.items() if lay != layout and shape in seen), None)
+    if other is None:
+        return
+    if layout == _lib.LAYOUT_128X4 and other == _lib.LAYOUT_LINEAR:
         raise InvalidArgumentError(
             "%s: %s has shape %s, the shape of linear (unswizzled) scales of a [%d, %d] matrix ([rows, K/%d]), "
             "but the 128x4 swizzled layout is expected (padded shape %s); %s"
-            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(padded), fix[_lib.LAYOUT_LINEAR]))
-    if layout == _lib.LAYOUT_LINEAR and padded in seen and linear not in seen:
+            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(shapes[layout]), fix.get(other, "")))
+    if layout == _lib.LAYOUT_LINEAR and other == _lib.LAYOUT_128X4:
         raise InvalidArgumentError(
             "%s: %s has shape %s, the padded shape of 128x4 swizzled scales of a [%d, %d] matrix, but linear "
             "scales [rows, K/%d] = %s are expected; %s"
-            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(linear), fix[_lib.LAYOUT_128X4]))
+            % (fn, v.name, list(v.shape), rows, cols, _BLOCK[fmt], list(shapes[layout]), fix.get(other, "")))
+    raise InvalidArgumentError(
+        "%s: %s has shape %s, the %s shape of %s scales of a [%d, %d] matrix, but the %s layout is expected "
+        "(shape %s)%s" % (fn, v.name, list(v.shape), "padded" if other != _lib.LAYOUT_LINEAR else "unpadded",
+                          _LAYOUT_NAME[other], rows, cols, _LAYOUT_NAME[layout], list(shapes[layout]),
+                          "; " + fix[other] if other in fix else ""))
 
 
 def _scales(v, fmt, layout, rows, cols, fn, exact=True, fix=None):
@@ -262,16 +271,31 @@ def _not_compiling():
     return False
 
 
+class _NoTensor:
+    """Stands for torch.Tensor until PyTorch is seen: nothing is of this type."""
+
+
 _compiling = _not_compiling
 _torch_ops = None
+_Tensor = _NoTensor
 
 
-def _set_torch_ops(module, is_compiling):
-    global _compiling, _torch_ops
-    _torch_ops, _compiling = module, is_compiling
+def _set_torch_ops(module, is_compiling, tensor_type):
+    global _compiling, _torch_ops, _Tensor
+    _torch_ops, _compiling, _Tensor = module, is_compiling, tensor_type
 
+
+# ---- keys of the tensor fast path -------------------------------------------------------------------------
+#
+# The public functions key a call on PyTorch tensors with one flat tuple of the tensors' own
+# attributes (shape, stride, dtype, device), built inline: no helper frame per operand. Anything
+# else (NumPy arrays, a missing attribute) raises AttributeError there and takes the general key of
+# _plan (tagged differently, so the two never collide).
 
 # ---- GEMM ---------------------------------------------------------------------------------------------
+
+# Tags of the tensor fast-path keys (the general keys start with the function's name).
+_MM_FP4, _MM_W4A16, _QUANTIZE = "mm_fp4/t", "mm_w4a16/t", "q/t"
 
 _MM_FIX = {_lib.LAYOUT_LINEAR: "swizzle checkpoint scales with fp4kit.block_scale_interleave first",
            _lib.LAYOUT_128X4: "mm_fp4 takes 128x4 scales"}
@@ -279,67 +303,58 @@ _W4A16_FIX = {_lib.LAYOUT_LINEAR: "pass b_descale_layout='linear' for scales as 
               _lib.LAYOUT_128X4: "pass b_descale_layout='128x4' for swizzled scales"}
 
 
-class _GemmPlan:
+class _GemmPlan(P.Plan):
     """A validated fp4_mm / fp4_mm_w4a16 call: the C structs with everything but the pointers."""
 
-    __slots__ = ("w4a16", "device", "ctx", "a", "qb", "mo", "opts", "info", "args", "c_fn", "alpha_mode",
-                 "out_shape", "out_dtype", "out_device", "torch")
+    __slots__ = ("w4a16", "a", "qb", "mo", "alpha_mode", "out_shape", "out_dtype", "out_device", "empty")
 
     def run(self, a, b, sa, sb, alpha, out):
         mode = self.alpha_mode
-        keep = None
-        opts = self.opts
-        if mode >= P.SCALAR_DEVICE:
-            opts.alpha_device, keep = P.device_scalar(alpha, mode)
-            alpha_f = 1.0
-        else:
-            alpha_f = P.host_scalar(alpha, mode)
+        if mode == P.SCALAR_DEVICE:
+            self.opts.alpha_device = alpha.data_ptr()
+            keep = None
+        else:  # kept until the call is queued (stream-ordered reuse of a converted device scalar)
+            keep = P.set_scalar(self, alpha, mode, "alpha_device")
+        a_struct, qb = self.a, self.qb
         if out is None:
-            if self.torch:
-                out = T._torch().empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
-            else:
-                out = np.empty(self.out_shape, self.out_dtype)
-        a_struct = self.a
-        a_struct.data = P.ptr(a)
-        if not self.w4a16:
-            a_struct.scales = P.ptr(sa)
-        qb = self.qb
-        qb.data, qb.scales = P.ptr(b), P.ptr(sb)
-        self.mo.data = P.ptr(out)
-        args = self.args
-        args[3] = alpha_f
-        status = P.call(self.device, self.ctx, opts, self.c_fn, args)
-        del keep  # the converted device scalar lives until the call is queued (stream-ordered reuse)
-        if status:
-            _lib.check(status, self.c_fn.__name__)
-        _last.info = self.info
+            empty = self.empty
+            out = (empty(self.out_shape, dtype=self.out_dtype, device=self.out_device) if empty is not None
+                   else np.empty(self.out_shape, self.out_dtype))
+        if self.torch:  # every operand a tensor
+            a_struct.data = a.data_ptr()
+            if not self.w4a16:
+                a_struct.scales = sa.data_ptr()
+            qb.data, qb.scales = b.data_ptr(), sb.data_ptr()
+            self.mo.data = out.data_ptr()
+        else:
+            a_struct.data = P.ptr(a)
+            if not self.w4a16:
+                a_struct.scales = P.ptr(sa)
+            qb.data, qb.scales = P.ptr(b), P.ptr(sb)
+            self.mo.data = P.ptr(out)
+        P.invoke(self)
+        del keep
         return out
 
 
-def _finish_plan(plan, device, backend, enable_pdl, fn, c_fn, size_fn, first, second, vo, out_given):
+def _finish_plan(plan, device, backend, enable_pdl, fn, c_name, size_fn, first, second, views, out_given):
     """The parts every GEMM plan shares: options, info, context, argument tuple, output recipe and,
-    on a device, the workspace reserved ahead of the call."""
-    plan.device = device
-    plan.info = _lib.RunInfo()
-    opts = plan.opts = _lib.Options()
-    opts.backend = _backend_bytes(backend, fn)
-    opts.enable_pdl = 1 if (T.default_pdl(device) if enable_pdl is None else enable_pdl) else 0
-    opts.info = ctypes.pointer(plan.info)
-    ctx = plan.ctx = T.context(device)
-    plan.c_fn = c_fn
-    plan.args = [ctx.handle if ctx else None, ctypes.byref(first), ctypes.byref(second), 1.0,
-                 ctypes.byref(plan.mo), ctypes.byref(opts)]
-    plan.torch = vo.torch
+    on a device, the workspace reserved ahead of the call. views: the operands', output last."""
+    ctx = plan.setup(device, c_name, _backend_bytes(backend, fn), enable_pdl)
+    opts = plan.opts
+    r = ctypes.byref
+    plan.args = (ctx.handle if ctx else None, r(first), r(second), plan.scalar, r(plan.mo), r(opts))
+    plan.torch = all(v.torch for v in views)
+    vo = views[-1]
+    plan.empty = None
     if not out_given:
         plan.out_shape = tuple(vo.shape)
-        if vo.torch:
-            plan.out_dtype, plan.out_device = vo.obj.dtype, vo.obj.device
-        else:
-            plan.out_dtype, plan.out_device = vo.obj.dtype, None
+        plan.out_dtype = vo.obj.dtype
+        plan.out_device = vo.obj.device if vo.torch else None
+        plan.empty = T._torch().empty if vo.torch else None
     if ctx is not None:
         P.reserve_workspace(ctx, getattr(_lib.LIB, size_fn, None),
-                            [ctx.handle, ctypes.byref(first), ctypes.byref(second), ctypes.byref(plan.mo),
-                             ctypes.byref(opts)], size_fn)
+                            [ctx.handle, r(first), r(second), r(plan.mo), r(opts)], size_fn)
     return plan
 
 
@@ -364,15 +379,10 @@ def _mm_fp4_plan(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, 
     plan.a = _qmatrix(va.ptr, sa, m, k, fmt, a_layout, 1.0, va.memory)
     plan.qb = _qmatrix(vb.ptr, sb, n, k, fmt, _lib.LAYOUT_128X4, 1.0, vb.memory)
     plan.mo = _matrix(vo, m, n, ld)
-    return _finish_plan(plan, device, backend, enable_pdl, fn, _lib.LIB.fp4_mm, "fp4_mm_workspace_size",
-                        plan.a, plan.qb, vo, out_given)
+    return _finish_plan(plan, device, backend, enable_pdl, fn, "fp4_mm", "fp4_mm_workspace_size",
+                        plan.a, plan.qb, (va, vb, vsa, vsb, vo), out_given)
 
 
-def _gemm(plan_fn, key, a, b, sa, sb, alpha, out, plan_args):
-    plan = P.plans().get(key)
-    if plan is None:
-        plan = P.remember(key, plan_fn(*plan_args))
-    return plan.run(a, b, sa, sb, alpha, out)
 
 
 def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, block_size=16,
@@ -394,11 +404,23 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     if _compiling():
         return _torch_ops.mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
                                  backend, use_nvfp4, enable_pdl)
-    key = ("mm_fp4", P.first_key(a), P.key(b), P.key(a_descale), P.key(b_descale), P.scalar_key(alpha), out_dtype,
-           P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4, enable_pdl)
-    return _gemm(_mm_fp4_plan, key, a, b, a_descale, b_descale, alpha, out,
-                 (a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
-                  use_nvfp4, enable_pdl))
+    try:
+        key = (_MM_FP4, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.get_device(),
+               a_descale.shape, a_descale.stride(), a_descale.dtype, a_descale.get_device(), b_descale.shape,
+               b_descale.stride(), b_descale.dtype, b_descale.get_device(),
+               "n" if alpha is None or alpha.__class__ is float else
+               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else P.scalar_key(alpha),
+               out_dtype, None if out is None else P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4,
+               enable_pdl)
+    except AttributeError:
+        key = ("mm_fp4", P.first_key(a), P.key(b), P.key(a_descale), P.key(b_descale), P.scalar_key(alpha), out_dtype,
+               P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4, enable_pdl)
+    try:
+        plan = P.tls.plans[key]
+    except (AttributeError, KeyError):
+        plan = P.remember(key, _mm_fp4_plan(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size,
+                                            use_8x4_sf_layout, backend, use_nvfp4, enable_pdl))
+    return plan.run(a, b, a_descale, b_descale, alpha, out)
 
 
 def _mm_fp4_is_backend_supported(backend, cc=None):
@@ -451,8 +473,8 @@ def _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4
     plan.a = _matrix(va, m, k, lda)
     plan.qb = _qmatrix(vb.ptr, sb, n, k, fmt, layout, 1.0, vb.memory)
     plan.mo = _matrix(vo, m, n, ld)
-    return _finish_plan(plan, device, backend, enable_pdl, fn, _lib.LIB.fp4_mm_w4a16, "fp4_mm_w4a16_workspace_size",
-                        plan.a, plan.qb, vo, out_given)
+    return _finish_plan(plan, device, backend, enable_pdl, fn, "fp4_mm_w4a16", "fp4_mm_w4a16_workspace_size",
+                        plan.a, plan.qb, (va, vb, vsb, vo), out_given)
 
 
 def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=16, use_nvfp4=True,
@@ -468,10 +490,22 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
     if _compiling():
         return _torch_ops.mm_w4a16(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout,
                                    backend, enable_pdl)
-    key = ("mm_w4a16", P.first_key(a), P.key(b), P.key(b_descale), P.scalar_key(alpha), out_dtype, P.out_key(out),
-           block_size, use_nvfp4, b_descale_layout, backend, enable_pdl)
-    return _gemm(_mm_w4a16_plan, key, a, b, None, b_descale, alpha, out,
-                 (a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout, backend, enable_pdl))
+    try:
+        key = (_MM_W4A16, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.get_device(),
+               b_descale.shape, b_descale.stride(), b_descale.dtype, b_descale.get_device(),
+               "n" if alpha is None or alpha.__class__ is float else
+               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else P.scalar_key(alpha),
+               out_dtype, None if out is None else P.out_key(out), block_size, use_nvfp4, b_descale_layout, backend,
+               enable_pdl)
+    except AttributeError:
+        key = ("mm_w4a16", P.first_key(a), P.key(b), P.key(b_descale), P.scalar_key(alpha), out_dtype, P.out_key(out),
+               block_size, use_nvfp4, b_descale_layout, backend, enable_pdl)
+    try:
+        plan = P.tls.plans[key]
+    except (AttributeError, KeyError):
+        plan = P.remember(key, _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4,
+                                              b_descale_layout, backend, enable_pdl))
+    return plan.run(a, b, None, b_descale, alpha, out)
 
 
 # ---- quantization -------------------------------------------------------------------------------------
@@ -486,43 +520,38 @@ def _scale_shape(nbytes, fmt, layout, k):
     return (nbytes // cp, cp)
 
 
-class _QuantizePlan:
-    __slots__ = ("device", "ctx", "mx", "q", "opts", "info", "args", "gs_mode", "mxfp4", "transpose",
-                 "q_shape", "sf_shape", "torch", "out_device")
+class _QuantizePlan(P.Plan):
+    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "out_device", "empty", "u8")
 
     def run(self, x, global_scale):
         if self.transpose:
             x = x.T
-        opts = self.opts
-        keep = None
         mode = self.gs_mode
-        if self.mxfp4:
-            gs = 1.0
-        elif mode >= P.SCALAR_DEVICE:
-            opts.global_scale_device, keep = P.device_scalar(global_scale, mode)
-            gs = 1.0
+        if mode == P.SCALAR_DEVICE:
+            self.opts.global_scale_device = global_scale.data_ptr()
+            keep = None
         else:
-            gs = P.host_scalar(global_scale, mode)
+            keep = P.set_scalar(self, global_scale, mode, "global_scale_device")
+        q = self.q
         if self.torch:
-            torch = T._torch()
-            x_q = torch.empty(self.q_shape, dtype=torch.uint8, device=self.out_device)
-            sf = torch.empty(self.sf_shape, dtype=torch.uint8, device=self.out_device)
+            empty, u8, dev = self.empty, self.u8, self.out_device
+            x_q = empty(self.q_shape, dtype=u8, device=dev)
+            sf = empty(self.sf_shape, dtype=u8, device=dev)
+            self.mx.data = x.data_ptr()
+            q.data, q.scales = x_q.data_ptr(), sf.data_ptr()
         else:
             x_q = np.empty(self.q_shape, np.uint8)
             sf = np.empty(self.sf_shape, np.uint8)
-        self.mx.data = P.ptr(x)
-        q = self.q
-        q.data, q.scales = P.ptr(x_q), P.ptr(sf)
-        args = self.args
-        args[2] = gs
-        status = P.call(self.device, self.ctx, opts, _lib.LIB.fp4_quantize, args)
+            self.mx.data = P.ptr(x)
+            q.data, q.scales = P.ptr(x_q), P.ptr(sf)
+        P.invoke(self)
         del keep
-        if status:
-            _lib.check(status, "fp4_quantize")
-        _last.info = self.info
         if self.transpose:
             return x_q.T, sf.T
         return x_q, sf
+
+
+_ORDERS = {"flashinfer": 0, "exact": 1}  # fp4_quantize_order
 
 
 def _check_global_scale_inversed(is_global_scale_inversed, fn):
@@ -533,8 +562,15 @@ def _check_global_scale_inversed(is_global_scale_inversed, fn):
 
 
 def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
-                   enable_pdl, backend):
+                   enable_pdl, backend, order):
     fn = "fp4_quantize"
+    c_order = _ORDERS.get(order) if isinstance(order, str) else None
+    if c_order is None:
+        raise InvalidArgumentError("%s: order must be 'flashinfer' (FlashInfer's default build) or 'exact' (its "
+                                   "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH build), not %r" % (fn, order))
+    if c_order and not _lib.has_symbol("fp4_quantize_ordered"):
+        raise UnsupportedError("%s: order=%r needs fp4_quantize_ordered, which the loaded libfp4kit lacks"
+                               % (fn, order), _lib.ERR_UNSUPPORTED)
     fmt = _format(sf_vec_size, sf_use_ue8m0, fn, "sf_vec_size", "sf_use_ue8m0")
     layout = (_lib.LAYOUT_8X4 if is_sf_8x4_layout else _lib.LAYOUT_128X4) if is_sf_swizzled_layout else _lib.LAYOUT_LINEAR
     v = T.View(input, "input")
@@ -559,28 +595,35 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     if ld is None:
         raise InvalidArgumentError("%s: input must be row-major (2-D: unit column stride; N-D: contiguous); strides %s"
                                    % (fn, list(v.strides)))
-    plan.mxfp4 = fmt == _lib.FORMAT_MXFP4
-    plan.gs_mode = P.SCALAR_NUMBER if plan.mxfp4 else P.scalar_mode(global_scale, "global_scale", v.device)
+    mxfp4 = fmt == _lib.FORMAT_MXFP4
+    plan.gs_mode = P.SCALAR_UNUSED if mxfp4 else P.scalar_mode(global_scale, "global_scale", v.device)
+    if c_order and not mxfp4 and plan.gs_mode >= P.SCALAR_DEVICE:
+        raise UnsupportedError("%s: order='exact' runs on host data (the reference quantizer); a CUDA global_scale "
+                               "is quantized in FlashInfer's order only" % fn, _lib.ERR_UNSUPPORTED)
     nbytes = scales_size(fmt, layout, rows, k)
     plan.q_shape = lead + (k // 2,)
     plan.sf_shape = _scale_shape(nbytes, fmt, layout, k)
     plan.torch = v.torch
     plan.out_device = v.obj.device if v.torch else None
-    plan.device = v.device
+    if v.torch:
+        torch = T._torch()
+        plan.empty, plan.u8 = torch.empty, torch.uint8
     plan.mx = _matrix(v, rows, k, ld)
     plan.q = _qmatrix(None, None, rows, k, fmt, layout, 1.0, v.memory)
-    plan.info = _lib.RunInfo()
-    opts = plan.opts = _lib.Options()
-    opts.backend = _backend_bytes(backend, fn)
-    opts.enable_pdl = 1 if (T.default_pdl(v.device) if enable_pdl is None else enable_pdl) else 0
-    opts.info = ctypes.pointer(plan.info)
-    ctx = plan.ctx = T.context(v.device)
-    plan.args = [ctx.handle if ctx else None, ctypes.byref(plan.mx), 1.0, ctypes.byref(plan.q), ctypes.byref(opts)]
+    ctx = plan.setup(v.device, "fp4_quantize_ordered" if c_order else "fp4_quantize", _backend_bytes(backend, fn),
+                     enable_pdl)
+    r = ctypes.byref
+    handle = ctx.handle if ctx else None
+    if c_order:
+        plan.args = (handle, r(plan.mx), plan.scalar, ctypes.c_int(c_order), r(plan.q), r(plan.opts))
+    else:
+        plan.args = (handle, r(plan.mx), plan.scalar, r(plan.q), r(plan.opts))
     return plan
 
 
 def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, is_sf_swizzled_layout=True,
-                 is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="auto"):
+                 is_sf_8x4_layout=False, is_global_scale_inversed=False, enable_pdl=None, backend="auto", *,
+                 order="flashinfer"):
     """Quantizes [..., K] bf16/fp16/fp32 values with the runtime recipe (FlashInfer's fp4_quantize,
     same parameters in the same order).
 
@@ -591,27 +634,41 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     (8x4 with is_sf_8x4_layout) or linear. backend: 'auto' or an fp4kit backend name (FlashInfer's
     'cuda' is fp4kit's cuda backend; 'cute-dsl' is not provided). A column-major 2-D input is
     quantized along its memory rows and the results are returned transposed, as FlashInfer does.
+    order (fp4kit's keyword): the order of the NVFP4 scale computation, 'flashinfer' (the default:
+    FlashInfer's default build, every backend) or 'exact' (its FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH
+    build: sf = vmax * (gsf / 6), one E4M3 step apart where the two float32 scales straddle a
+    rounding boundary); 'exact' runs on host data on the ref backend only and raises
+    NotImplementedError otherwise. MXFP4 has one order.
     Returns (x_q uint8 [..., K/2], sf uint8 [-1, K/sf_vec_size]).
     """
     if is_global_scale_inversed:
         _check_global_scale_inversed(is_global_scale_inversed, "fp4_quantize")
     if _compiling():
         return _torch_ops.fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-                                       is_sf_8x4_layout, enable_pdl, backend)
-    key = ("q", P.first_key(input), P.scalar_key(global_scale), sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-           is_sf_8x4_layout, enable_pdl, backend)
-    plans = P.plans()
-    plan = plans.get(key)
-    if plan is None:
+                                       is_sf_8x4_layout, enable_pdl, backend, order)
+    try:
+        key = (_QUANTIZE, input.shape, input.stride(), input.dtype, input.device,
+               "n" if global_scale is None or global_scale.__class__ is float else
+               (global_scale.shape, global_scale.dtype, global_scale.get_device()) if global_scale.__class__ is _Tensor
+               else P.scalar_key(global_scale),
+               sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl, backend, order)
+    except AttributeError:
+        key = ("q", P.first_key(input), P.scalar_key(global_scale), sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+               is_sf_8x4_layout, enable_pdl, backend, order)
+    try:
+        plan = P.tls.plans[key]
+    except (AttributeError, KeyError):
         plan = P.remember(key, _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-                                              is_sf_8x4_layout, enable_pdl, backend))
+                                              is_sf_8x4_layout, enable_pdl, backend, order))
     return plan.run(input, global_scale)
 
 
 def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=False, sf_vec_size=16, enable_pdl=None,
-                   backend="auto", per_token_activation=False, expanded_idx_to_permuted_idx=None):
+                   backend="auto", per_token_activation=False, expanded_idx_to_permuted_idx=None, *,
+                   order="flashinfer"):
     """NVFP4 quantization (FlashInfer's nvfp4_quantize, same parameters in the same order): scales
-    in sfLayout (128x4, 8x4 or linear). Not provided, each raising NotImplementedError that names it:
+    in sfLayout (128x4, 8x4 or linear). order (fp4kit's keyword): 'flashinfer' or 'exact', as in
+    fp4_quantize. Not provided, each raising NotImplementedError that names it:
     do_shuffle=True (TensorRT-LLM's shuffled weight layout for its trtllm GEMM: fp4kit's GEMMs take
     weights as quantized), per_token_activation=True (per-token activation scales) and
     expanded_idx_to_permuted_idx (its row remapping)."""
@@ -631,7 +688,7 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
     if layout is None:
         raise InvalidArgumentError("nvfp4_quantize: sfLayout must be an fp4kit.SfLayout, not %r" % (sfLayout,))
     return fp4_quantize(a, a_global_sf, 16, False, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, False,
-                        enable_pdl, backend)
+                        enable_pdl, backend, order=order)
 
 
 def _sf_layout(sfLayout, fn):
@@ -656,6 +713,11 @@ def _host(x):
     return x.cpu() if T.is_torch(x) and x.is_cuda else x
 
 
+_DEQUANTIZE_FIX = {_lib.LAYOUT_LINEAR: "pass is_sf_swizzled_layout=False for linear scales",
+                   _lib.LAYOUT_128X4: "pass is_sf_8x4_layout=False for 128x4 scales",
+                   _lib.LAYOUT_8X4: "pass is_sf_8x4_layout=True for 8x4 scales"}
+
+
 def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16,
                                    ufp8_type=1, is_sf_swizzled_layout=True, is_sf_8x4_layout=False):
     """Dequantizes packed FP4 [M, K/2] with its block scales to float32 [M, K] on the host (like
@@ -663,8 +725,9 @@ def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_
 
     ufp8_type: 1 = E4M3 scales (NVFP4, sf_vec_size 16), 0 = UE8M0 (MXFP4, 32).
     global_scale_tensor: the per-tensor decode multiplier of E4M3 scales (1/global_scale; None = 1);
-    ignored for UE8M0 scales, as FlashInfer does. Scales are in the 128x4 layout, the 8x4 layout
-    (is_sf_8x4_layout) or linear (is_sf_swizzled_layout=False).
+    ignored for UE8M0 scales, as FlashInfer does. Scales, of either format, are in the 128x4 layout,
+    the 8x4 layout (is_sf_8x4_layout) or linear (is_sf_swizzled_layout=False); a 2-D scale tensor
+    whose shape is another of these layouts' shape is refused, naming the flag to pass.
     """
     fn = "e2m1_and_ufp8sf_scale_to_float"
     if ufp8_type not in (0, 1):
@@ -678,7 +741,7 @@ def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_
     m, k = _fp4_rowmajor(ve, fn)
     if k % sf_vec_size:
         raise InvalidArgumentError("%s: K = %d is not a multiple of sf_vec_size %d" % (fn, k, sf_vec_size))
-    sp = _scales(vs, fmt, layout, m, k, fn, exact=False)
+    sp = _scales(vs, fmt, layout, m, k, fn, exact=False, fix=_DEQUANTIZE_FIX)
     mult = 1.0 if ufp8_type == 0 else T.scalar(global_scale_tensor, "global_scale_tensor", 1.0)
     out = T.empty(ve, (m, k), T.F32)
     vo = T.View(out, "out")

@@ -5,8 +5,14 @@ A call with a key seen before sets the operands' data pointers in the plan's pre
 calls the library: no argument re-validation in Python, no struct or option building, no backend
 list, dtype-name or scale-size lookups. The C library still checks every call itself. Plans are
 per thread (they hold the structs a call fills), so host calls from several threads never share one.
+
+The hot path is written for few Python frames: the public function builds a flat key from the
+tensors' attributes itself, run() fills the structs, invoke() makes the call through an entry point
+without argtypes (its arguments are prebuilt ctypes objects: byref structs, c_void_p, c_float), so
+ctypes converts nothing against a prototype.
 """
 
+import ctypes
 import threading
 
 import numpy as np
@@ -16,16 +22,17 @@ from . import _tensors as T
 from ._lib import InvalidArgumentError
 
 _ndarray = np.ndarray
-_tls = threading.local()
+tls = threading.local()  # .plans: this thread's {key: plan}
 _MAX_PLANS = 4096
+last = threading.local()  # .info: the fp4_run_info of this thread's last call (fp4kit.last_run)
 
 
 def plans():
     """This thread's plan dictionary."""
     try:
-        return _tls.plans
+        return tls.plans
     except AttributeError:
-        d = _tls.plans = {}
+        d = tls.plans = {}
         return d
 
 
@@ -93,7 +100,7 @@ def ptr(x):
 
 # ---- scalars ---------------------------------------------------------------------------------------
 
-SCALAR_NUMBER, SCALAR_HOST, SCALAR_DEVICE, SCALAR_DEVICE_CAST = range(4)
+SCALAR_NUMBER, SCALAR_HOST, SCALAR_DEVICE, SCALAR_DEVICE_CAST, SCALAR_UNUSED = range(5)
 
 
 def scalar_mode(x, name, device):
@@ -129,29 +136,79 @@ def host_scalar(x, mode):
     return T.scalar(x, "scalar", 1.0)
 
 
-def device_scalar(x, mode):
-    """(pointer, tensor to keep alive for the call) of a CUDA scalar: float32 as it is, other
-    floating types converted on the device (stream-ordered, no host synchronization)."""
-    if mode == SCALAR_DEVICE_CAST:
+def set_scalar(plan, x, mode, device_field):
+    """Puts scalar x where the plan's call reads it: the by-value c_float (plan.scalar) or the
+    options' device pointer field. Returns what must stay alive until the call is queued (a float32
+    copy of a bf16/f16/f64 CUDA scalar, converted on the device: stream-ordered, no host sync)."""
+    if mode == SCALAR_DEVICE:
+        setattr(plan.opts, device_field, x.data_ptr())
+    elif mode == SCALAR_DEVICE_CAST:
         x = x.float()
-    return x.data_ptr(), x
+        setattr(plan.opts, device_field, x.data_ptr())
+        return x
+    elif mode != SCALAR_UNUSED:
+        plan.scalar.value = host_scalar(x, mode)
+    return None
 
 
 # ---- calling the library ------------------------------------------------------------------------------
 
-def call(device, ctx, opts, c_fn, args):
-    """Calls c_fn(*args) with opts.stream set to PyTorch's current stream of `device` (host: no
-    stream), holding the device context's lock and with `device` current."""
+_raw = {}
+
+
+def raw_function(name):
+    """A second function object of the library's entry point `name`, without argtypes (restype int):
+    the hot call, whose arguments are prebuilt ctypes objects."""
+    fn = _raw.get(name)
+    if fn is None:
+        fn = _raw[name] = _lib.LIB[name]
+        fn.restype = ctypes.c_int
+    return fn
+
+
+class Plan:
+    """What every plan's call needs: the entry point and its argument tuple, the options and run
+    info, and for a CUDA device the context's lock and PyTorch's stream and device queries."""
+
+    __slots__ = ("device", "ctx", "lock", "raw_stream", "get_device", "fn", "name", "args", "opts", "info", "scalar",
+                 "torch")
+
+    def setup(self, device, name, backend_bytes, enable_pdl):
+        """Options, info, context and entry point of a plan on `device` (-1: the host)."""
+        self.device, self.name = device, name
+        self.fn = raw_function(name)
+        self.info = _lib.RunInfo()
+        opts = self.opts = _lib.Options()
+        opts.backend = backend_bytes
+        opts.enable_pdl = 1 if (T.default_pdl(device) if enable_pdl is None else enable_pdl) else 0
+        opts.info = ctypes.pointer(self.info)
+        self.scalar = ctypes.c_float(1.0)
+        ctx = self.ctx = T.context(device)
+        self.lock = ctx.lock if ctx is not None else None
+        if device >= 0:
+            self.raw_stream, self.get_device = T.cuda_fns()
+        return ctx
+
+
+def invoke(plan):
+    """Calls the plan's entry point with opts.stream set to PyTorch's current stream of its device
+    (host: no stream), holding the device context's lock and with the device current; raises the
+    library's error."""
+    device = plan.device
     if device < 0:
-        return c_fn(*args)
-    raw_stream, current_device = T.cuda_fns()
-    with ctx.lock:
-        if current_device() == device:
-            opts.stream = raw_stream(device) or None
-            return c_fn(*args)
-        with T._torch().cuda.device(device):
-            opts.stream = raw_stream(device) or None
-            return c_fn(*args)
+        status = plan.fn(*plan.args)
+    else:
+        with plan.lock:
+            if plan.get_device() == device:
+                plan.opts.stream = plan.raw_stream(device)
+                status = plan.fn(*plan.args)
+            else:
+                with T._torch().cuda.device(device):
+                    plan.opts.stream = plan.raw_stream(device)
+                    status = plan.fn(*plan.args)
+    if status:
+        _lib.check(status, plan.name)
+    last.info = plan.info
 
 
 def stream_capturing(device):

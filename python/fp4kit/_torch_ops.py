@@ -118,14 +118,14 @@ def mm_w4a16(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_de
 @torch.library.custom_op("fp4kit::fp4_quantize", mutates_args=(), tags=_TAGS)
 def _fp4_quantize(input: torch.Tensor, global_scale: Optional[torch.Tensor], global_scale_value: float,
                   sf_vec_size: int, sf_use_ue8m0: bool, is_sf_swizzled_layout: bool, is_sf_8x4_layout: bool,
-                  enable_pdl: Optional[bool], backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
+                  enable_pdl: Optional[bool], backend: str, order: str) -> Tuple[torch.Tensor, torch.Tensor]:
     return _ops.fp4_quantize(input, _scalar(global_scale, global_scale_value), sf_vec_size, sf_use_ue8m0,
-                             is_sf_swizzled_layout, is_sf_8x4_layout, False, enable_pdl, backend)
+                             is_sf_swizzled_layout, is_sf_8x4_layout, False, enable_pdl, backend, order=order)
 
 
 @_fp4_quantize.register_fake
 def _(input, global_scale, global_scale_value, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
-      enable_pdl, backend):
+      enable_pdl, backend, order):
     k = input.shape[-1]
     rows = 1
     for d in input.shape[:-1]:
@@ -141,15 +141,15 @@ def _(input, global_scale, global_scale_value, sf_vec_size, sf_use_ue8m0, is_sf_
 
 
 def fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl,
-                 backend):
+                 backend, order="flashinfer"):
     t, v = _scalar_args(global_scale)
     if input.dim() == 2 and input.stride(-2) == 1 and input.stride(-1) != 1:
         # column-major: quantized along its memory rows, results transposed back (FlashInfer's rule)
         x_q, sf = torch.ops.fp4kit.fp4_quantize(input.T, t, v, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-                                                is_sf_8x4_layout, enable_pdl, backend or "auto")
+                                                is_sf_8x4_layout, enable_pdl, backend or "auto", order)
         return x_q.T, sf.T
     return torch.ops.fp4kit.fp4_quantize(input, t, v, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-                                         is_sf_8x4_layout, enable_pdl, backend or "auto")
+                                         is_sf_8x4_layout, enable_pdl, backend or "auto", order)
 
 
 # ---- the MoE layer ------------------------------------------------------------------------------------------

@@ -90,6 +90,93 @@ def test_e2m1_dequantize_8x4_layout():
     np.testing.assert_array_equal(a, b)
 
 
+def test_dequantize_8x4_layout_for_both_formats():
+    """is_sf_8x4_layout selects the 8x4 layout for E4M3 (NVFP4) and UE8M0 (MXFP4) scales alike, on
+    arrays and tensors, and mxfp4_dequantize takes SfLayout.layout_8x4; scales whose 2-D shape is the
+    other swizzled layout's padded shape are refused."""
+    x = base.random_input(np.random.default_rng(41), 9, 128)
+    for ufp8_type, vec, gs in ((1, 16, 2.0), (0, 32, None)):
+        ue8m0 = ufp8_type == 0
+        q8, s8 = fp4kit.fp4_quantize(x, gs, vec, ue8m0, True, True)
+        q1, s1 = fp4kit.fp4_quantize(x, gs, vec, ue8m0, True, False)
+        np.testing.assert_array_equal(q8, q1)
+        assert s8.shape[0] == 16 and s1.shape[0] == 128  # rows padded to 8 and to 128
+        mult = None if ue8m0 else np.float32(0.5)
+        a = fp4kit.e2m1_and_ufp8sf_scale_to_float(q8, s8, mult, vec, ufp8_type, True, True)
+        b = fp4kit.e2m1_and_ufp8sf_scale_to_float(q1, s1, mult, vec, ufp8_type, True, False)
+        np.testing.assert_array_equal(a, b)
+        assert not np.isnan(a).any()
+        with pytest.raises(ValueError, match="8x4"):
+            fp4kit.e2m1_and_ufp8sf_scale_to_float(q1, s1, mult, vec, ufp8_type, True, True)
+        if torch is not None:
+            t = fp4kit.e2m1_and_ufp8sf_scale_to_float(torch.from_numpy(q8), torch.from_numpy(s8), mult, vec, ufp8_type,
+                                                      True, True)
+            np.testing.assert_array_equal(t.numpy(), a)
+    q, s = fp4kit.mxfp4_quantize(x, sfLayout=fp4kit.SfLayout.layout_8x4)
+    got = fp4kit.mxfp4_dequantize(q, s, fp4kit.SfLayout.layout_8x4)
+    np.testing.assert_array_equal(got, fp4kit.mxfp4_dequantize(*fp4kit.mxfp4_quantize(x)))
+
+
+# ---- the order of the NVFP4 scale computation ----------------------------------------------------------------
+
+C_ORDER_EXACT = 1
+base.C.fp4_quantize_ordered.argtypes = [ctypes.c_void_p, ctypes.POINTER(base.CM), ctypes.c_float, ctypes.c_int,
+                                        ctypes.POINTER(base.CQ), ctypes.POINTER(base.COpts)]
+
+
+def _c_quantize_exact(x, gsf, layout=1):
+    rows, cols = x.shape
+    n = ctypes.c_size_t()
+    assert base.C.fp4_scales_size(0, layout, rows, cols, ctypes.byref(n)) == 0
+    q = np.full((rows, cols // 2), 0xAB, np.uint8)
+    s = np.full(n.value, 0xAB, np.uint8)
+    m = base.CM(x.ctypes.data, rows, cols, 0, base.DTYPES[x.dtype.name][0], 0)
+    out = base.CQ(q.ctypes.data, s.ctypes.data, rows, cols, 0, layout, 0.0, 0)
+    st = base.C.fp4_quantize_ordered(None, ctypes.byref(m), ctypes.c_float(gsf), C_ORDER_EXACT, ctypes.byref(out), None)
+    assert st == 0, base.C.fp4_last_error().decode()
+    return q, s
+
+
+def test_quantize_order_keyword():
+    """order='exact' gives fp4_quantize_ordered(FP4_ORDER_EXACT)'s bits (which differ from the default
+    order on some blocks), order='flashinfer' the default's; 'exact' is the ref backend's on host data
+    only, and MXFP4 has one order."""
+    rng = np.random.default_rng(42)
+    x = base.random_input(rng, 64, 1024, "bfloat16")
+    differ = 0
+    for gsf in (1.0, 3.0, 448 * 6 / 7.5, 448 * 6 / 0.37, 1000.0):
+        q, s = fp4kit.fp4_quantize(x, gsf, order="exact")
+        eq, es = _c_quantize_exact(x, gsf)
+        np.testing.assert_array_equal(q, eq)
+        np.testing.assert_array_equal(s.reshape(-1), es)
+        dq, ds = fp4kit.fp4_quantize(x, gsf)
+        fq, fs = fp4kit.fp4_quantize(x, gsf, order="flashinfer")
+        np.testing.assert_array_equal(fq, dq)
+        np.testing.assert_array_equal(fs, ds)
+        differ += int((s != ds).sum())
+        nq, ns = fp4kit.nvfp4_quantize(x, gsf, order="exact")
+        np.testing.assert_array_equal(nq, q)
+        np.testing.assert_array_equal(ns, s)
+    assert differ > 0, "no block of the sample straddles a rounding boundary: the test data must change"
+    assert fp4kit.last_run()["backend"] == "ref"
+    q, s = fp4kit.fp4_quantize(x, 2.0, order="exact", backend="ref")
+    with pytest.raises(NotImplementedError, match="ref backend only"):
+        fp4kit.fp4_quantize(x, 2.0, order="exact", backend="cpu")
+    with pytest.raises(ValueError, match="order must be"):
+        fp4kit.fp4_quantize(x, 2.0, order="fast")
+    mq, ms = fp4kit.fp4_quantize(x, None, 32, True, order="exact")
+    np.testing.assert_array_equal(ms, fp4kit.mxfp4_quantize(x)[1])
+    np.testing.assert_array_equal(mq, fp4kit.mxfp4_quantize(x)[0])
+    assert "order" not in list(inspect.signature(fp4kit.fp4_quantize).parameters)[:len(FLASHINFER_PARAMS["fp4_quantize"])]
+    assert inspect.signature(fp4kit.fp4_quantize).parameters["order"].kind == inspect.Parameter.KEYWORD_ONLY
+    if torch is not None:
+        tx = torch.from_numpy(x.view(np.uint16)).view(torch.bfloat16)
+        tq, ts = fp4kit.fp4_quantize(tx, torch.tensor([3.0]), order="exact")
+        eq, es = _c_quantize_exact(x, 3.0)
+        np.testing.assert_array_equal(tq.numpy(), eq)
+        np.testing.assert_array_equal(ts.numpy().reshape(-1), es)
+
+
 def test_ue8m0_dequantization_ignores_the_global_scale():
     """FlashInfer ignores global_scale_tensor for UE8M0 (MXFP4) scales."""
     x = base.random_input(np.random.default_rng(5), 3, 64)
@@ -197,6 +284,58 @@ def test_plans_are_per_thread():
     assert not bad
 
 
+@torch_only
+def test_tensor_plans_follow_dtype_stride_and_scalar_kind():
+    """The tensor fast path keys a call on every operand's shape, stride, dtype and device and on how
+    the scalar is passed: calls differing only in one of these each get their own plan (same bits as
+    a fresh process would give), and a NumPy operand among tensors takes the validating path."""
+    from fp4kit import _plan
+    x, gx, gw, wq, ws = _torch_linear_operands(m=2, n=64, k=128)
+    w_alpha = (1.0 / gw).float()
+    cases = ((x, w_alpha), (x.half(), w_alpha), (x.float(), w_alpha), (x, float(w_alpha)),
+             (x, w_alpha.to(torch.bfloat16)), (x, w_alpha.double()), (x, w_alpha.numpy()),
+             (torch.cat((x, x), 1)[:, :128], w_alpha), (x, w_alpha.reshape(())))
+    want = []
+    for a, alpha in cases:  # each from a plan built for it alone
+        _plan.plans().clear()
+        want.append(fp4kit.mm_w4a16(a, wq.T, ws.T, alpha, torch.float32))
+    for _ in range(2):  # all plans present: each call must find its own
+        for (a, alpha), w in zip(cases, want):
+            out = torch.full((2, 64), float("nan"))
+            got = fp4kit.mm_w4a16(a, wq.T, ws.T, alpha, torch.float32, out)
+            assert got is out and torch.equal(out, w) and not torch.isnan(out).any(), (a.dtype, a.stride(), alpha)
+            assert torch.equal(fp4kit.mm_w4a16(a, wq.T, ws.T, alpha, torch.float32), w)
+    # a NumPy weight among CPU tensors takes the general key and pointer path, with the same bits
+    assert torch.equal(fp4kit.mm_w4a16(x, wq.numpy().T, ws.T, w_alpha, torch.float32), want[0])
+    with pytest.raises(ValueError, match="must be a scalar"):
+        fp4kit.mm_w4a16(x, wq.T, ws.T, torch.ones(3))
+    with pytest.raises(ValueError, match="not bfloat16"):
+        fp4kit.mm_w4a16(x, wq.T, ws.T, w_alpha, torch.int32)
+    xq, xs = fp4kit.fp4_quantize(x, gx)
+    for alpha in (None, 2.0, 2, np.float32(2.0), torch.tensor([2.0]), torch.tensor(2.0, dtype=torch.bfloat16)):
+        expect = fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 1.0 if alpha is None else 2.0, torch.float32)
+        for _ in range(2):
+            assert torch.equal(fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, torch.float32), expect), type(alpha)
+    # the library's own check still runs on every call of a known plan, with its message
+    bad = wq.clone()
+    assert torch.equal(fp4kit.mm_fp4(xq, bad.T, xs, ws.T, 2.0), fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 2.0))
+    with pytest.raises(ValueError, match="alpha"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, float("inf"))
+
+
+def test_hot_calls_bypass_ctypes_prototypes():
+    """The plans call the library through entry points without argtypes (arguments are prebuilt
+    ctypes objects), and a failing status still raises the library's message."""
+    from fp4kit import _plan
+    x = base.random_input(np.random.default_rng(43), 3, 64)
+    fp4kit.fp4_quantize(x, 2.0)
+    fn = _plan.raw_function("fp4_quantize")
+    assert fn.argtypes is None and fn is not fp4kit._lib.LIB.fp4_quantize
+    assert fp4kit._lib.LIB.fp4_quantize.argtypes  # the bound prototype is left as it was
+    with pytest.raises(ValueError, match="global_scale"):
+        fp4kit.fp4_quantize(x, float("nan"))
+
+
 def test_scale_bytes_formula_matches_the_library():
     from fp4kit import _ops
     for fmt in (0, 1):
@@ -229,7 +368,7 @@ def test_torch_ops_are_registered_with_fake_implementations():
     alpha = (1.0 / (gx * gw)).float()
     ops = torch.ops.fp4kit
     for op, args in [
-        (ops.fp4_quantize, (x, gx, 1.0, 16, False, True, False, None, "auto")),
+        (ops.fp4_quantize, (x, gx, 1.0, 16, False, True, False, None, "auto", "flashinfer")),
         (ops.mm_fp4, (xq, wq, xs, ws, alpha, 1.0, torch.bfloat16, 16, False, "auto", True, None)),
         (ops.mm_w4a16, (x, wq, ws, 1.0 / gw, 1.0, torch.bfloat16, 16, True, "128x4", "auto", None)),
     ]:
