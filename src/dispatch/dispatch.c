@@ -70,8 +70,11 @@ fp4_status fp4_problem_supported(fp4_context *ctx, const fp4_backend *b, const f
     return FP4_ERR_UNSUPPORTED;
   }
   if (p->exact_order && !b->exact_order) {
-    fp4_reason(reason, reason_size, "backend '%s' quantizes in FlashInfer's order only, not FP4_ORDER_EXACT (the "
-               "reference quantizer's)", b->name);
+    const char *exact = "no";
+    for (int i = 0; i < fp4_registry_count(); i++)
+      if (fp4_registry_get(i)->exact_order) exact = fp4_registry_get(i)->name;
+    fp4_reason(reason, reason_size, "FP4_ORDER_EXACT runs on the %s backend only; '%s' quantizes in FlashInfer's order",
+               exact, b->name);
     return FP4_ERR_UNSUPPORTED;
   }
   return fp4_problem_supported_plain(ctx, b, p, reason, reason_size);

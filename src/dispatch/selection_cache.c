@@ -11,7 +11,7 @@ enum { TABLE_SLOTS = 512 }; /* direct-mapped: a decode step of a large model has
 typedef struct selection_slot {
   int used;
   fp4_selection_key key;
-  int backend_index;
+  const fp4_backend *backend;
   char config[64];
 } selection_slot;
 
@@ -86,18 +86,17 @@ const fp4_backend *fp4_selection_find(fp4_context *ctx, const fp4_selection_key 
   const selection_slot *s = &t->slots[slot_of(key)];
   if (!s->used || memcmp(&s->key, key, sizeof *key) != 0) return NULL;
   *config = s->config[0] ? s->config : NULL;
-  return fp4_registry_get(s->backend_index);
+  return s->backend;
 }
 
 void fp4_selection_store(fp4_context *ctx, const fp4_selection_key *key, const fp4_backend *backend,
                          const char *config) {
   struct fp4_selection_table *t = table_of(ctx, 1);
   if (!t) return;
-  const int index = fp4_registry_index(backend);
-  if (index < 0 || (config && strlen(config) >= sizeof t->slots[0].config)) return;
+  if (fp4_registry_index(backend) < 0 || (config && strlen(config) >= sizeof t->slots[0].config)) return;
   selection_slot *s = &t->slots[slot_of(key)];
   s->used = 1;
   s->key = *key;
-  s->backend_index = index;
+  s->backend = backend;
   strcpy(s->config, config ? config : "");
 }
