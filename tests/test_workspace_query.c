@@ -55,5 +55,11 @@ int main(void) {
   CHECK_ERROR(fp4_context_reserve_workspace(NULL, 1 << 20), FP4_ERR_INVALID_ARGUMENT, "NULL");
   CHECK(fp4_context_workspace_bytes(ctx) == 0 && fp4_context_workspace_bytes(NULL) == 0, "no workspace on the host");
   fp4_context_destroy(ctx);
+#if !FP4KIT_HAVE_CUDA
+  /* A build without CUDA has no device to make a context for: refused, never created silently. */
+  fp4_context *dev_ctx = NULL;
+  CHECK_ERROR(fp4_context_create(&dev_ctx, 99), FP4_ERR_UNSUPPORTED, "built without CUDA");
+  CHECK(dev_ctx == NULL, "no context may come back from a refused create");
+#endif
   return TEST_SUMMARY();
 }

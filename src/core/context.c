@@ -9,6 +9,13 @@ fp4_status fp4_context_create(fp4_context **ctx, int device) {
   if (!ctx) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_context_create: ctx is NULL");
   *ctx = NULL;
   if (device < -1) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_context_create: device %d is not -1 or a CUDA ordinal", device);
+#if !FP4KIT_HAVE_CUDA
+  if (device >= 0)
+    return fp4_fail(FP4_ERR_UNSUPPORTED,
+                    "fp4_context_create: device %d asked for, but this fp4kit was built without CUDA (host backends "
+                    "only): create the context with device -1",
+                    device);
+#endif
   fp4_context *c = calloc(1, sizeof *c);
   if (!c) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_context_create: out of host memory");
   c->device = device;

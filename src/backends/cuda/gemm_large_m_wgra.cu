@@ -314,7 +314,7 @@ struct wgra_copier {
  * weights and scales are expert e's. The thread's BT / 16 gathered row addresses are read from the
  * table once and kept in registers (NULL: a padding row), so a K tile costs one add per row as in
  * the dense copier. (Reading the table in every K tile made the 256-token tile 1.5x slower:
- * DeepSeek-R1 at B = 4096, 17.1 -> 11.4 ms, session 10 runs 2-3.) */
+ * DeepSeek-R1 at B = 4096, 17.1 -> 11.4 ms; bench/results/h200/2026-11-30-moe-prefill/.) */
 template <class G, int BT>
 struct wgra_gather_copier {
   const uint8_t *arow[BT / 16]; /* gathered activation rows pt / 8 + 16 j, plus chunk pt % 8; NULL past the rows */
