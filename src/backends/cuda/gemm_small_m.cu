@@ -47,14 +47,13 @@ constexpr int kMaxWarps = 8;
 template <int R, int NT>
 __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, const float (&acc)[R][NT][4],
                                              int64_t row0, int warp, int warps, int lane) {
-  const float scale = out_scale(p); /* after the loop: no register held across it */
   if (warps == 1) {
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) store_out(p, scale, row0 + 16 * r, nt, c, lane, acc[r][nt][c]);
+        for (int c = 0; c < 4; c++) store_out(p, row0 + 16 * r, nt, c, lane, acc[r][nt][c]);
     return;
   }
   constexpr int kPerWarp = R * NT * 128; /* floats of one warp's partial results */
@@ -69,7 +68,7 @@ __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, c
     float v = 0.0f;
     for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * kPerWarp + idx]); /* fixed order */
     const int r = idx / (NT * 128), rest = idx % (NT * 128);
-    store_out(p, scale, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+    store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
   }
 }
 

@@ -123,14 +123,12 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
 #pragma unroll
       for (int c = 0; c < 4; c++) red[((nw * NT + nt) * 4 + c) * 32 + lane] = acc[0][nt][c];
   __syncthreads();
-  if (kg == 0) {
-    const float scale = out_scale(p);
+  if (kg == 0)
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int c = 0; c < 4; c++)
-        store_out(p, scale, row0, nt, c, lane, __fadd_rn(acc[0][nt][c], red[((nw * NT + nt) * 4 + c) * 32 + lane]));
-  }
+        store_out(p, row0, nt, c, lane, __fadd_rn(acc[0][nt][c], red[((nw * NT + nt) * 4 + c) * 32 + lane]));
 }
 
 template <int FMT, int ACT, int NT, int U>
