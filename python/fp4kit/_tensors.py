@@ -141,6 +141,8 @@ class View:
     def row_stride(self):
         """Elements between rows of a 2-D view with unit column stride, else None."""
         rows, cols = self.shape
+        if rows == 0:
+            return cols  # no rows: any stride describes it (NumPy and PyTorch report 0 or anything)
         if cols != 1 and self.strides[1] != 1:
             return None
         ld = self.strides[0] if rows > 1 else cols

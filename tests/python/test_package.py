@@ -632,3 +632,15 @@ def test_struct_mirror_matches_the_library():
         assert lib.fp4_struct_size(name.encode()) > 0, name
     assert _lib.layout_mismatches(lib) == []
     assert lib.fp4_struct_size(b"fp4_no_such_struct") == 0
+
+
+def test_bad_scalars_and_empty_batches():
+    """A string alpha is refused before any work; a batch of zero tokens is a valid call that returns an
+    empty result of the right shape."""
+    xq, xs, wq, ws, alpha, _ = _operands(4, 32, 64)
+    with pytest.raises((TypeError, ValueError)):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, "1.0")
+    with pytest.raises((TypeError, ValueError)):
+        fp4kit.mm_w4a16(np.ones((4, 64), np.float32), wq.T, ws.T, "2")
+    out = fp4kit.mm_w4a16(np.ones((0, 64), np.float32), wq.T, ws.T, alpha)
+    assert out.shape == (0, 32)
