@@ -320,7 +320,7 @@ class _GemmPlan(P.Plan):
             empty = self.empty
             out = (empty(self.out_shape, dtype=self.out_dtype, device=self.out_device) if empty is not None
                    else np.empty(self.out_shape, self.out_dtype))
-        if not self.out_shape[0]:  # M = 0: an empty result, as FlashInfer returns (the C GEMMs need M >= 1)
+        if not out.shape[0]:  # M = 0: an empty result, as FlashInfer returns (the C GEMMs need M >= 1)
             return out
         if self.torch:  # every operand a tensor
             a_struct.data = a.data_ptr()
