@@ -48,6 +48,7 @@ template <int R, int NT>
 __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, const float (&acc)[R][NT][4],
                                              int64_t row0, int warp, int warps, int lane) {
   if (warps == 1) {
+    __syncwarp(); /* the staged device alpha (fp4_small_m_stage_alpha) is visible to the warp */
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
   const char *act_slab = aw.base + (int64_t)warp * act_walk<ACT>::kSlab;
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
+  fp4_small_m_stage_alpha(p);
   for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
     uint4 wa[U][R], wb[U][R];
     uint32_t sca[U][R], scb[U][R];
@@ -200,6 +202,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
   }
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
+  fp4_small_m_stage_alpha(p);
   lean_stream<FMT, ACT, NT, R, U, (MINB < 6)>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
   fp4_pdl_launch_dependents(); /* every input has been read */
   reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);

@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
   __syncthreads(); /* the table is written */
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
+  fp4_small_m_stage_alpha(p);
   /* Chunk c of a stage: token row c / 16, 16-byte chunk c % 16 of its 256 bytes. */
   auto copy_slab = [&](int s, int stage) {
 #pragma unroll

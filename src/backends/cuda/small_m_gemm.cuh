@@ -27,17 +27,26 @@ struct gemm_params {
 
 namespace {
 
-/* v times scale, then times *alpha_device when one is given: loaded here, in the epilogue after
- * griddepcontrol.wait (a producer kernel may have written it), and nowhere else, so the streaming
- * loop's registers stay as they were (a scale kept in a register spilled the lean kernels on
- * sm_100a/sm_120a). With a host scale of 1, scale is 1 or 2^8 (NVFP4), the first product is exact and
- * the result has the bits of v times the by-value alpha (barring |v| >= 2^120). */
+/* The device alpha of a CTA, staged in shared memory by fp4_small_m_stage_alpha after griddepcontrol.wait
+ * (a producer kernel may have written it): the epilogue reads it with a shared load at a constant
+ * address, so no register of the streaming loop, and no address register, is spent on it (a scale
+ * held in a register, or a global load in the store, spilled the 64- and 80-register lean kernels on
+ * some targets). */
+__shared__ float fp4_small_m_alpha;
+
+__device__ __forceinline__ void fp4_small_m_stage_alpha(const gemm_params &p) {
+  if (p.alpha_device && threadIdx.x == 0) fp4_small_m_alpha = __ldg(p.alpha_device);
+}
+
+/* v times scale, then times the staged device alpha when one is given (visible after the CTA's
+ * next barrier). With a host scale of 1, scale is 1 or 2^8 (NVFP4), the first product is exact and the
+ * result has the bits of v times the by-value alpha (barring |v| >= 2^120). */
 __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, int nt, int c, int l, float v) {
   const int g = l >> 2, t = l & 3;
   const int64_t row = row0 + g + (c >= 2 ? 8 : 0), m = (int64_t)nt * 8 + 2 * t + (c & 1);
   if (row >= p.n || m >= p.m) return;
   v = __fmul_rn(v, p.scale);
-  if (p.alpha_device) v = __fmul_rn(v, __ldg(p.alpha_device));
+  if (p.alpha_device) v = __fmul_rn(v, fp4_small_m_alpha);
   const int64_t i = m * p.ldo + row;
   if (p.out_dtype == FP4_DTYPE_F32) static_cast<float *>(p.out)[i] = v;
   else if (p.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(p.out)[i] = fp4_bf16_from_f32_inline(v);
