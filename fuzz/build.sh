@@ -16,10 +16,10 @@ for name in $names; do
   # The library sources each target links (the smallest set that resolves; see each target's stubs).
   case $name in
   safetensors)
-    sources="src/model/safetensors.c src/model/st_writer.c src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
+    sources="src/model/safetensors.c src/model/st_writer.c src/model/st_dtype.c src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
     seeds=$here/corpus max_len=4096 ;;
   model_config)
-    sources="src/model/inspect.c src/model/config.c src/model/shapes.c src/model/safetensors.c src/model/st_writer.c
+    sources="src/model/inspect.c src/model/config.c src/model/shapes.c src/model/safetensors.c src/model/st_writer.c src/model/st_dtype.c
              src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
     seeds=$here/corpus_model_config max_len=8192 ;;
   tuning_cache)
