@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
   __syncthreads(); /* the table is written */
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
-  fp4_small_m_stage_alpha(p);
   /* Chunk c of a stage: token row c / 16, 16-byte chunk c % 16 of its 256 bytes. */
   auto copy_slab = [&](int s, int stage) {
 #pragma unroll
@@ -123,6 +122,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
       for (int c = 0; c < 4; c++) red[((nw * NT + nt) * 4 + c) * 32 + lane] = acc[0][nt][c];
+  fp4_small_m_stage_alpha(p); /* after the loop (after the PDL wait too): published by the barrier */
   __syncthreads();
   if (kg == 0)
 #pragma unroll
