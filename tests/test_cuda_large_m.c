@@ -11,6 +11,9 @@
  *   3. the wgmma tiles, the register-decode tiles and the register-A wgmma tiles on every variant at
  *      M = 65, 128, 1000, 4096, 8192, one 64 x 128 x 64 tile, and with odd M / N / K-tile tails
  *      (M = 333, 4097; N = 200, 1003; K = 96, 160);
+ *   3b. the batched-decode register-A tiles (32 and 64 tokens, two CTAs per SM) and the default at
+ *      M = 17, 33, 64, 100, 255, 256: N not a multiple of 128, K of one 128-element shard and K-tile
+ *      tails, split-K grids (narrow N, long K) and model-sized ones;
  *   4. refusals that name their rule (f32 activations, MXFP4 with f16 activations, K % 32) and
  *      unknown config names of each family.
  */
@@ -26,14 +29,16 @@ static int g_runs, g_failures, g_skips;
 
 /* Entries 4-5 are the sm_90a wgmma tiles: skipped (with the reason) on any other device or binary;
  * 6-10 the register-decode configs (gemm_large_m_rd.cu): rd.128x128 refuses W4A4 and the rd.pro.*
- * (W4A4 prologue) configs refuse W4A16, each naming the rule; 11-14 the register-A wgmma tiles
- * (gemm_large_m_wgra.cu, sm_90a only, the same W4A16 / W4A4-prologue split as the rd configs). */
+ * (W4A4 prologue) configs refuse W4A16, each naming the rule; 11-18 the register-A wgmma tiles
+ * (gemm_large_m_wgra.cu, sm_90a only, the same W4A16 / W4A4-prologue split as the rd configs), the
+ * batched-decode ones (32 and 64 tokens) first. */
 static const char *const k_configs[] = {
     "large-m.128x128.s4", "large-m.128x128.s3", "large-m.128x256.s3",     "large-m.64x128.s4",
     "large-m.wgmma.128x128", "large-m.wgmma.128x256", "large-m.rd.128x128", "large-m.rd.128x256",
     "large-m.rd.256x128", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256",
+    "large-m.wgra.128x32", "large-m.wgra.128x64", "large-m.wgra.pro.128x32", "large-m.wgra.pro.128x64",
     "large-m.wgra.128x128", "large-m.wgra.128x256", "large-m.wgra.pro.128x128", "large-m.wgra.pro.128x256"};
-enum { NUM_CONFIGS = 15, FIRST_WGMMA = 4, FIRST_RD = 6, FIRST_WGRA = 11 };
+enum { NUM_CONFIGS = 19, FIRST_WGMMA = 4, FIRST_RD = 6, FIRST_WGRA = 11, NUM_BATCH_WGRA = 4 };
 
 /* Variant v: 0 W4A16 bf16, 1 W4A16 f16, 2 W4A4; the format is separate. */
 static const char *variant_name(int v) { return v == 0 ? "w4a16-bf16" : v == 1 ? "w4a16-f16" : "w4a4"; }
@@ -370,6 +375,69 @@ static void test_family_configs(fp4_context *ctx, int first, int count, const ch
   }
 }
 
+/* The batched-decode register-A tiles (the first NUM_BATCH_WGRA register-A configs) and the default
+ * choice on every variant at M = 17 .. 256: odd M, N not a multiple of the 128-row tile, one
+ * 128-element K shard and a K-tile tail (K = 160), narrow weights with long K (the split-K grids)
+ * and a model-sized one; f32 output (the 1e-5 check) and, rotating, bf16/f16 outputs, every weight
+ * scale layout and edge-value data. */
+static void test_batched_decode(fp4_context *ctx, uint64_t seed) {
+  static const int64_t ms[] = {17, 33, 64, 100, 255, 256};
+  static const int64_t nks[][2] = {{1003, 128}, {200, 4096}, {4096, 160}, {8192, 1024}, {2048, 8192}};
+  static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
+  static const fp4_scale_layout lbs[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
+  static const fp4_scale_layout las[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR, FP4_LAYOUT_8X4};
+  int rot = 0;
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+    for (size_t s = 0; s < sizeof nks / sizeof *nks; s++)
+      for (int cfg = FIRST_WGRA; cfg < FIRST_WGRA + NUM_BATCH_WGRA; cfg++)
+        for (int f = 0; f < 2; f++)
+          for (int v = 0; v < 3; v++) {
+            const int pro = !strncmp(k_configs[cfg], "large-m.wgra.pro.", 17);
+            if (!variant_supported(v, (fp4_format)f) || (pro ? v != 2 : v == 2)) continue;
+            lm_case c = {ms[mi], nks[s][0], nks[s][1], (fp4_format)f, v,
+                         rot % 3 == 0 ? FP4_DTYPE_F32 : outs[rot % 3], lbs[rot % 2], las[rot % 3],
+                         rot % 5 == 4 ? FP4H_DATA_EDGES : FP4H_DATA_NORMAL};
+            if (c.format == FP4_FORMAT_MXFP4 && c.la == FP4_LAYOUT_8X4) c.la = FP4_LAYOUT_LINEAR;
+            rot++;
+            run_forced(ctx, &c, k_configs[cfg], seed++);
+          }
+    printf("  batched-decode register-A configs, M=%lld: %d checks so far, %d failures, %d skips\n", (long long)ms[mi],
+           g_runs, g_failures, g_skips);
+    fflush(stdout);
+  }
+  /* the default choice over the same range, through the shared harness (whole output checked) */
+  static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES, FP4H_DATA_UNIFORM};
+  for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+    for (int f = 0; f < 2; f++)
+      for (int v = 0; v < 3; v++) {
+        if (!variant_supported(v, (fp4_format)f)) continue;
+        fp4h_case c;
+        memset(&c, 0, sizeof c);
+        c.name = variant_name(v);
+        c.op = v == 2 ? FP4H_MM : FP4H_MM_W4A16;
+        c.format = (fp4_format)f;
+        c.a_dtype = v == 1 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
+        c.m = ms[mi];
+        c.n = rot % 2 ? 1003 : 2048;
+        c.k = rot % 2 ? 1024 : 2048;
+        c.out_dtype = outs[rot % 3];
+        c.data = datas[(rot / 3) % 3];
+        c.layout_b = lbs[rot % 2];
+        c.layout_a = c.format == FP4_FORMAT_MXFP4 ? FP4_LAYOUT_128X4 : las[rot % 3];
+        rot++;
+        fp4h_result r;
+        fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed++, &r);
+        g_runs++;
+        if (r.status == FP4_OK && r.passed) continue;
+        g_failures++;
+        printf("FAIL batched default %-10s %s M=%lld N=%lld K=%lld out=%s: %s (%s)\n", c.name,
+               fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k, fp4_dtype_name(c.out_dtype),
+               r.message, fp4_status_str(r.status));
+      }
+  printf("  batched-decode default choice, M = 17 .. 256: %d checks so far, %d failures\n", g_runs, g_failures);
+  fflush(stdout);
+}
+
 /* ---- 3. refusals ---------------------------------------------------------------------------------- */
 
 static void test_refusals(fp4_context *ctx) {
@@ -439,12 +507,13 @@ static void test_refusals(fp4_context *ctx) {
   }
 }
 
-/* With an argument (wgmma, register-decode or register-A), only that family's section runs: a quick
- * check of one kernel family on the GPU machine. ctest runs everything. */
+/* With an argument (wgmma, register-decode, register-A or batched-decode), only that section runs: a
+ * quick check of one kernel family on the GPU machine. ctest runs everything. */
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
-  if (only && strcmp(only, "wgmma") && strcmp(only, "register-decode") && strcmp(only, "register-A")) {
-    fprintf(stderr, "usage: test_cuda_large_m [wgmma | register-decode | register-A]\n");
+  if (only && strcmp(only, "wgmma") && strcmp(only, "register-decode") && strcmp(only, "register-A") &&
+      strcmp(only, "batched-decode")) {
+    fprintf(stderr, "usage: test_cuda_large_m [wgmma | register-decode | register-A | batched-decode]\n");
     return 2;
   }
   fp4_context *ctx = NULL;
@@ -471,6 +540,7 @@ int main(int argc, char **argv) {
     test_family_configs(ctx, FIRST_RD, FIRST_WGRA - FIRST_RD, "register-decode", 111000);
   if (!only || !strcmp(only, "register-A"))
     test_family_configs(ctx, FIRST_WGRA, NUM_CONFIGS - FIRST_WGRA, "register-A wgmma", 123000);
+  if (!only || !strcmp(only, "batched-decode")) test_batched_decode(ctx, 135000);
   printf("test_cuda_large_m: %d checks, %d failures, %d skipped (config refuses the operands or does not fit this "
          "device)\n",
          g_runs, g_failures, g_skips);

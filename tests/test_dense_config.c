@@ -4,7 +4,10 @@
  *     became a table (tests/dense_recorded_choices.h: every dense and TP8-sharded GEMM shape of the
  *     embedded models, NVFP4 and MXFP4, bf16/f16/f32/FP4 activations, M = 1..8192, on the facts of
  *     A100, L40S, H200, H200 without sm_90a code, B200 and RTX PRO 6000);
- *     "-" marks a problem the backend refused, which the rules must refuse too;
+ *     "-" marks a problem the backend refused, which the rules must refuse too; one range changed
+ *     since, by design: where an architecture's table lets the register-A tiles lead batched decode
+ *     (wgra_from_m .. wgra_lead_to_m tokens, dense_sm90.h) the default there is a register-A tile,
+ *     and the recorded choice is what it replaced;
  *   - the tuner's first candidate is the default, and every candidate passes its own check;
  *   - names, families, refusals and workspace sizes behave as documented.
  */
@@ -13,6 +16,7 @@
 #include <string.h>
 
 #include "backends/cuda/config/dense_config.h"
+#include "backends/cuda/config/dense_rules.h"
 #include "backends/cuda/cuda_kernels.h"
 #include "dense_recorded_choices.h"
 #include "fp4kit.h"
@@ -34,7 +38,7 @@ static const int acts[] = {FP4_CUDA_ACT_BF16, FP4_CUDA_ACT_F16, FP4_CUDA_ACT_F32
 
 static void test_recorded(void) {
   const int n = (int)(sizeof recorded / sizeof *recorded);
-  int64_t points = 0, wrong = 0;
+  int64_t points = 0, wrong = 0, batched = 0;
   for (int i = 0; i < n; i++) {
     const fp4_dense_arch a = arch_of(recorded[i].arch);
     for (int64_t m = recorded[i].from; m <= recorded[i].to; m++) {
@@ -55,13 +59,25 @@ static void test_recorded(void) {
         continue;
       }
       const char *got = fp4_dense_default(&s, &a);
+      const fp4_dense_rules *r = fp4_dense_rules_for(a.major, a.minor);
+      if (r->wgra_from_m && m >= r->wgra_from_m && m <= r->wgra_lead_to_m && got && a.sm90a &&
+          s.act != FP4_CUDA_ACT_F32 && !(s.format == FP4_FORMAT_MXFP4 && s.act == FP4_CUDA_ACT_F16)) {
+        batched++;
+        if (strncmp(got, "large-m.wgra.", 13) && wrong++ < 10)
+          fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: chooser %s, not a register-A tile\n",
+                  recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
+                  (long long)m, got);
+        continue;
+      }
       if ((!got || strcmp(got, want)) && wrong++ < 10)
         fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: chooser %s, recorded %s\n",
                 recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
                 (long long)m, got ? got : "(none)", want);
     }
   }
-  printf("recorded default configs: %lld points, %lld differ\n", (long long)points, (long long)wrong);
+  printf("recorded default configs: %lld points (%lld of them register-A batched decode), %lld differ\n",
+         (long long)points, (long long)batched, (long long)wrong);
+  CHECK(batched > 10000, "%lld batched-decode points", (long long)batched);
   CHECK(points > 1000000 && wrong == 0, "%lld of %lld recorded choices differ", (long long)wrong, (long long)points);
 }
 
@@ -100,7 +116,7 @@ static void test_rules_and_workspace(void) {
   /* every config's name finds it, and its family is the prefix's */
   int n = 0;
   const fp4_dense_config *all = fp4_dense_configs_all(&n);
-  CHECK(n == 39, "%d dense configs", n);
+  CHECK(n == 43, "%d dense configs", n);
   for (int i = 0; i < n; i++)
     CHECK(fp4_dense_config_find(all[i].name) == &all[i] && fp4_dense_family_of(all[i].name) == all[i].family,
           "config %s: lookup or family", all[i].name);
@@ -148,6 +164,28 @@ static void test_rules_and_workspace(void) {
             fp4_cuda_bf16_a_bytes(4096, 8192),
         "register-A prologue without a split: the bf16 activations only");
   CHECK(fp4_dense_workspace(&w4a16, &h200, fp4_dense_config_find("large-m.128x128.s4")) == 0, "mma.sync: none");
+  /* the batched-decode tiles run two CTAs per SM: their split counts 264 slots on 132 SMs */
+  const fp4_dense_shape narrow = {64, 8192, 8192, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
+  const int s64 = fp4_dense_wgra_splits(64, 128, 264);
+  CHECK(s64 > 1 && s64 != fp4_dense_wgra_splits(64, 128, 132), "64 tiles on 264 slots: %d splits", s64);
+  CHECK(fp4_dense_workspace(&narrow, &h200, fp4_dense_config_find("large-m.wgra.128x64")) ==
+            (size_t)64 * s64 * 64 * 128 * 4 + 64 * sizeof(unsigned),
+        "64-token tile split-K workspace");
+  /* the W4A16 tile names its W4A4 twin of the same width, and the other way round */
+  const fp4_dense_shape w4a4_64 = {64, 8192, 8192, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &w4a4_64, &h200, "large-m.wgra.128x64", why, sizeof why) == 0 &&
+            strstr(why, "large-m.wgra.pro.128x64"),
+        "W4A4 on the 64-token tile: %s", why);
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &narrow, &h200, "large-m.wgra.pro.128x32", why, sizeof why) == 0 &&
+            strstr(why, "large-m.wgra.128x32"),
+        "W4A16 on the 32-token prologue tile: %s", why);
+  /* batched decode on the H200: a register-A tile from 17 tokens, the small-M kernels below */
+  fp4_dense_shape b = narrow;
+  for (b.m = 1; b.m <= 300; b.m++) {
+    const char *d = fp4_dense_default(&b, &h200);
+    const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
+    CHECK(wgra == (b.m >= 17 && b.m <= 256) || (b.m > 256 && d), "H200 8192x8192 M = %lld: %s", (long long)b.m, d ? d : "-");
+  }
 }
 
 int main(void) {

@@ -8,8 +8,8 @@
  * exactness as the mma.sync family of gemm_large_m.cu (docs/cuda-large-m.md); extra tuner
  * candidates, not the default.
  *
- * CTA: 128 weight rows x BT tokens (BT = 128 or 256; the grouped MoE tiles also 160 and 192, and 32
- * or 64 at two CTAs per SM), K tiles of 64, three warpgroups:
+ * CTA: 128 weight rows x BT tokens (BT = 32 or 64 at two CTAs per SM: batched decode, 17-256 tokens;
+ * 128 or 256: prefill; the grouped MoE tiles also 160 and 192), K tiles of 64, three warpgroups:
  *   - warpgroup 0, the producer (setmaxnreg down to wgra_producer_regs): per K tile, cp.async copies of
  *     the activation tile (BT rows x 64 16-bit elements, swizzled, K-major: the B operand), of the
  *     raw FP4 weight tile (128 rows x 32 bytes) and, where the scale bytes of a row and tile lie in
@@ -94,8 +94,9 @@ constexpr int kWgraThreads = 3 * kWgraWg; /* producer + two consumers */
 constexpr int kWgraRows = 128;            /* weight rows per CTA */
 constexpr int kWgraBK = 64;               /* K elements per tile */
 /* CTAs per SM: the wide tiles (128 and 256 tokens) need most of the register file for their
- * accumulators; the narrow ones (32 and 64 tokens, the grouped MoE tiles of experts with few rows)
- * run two CTAs per SM, so that one CTA's decode and waits overlap the other's MMAs. */
+ * accumulators; the narrow ones (32 and 64 tokens: batched decode, and the grouped MoE tiles of
+ * experts with few rows) run two CTAs per SM, so that one CTA's decode and waits overlap the other's
+ * MMAs, and twice the weight bytes are in flight per SM. */
 constexpr int wgra_ctas_per_sm(int bt) { return bt <= 64 ? 2 : 1; }
 /* Registers after setmaxnreg. Their sum over the 384 threads must not exceed what the launch
  * allocates, the kernel's register count under __launch_bounds__(384, CTAs per SM), which they equal
@@ -370,6 +371,73 @@ struct wgra_gather_copier {
   }
 };
 
+/* The copies of the two-CTA dense tiles (32 and 64 tokens: batched decode, where M is often below
+ * the tile, so that most tiles are M edges): as wgra_gather_copier, with the thread's BT / 16
+ * activation row addresses computed once from the tile's first token (NULL past M: zero-filled),
+ * so that an edge tile costs what an inside one does and the producer fits the 48 registers it
+ * keeps at two CTAs per SM (wgra_copier's bounds-checked edge copies needed more than 64). */
+template <class G, int BT>
+struct wgra_rows_copier {
+  const uint8_t *arow[BT / 16]; /* activation rows m0 + pt / 8 + 16 j, plus chunk pt % 8; NULL past M */
+  const uint8_t *w;             /* weight row n0 + pt / 2, byte 16 (pt % 2) */
+  const uint8_t *sc;            /* row pt's raw scale word of K tile 0 (raw_async) */
+  int64_t w_step, sc_step, n0;
+  uint32_t a_dst, w_dst0, w_dst1;
+  bool n_inside, sc_ok, raw_async;
+
+  __device__ __forceinline__ wgra_rows_copier(const lm_params &p, int64_t m0, int64_t n0_, int pt) : n0(n0_) {
+    const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) {
+      const int64_t r = m0 + ar + 16 * j;
+      arow[j] = r < p.m ? reinterpret_cast<const uint8_t *>(static_cast<const uint16_t *>(p.a) + r * p.lda + 8 * ac)
+                        : nullptr;
+    }
+    a_dst = (uint32_t)swz(ar, ac);
+    w = p.b + (n0 + wr) * (p.k >> 1) + 16 * wh;
+    w_step = 64 * (p.k >> 1);
+    w_dst0 = (uint32_t)rd_fp4_off(wr, wh);
+    w_dst1 = (uint32_t)rd_fp4_off(wr + 64, wh);
+    n_inside = n0 + kWgraRows <= p.n;
+    raw_async = wgra_raw_async(p.C, p.b_scales);
+    sc_ok = n0 + pt < p.n;
+    const int64_t o0 = sc_ok ? fp4_layout_offset(p.b_layout, p.C, n0 + pt, 0) : 0;
+    sc = p.b_scales + o0;
+    sc_step = sc_ok ? fp4_layout_offset(p.b_layout, p.C, n0 + pt, 4) - o0 : 0;
+  }
+
+  __device__ __forceinline__ void load(const lm_params &p, uint8_t *sl, int kt, int pt) const {
+    const int64_t k0 = (int64_t)kt * kWgraBK;
+    const bool ka = k0 + 8 * (pt & 7) < p.k, kw = k0 + 32 * (pt & 1) < p.k;
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) {
+      const bool ok = ka && arow[j];
+      cp_async16(sl + a_dst + j * 16 * 128, ok ? arow[j] + 2 * k0 : p.b, ok);
+    }
+    const uint8_t *ws = w + (k0 >> 1);
+    const bool ok0 = kw && (n_inside || n0 + (pt >> 1) < p.n), ok1 = kw && (n_inside || n0 + 64 + (pt >> 1) < p.n);
+    cp_async16(sl + G::ACT_BYTES + w_dst0, ok0 ? ws : p.b, ok0);
+    cp_async16(sl + G::ACT_BYTES + w_dst1, ok1 ? ws + w_step : p.b, ok1);
+    if (raw_async)
+      cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
+                sc + (G::NV ? (int64_t)kt : (int64_t)(kt >> 1)) * sc_step, sc_ok);
+  }
+
+  __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
+    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+  }
+};
+
+/* The dense copier of a tile width: the row-address one for the two-CTA tiles, else wgra_copier. */
+template <class G, int BT, bool ROWS = (wgra_ctas_per_sm(BT) == 2)>
+struct wgra_dense_copier {
+  using type = wgra_copier<G, BT>;
+};
+template <class G, int BT>
+struct wgra_dense_copier<G, BT, true> {
+  using type = wgra_rows_copier<G, BT>;
+};
+
 /* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
  * them into a. */
 template <class G>
@@ -525,7 +593,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
-    const wgra_copier<G, BT> copier(p, m0, n0, pt);
+    const typename wgra_dense_copier<G, BT>::type copier(p, m0, n0, pt);
     wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
     fp4_pdl_launch_dependents();
   } else {
@@ -696,7 +764,8 @@ __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out
 
 /* ---- configurations: the tiles config/dense_config.c names (large-m.wgra[.pro].128x<BT>) ------------ */
 
-/* 128 weight rows x 128 tokens (8 stages) or x 256 tokens (5 stages: 5 x 38 KiB). A prologue config
+/* 128 weight rows x 32 tokens (8 stages), 64 (6 stages), both two CTAs per SM (batched decode), 128
+ * tokens (8 stages) or 256 tokens (5 stages: 5 x 38 KiB). A prologue config
  * takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM (lm_run_with_dequant_a,
  * as the large-m.rd.pro.* configs), then the tile runs as W4A16. The split-K choice and its
  * workspace are the chooser's (fp4_dense_wgra_splits, fp4_dense_wgra_split_bytes). */
@@ -723,7 +792,7 @@ cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t
   if (e != cudaSuccess) return e;
   /* CTAs over (token tiles of BT) x (weight tiles of 128), times the split */
   const int64_t tiles = ((p.m + BT - 1) / BT) * ((p.n + kWgraRows - 1) / kWgraRows);
-  wgra_split sk = {fp4_dense_wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, sms), NULL, NULL};
+  wgra_split sk = {fp4_dense_wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, sms * G::CTAS_PER_SM), NULL, NULL};
   if (tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
   if (sk.splits == 1)
     return fp4_cuda_launch(kernel, dim3((unsigned)tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
@@ -741,6 +810,8 @@ cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t
 
 template <int FMT, int ACT>
 cudaError_t wgra_launch_cfg(const lm_params &p, const fp4_dense_config *c, int sms, void *ws, cudaStream_t s, int pdl) {
+  if (c->bm == 32 && c->stages == 8) return wgra_launch_tile<32, 8, FMT, ACT>(p, sms, ws, s, pdl);
+  if (c->bm == 64 && c->stages == 6) return wgra_launch_tile<64, 6, FMT, ACT>(p, sms, ws, s, pdl);
   if (c->bm == 128 && c->stages == 8) return wgra_launch_tile<128, 8, FMT, ACT>(p, sms, ws, s, pdl);
   if (c->bm == 256 && c->stages == 5) return wgra_launch_tile<256, 5, FMT, ACT>(p, sms, ws, s, pdl);
   return cudaErrorInvalidValue;
@@ -748,9 +819,15 @@ cudaError_t wgra_launch_cfg(const lm_params &p, const fp4_dense_config *c, int s
 
 /* The chooser's shared-memory figures (config/dense_config.h) are these tiles' own. */
 static_assert(kWgraRows == 128 && kWgraBK == 64 &&
+                  wgra_cfg<32, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(32, 8) &&
+                  wgra_cfg<64, 6, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(64, 6) &&
                   wgra_cfg<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(128, 8) &&
                   wgra_cfg<256, 5, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>::SMEM == FP4_DENSE_WGRA_SMEM(256, 5),
               "FP4_DENSE_WGRA_SMEM must give the shared memory of the register-A tiles");
+static_assert(wgra_ctas_per_sm(32) == FP4_DENSE_WGRA_CTAS_PER_SM(32) && wgra_ctas_per_sm(64) == FP4_DENSE_WGRA_CTAS_PER_SM(64) &&
+                  wgra_ctas_per_sm(128) == FP4_DENSE_WGRA_CTAS_PER_SM(128) &&
+                  wgra_ctas_per_sm(256) == FP4_DENSE_WGRA_CTAS_PER_SM(256),
+              "FP4_DENSE_WGRA_CTAS_PER_SM must give the resident CTAs of the register-A tiles");
 
 /* ---- grouped tiles: host ------------------------------------------------------------------------ */
 

@@ -71,9 +71,14 @@ static const fp4_dense_config configs[] = {
     RD("large-m.rd.pro.128x256", 128, 256, 3, 2, 4, 1),
     WGMMA("large-m.wgmma.128x128", 128, 6),
     WGMMA("large-m.wgmma.128x256", 256, 5),
-    /* register-A wgmma: 128 weight rows x 128 tokens (8 stages) or x 256 tokens (5 stages: 5 x 38 KiB) */
+    /* register-A wgmma: 128 weight rows x BT tokens; the 32- and 64-token tiles (batched decode) run
+     * two CTAs per SM, the 128- and 256-token tiles one (5 x 38 KiB stages at 256) */
+    WGRA("large-m.wgra.128x32", 32, 8, 0),
+    WGRA("large-m.wgra.128x64", 64, 6, 0),
     WGRA("large-m.wgra.128x128", 128, 8, 0),
     WGRA("large-m.wgra.128x256", 256, 5, 0),
+    WGRA("large-m.wgra.pro.128x32", 32, 8, 1),
+    WGRA("large-m.wgra.pro.128x64", 64, 6, 1),
     WGRA("large-m.wgra.pro.128x128", 128, 8, 1),
     WGRA("large-m.wgra.pro.128x256", 256, 5, 1),
 };
@@ -301,29 +306,25 @@ static int mma_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const 
 }
 
 /* NULL when config c of a prologue-split family takes act, else the rule: a prologue config takes
- * W4A4 only (its W4A16 tile: the family's config of the same tile), the others W4A16 only (pro0,
- * pro1: the family's prologue configs). */
+ * W4A4 only, the others W4A16 only; the message names the config of the same tile on the other side
+ * (the family's first one of that side where the tile has no twin). */
 static const char *prologue_act_rule(int family, int c, int act, char *why, size_t why_size) {
   const fp4_dense_config *cfg = fam(family, c);
-  int pro0 = -1, pro1 = -1, w4a16 = -1;
+  if (cfg->prologue == (act == FP4_CUDA_ACT_FP4)) return NULL;
+  const fp4_dense_config *twin = NULL;
   for (int i = 0; i < family_count(family); i++) {
     const fp4_dense_config *t = fam(family, i);
-    if (t->prologue) {
-      if (pro0 < 0) pro0 = i;
-      else if (pro1 < 0) pro1 = i;
-    } else if (w4a16 < 0 && t->bm == cfg->bm && t->bn == cfg->bn) {
-      w4a16 = i;
-    }
+    if (t->prologue == cfg->prologue) continue;
+    if (!twin || (t->bm == cfg->bm && t->bn == cfg->bn && (twin->bm != cfg->bm || twin->bn != cfg->bn))) twin = t;
   }
-  if (cfg->prologue && act != FP4_CUDA_ACT_FP4)
+  if (cfg->prologue)
     snprintf(why, why_size,
              "config %s is the W4A4 prologue variant (FP4 activations dequantized to bf16 once per GEMM); W4A16 runs "
              "on %s",
-             cfg->name, fam(family, w4a16)->name);
-  else if (!cfg->prologue && act == FP4_CUDA_ACT_FP4)
-    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s or %s (activations dequantized to bf16 once per GEMM)",
-             cfg->name, fam(family, pro0)->name, fam(family, pro1)->name);
-  else return NULL;
+             cfg->name, twin->name);
+  else
+    snprintf(why, why_size, "config %s takes W4A16; W4A4 runs on %s (activations dequantized to bf16 once per GEMM)",
+             cfg->name, twin->name);
   return why;
 }
 
@@ -442,36 +443,70 @@ static int wgmma_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
   return out;
 }
 
-/* Within the family: the 256-token tile first when it still gives every SM a CTA; W4A4 the
- * prologue configs. */
+/* Time of an SM advancing its resident register-A CTAs by one 64-K tile, relative, per token
+ * width: the 32- and 64-token tiles run two CTAs per SM and are bound by the weight bytes the two
+ * bring in; the 128- and 256-token tiles one CTA, bound by its MMAs. */
+static double wgra_round_cost(int bt) { return bt <= 32 ? 0.94 : bt <= 128 ? 1.0 : 2.0; }
+
+/* Estimated time of the register-A tile c on s: waves of the grid over the SMs' CTA slots, times
+ * the K tiles each CTA walks plus its fixed cost (fp4_dense_wgra_splits), times the round cost. */
+static double wgra_estimate(const fp4_dense_shape *s, const fp4_dense_config *c, int sms) {
+  const int64_t slots = (int64_t)sms * FP4_DENSE_WGRA_CTAS_PER_SM(c->bm);
+  const int64_t tiles = cdiv(s->m, c->bm) * cdiv(s->n, 128), kall = cdiv(s->k, 64);
+  const int splits = fp4_dense_wgra_splits(tiles, kall, (int)slots);
+  const double waves = (double)cdiv(tiles * splits, slots);
+  return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_round_cost(c->bm);
+}
+
+/* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs): up to
+ * 256 tokens by estimated time (wgra_estimate; the wider tile first on a tie); above, the 256-token
+ * tile first where it still gives every SM a CTA, else the 128-token one, then the narrower ones. */
 static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const char **names, int max) {
   char why[320];
   if (max < 1 || split_family_check(FP4_DENSE_LARGE_M_WGRA, "register-A wgmma", 1, s, a, NULL, why, sizeof why) != 1)
     return 0;
-  const int64_t ctas256 = cdiv(s->m, 256) * cdiv(s->n, 128);
-  const int wide = ctas256 >= a->sms ? 1 : 0;
-  const int base = s->act == FP4_CUDA_ACT_FP4 ? 2 : 0;
-  const int order[2] = {base + wide, base + 1 - wide};
+  const int wide = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms;
+  const fp4_dense_config *ok[8];
+  double t[8];
+  int n = 0;
+  for (int i = 0; i < family_count(FP4_DENSE_LARGE_M_WGRA) && n < 8; i++) {
+    const fp4_dense_config *c = fam(FP4_DENSE_LARGE_M_WGRA, i);
+    if (prologue_act_rule(FP4_DENSE_LARGE_M_WGRA, i, s->act, why, sizeof why) || fp4_dense_smem(c, s->act) > a->smem_optin)
+      continue;
+    /* above 256 tokens: a rank (256 or 128 first, then by width) instead of the estimate */
+    const double e = s->m <= 256 ? wgra_estimate(s, c, a->sms)
+                                 : (c->bm == (wide ? 256 : 128) ? 0.0 : c->bm == (wide ? 128 : 256) ? 1.0 : 1e3 - c->bm);
+    int j = n++;
+    for (; j > 0 && (t[j - 1] > e || (t[j - 1] == e && ok[j - 1]->bm < c->bm)); j--) ok[j] = ok[j - 1], t[j] = t[j - 1];
+    ok[j] = c, t[j] = e;
+  }
   int out = 0;
-  for (int i = 0; i < 2 && out < max; i++)
-    if (fp4_dense_smem(fam(FP4_DENSE_LARGE_M_WGRA, order[i]), s->act) <= a->smem_optin)
-      names[out++] = fam(FP4_DENSE_LARGE_M_WGRA, order[i])->name;
+  for (int i = 0; i < n && out < max; i++) names[out++] = ok[i]->name;
   return out;
+}
+
+/* The register-A tiles lead the batched-decode range of the architecture's table (wgra_from_m ..
+ * wgra_lead_to_m tokens, dense_sm90.h) where they run. */
+static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, const fp4_dense_arch *a) {
+  const char *first[1];
+  return r->wgra_from_m && s->m >= r->wgra_from_m && s->m <= r->wgra_lead_to_m && wgra_configs(s, a, first, 1) == 1;
 }
 
 /* The large-M configs that can run s on arch, the default first (0 when no large-M kernel takes
  * it): the mma.sync tiles (heuristic order), the register-decode and wgmma tiles, and the register-A
- * wgmma tiles, which lead where their 256-token tile gives every SM a CTA (dense_sm90.h). */
+ * wgmma tiles, which lead where their 256-token tile gives every SM a CTA and over the batched-decode
+ * range (dense_sm90.h). */
 static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *large[16]) {
   char why[320];
   if (mma_check(s, a, NULL, why, sizeof why) != 1) return 0;
-  const char *others[16], *wgra[4];
+  const char *others[16], *wgra[8];
   int n = mma_configs(s, a, others, 8);
   if (n < 1) return 0;
   n += rd_configs(s, a, others + n, 16 - n);
   n += wgmma_configs(s, a, others + n, 16 - n);
-  const int nw = wgra_configs(s, a, wgra, 4);
-  const int lead = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms;
+  const int nw = wgra_configs(s, a, wgra, 8);
+  const fp4_dense_rules *r = fp4_dense_rules_for(a->major, a->minor);
+  const int lead = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms || wgra_batch_leads(r, s, a);
   int count = 0;
   for (int i = 0; lead && i < nw; i++) large[count++] = wgra[i];
   for (int i = 0; i < n && count < 16; i++) large[count++] = others[i];
@@ -496,7 +531,7 @@ int fp4_dense_check(int family, const fp4_dense_shape *s, const fp4_dense_arch *
 const char *fp4_dense_default(const fp4_dense_shape *s, const fp4_dense_arch *a) {
   const fp4_dense_rules *r = fp4_dense_rules_for(a->major, a->minor);
   char why[320];
-  if (fp4_dense_small_m_rule(s, why, sizeof why) || s->m > r->large_m_from) {
+  if (fp4_dense_small_m_rule(s, why, sizeof why) || s->m > r->large_m_from || wgra_batch_leads(r, s, a)) {
     const char *large[16];
     /* when the large-M kernels refuse the problem, their first tile's check names the rule at run time */
     if (large_m_candidates(s, a, large) < 1 && mma_configs(s, a, large, 8) < 1) return NULL;
@@ -512,7 +547,7 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
   int nlarge = 0, count = 0;
   const int small_ok = !fp4_dense_small_m_rule(s, why, sizeof why);
   if (a) nlarge = large_m_candidates(s, a, large);
-  const int large_first = !small_ok || s->m > r->large_m_from;
+  const int large_first = !small_ok || s->m > r->large_m_from || (a && wgra_batch_leads(r, s, a));
   for (int i = 0; large_first && i < nlarge && count < max; i++) names[count++] = large[i];
   if (small_ok) {
     const fp4_dense_config *first = small_m_default(r, s, a ? a->sms : 1);
@@ -528,7 +563,8 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
   return count;
 }
 
-/* CTAs per output tile for a grid of `tiles` output tiles walking `kall` K tiles each on `sms` SMs:
+/* CTAs per output tile for a grid of `tiles` output tiles walking `kall` K tiles each on `slots`
+ * resident CTAs:
  * the split that minimizes the estimated time, waves x (K tiles per CTA + a fixed cost per CTA in
  * K-tile times: 4 for the pipeline fill and the epilogue, 16 with a split, whose partial tile makes
  * a round trip through memory and whose counters are cleared per call), taking a split (the best
@@ -538,9 +574,9 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
  * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
  * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
  * the two measured on 20 of the 22 points and 6-7% behind on two. */
-int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int sms) {
-  if (sms < 1) sms = 1;
-#define WAVES(ctas) ((double)(((ctas) + sms - 1) / sms))
+int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int slots) {
+  if (slots < 1) slots = 1;
+#define WAVES(ctas) ((double)(((ctas) + slots - 1) / slots))
   int best = 1;
   double best_t = 0.0;
   for (int s = 2; s <= 8 && kall / s >= 8; s++) {
@@ -554,7 +590,7 @@ int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int sms) {
 
 size_t fp4_dense_wgra_split_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes) {
   const int64_t tiles = cdiv(m, bt) * cdiv(n, 128);
-  const int splits = fp4_dense_wgra_splits(tiles, cdiv(k, 64), sms);
+  const int splits = fp4_dense_wgra_splits(tiles, cdiv(k, 64), sms * FP4_DENSE_WGRA_CTAS_PER_SM(bt));
   const size_t part = splits > 1 ? (size_t)tiles * (size_t)splits * (size_t)bt * 128 * sizeof(float) : 0;
   if (part_bytes) *part_bytes = part;
   return splits > 1 ? part + (size_t)tiles * sizeof(unsigned) : 0;

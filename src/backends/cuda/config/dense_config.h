@@ -17,7 +17,8 @@
  *                                registers; ".pro": W4A4 through the bf16 prologue
  *   large-m.wgmma.128x<BN>       sm_90a warpgroup-MMA tiles (gemm_large_m_sm90.cu)
  *   large-m.wgra[.pro].128x<BT>  sm_90a register-A wgmma tiles (gemm_large_m_wgra.cu): 128 weight rows
- *                                (the wgmma M side) x BT tokens, split-K where the grid is small
+ *                                (the wgmma M side) x BT tokens (32, 64: batched decode, two CTAs per
+ *                                SM; 128, 256: prefill), split-K where the grid is small
  *
  * A named config runs or is refused with the rule it needs; it is never replaced by another.
  */
@@ -81,6 +82,8 @@ enum { FP4_DENSE_SMALL_M_MAX_M = 64, FP4_DENSE_K_SLAB = 128 };
 #define FP4_DENSE_WGMMA_SMEM(bn, stages, fp4) \
   (1024 + (stages) * (((fp4) ? 128 * 32 : 128 * 128) + (bn) * 32) + 2 * ((bn) * 128 + ((fp4) ? 128 * 128 : 0)))
 #define FP4_DENSE_WGRA_SMEM(bt, stages) (1024 + (stages) * ((bt) * 128 + 128 * 32 + 128 * 16 + 1024))
+/* Resident CTAs per SM of the register-A tile of bt tokens (the split-K choice counts CTA slots). */
+#define FP4_DENSE_WGRA_CTAS_PER_SM(bt) ((bt) <= 64 ? 2 : 1)
 
 /* The config of that name, or NULL. */
 const fp4_dense_config *fp4_dense_config_find(const char *name);
@@ -106,9 +109,10 @@ size_t fp4_dense_workspace(const fp4_dense_shape *s, const fp4_dense_arch *arch,
 int fp4_dense_smem(const fp4_dense_config *c, int act);
 
 /* Split-K of the register-A tiles: CTAs per output tile for `tiles` output tiles walking `kall` K
- * tiles of 64 on sms SMs (1: none), and the workspace it takes (partial tiles of bt x 128 FP32 and a
+ * tiles of 64 on `slots` resident CTAs (SMs x FP4_DENSE_WGRA_CTAS_PER_SM; 1: no split), and the
+ * workspace it takes for the tile of bt tokens on sms SMs (partial tiles of bt x 128 FP32 and a
  * counter per output tile; part_bytes: where the counters start). */
-int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int sms);
+int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int slots);
 size_t fp4_dense_wgra_split_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes);
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@
 
 #define FP4_DENSE_RULES_SM90_INIT FP4_DENSE_RULES_SM89_INIT
 
-static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90", FP4_DENSE_RULES_SM90_INIT, .sm90a_families = 1};
+static const fp4_dense_rules fp4_dense_rules_sm90 = {
+    .arch = "sm90", FP4_DENSE_RULES_SM90_INIT, .sm90a_families = 1, .wgra_from_m = 17, .wgra_lead_to_m = 256};
 
 #endif
