@@ -60,7 +60,8 @@ static void test_recorded(void) {
       }
       const char *got = fp4_dense_default(&s, &a);
       const fp4_dense_rules *r = fp4_dense_rules_for(a.major, a.minor);
-      if (r->wgra_from_m && m >= r->wgra_from_m && m <= r->wgra_lead_to_m && got && a.sm90a &&
+      const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n;
+      if (r->wgra_from_m && m >= r->wgra_from_m && m <= r->wgra_lead_to_m && !narrow_out && got && a.sm90a &&
           s.act != FP4_CUDA_ACT_F32 && !(s.format == FP4_FORMAT_MXFP4 && s.act == FP4_CUDA_ACT_F16)) {
         batched++;
         if (strncmp(got, "large-m.wgra.", 13) && wrong++ < 10)
@@ -179,12 +180,28 @@ static void test_rules_and_workspace(void) {
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &narrow, &h200, "large-m.wgra.pro.128x32", why, sizeof why) == 0 &&
             strstr(why, "large-m.wgra.128x32"),
         "W4A16 on the 32-token prologue tile: %s", why);
-  /* batched decode on the H200: a register-A tile from 17 tokens, the small-M kernels below */
+  /* batched decode on the H200: a register-A tile from 17 tokens on wide weights (from 33 on
+   * narrower ones), the small-M kernels below; the tile that fits the tokens without an edge
+   * where one does (the estimate's fitted costs) */
   fp4_dense_shape b = narrow;
-  for (b.m = 1; b.m <= 300; b.m++) {
+  for (int wide = 0; wide < 2; wide++) {
+    b.n = wide ? 57344 : 8192;
+    for (b.m = 1; b.m <= 300; b.m++) {
+      const char *d = fp4_dense_default(&b, &h200);
+      const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
+      CHECK(wgra == (b.m >= (wide ? 17 : 33) && b.m <= 256) || (b.m > 256 && d), "H200 %lldx8192 M = %lld: %s",
+            (long long)b.n, (long long)b.m, d ? d : "-");
+    }
+  }
+  b.n = 57344;
+  static const struct { int64_t m; const char *want; } tiles[] = {
+      {17, "large-m.wgra.128x32"}, {32, "large-m.wgra.128x32"}, {48, "large-m.wgra.128x64"},
+      {64, "large-m.wgra.128x64"}, {128, "large-m.wgra.128x128"}, {256, "large-m.wgra.128x256"}};
+  for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
+    b.m = tiles[i].m;
     const char *d = fp4_dense_default(&b, &h200);
-    const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
-    CHECK(wgra == (b.m >= 17 && b.m <= 256) || (b.m > 256 && d), "H200 8192x8192 M = %lld: %s", (long long)b.m, d ? d : "-");
+    CHECK(d && !strcmp(d, tiles[i].want), "H200 57344x8192 M = %lld: %s, expected %s", (long long)b.m, d ? d : "-",
+          tiles[i].want);
   }
 }
 

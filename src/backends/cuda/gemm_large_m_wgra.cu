@@ -372,10 +372,11 @@ struct wgra_gather_copier {
 };
 
 /* The copies of the two-CTA dense tiles (32 and 64 tokens: batched decode, where M is often below
- * the tile, so that most tiles are M edges): as wgra_gather_copier, with the thread's BT / 16
- * activation row addresses computed once from the tile's first token (NULL past M: zero-filled),
- * so that an edge tile costs what an inside one does and the producer fits the 48 registers it
- * keeps at two CTAs per SM (wgra_copier's bounds-checked edge copies needed more than 64). */
+ * the tile, so that most tiles are M edges) and of every edge tile: as wgra_gather_copier, with the
+ * thread's BT / 16 activation row addresses computed once from the tile's first token (NULL past
+ * M: zero-filled), so that an edge tile costs what an inside one does and the producer fits the 48
+ * registers it keeps at two CTAs per SM (wgra_copier's bounds-checked edge copies needed more than
+ * 64). */
 template <class G, int BT>
 struct wgra_rows_copier {
   const uint8_t *arow[BT / 16]; /* activation rows m0 + pt / 8 + 16 j, plus chunk pt % 8; NULL past M */
@@ -426,16 +427,6 @@ struct wgra_rows_copier {
   __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
     return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
   }
-};
-
-/* The dense copier of a tile width: the row-address one for the two-CTA tiles, else wgra_copier. */
-template <class G, int BT, bool ROWS = (wgra_ctas_per_sm(BT) == 2)>
-struct wgra_dense_copier {
-  using type = wgra_copier<G, BT>;
-};
-template <class G, int BT>
-struct wgra_dense_copier<G, BT, true> {
-  using type = wgra_rows_copier<G, BT>;
 };
 
 /* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
@@ -593,8 +584,17 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
-    const typename wgra_dense_copier<G, BT>::type copier(p, m0, n0, pt);
-    wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
+    /* wgra_copier for the one-CTA tiles inside A and W; the row-address copier for the two-CTA
+     * tiles (register budget) and for edge tiles, which wgra_copier's bounds-checked copies made
+     * twice as slow (the 128-token tile at M = 96: 613 against 316 us at M = 128, 57344 x 8192;
+     * bench/results/h200/2026-12-02-batched-decode/) */
+    if (wgra_ctas_per_sm(BT) == 2 || m0 + BT > p.m || n0 + kWgraRows > p.n) {
+      const wgra_rows_copier<G, BT> copier(p, m0, n0, pt);
+      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
+    } else {
+      const wgra_copier<G, BT> copier(p, m0, n0, pt);
+      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
+    }
     fp4_pdl_launch_dependents();
   } else {
     /* ---- consumers, then the epilogue from the staged tile ---- */

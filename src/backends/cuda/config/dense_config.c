@@ -443,19 +443,21 @@ static int wgmma_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
   return out;
 }
 
-/* Time of an SM advancing its resident register-A CTAs by one 64-K tile, relative, per token
- * width: the 32- and 64-token tiles run two CTAs per SM and are bound by the weight bytes the two
- * bring in; the 128- and 256-token tiles one CTA, bound by its MMAs. */
-static double wgra_round_cost(int bt) { return bt <= 32 ? 0.94 : bt <= 128 ? 1.0 : 2.0; }
+/* Time of one register-A CTA's 64-K tile, relative, with its SM holding as many such CTAs as fit
+ * (two of the 32- and 64-token tiles, one of the others), fitted on the H200 (57344 x 8192 at M =
+ * 32, 64, 128 and 256, one tile per CTA's M range; bench/results/h200/2026-12-02-batched-decode/):
+ * the narrow tiles are bound by their weight decode, which does not shrink with the tokens, so two
+ * of them per SM take longer per tile than one 128-token tile. */
+static double wgra_cta_cost(int bt) { return bt <= 32 ? 0.9 : bt <= 64 ? 1.1 : bt <= 128 ? 0.73 : 1.0; }
 
 /* Estimated time of the register-A tile c on s: waves of the grid over the SMs' CTA slots, times
- * the K tiles each CTA walks plus its fixed cost (fp4_dense_wgra_splits), times the round cost. */
+ * the K tiles each CTA walks plus its fixed cost (fp4_dense_wgra_splits), times the CTA cost. */
 static double wgra_estimate(const fp4_dense_shape *s, const fp4_dense_config *c, int sms) {
   const int64_t slots = (int64_t)sms * FP4_DENSE_WGRA_CTAS_PER_SM(c->bm);
   const int64_t tiles = cdiv(s->m, c->bm) * cdiv(s->n, 128), kall = cdiv(s->k, 64);
   const int splits = fp4_dense_wgra_splits(tiles, kall, (int)slots);
   const double waves = (double)cdiv(tiles * splits, slots);
-  return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_round_cost(c->bm);
+  return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_cta_cost(c->bm);
 }
 
 /* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs): up to
@@ -486,10 +488,13 @@ static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const
 }
 
 /* The register-A tiles lead the batched-decode range of the architecture's table (wgra_from_m ..
- * wgra_lead_to_m tokens, dense_sm90.h) where they run. */
+ * wgra_lead_to_m tokens, dense_sm90.h; up to wgra_narrow_to_m tokens only from wgra_narrow_min_n
+ * weight rows) where they run. */
 static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, const fp4_dense_arch *a) {
   const char *first[1];
-  return r->wgra_from_m && s->m >= r->wgra_from_m && s->m <= r->wgra_lead_to_m && wgra_configs(s, a, first, 1) == 1;
+  if (!r->wgra_from_m || s->m < r->wgra_from_m || s->m > r->wgra_lead_to_m) return 0;
+  if (s->m <= r->wgra_narrow_to_m && s->n < r->wgra_narrow_min_n) return 0;
+  return wgra_configs(s, a, first, 1) == 1;
 }
 
 /* The large-M configs that can run s on arch, the default first (0 when no large-M kernel takes

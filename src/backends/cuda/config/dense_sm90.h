@@ -3,7 +3,12 @@
  * a CTA: 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 against 223-229 for
  * the best mma.sync tile (bench/results/h200/2026-11-30-large-m-prefill/); on smaller grids each of
  * their CTAs walks all of K at about 1 us per 64-K tile, so they stay behind the mma.sync tiles
- * there. */
+ * there.
+ * Batched decode (wgra_*): from 17 to 256 tokens the register-A tiles of 32 to 256 tokens lead
+ * (config/dense_config.c picks the tile), 1.1-2.9x faster than the small-M kernels they replace at
+ * 33-64 tokens and than the mma.sync tiles above; up to 32 tokens only from 10240 weight rows,
+ * below which the small-M kernels stay ahead (8192 x 28672 at M = 17: 94 against 103 us;
+ * bench/results/h200/2026-12-02-batched-decode/). */
 #ifndef FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 #define FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 
@@ -11,7 +16,12 @@
 
 #define FP4_DENSE_RULES_SM90_INIT FP4_DENSE_RULES_SM89_INIT
 
-static const fp4_dense_rules fp4_dense_rules_sm90 = {
-    .arch = "sm90", FP4_DENSE_RULES_SM90_INIT, .sm90a_families = 1, .wgra_from_m = 17, .wgra_lead_to_m = 256};
+static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90",
+                                                     FP4_DENSE_RULES_SM90_INIT,
+                                                     .sm90a_families = 1,
+                                                     .wgra_from_m = 17,
+                                                     .wgra_lead_to_m = 256,
+                                                     .wgra_narrow_to_m = 32,
+                                                     .wgra_narrow_min_n = 10240};
 
 #endif
