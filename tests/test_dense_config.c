@@ -60,7 +60,8 @@ static void test_recorded(void) {
       }
       const char *got = fp4_dense_default(&s, &a);
       const fp4_dense_rules *r = fp4_dense_rules_for(a.major, a.minor);
-      const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n;
+      const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n &&
+                             !(m >= r->wgra_mid_from_m && s.n * s.k >= ((int64_t)1 << r->wgra_mid_min_log2_weights));
       if (r->wgra_from_m && m >= r->wgra_from_m && m <= r->wgra_lead_to_m && !narrow_out && got && a.sm90a &&
           s.act != FP4_CUDA_ACT_F32 && !(s.format == FP4_FORMAT_MXFP4 && s.act == FP4_CUDA_ACT_F16)) {
         batched++;
@@ -180,8 +181,8 @@ static void test_rules_and_workspace(void) {
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &narrow, &h200, "large-m.wgra.pro.128x32", why, sizeof why) == 0 &&
             strstr(why, "large-m.wgra.128x32"),
         "W4A16 on the 32-token prologue tile: %s", why);
-  /* batched decode on the H200: a register-A tile from 17 tokens on wide weights (from 33 on
-   * narrower ones), the small-M kernels below; the tile that fits the tokens without an edge
+  /* batched decode on the H200: a register-A tile from 17 tokens on wide weights (from 25 on
+   * narrower ones of 2^25 weights or more), the small-M kernels below; the tile that fits the tokens without an edge
    * where one does (the estimate's fitted costs) */
   fp4_dense_shape b = narrow;
   for (int wide = 0; wide < 2; wide++) {
@@ -189,7 +190,7 @@ static void test_rules_and_workspace(void) {
     for (b.m = 1; b.m <= 300; b.m++) {
       const char *d = fp4_dense_default(&b, &h200);
       const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
-      CHECK(wgra == (b.m >= (wide ? 17 : 33) && b.m <= 256) || (b.m > 256 && d), "H200 %lldx8192 M = %lld: %s",
+      CHECK(wgra == (b.m >= (wide ? 17 : 25) && b.m <= 256) || (b.m > 256 && d), "H200 %lldx8192 M = %lld: %s",
             (long long)b.n, (long long)b.m, d ? d : "-");
     }
   }

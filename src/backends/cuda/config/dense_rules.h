@@ -15,7 +15,8 @@ typedef struct fp4_dense_rules {
   int sa_min_m, sa_max_m; /* tokens over which the shared-activation kernel leads (bf16/f16)          */
   int prologue_min_log2_weights; /* W4A4 takes the bf16 prologue from 2^this weights (N x K)         */
   int wgra_from_m, wgra_lead_to_m; /* tokens over which the register-A tiles lead (0: they do not)  */
-  int wgra_narrow_to_m, wgra_narrow_min_n; /* up to this many tokens, they lead from this N only       */
+  int wgra_narrow_to_m, wgra_narrow_min_n; /* up to this many tokens, they lead from this N only...    */
+  int wgra_mid_from_m, wgra_mid_min_log2_weights; /* ...or from this many tokens on 2^this weights    */
 } fp4_dense_rules;
 
 /* The table of the device's architecture (major, minor). */
