@@ -49,10 +49,10 @@ static const shape kShapes[] = {
 };
 static const int64_t kMs[] = {16, 32, 48, 64, 65, 128, 256, 512, 1024, 2048, 4096, 8192};
 static const char *const kSmall[] = {"small-m.w8", "small-m.w4", "small-m.w2", "small-m.r32.w8", "small-m.r32.w4"};
-static const char *const kLarge[] = {"large-m.128x128.s4",    "large-m.128x128.s3",    "large-m.128x256.s3",
-                                     "large-m.64x128.s4",     "large-m.wgmma.128x128", "large-m.wgmma.128x256",
-                                     "large-m.rd.128x128",    "large-m.rd.128x256",    "large-m.rd.256x128",
-                                     "large-m.wgra.128x128",  "large-m.wgra.128x256"};
+static const char *const kLarge[] = {"large-m.128x128.s4",  "large-m.128x128.s3",  "large-m.128x256.s3",
+                                     "large-m.64x128.s4",   "large-m.rd.128x128",  "large-m.rd.128x256",
+                                     "large-m.rd.256x128",  "large-m.wgra.128x32", "large-m.wgra.128x64",
+                                     "large-m.wgra.128x128", "large-m.wgra.128x256"};
 /* W4A4 is timed on the best W4A16 config (when it takes W4A4), on the decoded-tile mma.sync tile
  * that decodes the FP4 activations in its main loop, and on the prologue configs (activations
  * dequantized to bf16 once per GEMM, then the W4A16 register-decode tile), keeping the fastest and
@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
         const bool is_rd = !strncmp(c, "large-m.rd.", 11), is_wgra = !strncmp(c, "large-m.wgra.", 13);
         if (t > 0 && is_rd && (rd_best < 0 || t < rd_best)) rd_best = t, rd_cfg = c;
         if (t > 0 && is_wgra && (wgra_best < 0 || t < wgra_best)) wgra_best = t, wgra_cfg = c;
-        if (t > 0 && !is_rd && !is_wgra && strncmp(c, "large-m.wgmma.", 14) && (smem_best < 0 || t < smem_best))
+        if (t > 0 && !is_rd && !is_wgra && (smem_best < 0 || t < smem_best))
           smem_best = t;
         if (t < 0 && m == 128) printf("  (%s refused at M = 128: %s)\n", c, why.c_str()); /* say why, once per shape */
       }

@@ -118,7 +118,7 @@ if want ncu && command -v ncu >/dev/null; then
   step ncu-dequant $NCU $BRK -c 30 $F bench --backend cublas-dequant --shapes 8192x8192,20480x4096 --m 4096 --op w4a16 --runs 50 --no-peers
   step ncu-small-m $NCU $BRK -k regex:gemm_small_m -c 4 $F bench --backend cuda --shapes 57344x8192 --m 1,16 --op w4a16 --runs 50 --no-peers
   step ncu-large-m $NCU $SEC -k regex:gemm_large_m -s 3 -c 1 $F bench --backend cuda --config large-m.128x128.s3 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
-  step ncu-wgmma $NCU $SEC -k regex:gemm_wgmma -s 3 -c 1 $F bench --backend cuda --config large-m.wgmma.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
+  step ncu-wgra-batched $NCU $SEC --section SourceCounters -k regex:gemm_wgra -s 3 -c 1 $F bench --backend cuda --config large-m.wgra.128x64 --shapes 57344x8192 --m 64 --op w4a16 --runs 50 --no-peers
   step ncu-wgra $NCU $SEC -k regex:gemm_wgra -s 3 -c 1 $F bench --backend cuda --config large-m.wgra.128x256 --shapes 8192x8192 --m 4096 --op w4a16 --runs 50 --no-peers
   # The grouped MoE kernels at B = 1 (gate_up, then down: K = 1024 with f32 activations) and the
   # dense small-M kernel at M = 16, with the stall locations in the source (SourceCounters).

@@ -329,8 +329,8 @@ static fp4_status gemm_f32(fp4_context *ctx, const char *backend, const char *co
 
 /* alpha given as a device scalar (fp4_options.alpha_device, alpha argument 1) must give the bits of
  * the same alpha by value, on every kernel family: small-M classic, lean, shared-activation and
- * prologue, large-M mma.sync, register-decode (and its prologue), wgmma and register-A wgmma (and
- * its prologue; the 128 x 8192 case takes its split-K path), and cuda-sm120. The multipliers are 1,
+ * prologue, large-M mma.sync, register-decode (and its prologue), register-A wgmma (a batched-decode
+ * tile, a prologue one; the 128 x 8192 case takes its split-K path), and cuda-sm120. The multipliers are 1,
  * so the by-value scale is alpha itself. */
 static void test_device_alpha(fp4_context *ctx, int major, int minor) {
   static const struct {
@@ -350,7 +350,7 @@ static void test_device_alpha(fp4_context *ctx, int major, int minor) {
       {"cuda", "large-m.64x128.s4", 1, 300, 520, 1152},
       {"cuda", "large-m.rd.128x128", 0, 300, 520, 1152},
       {"cuda", "large-m.rd.pro.128x128", 1, 300, 520, 1152},
-      {"cuda", "large-m.wgmma.128x128", 0, 300, 520, 1152},
+      {"cuda", "large-m.wgra.128x64", 0, 100, 520, 1152},
       {"cuda", "large-m.wgra.128x128", 0, 300, 520, 1152},
       {"cuda", "large-m.wgra.pro.128x256", 1, 300, 520, 1152},
       {"cuda", "large-m.wgra.128x128", 0, 128, 256, 8192},

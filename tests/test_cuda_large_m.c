@@ -8,7 +8,7 @@
  *      is checked for unwritten (NaN) elements and a subset of rows (tile edges, the tails and random
  *      rows; all columns) is compared with the double reference, so that M = 8192 stays quick on the
  *      host; f32 output must be within 1e-5 relative Frobenius error;
- *   3. the wgmma tiles, the register-decode tiles and the register-A wgmma tiles on every variant at
+ *   3. the register-decode tiles and the register-A wgmma tiles on every variant at
  *      M = 65, 128, 1000, 4096, 8192, one 64 x 128 x 64 tile, and with odd M / N / K-tile tails
  *      (M = 333, 4097; N = 200, 1003; K = 96, 160);
  *   3b. the batched-decode register-A tiles (32 and 64 tokens, two CTAs per SM), the wide ones at M
@@ -27,18 +27,18 @@
 
 static int g_runs, g_failures, g_skips;
 
-/* Entries 4-5 are the sm_90a wgmma tiles: skipped (with the reason) on any other device or binary;
- * 6-10 the register-decode configs (gemm_large_m_rd.cu): rd.128x128 refuses W4A4 and the rd.pro.*
- * (W4A4 prologue) configs refuse W4A16, each naming the rule; 11-18 the register-A wgmma tiles
- * (gemm_large_m_wgra.cu, sm_90a only, the same W4A16 / W4A4-prologue split as the rd configs), the
- * batched-decode ones (32 and 64 tokens) first. */
+/* Entries 0-3 are the mma.sync tiles; 4-8 the register-decode configs (gemm_large_m_rd.cu):
+ * rd.128x128 refuses W4A4 and the rd.pro.* (W4A4 prologue) configs refuse W4A16, each naming the
+ * rule; 9-16 the register-A wgmma tiles (gemm_large_m_wgra.cu; skipped with the reason off SM90 or
+ * without sm_90a code; the same W4A16 / W4A4-prologue split), the batched-decode ones (32 and 64
+ * tokens) first. */
 static const char *const k_configs[] = {
     "large-m.128x128.s4", "large-m.128x128.s3", "large-m.128x256.s3",     "large-m.64x128.s4",
-    "large-m.wgmma.128x128", "large-m.wgmma.128x256", "large-m.rd.128x128", "large-m.rd.128x256",
-    "large-m.rd.256x128", "large-m.rd.pro.128x128", "large-m.rd.pro.128x256",
+    "large-m.rd.128x128", "large-m.rd.128x256", "large-m.rd.256x128", "large-m.rd.pro.128x128",
+    "large-m.rd.pro.128x256",
     "large-m.wgra.128x32", "large-m.wgra.128x64", "large-m.wgra.pro.128x32", "large-m.wgra.pro.128x64",
     "large-m.wgra.128x128", "large-m.wgra.128x256", "large-m.wgra.pro.128x128", "large-m.wgra.pro.128x256"};
-enum { NUM_CONFIGS = 19, FIRST_WGMMA = 4, FIRST_RD = 6, FIRST_WGRA = 11, NUM_BATCH_WGRA = 4 };
+enum { NUM_CONFIGS = 17, FIRST_RD = 4, FIRST_WGRA = 9, NUM_BATCH_WGRA = 4 };
 
 /* Variant v: 0 W4A16 bf16, 1 W4A16 f16, 2 W4A4; the format is separate. */
 static const char *variant_name(int v) { return v == 0 ? "w4a16-bf16" : v == 1 ? "w4a16-f16" : "w4a4"; }
@@ -229,15 +229,14 @@ static void run_forced(fp4_context *ctx, const lm_case *c, const char *config, u
     fp4_matrix da = {h.d_a, M, K, 0, adt, FP4_MEMORY_DEVICE};
     st = fp4_mm_w4a16(ctx, &da, &dbq, alpha, &dout, &o);
   }
-  /* a tile this device cannot hold is a normal refusal; so are the wgmma tiles off SM90 / without
-   * sm_90a code, MXFP4 W4A4 on the 128x256 wgmma tile, W4A4 on the rd and wgra W4A16 tiles and
+  /* a tile this device cannot hold is a normal refusal; so are the register-A tiles off SM90 /
+   * without sm_90a code, W4A4 on the rd and wgra W4A16 tiles and
    * W4A16 on their pro configs (each refusal names its rule) */
   const char *err = fp4_last_error();
-  const int wgmma = !strncmp(config, "large-m.wgmma.", 14), wgra = !strncmp(config, "large-m.wgra.", 13);
+  const int wgra = !strncmp(config, "large-m.wgra.", 13);
   const int rd = !strncmp(config, "large-m.rd.", 11) || wgra; /* the same W4A16 / W4A4-prologue split */
   if (st == FP4_ERR_UNSUPPORTED &&
       (strstr(err, "shared memory") ||
-       (wgmma && (strstr(err, "SM90 only") || strstr(err, "no sm_90a code") || strstr(err, "MXFP4 W4A4 runs on"))) ||
        (wgra && (strstr(err, "SM90 only") || strstr(err, "no sm_90a code"))) ||
        (rd && w4a4 && strstr(err, "W4A4 runs on")) || (rd && !w4a4 && strstr(err, "W4A4 prologue variant")))) {
     skipped = 1;
@@ -341,7 +340,7 @@ static void test_forced_configs(fp4_context *ctx) {
   }
 }
 
-/* The configs first .. first + count - 1 (the wgmma tiles, the register-decode tiles) on every
+/* The configs first .. first + count - 1 (the register-decode tiles, the register-A tiles) on every
  * variant at M = 65, 128, 1000, 4096, 8192 and with odd M, N and K-tile tails, f32
  * output (the 1e-5 check) and, rotating, bf16/f16 outputs and edge-value data. */
 static void test_family_configs(fp4_context *ctx, int first, int count, const char *family, uint64_t seed) {
@@ -484,7 +483,7 @@ static void test_refusals(fp4_context *ctx) {
       g_failures++;
       printf("FAIL unknown config: status %s, message '%s'\n", fp4_status_str(st), fp4_last_error());
     }
-    fp4_options badwg = {.backend = "cuda", .config = "large-m.wgmma.1x1"};
+    fp4_options badwg = {.backend = "cuda", .config = "large-m.wgmma.128x128"}; /* a removed family */
     st = i == 0 ? fp4_mm_w4a16(ctx, &ya, &yb, 1.0f, &xo, &badwg) : FP4_ERR_NOT_FOUND;
     if (st != FP4_ERR_NOT_FOUND) {
       g_failures++;
@@ -509,13 +508,13 @@ static void test_refusals(fp4_context *ctx) {
   }
 }
 
-/* With an argument (wgmma, register-decode, register-A or batched-decode), only that section runs: a
+/* With an argument (register-decode, register-A or batched-decode), only that section runs: a
  * quick check of one kernel family on the GPU machine. ctest runs everything. */
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
-  if (only && strcmp(only, "wgmma") && strcmp(only, "register-decode") && strcmp(only, "register-A") &&
+  if (only && strcmp(only, "register-decode") && strcmp(only, "register-A") &&
       strcmp(only, "batched-decode")) {
-    fprintf(stderr, "usage: test_cuda_large_m [wgmma | register-decode | register-A | batched-decode]\n");
+    fprintf(stderr, "usage: test_cuda_large_m [register-decode | register-A | batched-decode]\n");
     return 2;
   }
   fp4_context *ctx = NULL;
@@ -537,7 +536,6 @@ int main(int argc, char **argv) {
     printf("+ refusals: %d checks, %d failures\n", g_runs, g_failures);
     test_forced_configs(ctx);
   }
-  if (!only || !strcmp(only, "wgmma")) test_family_configs(ctx, FIRST_WGMMA, 2, "wgmma", 99000);
   if (!only || !strcmp(only, "register-decode"))
     test_family_configs(ctx, FIRST_RD, FIRST_WGRA - FIRST_RD, "register-decode", 111000);
   if (!only || !strcmp(only, "register-A"))

@@ -118,10 +118,14 @@ static void test_rules_and_workspace(void) {
   /* every config's name finds it, and its family is the prefix's */
   int n = 0;
   const fp4_dense_config *all = fp4_dense_configs_all(&n);
-  CHECK(n == 43, "%d dense configs", n);
-  for (int i = 0; i < n; i++)
+  CHECK(n == 41, "%d dense configs", n);
+  for (int i = 0; i < n; i++) {
     CHECK(fp4_dense_config_find(all[i].name) == &all[i] && fp4_dense_family_of(all[i].name) == all[i].family,
           "config %s: lookup or family", all[i].name);
+    /* gemm_small_m.cu compiles the 32- and 64-row classic kernels for 4 and 8 warps only */
+    CHECK(all[i].family != FP4_DENSE_SMALL_M || all[i].rows < 32 || all[i].warps >= 4,
+          "config %s: %d rows on %d warps has no kernel", all[i].name, all[i].rows, all[i].warps);
+  }
   /* unknown names are -1 with the list; rules name themselves */
   const fp4_dense_shape w4a16 = {300, 4096, 4096, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_MMA, &w4a16, &h200, "large-m.1x1.s1", why, sizeof why) == -1 &&
@@ -137,9 +141,9 @@ static void test_rules_and_workspace(void) {
         "wgra on SM80: %s", why);
   a100.major = 9; /* SM 9.0 without the sm_90a code: the probe's reason */
   snprintf(a100.sm90a_why, sizeof a100.sm90a_why, "this fp4kit binary carries no sm_90a code");
-  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGMMA, &w4a16, &a100, "large-m.wgmma.128x128", why, sizeof why) == 0 &&
+  CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &w4a16, &a100, "large-m.wgra.128x128", why, sizeof why) == 0 &&
             strstr(why, "no sm_90a code"),
-        "wgmma without sm_90a code: %s", why);
+        "wgra without sm_90a code: %s", why);
   const fp4_dense_shape w4a4 = {300, 4096, 4096, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_RD, &w4a4, &h200, "large-m.rd.128x128", why, sizeof why) == 0 &&
             strstr(why, "large-m.rd.pro.128x128"),

@@ -114,7 +114,7 @@ static void bench_usage(FILE *f) {
           "  --step      time one rank's decode step of a model instead (fp4kit bench --step MODEL --help).\n"
           "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
           "  --config    time one named configuration of the one --backend (GEMM ops; the tuner's\n"
-          "              candidate names, e.g. small-m.r32.w4 or large-m.wgmma.128x256).\n"
+          "              candidate names, e.g. small-m.r32.w4 or large-m.wgra.128x64).\n"
           "  --device    CUDA ordinal, or -1 for host backends only (default: FP4KIT_DEVICE, else 0\n"
           "              when a CUDA device is present, else -1).\n"
           "  --json      one record per point (with device, driver, runtime, commit, date, command);\n"

@@ -92,8 +92,7 @@ static const cuda_state *cuda_get_state(fp4_context *ctx, char *reason, size_t r
   st->arch.sms = prop.multiProcessorCount;
   st->arch.smem_optin = (int)prop.sharedMemPerBlockOptin;
   char why[200] = "";
-  st->arch.sm90a = prop.major == 9 && prop.minor == 0 && fp4_cuda_wgra_image_ok(device, why, sizeof why) &&
-                   fp4_cuda_wgmma_image_ok(device, why, sizeof why);
+  st->arch.sm90a = prop.major == 9 && prop.minor == 0 && fp4_cuda_wgra_image_ok(device, why, sizeof why);
   snprintf(st->arch.sm90a_why, sizeof st->arch.sm90a_why, "%s", why);
   if (slot) *slot = st;
   return st; /* without a slot (not registered) the state leaks once per call: never in practice */
@@ -239,7 +238,6 @@ static int (*const cuda_family_launch[FP4_DENSE_FAMILIES])(const fp4_cuda_gemm_a
     [FP4_DENSE_SMALL_M] = cuda_launch_small_m,
     [FP4_DENSE_LARGE_M_MMA] = fp4_cuda_gemm_large_m,
     [FP4_DENSE_LARGE_M_RD] = fp4_cuda_gemm_large_m_rd,
-    [FP4_DENSE_LARGE_M_WGMMA] = fp4_cuda_gemm_wgmma,
     [FP4_DENSE_LARGE_M_WGRA] = fp4_cuda_gemm_wgra,
 };
 

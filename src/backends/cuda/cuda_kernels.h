@@ -91,17 +91,14 @@ int64_t fp4_cuda_gemm_small_m_smem(int warps, int64_t m, int rows);
 /* Large-M GEMMs: any M >= 1, K % 32 == 0, bf16/f16 activations or FP4 (W4A4); each runs the tile of
  * a config of its family (config/dense_config.h; the config's check there has passed) and returns
  * the cudaError_t. mma.sync tiles (gemm_large_m.cu); register-decode tiles, FP4 weights decoded in
- * registers (gemm_large_m_rd.cu); sm_90a wgmma tiles (gemm_large_m_sm90.cu); sm_90a register-A wgmma
- * tiles, out^T = dq(W) * A^T with the weights decoded into wgmma's register operand
+ * registers (gemm_large_m_rd.cu); sm_90a register-A wgmma tiles, out^T = dq(W) * A^T with the weights decoded into wgmma's register operand
  * (gemm_large_m_wgra.cu). The ".pro" configs take W4A4 through the bf16 prologue and args->workspace
  * (config/dense_config.c, fp4_dense_workspace). */
 int fp4_cuda_gemm_large_m(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
 int fp4_cuda_gemm_large_m_rd(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
-int fp4_cuda_gemm_wgmma(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
 int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const fp4_dense_config *config, void *stream, int pdl);
-/* 1 when device (SM 9.0) runs this binary's sm_90a code of the wgmma / register-A tiles, else 0 with
- * the reason; probed once per device (cudaFuncGetAttributes), so a context asks once. */
-int fp4_cuda_wgmma_image_ok(int device, char *why, size_t why_size);
+/* 1 when device (SM 9.0) runs this binary's sm_90a code of the register-A tiles, else 0 with the
+ * reason; probed once per device (cudaFuncGetAttributes), so a context asks once. */
 int fp4_cuda_wgra_image_ok(int device, char *why, size_t why_size);
 /* The register-A tiles' consumer decode of a test tile for every code x scale byte (format,
  * FP4_CUDA_ACT_BF16/F16) into host_out (4096 x 16 words, see gemm_large_m_wgra.cu). */

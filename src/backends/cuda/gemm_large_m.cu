@@ -1,7 +1,7 @@
 /*
  * Large-M (prefill) GEMMs: out[M, N] = scale * A[M, K] * dq(W)[N, K]^T on SM80+ tensor cores
  * (mma.sync m16n8k16, FP32 accumulation). The same kernels run on SM80, SM89, SM90 and newer; the
- * sm_90a wgmma family is in gemm_large_m_sm90.cu (docs/cuda-large-m.md).
+ * sm_90a register-A wgmma family is in gemm_large_m_wgra.cu (docs/cuda-large-m.md).
  *
  * Structure of one CTA (BM x BN output tile, 8 warps as 2 x 4, K in 64-element tiles):
  *   - a STAGES-deep cp.async pipeline brings, per K tile, the activation tile (bf16/f16 rows, or the

@@ -4,7 +4,8 @@
  * out^T = dq(W) * A^T, so that the weights are wgmma's A operand, which may come from registers,
  * and the bf16/f16 activations its B operand in shared memory. Each consumer thread decodes its own
  * A fragments from the raw FP4 codes in registers: no decoded tile in shared memory, no barrier
- * between a decode and the MMAs (what limits gemm_large_m_sm90.cu). Same operands, rules and
+ * between a decode and the MMAs (what limited the shared-memory-decode wgmma tiles this family
+ * replaced, docs/cuda-large-m.md). Same operands, rules and
  * exactness as the mma.sync family of gemm_large_m.cu (docs/cuda-large-m.md); extra tuner
  * candidates, not the default.
  *
@@ -29,7 +30,7 @@
  *     of wgmma's 128-byte swizzle mode; descriptor sw128_desc (mode 1, stride byte offset 1024
  *     between 8-row groups); the k-th 16-element slice of the tile starts 32 k bytes in, so the
  *     descriptor advances by 2 (16-byte units) per k16 step and the hardware applies the XOR to the
- *     final address, as swz() did for the writes (the layout gemm_large_m_sm90.cu verified);
+ *     final address, as swz() did for the writes (sw128_desc in large_m_common.cuh);
  *   - FP4 weights: row r's 16-byte half h at r * 32 + ((h ^ ((r >> 2) & 1)) * 16) (rd_fp4_off):
  *     a warp's 16-byte loads of its 8 rows g = 0..7 (same h) then fall on 8 distinct 16-byte bank
  *     groups (rows 0-3 and 4-7 in opposite halves of a 128-byte line);

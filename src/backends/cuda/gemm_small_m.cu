@@ -227,10 +227,17 @@ cudaError_t launch_pf(const gemm_params &p, int warps, cudaStream_t stream, int 
                          stream, pdl, p);
 }
 
+/* The 256 B prefetch form for 4 and 8 warps, the plain one for 1 and 2. The 32- and 64-row configs
+ * all have 4 or 8 warps (config/dense_config.c; tests/test_dense_config.c checks it), so their plain
+ * forms are not compiled: 40 of the 144 classic kernels, about 29% of this unit's compile time
+ * (bench/results/build/cuda-compile-times.md). */
 template <int FMT, int ACT, int NT, int U, int R>
 cudaError_t launch_one(const gemm_params &p, int warps, cudaStream_t stream, int pdl) {
-  return warps >= 4 ? launch_pf<FMT, ACT, NT, U, R, 256>(p, warps, stream, pdl)
-                    : launch_pf<FMT, ACT, NT, U, R, 0>(p, warps, stream, pdl);
+  if constexpr (R >= 2)
+    return warps >= 4 ? launch_pf<FMT, ACT, NT, U, R, 256>(p, warps, stream, pdl) : cudaErrorInvalidConfiguration;
+  else
+    return warps >= 4 ? launch_pf<FMT, ACT, NT, U, R, 256>(p, warps, stream, pdl)
+                      : launch_pf<FMT, ACT, NT, U, R, 0>(p, warps, stream, pdl);
 }
 
 /* The CTAs per SM a lean variant is compiled for: the configuration's target (6 or 8) where ptxas

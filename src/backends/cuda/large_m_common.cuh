@@ -1,8 +1,9 @@
 /*
- * Device pieces of the sm_90a wgmma GEMM (gemm_large_m_sm90.cu), the register-decode GEMM
- * (gemm_large_m_rd.cu: it adds the launch and mma.sync accumulator-store helpers at the end) and the
- * register-A wgmma GEMM (gemm_large_m_wgra.cu: the sm_90a pieces and the in-register decode), lifted from the mma.sync family (gemm_large_m.cu,
- * which keeps its own copies: sharing them changed its register allocation and spilled on one target): the kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
+ * Device pieces of the register-decode GEMM (gemm_large_m_rd.cu: it adds the launch and mma.sync
+ * accumulator-store helpers at the end) and the register-A wgmma GEMM (gemm_large_m_wgra.cu: the
+ * sm_90a pieces and the in-register decode), lifted from the mma.sync family (gemm_large_m.cu, which
+ * keeps its own copies: sharing them changed its register allocation and spilled on one target): the
+ * kernel parameters, cp.async, the 128-byte XOR swizzle of 16-bit tiles, the
  * exact FP4 -> bf16/f16 decode (the reasoning is in gemm_large_m.cu's header comment and
  * docs/cuda-large-m.md) and the masked epilogue store. Everything sits in an unnamed namespace:
  * each kernel file gets its own copy of these inline device functions.
@@ -359,8 +360,7 @@ __device__ __forceinline__ void lm_mma_ktile(const uint8_t *at, const uint8_t *b
   }
 }
 
-/* ---- sm_90a pieces: mbarriers, the async-proxy fence, wgmma (gemm_large_m_sm90.cu and
- * gemm_large_m_wgra.cu). Kernel bodies that use them exist only where FP4_SM90A_BODY is 1; other
+/* ---- sm_90a pieces: mbarriers, the async-proxy fence, wgmma (gemm_large_m_wgra.cu). Kernel bodies that use them exist only where FP4_SM90A_BODY is 1; other
  * targets compile a trap. ---------------------------------------------------------------------------- */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP4_SM90A_BODY 1
@@ -391,11 +391,15 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t *b) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(b)) : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-/* Named barrier 1 among the 128 threads of the producer warpgroup. */
-__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
-/* K-major operand in the 128-byte swizzle layout (swz() above; the layout and descriptor fields are
- * explained at the top of gemm_large_m_sm90.cu). */
+/* K-major operand in the 128-byte swizzle layout, the layout wgmma's 128-byte swizzle mode expects:
+ * a tile is rows of 64 16-bit elements (128 bytes), 16-byte chunk c of row r at
+ * r * 128 + ((c ^ (r & 7)) * 16) (swz() above), every tile on a 1024-byte boundary so that the XOR
+ * pattern, which the hardware computes from address bits [7:9] into bits [4:6], starts over at each
+ * tile. The descriptor: swizzle mode 1 (128 B), stride byte offset 1024 (from one 8-row group to the
+ * next), leading byte offset unused for swizzled K-major operands (16 B), base offset 0. The k-th
+ * 16-element K slice starts 32 k bytes in: the address advances by 2 (16-byte units) and the
+ * hardware applies the XOR to the final address, as swz() did for the writes. */
 __device__ __forceinline__ uint64_t sw128_desc(const void *tile) {
   const uint64_t a = smem_addr(tile);
   return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);

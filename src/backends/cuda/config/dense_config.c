@@ -24,7 +24,6 @@ const fp4_dense_rules *fp4_dense_rules_for(int major, int minor) {
 #define SMALL(nm, r, w, mm, mb, pro) {nm, FP4_DENSE_SMALL_M, r, w, mm, mb, pro, 0, 0, 0, 0, 0}
 #define MMA(nm, bm, bn, s) {nm, FP4_DENSE_LARGE_M_MMA, 0, 0, 0, 0, 0, bm, bn, s, 0, 0}
 #define RD(nm, bm, bn, s, wm, wn, pro) {nm, FP4_DENSE_LARGE_M_RD, 0, 0, 0, 0, pro, bm, bn, s, wm, wn}
-#define WGMMA(nm, bn, s) {nm, FP4_DENSE_LARGE_M_WGMMA, 0, 0, 0, 0, 0, 128, bn, s, 0, 0}
 #define WGRA(nm, bt, s, pro) {nm, FP4_DENSE_LARGE_M_WGRA, 0, 0, 0, 0, pro, bt, 128, s, 0, 0}
 
 /* Small-M: more rows per CTA let each activation fragment (and, for W4A4, each decoded one) serve
@@ -69,8 +68,6 @@ static const fp4_dense_config configs[] = {
     RD("large-m.rd.256x128", 256, 128, 3, 4, 2, 0),
     RD("large-m.rd.pro.128x128", 128, 128, 4, 2, 2, 1),
     RD("large-m.rd.pro.128x256", 128, 256, 3, 2, 4, 1),
-    WGMMA("large-m.wgmma.128x128", 128, 6),
-    WGMMA("large-m.wgmma.128x256", 256, 5),
     /* register-A wgmma: 128 weight rows x BT tokens; the 32- and 64-token tiles (batched decode) run
      * two CTAs per SM, the 128- and 256-token tiles one (5 x 38 KiB stages at 256) */
     WGRA("large-m.wgra.128x32", 32, 8, 0),
@@ -111,7 +108,6 @@ const fp4_dense_config *fp4_dense_config_find(const char *name) {
 
 int fp4_dense_family_of(const char *name) {
   if (!strncmp(name, "large-m.wgra.", 13)) return FP4_DENSE_LARGE_M_WGRA;
-  if (!strncmp(name, "large-m.wgmma.", 14)) return FP4_DENSE_LARGE_M_WGMMA;
   if (!strncmp(name, "large-m.rd.", 11)) return FP4_DENSE_LARGE_M_RD;
   if (!strncmp(name, "large-m.", 8)) return FP4_DENSE_LARGE_M_MMA;
   return FP4_DENSE_SMALL_M;
@@ -128,7 +124,6 @@ int fp4_dense_smem(const fp4_dense_config *c, int act) {
   switch (c->family) {
   case FP4_DENSE_LARGE_M_MMA: return FP4_DENSE_MMA_SMEM(c->bm, c->bn, c->stages, fp4);
   case FP4_DENSE_LARGE_M_RD: return FP4_DENSE_RD_SMEM(c->bm, c->bn, c->stages);
-  case FP4_DENSE_LARGE_M_WGMMA: return FP4_DENSE_WGMMA_SMEM(c->bn, c->stages, fp4);
   case FP4_DENSE_LARGE_M_WGRA: return FP4_DENSE_WGRA_SMEM(c->bm, c->stages);
   default: return 0; /* small-M: a few KB, under every device's default limit or opted in at launch */
   }
@@ -345,8 +340,8 @@ static int split_family_check(int family, const char *label, int needs_sm90a, co
   if (name && prologue_act_rule(family, c, s->act, why, why_size)) return 0;
   if (needs_sm90a && !sm90a_here(a)) {
     if (a->major != 9 || a->minor != 0)
-      snprintf(why, why_size, "the %s configs run on SM90 only (sm_90a code); the device is SM%d%d",
-               family == FP4_DENSE_LARGE_M_WGRA ? "wgra" : "wgmma", a->major, a->minor);
+      snprintf(why, why_size, "the wgra configs run on SM90 only (sm_90a code); the device is SM%d%d", a->major,
+               a->minor);
     else snprintf(why, why_size, "%s", a->sm90a_why);
     return 0;
   }
@@ -388,58 +383,6 @@ static int rd_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const c
     if (!prologue_act_rule(FP4_DENSE_LARGE_M_RD, order[i], s->act, why, sizeof why) &&
         fp4_dense_smem(fam(FP4_DENSE_LARGE_M_RD, order[i]), s->act) <= a->smem_optin)
       names[out++] = fam(FP4_DENSE_LARGE_M_RD, order[i])->name;
-  return out;
-}
-
-/* wgmma tiles: without setmaxnreg (the producer's decode needs more than the registers it could
- * give up) every thread has 168 registers; the 128 accumulators of the 128x256 tile plus MXFP4
- * W4A4's two decodes do not fit in them without spilling, so that variant is not built. */
-static int wgmma_check(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *name, char *why, size_t why_size) {
-  const int c = name ? family_index(FP4_DENSE_LARGE_M_WGMMA, name) : -1;
-  if (name && c < 0) {
-    snprintf(why, why_size, "unknown wgmma config '%s' (%s, %s)", name, fam(FP4_DENSE_LARGE_M_WGMMA, 0)->name,
-             fam(FP4_DENSE_LARGE_M_WGMMA, 1)->name);
-    return -1;
-  }
-  if (mma_check(s, a, NULL, why, why_size) != 1) return 0;
-  if (!sm90a_here(a)) {
-    if (a->major != 9 || a->minor != 0)
-      snprintf(why, why_size, "the wgmma configs run on SM90 only (sm_90a code); the device is SM%d%d", a->major, a->minor);
-    else snprintf(why, why_size, "%s", a->sm90a_why);
-    return 0;
-  }
-  const int mx_w4a4 = s->format == FP4_FORMAT_MXFP4 && s->act == FP4_CUDA_ACT_FP4;
-  if (mx_w4a4 && c == 1) {
-    snprintf(why, why_size, "config %s takes W4A16 and NVFP4 W4A4; MXFP4 W4A4 runs on %s", name,
-             fam(FP4_DENSE_LARGE_M_WGMMA, 0)->name);
-    return 0;
-  }
-  for (int i = 0; i < family_count(FP4_DENSE_LARGE_M_WGMMA); i++) {
-    if (name && i != c) continue;
-    const int smem = fp4_dense_smem(fam(FP4_DENSE_LARGE_M_WGMMA, i), s->act);
-    if (smem <= a->smem_optin) return 1;
-    if (name) {
-      snprintf(why, why_size, "config %s needs %d bytes of shared memory per block; the device allows %d", name, smem,
-               a->smem_optin);
-      return 0;
-    }
-  }
-  snprintf(why, why_size, "no wgmma tile fits the %d bytes of shared memory per block of the device", a->smem_optin);
-  return 0;
-}
-
-/* Within the family: the 128x256 tile first when it still gives every SM a CTA. */
-static int wgmma_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const char **names, int max) {
-  char why[320];
-  if (max < 1 || wgmma_check(s, a, NULL, why, sizeof why) != 1) return 0;
-  const int64_t ctas256 = cdiv(s->m, 128) * cdiv(s->n, 256);
-  const int first = ctas256 >= a->sms ? 1 : 0;
-  const int order[2] = {first, 1 - first};
-  const int mx_w4a4 = s->format == FP4_FORMAT_MXFP4 && s->act == FP4_CUDA_ACT_FP4;
-  int out = 0;
-  for (int i = 0; i < 2 && out < max; i++)
-    if (fp4_dense_smem(fam(FP4_DENSE_LARGE_M_WGMMA, order[i]), s->act) <= a->smem_optin && !(mx_w4a4 && order[i] == 1))
-      names[out++] = fam(FP4_DENSE_LARGE_M_WGMMA, order[i])->name;
   return out;
 }
 
@@ -504,8 +447,8 @@ static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, 
 }
 
 /* The large-M configs that can run s on arch, the default first (0 when no large-M kernel takes
- * it): the mma.sync tiles (heuristic order), the register-decode and wgmma tiles, and the register-A
- * wgmma tiles, which lead where their 256-token tile gives every SM a CTA and over the batched-decode
+ * it): the mma.sync tiles (heuristic order), the register-decode tiles, and the register-A wgmma
+ * tiles, which lead where their 256-token tile gives every SM a CTA and over the batched-decode
  * range (dense_sm90.h). */
 static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *large[16]) {
   char why[320];
@@ -514,7 +457,6 @@ static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a,
   int n = mma_configs(s, a, others, 8);
   if (n < 1) return 0;
   n += rd_configs(s, a, others + n, 16 - n);
-  n += wgmma_configs(s, a, others + n, 16 - n);
   const int nw = wgra_configs(s, a, wgra, 8);
   const fp4_dense_rules *r = fp4_dense_rules_for(a->major, a->minor);
   const int lead = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms || wgra_batch_leads(r, s, a);
@@ -533,7 +475,6 @@ int fp4_dense_check(int family, const fp4_dense_shape *s, const fp4_dense_arch *
   case FP4_DENSE_SMALL_M: return small_m_check(s, name, why, why_size);
   case FP4_DENSE_LARGE_M_MMA: return mma_check(s, a, name, why, why_size);
   case FP4_DENSE_LARGE_M_RD: return split_family_check(family, "register-decode", 0, s, a, name, why, why_size);
-  case FP4_DENSE_LARGE_M_WGMMA: return wgmma_check(s, a, name, why, why_size);
   case FP4_DENSE_LARGE_M_WGRA: return split_family_check(family, "register-A wgmma", 1, s, a, name, why, why_size);
   default: snprintf(why, why_size, "no dense config family %d", family); return -1;
   }

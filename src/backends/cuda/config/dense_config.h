@@ -15,7 +15,6 @@
  *   large-m.<BM>x<BN>.s<S>       mma.sync tiles (gemm_large_m.cu): BM tokens x BN weight rows, S stages
  *   large-m.rd[.pro].<BM>x<BN>   register-decode tiles (gemm_large_m_rd.cu): weights decoded in
  *                                registers; ".pro": W4A4 through the bf16 prologue
- *   large-m.wgmma.128x<BN>       sm_90a warpgroup-MMA tiles (gemm_large_m_sm90.cu)
  *   large-m.wgra[.pro].128x<BT>  sm_90a register-A wgmma tiles (gemm_large_m_wgra.cu): 128 weight rows
  *                                (the wgmma M side) x BT tokens (32, 64: batched decode, two CTAs per
  *                                SM; 128, 256: prefill), split-K where the grid is small
@@ -36,9 +35,8 @@ typedef enum fp4_dense_family {
   FP4_DENSE_SMALL_M = 0,     /* gemm_small_m.cu, gemm_small_m_sa.cu */
   FP4_DENSE_LARGE_M_MMA = 1, /* gemm_large_m.cu                     */
   FP4_DENSE_LARGE_M_RD = 2,  /* gemm_large_m_rd.cu                  */
-  FP4_DENSE_LARGE_M_WGMMA = 3, /* gemm_large_m_sm90.cu             */
-  FP4_DENSE_LARGE_M_WGRA = 4,  /* gemm_large_m_wgra.cu             */
-  FP4_DENSE_FAMILIES = 5
+  FP4_DENSE_LARGE_M_WGRA = 3, /* gemm_large_m_wgra.cu              */
+  FP4_DENSE_FAMILIES = 4
 } fp4_dense_family;
 
 /* One dense kernel variant; the fields not of its family are 0. */
@@ -60,7 +58,7 @@ typedef struct fp4_dense_arch {
   int major, minor;
   int sms;        /* multiprocessors                                                                */
   int smem_optin; /* bytes of shared memory a block may opt in to                                   */
-  int sm90a;      /* 1: SM 9.0 running this binary's sm_90a code (wgmma families)                   */
+  int sm90a;      /* 1: SM 9.0 running this binary's sm_90a code (register-A wgmma tiles)           */
   char sm90a_why[200]; /* when sm90a is 0 on SM 9.0: why (no sm_90a code in the binary)             */
 } fp4_dense_arch;
 
@@ -79,8 +77,6 @@ enum { FP4_DENSE_SMALL_M_MAX_M = 64, FP4_DENSE_K_SLAB = 128 };
 #define FP4_DENSE_MMA_SMEM(bm, bn, stages, fp4) \
   ((stages) * (((fp4) ? (bm) * 32 : (bm) * 128) + (bn) * 32) + (bn) * 128 + ((fp4) ? (bm) * 128 : 0))
 #define FP4_DENSE_RD_SMEM(bm, bn, stages) ((stages) * ((bm) * 128 + (bn) * 32) + 2 * (bn) * 16)
-#define FP4_DENSE_WGMMA_SMEM(bn, stages, fp4) \
-  (1024 + (stages) * (((fp4) ? 128 * 32 : 128 * 128) + (bn) * 32) + 2 * ((bn) * 128 + ((fp4) ? 128 * 128 : 0)))
 #define FP4_DENSE_WGRA_SMEM(bt, stages) (1024 + (stages) * ((bt) * 128 + 128 * 32 + 128 * 16 + 1024))
 /* Resident CTAs per SM of the register-A tile of bt tokens (the split-K choice counts CTA slots). */
 #define FP4_DENSE_WGRA_CTAS_PER_SM(bt) ((bt) <= 64 ? 2 : 1)

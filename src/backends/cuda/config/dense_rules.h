@@ -9,7 +9,7 @@
 typedef struct fp4_dense_rules {
   const char *arch;   /* the table's name, for messages                                             */
   int large_m_from;   /* M above which the default is a large-M tile rather than a small-M kernel  */
-  int sm90a_families; /* the wgmma and register-A wgmma tiles exist (sm_90a code: SM 9.0 only)      */
+  int sm90a_families; /* the register-A wgmma tiles exist (sm_90a code: SM 9.0 only)                */
   int lean_max_m;     /* tokens up to which the lean small-M configs lead, given enough CTAs        */
   int lean_ctas_per_sm; /* CTAs per SM the lean configs need to lead (they keep 6 resident)          */
   int sa_min_m, sa_max_m; /* tokens over which the shared-activation kernel leads (bf16/f16)          */
