@@ -222,7 +222,7 @@ static int device_operand(fp4_context *ctx, fp4h_rng *g, fp4_format f, fp4_scale
 
 /* The W4A4 prologue configs ("small-m.pro.X": activations dequantized to bf16 once, then the W4A16
  * kernel) must equal their in-loop twin "small-m.X" bit for bit: the staged bf16 values are exactly
- * the ones the in-loop decode forms (gemm_small_m.cu), and the MMA sequence is the same. */
+ * the ones the in-loop decode forms (gemm_small_m_kernels.cuh), and the MMA sequence is the same. */
 static void test_prologue_bit_identity(fp4_context *ctx) {
   static const int64_t ms[] = {1, 6, 16, 27, 64};
   const int64_t n = 200, k = 1152; /* N: not a multiple of 32 or 64; K: nine slabs */

@@ -122,7 +122,7 @@ static void test_rules_and_workspace(void) {
   for (int i = 0; i < n; i++) {
     CHECK(fp4_dense_config_find(all[i].name) == &all[i] && fp4_dense_family_of(all[i].name) == all[i].family,
           "config %s: lookup or family", all[i].name);
-    /* gemm_small_m.cu compiles the 32- and 64-row classic kernels for 4 and 8 warps only */
+    /* gemm_small_m_kernels.cuh compiles the 32- and 64-row classic kernels for 4 and 8 warps only */
     CHECK(all[i].family != FP4_DENSE_SMALL_M || all[i].rows < 32 || all[i].warps >= 4,
           "config %s: %d rows on %d warps has no kernel", all[i].name, all[i].rows, all[i].warps);
   }

@@ -1,6 +1,6 @@
 /*
  * The dense small-M GEMM's shared-activation kernel ("small-m.sa.r64.w8" and its W4A4 prologue twin;
- * gemm_small_m.cu has the K-splitting kernels, the numerics and the launch rules).
+ * gemm_small_m_kernels.cuh has the K-splitting kernels, the numerics and the launch rules).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

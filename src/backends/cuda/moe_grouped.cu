@@ -495,7 +495,7 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
 
 /* The decode kernel: two 16-row tiles at 5 CTAs per SM (96 registers), one slab of each in flight
  * per warp; or one tile at 6 (80 registers; 8 spilled on sm_80 to sm_100a), two slabs in flight,
- * as the dense lean kernel's decode variant (gemm_small_m.cu, lean_blocks). */
+ * as the dense lean kernel's decode variant (gemm_small_m_kernels.cuh, lean_blocks). */
 /* CTAs per SM of the two-tile lean kernel (its launch bounds on sm_90a; 4 elsewhere, see
  * moe_lean_blocks_here); the default chooser's wave counts use it (config/moe_sm80.h,
  * lean_wave_ctas). */

@@ -1,10 +1,11 @@
 /*
- * Device helpers of the small-M tensor-core GEMMs, shared by the dense decode kernel
- * (gemm_small_m.cu) and the grouped MoE decode kernel (moe_grouped.cu): streaming weight loads,
+ * Device helpers of the small-M tensor-core GEMMs, shared by the dense decode kernels
+ * (gemm_small_m_kernels.cuh) and the grouped MoE decode kernel (moe_grouped.cu): streaming weight
+ * loads,
  * the exact e2m1 -> bf16/f16 decode, weight and activation scale handling, the activation
  * fragments (bf16, f16, f32 as three bf16 parts, FP4) and the per-slab mma.sync m16n8k16 step with
  * the weights as the 16-row A operand ("swap AB"); the decode helpers shared with other backends are
- * in format/codec_device.cuh. The numeric reasoning is in gemm_small_m.cu's
+ * in format/codec_device.cuh. The numeric reasoning is in gemm_small_m_kernels.cuh's
  * header comment. Everything sits in an unnamed namespace: each kernel file gets its own copy.
  */
 #ifndef FP4_BACKENDS_CUDA_SMALL_M_COMMON_CUH
@@ -158,8 +159,8 @@ struct act_walk {
  * this thread's 32 K elements): pairs (x_i, x_i+4), i = 0..3, in
  * x[0] (and the mid and lo parts of f32 activations in x[1], x[2]); zero past M. SMEM (bf16/f16
  * only): row_slab points into a shared-memory stage whose 16-byte chunks are swizzled within each
- * row (gemm_small_m.cu's shared-activation kernel): group q sits at chunk q ^ ((lane >> 1) & 3) of
- * this thread's 64-byte span. */
+ * row (the shared-activation kernel of gemm_small_m_sa.cu): group q sits at chunk
+ * q ^ ((lane >> 1) & 3) of this thread's 64-byte span. */
 template <int FMT, int ACT, bool SMEM = false>
 __device__ __forceinline__ void activation_group(const char *row_slab, bool valid, int q, uint32_t asc,
                                                  uint32_t x[3][4]) {
@@ -305,8 +306,8 @@ __device__ __forceinline__ void slab_mma(const char *slab, int64_t tile, const s
   slab_mma_rows<FMT, ACT, NT, R>(rows, asw, valid, s, table, wa, wb, sca, scb, acc);
 }
 
-/* The lean streaming loop (gemm_small_m.cu's lean kernel and the grouped MoE lean kernel): a CTA of
- * kLeanWarps warps covers R 16-row weight tiles, warp w taking slabs w, w + kLeanWarps, ... (STEP =
+/* The lean streaming loop (the lean kernel of gemm_small_m_kernels.cuh and the grouped MoE lean
+ * kernel): a CTA of kLeanWarps warps covers R 16-row weight tiles, warp w taking slabs w, w + kLeanWarps, ... (STEP =
  * kLeanWarps), or each warp its own R tiles and all their slabs (STEP = 1); UU slabs in flight per
  * warp. The pointers (weights, weight scales, activations) are this warp's at slab s and advance by
  * constant steps, so no layout arithmetic runs in the loop. */

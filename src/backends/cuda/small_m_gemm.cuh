@@ -1,6 +1,7 @@
 /*
- * The dense small-M GEMM's kernel parameters and output store, shared by gemm_small_m.cu (the
- * K-splitting kernels) and gemm_small_m_sa.cu (the shared-activation kernel).
+ * The dense small-M GEMM's kernel parameters and output store, shared by the K-splitting kernels
+ * (gemm_small_m_kernels.cuh, built per format by gemm_small_m_nvfp4.cu and gemm_small_m_mxfp4.cu,
+ * entered through gemm_small_m.cu) and gemm_small_m_sa.cu (the shared-activation kernel).
  */
 #ifndef FP4_BACKENDS_CUDA_SMALL_M_GEMM_CUH
 #define FP4_BACKENDS_CUDA_SMALL_M_GEMM_CUH
@@ -55,7 +56,23 @@ __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, in
 
 } // namespace
 
+/* Warps of the largest K-splitting CTA. */
+constexpr int kMaxWarps = 8;
+
+/* Token tiles of 8 a K-splitting kernel runs for m tokens, and the shared memory its warps reduce
+ * through (none for one warp). */
+inline int fp4_small_m_token_tiles(int64_t m) { return m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8; }
+inline size_t fp4_small_m_smem(int warps, int64_t m, int rows) {
+  return warps > 1 ? (size_t)warps * (size_t)(rows / 16) * (size_t)fp4_small_m_token_tiles(m) * 128 * sizeof(float) : 0;
+}
+
 /* The shared-activation kernel for p (gemm_small_m_sa.cu): bf16/f16 activations, M <= 32. */
 cudaError_t fp4_cuda_gemm_small_m_sa(const gemm_params *p, int format, int act, cudaStream_t stream, int pdl);
+/* The K-splitting kernels of one weight format (gemm_small_m_nvfp4.cu, gemm_small_m_mxfp4.cu; the
+ * kernels are in gemm_small_m_kernels.cuh): act, warps, rows and min_blocks as fp4_cuda_gemm_args. */
+cudaError_t fp4_cuda_small_m_launch_nvfp4(const gemm_params &p, int act, int warps, int rows, int min_blocks,
+                                          cudaStream_t stream, int pdl);
+cudaError_t fp4_cuda_small_m_launch_mxfp4(const gemm_params &p, int act, int warps, int rows, int min_blocks,
+                                          cudaStream_t stream, int pdl);
 
 #endif

@@ -28,7 +28,7 @@ const fp4_dense_rules *fp4_dense_rules_for(int major, int minor) {
 
 /* Small-M: more rows per CTA let each activation fragment (and, for W4A4, each decoded one) serve
  * several weight tiles, at the price of fewer CTAs; the lean kernel is compiled for 6 or 8 resident
- * 4-warp CTAs per SM (register cap; gemm_small_m.cu says which variants fit) instead of the classic
+ * 4-warp CTAs per SM (register cap; gemm_small_m_kernels.cuh says which variants fit) instead of the classic
  * kernel's 4 or 2. Order matters: the chooser's fallback takes the first 16-row classic config of a
  * warp count, the tuner lists them in this order. */
 static const fp4_dense_config configs[] = {

@@ -5,7 +5,7 @@
  *
  * Names (fp4_options.config of fp4_mm and fp4_mm_w4a16; src/backends/cuda/README.md spells out the
  * abbreviations):
- *   small-m.[r<R>.]w<W>[.b<B>]   decode kernels (gemm_small_m.cu), M <= 64: R weight rows per CTA (16
+ *   small-m.[r<R>.]w<W>[.b<B>]   decode kernels (gemm_small_m_kernels.cuh), M <= 64: R weight rows per CTA (16
  *                                when absent, 32 or 64), W warps splitting K; ".b6"/".b8" the lean
  *                                4-warp kernel compiled for 6 or 8 resident CTAs per SM
  *   small-m.sa.r64.w8            the shared-activation kernel (gemm_small_m_sa.cu): bf16/f16 rows
