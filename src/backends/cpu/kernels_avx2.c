@@ -48,23 +48,25 @@ T2 INLINE lut2 lut2_make(void) {
   return t;
 }
 
-/* The 8 decoded vectors of 32 weight bytes, in the packed order of a chunk half: map 0 (vectors
- * 0-3, lanes 0-3 in block 0 of the half, lanes 4-7 in block 2) then map 1 (blocks 1 and 3). */
-T2 INLINE void decode32(const lut2 *t, const uint8_t *w, __m256 v[8]) {
+/* The decoded words of 32 weight bytes (bf16 pairs: even element in the low half of a 32-bit lane,
+ * odd in the high half): words[0], words[1] hold map 0 of the chunk half (lanes 0-3 in block 0 of
+ * the half, lanes 4-7 in block 2), words[2], words[3] map 1 (blocks 1 and 3). */
+T2 INLINE void decode32_words(const lut2 *t, const uint8_t *w, __m256i words[4]) {
   const __m256i x = _mm256_loadu_si256((const __m256i *)w);
   const __m256i nl = _mm256_and_si256(x, t->nib), nh = _mm256_and_si256(_mm256_srli_epi16(x, 4), t->nib);
   const __m256i ll = _mm256_shuffle_epi8(t->lo, nl), hl = _mm256_shuffle_epi8(t->hi, nl);
   const __m256i lh = _mm256_shuffle_epi8(t->lo, nh), hh = _mm256_shuffle_epi8(t->hi, nh);
-  const __m256i w0 = _mm256_unpacklo_epi8(ll, hl), w2 = _mm256_unpacklo_epi8(lh, hh);
-  const __m256i w1 = _mm256_unpackhi_epi8(ll, hl), w3 = _mm256_unpackhi_epi8(lh, hh);
+  words[0] = _mm256_unpacklo_epi8(ll, hl), words[1] = _mm256_unpacklo_epi8(lh, hh);
+  words[2] = _mm256_unpackhi_epi8(ll, hl), words[3] = _mm256_unpackhi_epi8(lh, hh);
+}
+
+/* The four f32 vectors of one map from its two words, in the packed order: exact (a bf16 pattern
+ * in the top half of an f32 is the same value). */
+T2 INLINE void map_vectors(const lut2 *t, __m256i w0, __m256i w1, __m256 v[4]) {
   v[0] = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
   v[1] = _mm256_castsi256_ps(_mm256_and_si256(w0, t->top));
-  v[2] = _mm256_castsi256_ps(_mm256_slli_epi32(w2, 16));
-  v[3] = _mm256_castsi256_ps(_mm256_and_si256(w2, t->top));
-  v[4] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
-  v[5] = _mm256_castsi256_ps(_mm256_and_si256(w1, t->top));
-  v[6] = _mm256_castsi256_ps(_mm256_slli_epi32(w3, 16));
-  v[7] = _mm256_castsi256_ps(_mm256_and_si256(w3, t->top));
+  v[2] = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+  v[3] = _mm256_castsi256_ps(_mm256_and_si256(w1, t->top));
 }
 
 /* Scales of a 128-element chunk as 8 lanes f, from which map_scale() spreads the lane scales of
@@ -111,20 +113,27 @@ T2 INLINE int nan_seen(__m128i track, const int MX) {
 }
 
 /* acc[i][.] += per-lane scaled products of one 128-element chunk (64 weight bytes at w) with the
- * packed rows a + i*lda. Each map's four products are summed in a fixed order, then scaled. */
+ * packed rows a + i*lda. Each map's four products are summed in a fixed order, then scaled. One map
+ * is expanded to f32 at a time (its 4 vectors, the other map's 2 words kept): expanding both maps
+ * first left four rows' 8 accumulators too few of the 16 vector registers, and the spills took
+ * 0.567 instructions per weight-row product at M = 4 against 0.431 now
+ * (bench/results/cpu/2026-12-02-quiet-machine/instructions.csv). */
 T2 INLINE void chunk_dot(const lut2 *t, const uint8_t *w, __m256 f, const float *a, int64_t lda, const int MR,
                          __m256 acc[][2]) {
   for (int h = 0; h < 2; h++) {
-    __m256 v[8];
-    decode32(t, w + 32 * h, v);
-    for (int i = 0; i < MR; i++) {
-      const float *ap = a + i * lda + 64 * h;
-      for (int m = 0; m < 2; m++) {
-        __m256 p = _mm256_mul_ps(v[4 * m], _mm256_loadu_ps(ap + 32 * m));
-        p = _mm256_fmadd_ps(v[4 * m + 1], _mm256_loadu_ps(ap + 32 * m + 8), p);
-        p = _mm256_fmadd_ps(v[4 * m + 2], _mm256_loadu_ps(ap + 32 * m + 16), p);
-        p = _mm256_fmadd_ps(v[4 * m + 3], _mm256_loadu_ps(ap + 32 * m + 24), p);
-        acc[i][m] = _mm256_fmadd_ps(p, map_scale(f, h, m), acc[i][m]);
+    __m256i words[4];
+    decode32_words(t, w + 32 * h, words);
+    for (int m = 0; m < 2; m++) {
+      __m256 v[4];
+      map_vectors(t, words[2 * m], words[2 * m + 1], v);
+      const __m256 sc = map_scale(f, h, m);
+      for (int i = 0; i < MR; i++) {
+        const float *ap = a + i * lda + 64 * h + 32 * m;
+        __m256 p = _mm256_mul_ps(v[0], _mm256_loadu_ps(ap));
+        p = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(ap + 8), p);
+        p = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(ap + 16), p);
+        p = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(ap + 24), p);
+        acc[i][m] = _mm256_fmadd_ps(p, sc, acc[i][m]);
       }
     }
   }
@@ -240,10 +249,14 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t 
         f = _mm256_mul_ps(f, _mm256_set1_ps(256.0f)); /* exact: (value * 2^-8) * 2^8 */
       }
       for (int h = 0; h < 2; h++) {
-        __m256 v[8];
-        decode32(&t, wp + 32 * h, v);
-        for (int q = 0; q < 8; q++)
-          _mm256_storeu_ps(d + ch * 128 + 64 * h + 8 * q, _mm256_mul_ps(v[q], map_scale(f, h, q / 4)));
+        __m256i words[4];
+        decode32_words(&t, wp + 32 * h, words);
+        for (int m = 0; m < 2; m++) {
+          __m256 v[4];
+          map_vectors(&t, words[2 * m], words[2 * m + 1], v);
+          for (int q = 0; q < 4; q++)
+            _mm256_storeu_ps(d + ch * 128 + 64 * h + 32 * m + 8 * q, _mm256_mul_ps(v[q], map_scale(f, h, m)));
+        }
       }
     }
   }
