@@ -47,6 +47,38 @@ static int variant_supported(int v, fp4_format f) { return !(v == 1 && f == FP4_
 
 /* ---- 1. default path through the harness ------------------------------------------------------- */
 
+/* One default-path case through the shared harness (whole output checked against the reference):
+ * variant v (variant_name), format f; the 8x4 layout, defined for NVFP4 only, becomes linear (B) or
+ * 128x4 (A) for MXFP4. label names the section in a failure. */
+static void run_default(fp4_context *ctx, const char *label, int v, int f, int64_t m, int64_t n, int64_t k,
+                        fp4_dtype out, fp4h_data data, fp4_scale_layout lb, fp4_scale_layout la, uint64_t seed) {
+  fp4h_case c;
+  memset(&c, 0, sizeof c);
+  c.name = variant_name(v);
+  c.op = v == 2 ? FP4H_MM : FP4H_MM_W4A16;
+  c.format = (fp4_format)f;
+  c.a_dtype = v == 1 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
+  c.m = m;
+  c.n = n;
+  c.k = k;
+  c.out_dtype = out;
+  c.data = data;
+  c.layout_b = lb;
+  c.layout_a = la;
+  if (c.format == FP4_FORMAT_MXFP4) {
+    if (c.layout_b == FP4_LAYOUT_8X4) c.layout_b = FP4_LAYOUT_LINEAR;
+    if (c.layout_a == FP4_LAYOUT_8X4) c.layout_a = FP4_LAYOUT_128X4;
+  }
+  fp4h_result r;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed, &r);
+  g_runs++;
+  if (r.status == FP4_OK && r.passed) return;
+  g_failures++;
+  printf("FAIL %s %-10s %s M=%lld N=%lld K=%lld out=%s lb=%s la=%s data=%d: %s (%s)\n", label, c.name,
+         fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k, fp4_dtype_name(c.out_dtype),
+         fp4_layout_name(c.layout_b), fp4_layout_name(c.layout_a), (int)c.data, r.message, fp4_status_str(r.status));
+}
+
 static void test_default_path(fp4_context *ctx) {
   static const int64_t ms[] = {65, 128, 1000};
   static const int64_t shapes[][2] = {{72, 96}, {200, 512}, {136, 160}};
@@ -60,33 +92,9 @@ static void test_default_path(fp4_context *ctx) {
       for (int f = 0; f < 2; f++)
         for (int v = 0; v < 3; v++) {
           if (!variant_supported(v, (fp4_format)f)) continue;
-          fp4h_case c;
-          memset(&c, 0, sizeof c);
-          c.name = variant_name(v);
-          c.op = v == 2 ? FP4H_MM : FP4H_MM_W4A16;
-          c.format = (fp4_format)f;
-          c.a_dtype = v == 1 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
-          c.m = ms[mi];
-          c.n = shapes[s][0];
-          c.k = shapes[s][1];
-          c.out_dtype = outs[rot % 3];
-          c.data = datas[(rot / 3) % 3];
-          c.layout_b = layouts[rot % 3];
-          c.layout_a = layouts[(rot + 2) % 3];
-          if (c.format == FP4_FORMAT_MXFP4) { /* 8x4 is defined for NVFP4 only */
-            if (c.layout_b == FP4_LAYOUT_8X4) c.layout_b = FP4_LAYOUT_LINEAR;
-            if (c.layout_a == FP4_LAYOUT_8X4) c.layout_a = FP4_LAYOUT_128X4;
-          }
+          run_default(ctx, "default", v, f, ms[mi], shapes[s][0], shapes[s][1], outs[rot % 3], datas[(rot / 3) % 3],
+                      layouts[rot % 3], layouts[(rot + 2) % 3], seed++);
           rot++;
-          fp4h_result r;
-          fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed++, &r);
-          g_runs++;
-          if (r.status == FP4_OK && r.passed) continue;
-          g_failures++;
-          printf("FAIL default %-10s %s M=%lld N=%lld K=%lld out=%s lb=%s la=%s data=%d: %s (%s)\n", c.name,
-                 fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k,
-                 fp4_dtype_name(c.out_dtype), fp4_layout_name(c.layout_b), fp4_layout_name(c.layout_a), (int)c.data,
-                 r.message, fp4_status_str(r.status));
         }
 }
 
@@ -412,28 +420,9 @@ static void test_batched_decode(fp4_context *ctx, uint64_t seed) {
     for (int f = 0; f < 2; f++)
       for (int v = 0; v < 3; v++) {
         if (!variant_supported(v, (fp4_format)f)) continue;
-        fp4h_case c;
-        memset(&c, 0, sizeof c);
-        c.name = variant_name(v);
-        c.op = v == 2 ? FP4H_MM : FP4H_MM_W4A16;
-        c.format = (fp4_format)f;
-        c.a_dtype = v == 1 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16;
-        c.m = ms[mi];
-        c.n = rot % 2 ? 1003 : 2048;
-        c.k = rot % 2 ? 1024 : 2048;
-        c.out_dtype = outs[rot % 3];
-        c.data = datas[(rot / 3) % 3];
-        c.layout_b = lbs[rot % 2];
-        c.layout_a = c.format == FP4_FORMAT_MXFP4 ? FP4_LAYOUT_128X4 : las[rot % 3];
+        run_default(ctx, "batched default", v, f, ms[mi], rot % 2 ? 1003 : 2048, rot % 2 ? 1024 : 2048, outs[rot % 3],
+                    datas[(rot / 3) % 3], lbs[rot % 2], las[rot % 3], seed++);
         rot++;
-        fp4h_result r;
-        fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed++, &r);
-        g_runs++;
-        if (r.status == FP4_OK && r.passed) continue;
-        g_failures++;
-        printf("FAIL batched default %-10s %s M=%lld N=%lld K=%lld out=%s: %s (%s)\n", c.name,
-               fp4_format_name(c.format), (long long)c.m, (long long)c.n, (long long)c.k, fp4_dtype_name(c.out_dtype),
-               r.message, fp4_status_str(r.status));
       }
   printf("  batched-decode default choice, M = 17 .. 256: %d checks so far, %d failures\n", g_runs, g_failures);
   fflush(stdout);
