@@ -409,10 +409,12 @@ static void test_path_selection(fp4_context *ctx) {
     }
     EXPECT(st == FP4_OK, "T = %lld: fp4_moe_forward: %s", (long long)T, fp4_last_error());
     if (!st) {
-      const int prefill = strstr(info.note, "gate_up moe.prefill.") == info.note;
+      /* The default picks each grouped GEMM's kernel from its own shape: at T = 1024 the tiny
+       * gate_up (N = K = 128) may stream while the down projection takes a prefill tile. */
+      const int prefill = strstr(info.note, "moe.prefill.") != NULL;
       EXPECT(!strcmp(info.config, "moe.default") && prefill == kCases[c].prefill,
-             "T = %lld: ran config '%s' (%s), expected moe.default on the %s path", (long long)T, info.config,
-             info.note, kCases[c].prefill ? "prefill" : "streaming");
+             "T = %lld: ran config '%s' (%s), expected moe.default with %s", (long long)T, info.config,
+             info.note, kCases[c].prefill ? "a prefill tile" : "no prefill tile");
       int64_t bad = 0;
       for (int64_t i = 0; i < T * H; i++) bad += !isfinite(out[i]);
       EXPECT(bad == 0, "T = %lld: %lld outputs not finite", (long long)T, (long long)bad);
