@@ -479,15 +479,23 @@ typedef struct chain {
   void *x[2], *q, *qs, *w, *ws;
   float *x0_host;
   const char *config; /* GEMM config; NULL: the default */
+  int w4a16;          /* 1: x -> fp4_mm_w4a16 -> y, GEMM after GEMM with no quantize between */
 } chain;
 
-/* The third chain runs W4A4 through the bf16 prologue: three dependent kernels per pair. */
-enum { STRESS_PAIRS = 600, STRESS_K = 2048, STRESS_CHAINS = 3 };
+/* The third chain runs W4A4 through the bf16 prologue: three dependent kernels per pair. The last
+ * three chain W4A16 GEMMs directly, on the lean, classic and shared-activation small-M kernels:
+ * each triggers its dependent right after its own griddepcontrol.wait, so the next GEMM's
+ * prologue (its weight prefetch) runs while this one still reads the activations the next one
+ * overwrites two GEMMs later. */
+enum { STRESS_PAIRS = 600, STRESS_K = 2048, STRESS_CHAINS = 6 };
 
 static void test_pdl_stress(fp4_context *ctx, int sm90) {
-  chain ch[STRESS_CHAINS] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, NULL},
-                             {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, NULL},
-                             {5, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.pro.w4.b6"}};
+  chain ch[STRESS_CHAINS] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0},
+                             {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0},
+                             {5, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.pro.w4.b6", 0},
+                             {1, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.r32.w4.b6", 1},
+                             {4, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.w8", 1},
+                             {32, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.sa.r64.w8", 1}};
   uint16_t *res[STRESS_CHAINS][2] = {{0}};
   int ok = 1;
   fp4h_rng g = {77};
@@ -539,6 +547,12 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
         fp4_qmatrix q = {c->q, c->qs, c->m, c->k, c->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
         fp4_qmatrix w = {c->w, c->ws, c->k, c->k, c->format, FP4_LAYOUT_128X4,
                          c->format == FP4_FORMAT_NVFP4 ? 1.0f / 448.0f : 1.0f, FP4_MEMORY_DEVICE};
+        if (c->w4a16) {
+          o.config = c->config;
+          ok = !fp4_mm_w4a16(ctx, &x, &w, (float)(1.0 / sqrt((double)c->k)), &y, &o);
+          if (run == 0) pdl_used &= info.pdl;
+          continue;
+        }
         ok = !fp4_quantize(ctx, &x, 448.0f * 6.0f / 8.0f, &q, &o);
         if (run == 0) pdl_used &= info.pdl;
         o.config = c->config; /* the quantize call above takes its one config */
