@@ -480,22 +480,21 @@ typedef struct chain {
   float *x0_host;
   const char *config; /* GEMM config; NULL: the default */
   int w4a16;          /* 1: x -> fp4_mm_w4a16 -> y, GEMM after GEMM with no quantize between */
+  float alpha;        /* keeps y's magnitude x's: 1 / sqrt(k) after a quantize, else from W's norm */
 } chain;
 
 /* The third chain runs W4A4 through the bf16 prologue: three dependent kernels per pair. The last
- * three chain W4A16 GEMMs directly, on the lean, classic and shared-activation small-M kernels:
- * each triggers its dependent right after its own griddepcontrol.wait, so the next GEMM's
- * prologue (its weight prefetch) runs while this one still reads the activations the next one
- * overwrites two GEMMs later. */
+ * three chain W4A16 GEMMs directly (each GEMM's output is the next one's input, and the one after
+ * overwrites its input) on the lean, classic and shared-activation small-M kernels. */
 enum { STRESS_PAIRS = 600, STRESS_K = 2048, STRESS_CHAINS = 6 };
 
 static void test_pdl_stress(fp4_context *ctx, int sm90) {
-  chain ch[STRESS_CHAINS] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0},
-                             {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0},
-                             {5, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.pro.w4.b6", 0},
-                             {1, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.r32.w4.b6", 1},
-                             {4, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.w8", 1},
-                             {32, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.sa.r64.w8", 1}};
+  chain ch[STRESS_CHAINS] = {{8, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0, 0},
+                             {3, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, NULL, 0, 0},
+                             {5, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.pro.w4.b6", 0, 0},
+                             {1, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.r32.w4.b6", 1, 0},
+                             {4, STRESS_K, FP4_FORMAT_MXFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.w8", 1, 0},
+                             {32, STRESS_K, FP4_FORMAT_NVFP4, 0, {0}, 0, 0, 0, 0, 0, "small-m.sa.r64.w8", 1, 0}};
   uint16_t *res[STRESS_CHAINS][2] = {{0}};
   int ok = 1;
   fp4h_rng g = {77};
@@ -524,9 +523,17 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
       fp4_matrix wm = {wf, k, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
       fp4_qmatrix wqm = {wq, wsq, k, k, c->format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
       fp4_options ro = {.backend = "ref"};
-      ok = !fp4_quantize(NULL, &wm, 448.0f, &wqm, &ro) && !fp4_convert(xf, FP4_DTYPE_F32, c->x0_host, FP4_DTYPE_BF16, (size_t)(m * k)) &&
+      ok = !fp4_quantize(NULL, &wm, 448.0f, &wqm, &ro) && !fp4_dequantize(&wqm, &wm) &&
+           !fp4_convert(xf, FP4_DTYPE_F32, c->x0_host, FP4_DTYPE_BF16, (size_t)(m * k)) &&
            !fp4_copy(ctx, c->w, FP4_MEMORY_DEVICE, wq, FP4_MEMORY_HOST, (size_t)(k * k) / 2) &&
            !fp4_copy(ctx, c->ws, FP4_MEMORY_DEVICE, wsq, FP4_MEMORY_HOST, sw);
+    }
+    if (ok) { /* W4A16: alpha * multiplier * dq(W) of unit gain on random x, so 600 steps stay finite */
+      double ms = 0.0;
+      for (int64_t i = 0; i < k * k; i++) ms += (double)wf[i] * wf[i];
+      ms /= (double)(k * k);
+      const double mult = c->format == FP4_FORMAT_NVFP4 ? 1.0 / 448.0 : 1.0;
+      c->alpha = (float)(c->w4a16 ? 1.0 / (sqrt(ms * (double)k) * mult) : 1.0 / sqrt((double)k));
     }
     free(wf);
     free(wq);
@@ -549,14 +556,14 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
                          c->format == FP4_FORMAT_NVFP4 ? 1.0f / 448.0f : 1.0f, FP4_MEMORY_DEVICE};
         if (c->w4a16) {
           o.config = c->config;
-          ok = !fp4_mm_w4a16(ctx, &x, &w, (float)(1.0 / sqrt((double)c->k)), &y, &o);
+          ok = !fp4_mm_w4a16(ctx, &x, &w, c->alpha, &y, &o);
           if (run == 0) pdl_used &= info.pdl;
           continue;
         }
         ok = !fp4_quantize(ctx, &x, 448.0f * 6.0f / 8.0f, &q, &o);
         if (run == 0) pdl_used &= info.pdl;
         o.config = c->config; /* the quantize call above takes its one config */
-        ok = ok && !fp4_mm(ctx, &q, &w, (float)(1.0 / sqrt((double)c->k)), &y, &o);
+        ok = ok && !fp4_mm(ctx, &q, &w, c->alpha, &y, &o);
         if (run == 0) pdl_used &= info.pdl;
       }
     if (!ok) printf("FAIL pdl stress: launch failed: %s\n", fp4_last_error());

@@ -133,9 +133,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
   const int64_t act_step = (int64_t)warps * act_walk<ACT>::kSlab;
   const char *act_slab = aw.base + (int64_t)warp * act_walk<ACT>::kSlab;
 
-  fp4_small_m_prefetch_weights(p, row0, 16 * R);
-  fp4_pdl_wait(); /* nothing is loaded before the producer of A has finished */
-  fp4_pdl_launch_dependents(); /* the next kernel's prologue may overlap this one's stream */
+  fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
   fp4_small_m_stage_alpha(p);
   for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
     uint4 wa[U][R], wb[U][R];
@@ -161,6 +159,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
                                   acc);
     }
   }
+  fp4_pdl_launch_dependents(); /* every input has been read */
+
   reduce_store<R, NT>(p, red, acc, row0, warp, warps, lane);
 }
 
@@ -206,11 +206,10 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
     __syncthreads();
   }
 
-  fp4_small_m_prefetch_weights(p, row0, 16 * R);
-  fp4_pdl_wait(); /* nothing is loaded before the producer of A has finished */
-  fp4_pdl_launch_dependents(); /* the next kernel's prologue may overlap this one's stream */
+  fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
   fp4_small_m_stage_alpha(p);
   lean_stream<FMT, ACT, NT, R, U, (MINB < 6)>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, warp, nslabs, table, acc);
+  fp4_pdl_launch_dependents(); /* every input has been read */
   reduce_store<R, NT>(p, red, acc, row0, warp, kLeanWarps, lane);
 }
 

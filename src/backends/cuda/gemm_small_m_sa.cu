@@ -71,9 +71,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
   }
   __syncthreads(); /* the table is written */
 
-  fp4_small_m_prefetch_weights(p, (int64_t)blockIdx.x * 16 * kSaGroupWarps, 16 * kSaGroupWarps);
-  fp4_pdl_wait(); /* nothing is loaded before the producer of A has finished */
-  fp4_pdl_launch_dependents(); /* the next kernel's prologue may overlap this one's stream */
+  fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
   /* Chunk c of a stage: token row c / 16, 16-byte chunk c % 16 of its 256 bytes. */
   auto copy_slab = [&](int s, int stage) {
 #pragma unroll
@@ -117,6 +115,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+  fp4_pdl_launch_dependents(); /* every input has been read */
   float *red = reinterpret_cast<float *>(sa_smem + kSaGroups * kSaStages * kStage);
   if (kg == 1)
 #pragma unroll

@@ -1,12 +1,9 @@
 /*
  * The one launch path of the cuda backend. Every kernel goes through fp4_cuda_launch, which uses
  * cudaLaunchKernelEx so programmatic dependent launch (PDL) is a per-call attribute; every kernel
- * calls fp4_pdl_wait() before it reads anything a previous kernel may have written, and
- * fp4_pdl_launch_dependents() after that wait (the small-M GEMMs right after it, so the next
- * kernel's prologue overlaps their stream; the others once their inputs are consumed). The trigger
- * never lets a dependent read early: its own griddepcontrol.wait still waits for this whole grid.
- * Launching with the attribute while a kernel lacks the wait corrupts results silently, so the pair
- * lives here, next to the launcher.
+ * calls fp4_pdl_wait() before it reads anything a previous kernel may have written and
+ * fp4_pdl_launch_dependents() once its inputs are consumed. Launching with the attribute while a
+ * kernel lacks the wait corrupts results silently, so the pair lives here, next to the launcher.
  */
 #ifndef FP4_BACKENDS_CUDA_LAUNCH_CUH
 #define FP4_BACKENDS_CUDA_LAUNCH_CUH

@@ -54,37 +54,6 @@ __device__ __forceinline__ void store_out(const gemm_params &p, int64_t row0, in
   else static_cast<uint16_t *>(p.out)[i] = fp4_f16_from_f32_inline(v);
 }
 
-/* The PDL prologue of the small-M kernels. A decode step's weights and their block scales are
- * never written by the kernel before a GEMM, so before griddepcontrol.wait one thread per CTA asks
- * L2 to fetch the CTA's rows (cp.async.bulk.prefetch, SM90+). The kernels trigger their dependents
- * right after their own wait, so under PDL the next GEMM's CTAs issue this while the current one
- * still streams, and its first loads hit L2 instead of starting from DRAM latency with a few bytes
- * in flight. Only rows within the first kPdlPrefetchBytes of the matrix are prefetched: the CTAs
- * resident before the wait are the first ones, and more would evict what the current GEMM reads.
- * A prefetch cannot return stale data: L2 is the device's point of coherence. */
-constexpr int64_t kPdlPrefetchBytes = 16ll << 20;
-
-__device__ __forceinline__ void fp4_prefetch_l2(const uint8_t *lo, const uint8_t *hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uintptr_t a = ((uintptr_t)lo + 15) & ~(uintptr_t)15, b = (uintptr_t)hi & ~(uintptr_t)15;
-  if (b > a) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"((uint32_t)(b - a)) : "memory");
-#else
-  (void)lo;
-  (void)hi;
-#endif
-}
-
-/* Rows [row0, row0 + rows) of W and their scales (whole scale tiles of the 128x4 and 8x4 layouts). */
-__device__ __forceinline__ void fp4_small_m_prefetch_weights(const gemm_params &p, int64_t row0, int64_t rows) {
-  const int64_t row_bytes = p.k >> 1, first = row0 * row_bytes;
-  if (threadIdx.x != 0 || row0 >= p.n || first >= kPdlPrefetchBytes) return;
-  const int64_t end = min(row0 + rows, p.n);
-  fp4_prefetch_l2(p.b + first, p.b + min(end * row_bytes, kPdlPrefetchBytes));
-  const int64_t tile = p.b_layout == FP4_LAYOUT_128X4 ? 128 : p.b_layout == FP4_LAYOUT_8X4 ? 8 : 1;
-  fp4_prefetch_l2(p.b_scales + fp4_layout_bytes(p.b_layout, row0 / tile * tile, p.C),
-                  p.b_scales + fp4_layout_bytes(p.b_layout, end, p.C));
-}
-
 } // namespace
 
 /* Warps of the largest K-splitting CTA. */
