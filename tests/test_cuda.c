@@ -514,6 +514,7 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
     uint8_t *wq = malloc((size_t)(k * k) / 2), *wsq = malloc(sw);
     float *xf = malloc(sizeof *xf * (size_t)(m * k));
     c->x0_host = malloc((size_t)(m * k) * 2);
+    float qmult = 1.0f;
     res[s][0] = malloc((size_t)(m * k) * 2);
     res[s][1] = malloc((size_t)(m * k) * 2);
     ok = ok && wf && wq && wsq && xf && c->x0_host && res[s][0] && res[s][1];
@@ -527,12 +528,14 @@ static void test_pdl_stress(fp4_context *ctx, int sm90) {
            !fp4_convert(xf, FP4_DTYPE_F32, c->x0_host, FP4_DTYPE_BF16, (size_t)(m * k)) &&
            !fp4_copy(ctx, c->w, FP4_MEMORY_DEVICE, wq, FP4_MEMORY_HOST, (size_t)(k * k) / 2) &&
            !fp4_copy(ctx, c->ws, FP4_MEMORY_DEVICE, wsq, FP4_MEMORY_HOST, sw);
+      qmult = wqm.multiplier;
     }
     if (ok) { /* W4A16: alpha * multiplier * dq(W) of unit gain on random x, so 600 steps stay finite */
       double ms = 0.0;
       for (int64_t i = 0; i < k * k; i++) ms += (double)wf[i] * wf[i];
       ms /= (double)(k * k);
-      const double mult = c->format == FP4_FORMAT_NVFP4 ? 1.0 / 448.0 : 1.0;
+      /* wf holds dq(W) times the multiplier fp4_quantize set; the GEMMs below pass their own */
+      const double mult = (c->format == FP4_FORMAT_NVFP4 ? 1.0 / 448.0 : 1.0) / (double)qmult;
       c->alpha = (float)(c->w4a16 ? 1.0 / (sqrt(ms * (double)k) * mult) : 1.0 / sqrt((double)k));
     }
     free(wf);
