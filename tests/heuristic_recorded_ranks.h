@@ -1,7 +1,7 @@
 /*
  * The ranks auto selection gave every backend before the backends' tables carried them: the output
- * of the previous src/dispatch/heuristic.c (a rank table by backend name) for each backend below,
- * operands in host and in device memory, each compute capability, op and M below.
+ * of the previous heuristic ranking in src/dispatch (a rank table by backend name) for each backend
+ * below, operands in host and in device memory, each compute capability, op and M below.
  * tests/test_heuristic_ranks.c checks that the ranks derived from the tables equal these.
  */
 #ifndef FP4_TESTS_HEURISTIC_RECORDED_RANKS_H

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "dispatch/heuristic.h"
+#include "dispatch/dispatch.h"
 #include "fp4kit.h"
 #include "fp4kit_bench.h"
 #include "testing.h"

@@ -5,7 +5,7 @@
  * backends that compute on the host. */
 #include <stdio.h>
 
-#include "dispatch/heuristic.h"
+#include "dispatch/dispatch.h"
 #include "fp4kit.h"
 #include "heuristic_recorded_ranks.h"
 #include "testing.h"

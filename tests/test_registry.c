@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch/heuristic.h"
+#include "dispatch/dispatch.h"
 #include "fp4kit.h"
 
 static int failures;

@@ -1,12 +1,12 @@
-/* Remembered dispatch decisions (src/dispatch/selection_cache.c): a key separates everything a
- * backend's supports() or the auto choice can depend on, and calls answered from the table run the
- * same backend and give the same bits as the first call. Host backends here; the GPU paths take the
- * same code. */
+/* Remembered dispatch decisions (the selection cache in src/dispatch/dispatch.c): a key separates
+ * everything a backend's supports() or the auto choice can depend on, and calls answered from the
+ * table run the same backend and give the same bits as the first call. Host backends here; the GPU
+ * paths take the same code. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch/selection_cache.h"
+#include "dispatch/dispatch.h"
 #include "tune/tuning.h"
 #include "fp4kit.h"
 #include "testing.h"

@@ -63,8 +63,9 @@ static inline int64_t fp4_problem_k(const fp4_problem *p) {
   return (p->op == FP4_OP_MM || p->op == FP4_OP_GROUPED_MM) ? p->a_q->cols : p->a->cols;
 }
 
-/* The situations the auto heuristic ranks backends in; src/dispatch/heuristic.c says which one a
- * problem is in (the M crossovers and the architecture families), each backend how it ranks there. */
+/* The situations the auto heuristic ranks backends in; the heuristic ranking in src/dispatch/dispatch.c
+ * says which one a problem is in (the M crossovers and the architecture families), each backend how it
+ * ranks there. */
 typedef enum fp4_regime {
   FP4_REGIME_HOST = 0,      /* operands in host memory                                             */
   FP4_REGIME_QUANTIZE,      /* FP4_OP_QUANTIZE on the device                                       */
@@ -152,8 +153,8 @@ typedef struct fp4_backend {
   /* 1 when run() computes on the host (cpu, ref): auto and the tuner never give it device operands,
    * whatever its supports() says. */
   int host;
-  /* Its ranks for auto selection without a tuning cache (src/dispatch/heuristic.c); NULL:
-   * FP4_RANK_UNKNOWN everywhere. */
+  /* Its ranks for auto selection without a tuning cache (the heuristic ranking in
+   * src/dispatch/dispatch.c); NULL: FP4_RANK_UNKNOWN everywhere. */
   const fp4_backend_ranks *ranks;
 } fp4_backend;
 

@@ -1,16 +1,233 @@
-/* Public entry points that run on a backend: validate, build the problem, pick the backend, run. */
+/* Public entry points that run on a backend: validate, build the problem, pick the backend, run.
+ * Sections: the heuristic ranking auto falls back to without a tuning cache, the per-context memory
+ * of decisions that spares repeated calls the choice, then the problems themselves. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
-#include "dispatch/heuristic.h"
-#include "dispatch/selection_cache.h"
 #include "format/matrix_check.h"
 #include "tune/tuning.h"
+
+/* ---- Heuristic ranking ----------------------------------------------------------------------------
+ * The heuristic ranking used by auto selection when no tuning cache answers. The regimes encode what
+ * each GPU generation can do (arch.c); each backend's table ranks it in every regime. Where the
+ * tensor cores have a block-scaled FP4 MMA (SM100, SM120) the native paths come first; below SM100
+ * the own dequantizing kernels win at small M (memory-bound: they read 4-bit weights) and cuBLAS
+ * BF16 on dequantized operands wins at large M (compute-bound: the O(N*K) dequantization is
+ * amortised over M rows of BF16 tensor-core work). */
+
+/* From this M on, a BF16 GEMM on dequantized weights beats the own kernels on SM80-SM90. Measured
+ * on the H200 (bench/results/h200/2026-11-30-cublas-dequant/, crossover-m16-128.csv and
+ * crossover-m64-256.csv: cuda against cublas-dequant on 11 dense Qwen3.5 / Llama-3.3-70B shapes,
+ * M = 16-256): up to M = 32 the small-M
+ * kernels win every shape (0.22-0.71x cublas-dequant's time); at M = 48 the two are within
+ * 0.63-1.17x; at M = 64 cublas-dequant wins every weight of at least 2^25 elements (by 1.05-1.34x),
+ * the four smallest (13-19 us) going either way between runs; above 64 the large-M tiles lose
+ * everywhere (1.08-5.3x). The tuning cache overrides this per shape. */
+enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
+
+fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m) {
+  if (memory == FP4_MEMORY_HOST) return FP4_REGIME_HOST;
+  if (op == FP4_OP_QUANTIZE) return FP4_REGIME_QUANTIZE; /* only own kernels quantize; order is moot */
+  /* SM120 mma.sync kernels hold up to larger M */
+  if (cc >= 120) return m <= 2 * NATIVE_SMALL_M ? FP4_REGIME_SM120_SMALL_M : FP4_REGIME_SM120_LARGE_M;
+  if (cc >= 100) return m <= NATIVE_SMALL_M ? FP4_REGIME_SM100_SMALL_M : FP4_REGIME_SM100_LARGE_M;
+  return m < DEQUANT_WINS_M ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
+}
+
+int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m) {
+  const fp4_backend_ranks *r = b ? b->ranks : NULL;
+  if (!r) return FP4_RANK_UNKNOWN;
+  if (memory != FP4_MEMORY_HOST && r->device_ops && !(r->device_ops & FP4_OP_BIT(op))) return r->other_device_ops;
+  return r->in[fp4_heuristic_regime(cc, memory, op, m)];
+}
+
+int fp4_heuristic_host_backend(const fp4_backend *b) { return b && b->host; }
+
+/* ---- Selection cache ------------------------------------------------------------------------------
+ * Per-context memory of dispatch decisions (the section of the same name in dispatch.h says what a
+ * key holds and why). */
+
+enum { TABLE_SLOTS = 512 }; /* direct-mapped: a decode step of a large model has a few hundred shapes */
+
+typedef struct selection_slot {
+  int used;
+  fp4_selection_key key;
+  const fp4_backend *backend;
+  char config[64];
+} selection_slot;
+
+struct fp4_selection_table {
+  selection_slot slots[TABLE_SLOTS];
+};
+
+/* 0..15: the low address bits that decide alignment rules (16-byte loads, 2-byte scale reads). */
+static uint64_t align_class(const void *p) { return (uint64_t)((uintptr_t)p & 15u); }
+
+static void put_qmatrix(uint64_t *w, int *n, const fp4_qmatrix *q) {
+  w[(*n)++] = q ? (uint64_t)q->rows : UINT64_MAX;
+  w[(*n)++] = q ? (uint64_t)q->cols : 0;
+  w[(*n)++] = q ? ((uint64_t)q->format | (uint64_t)q->layout << 8 | (uint64_t)q->memory << 16 |
+                   align_class(q->data) << 24 | align_class(q->scales) << 32)
+                : 0;
+}
+
+static void put_matrix(uint64_t *w, int *n, const fp4_matrix *m) {
+  w[(*n)++] = m ? (uint64_t)m->rows : UINT64_MAX;
+  w[(*n)++] = m ? (uint64_t)m->cols : 0;
+  w[(*n)++] = m ? ((uint64_t)m->ld | (uint64_t)m->dtype << 40 | (uint64_t)m->memory << 48 | align_class(m->data) << 56)
+                : 0;
+}
+
+int fp4_selection_key_of(const fp4_problem *p, int backend_index, const char *config, uint64_t tuning_generation,
+                         fp4_selection_key *key) {
+  if (p->op != FP4_OP_QUANTIZE && p->op != FP4_OP_MM && p->op != FP4_OP_MM_W4A16) return 0;
+  memset(key, 0, sizeof *key);
+  if (config) {
+    size_t len = strlen(config);
+    if (len >= sizeof key->config) return 0;
+    memcpy(key->config, config, len);
+  }
+  uint64_t *w = key->w;
+  int n = 0;
+  w[n++] = (uint64_t)p->op | (uint64_t)p->memory << 8 | (uint64_t)(p->enable_pdl != 0) << 16 |
+           (uint64_t)(p->alpha_device != NULL) << 17 | (uint64_t)(p->global_scale_device != NULL) << 18 |
+           (uint64_t)(p->exact_order != 0) << 19 |
+           (uint64_t)(uint32_t)(backend_index + 1) << 32;
+  w[n++] = tuning_generation;
+  put_qmatrix(w, &n, p->a_q);
+  put_matrix(w, &n, p->a);
+  put_qmatrix(w, &n, p->b);
+  put_matrix(w, &n, p->out);
+  put_qmatrix(w, &n, p->q_out);
+  return n <= FP4_SELECTION_KEY_WORDS;
+}
+
+static size_t slot_of(const fp4_selection_key *key) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < FP4_SELECTION_KEY_WORDS; i++) {
+    h ^= key->w[i];
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (const char *c = key->config; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+  return (size_t)(h % TABLE_SLOTS);
+}
+
+/* The context's table, created on first use when create is set (NULL without one). */
+static struct fp4_selection_table *table_of(fp4_context *ctx, int create) {
+  static const char owner = 0; /* the address that names this state among the context's slots */
+  void **slot = fp4_context_slot(ctx, &owner, free);
+  if (slot && !*slot && create) *slot = calloc(1, sizeof(struct fp4_selection_table));
+  return slot ? *slot : NULL;
+}
+
+const fp4_backend *fp4_selection_find(fp4_context *ctx, const fp4_selection_key *key, const char **config) {
+  const struct fp4_selection_table *t = table_of(ctx, 0);
+  if (!t) return NULL;
+  const selection_slot *s = &t->slots[slot_of(key)];
+  if (!s->used || memcmp(&s->key, key, sizeof *key) != 0) return NULL;
+  *config = s->config[0] ? s->config : NULL;
+  return s->backend;
+}
+
+void fp4_selection_store(fp4_context *ctx, const fp4_selection_key *key, const fp4_backend *backend,
+                         const char *config) {
+  struct fp4_selection_table *t = table_of(ctx, 1);
+  if (!t) return;
+  if (fp4_registry_index(backend) < 0 || (config && strlen(config) >= sizeof t->slots[0].config)) return;
+  selection_slot *s = &t->slots[slot_of(key)];
+  s->used = 1;
+  s->key = *key;
+  s->backend = backend;
+  strcpy(s->config, config ? config : "");
+}
+
+/* ---- Tuning cache: when auto follows an entry ------------------------------------------------------ */
+
+/* The tuning key of a dense GEMM problem; 0 for problems that are not tuned. */
+static int tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key) {
+  /* Only the dense GEMMs are tuned; quantize, the grouped GEMMs and the MoE layer have no p->b. */
+  if (p->op != FP4_OP_MM && p->op != FP4_OP_MM_W4A16) return 0;
+  memset(key, 0, sizeof *key);
+  key->op = p->op == FP4_OP_MM ? FP4_TUNE_MM : FP4_TUNE_MM_W4A16;
+  key->format = p->b->format;
+  key->a_dtype = p->op == FP4_OP_MM ? FP4_DTYPE_E2M1X2 : p->a->dtype;
+  key->out_dtype = p->out->dtype;
+  key->m = fp4_problem_m(p);
+  key->n = fp4_problem_n(p);
+  key->k = fp4_problem_k(p);
+  return 1;
+}
+
+/* Why auto must not follow a cache entry for p ("" when it may): the rules of tuning.h. */
+static void distrust(fp4_context *ctx, const fp4_problem *p, const fp4_tuning_hit *hit, char *why, size_t why_size) {
+  why[0] = 0;
+  const fp4_backend *b = fp4_registry_find(hit->backend);
+  if (!b) {
+    fp4_reason(why, why_size, "this build has no backend '%s'", hit->backend);
+    return;
+  }
+  if (!fp4_tuning_time_plausible(hit->median_us)) {
+    fp4_reason(why, why_size, "implausible time %g us", hit->median_us);
+    return;
+  }
+  if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b)) {
+    fp4_reason(why, why_size, "'%s' is a host backend and the operands are in device memory", b->name);
+    return;
+  }
+  const int device = fp4_context_device(ctx);
+  const int cc = p->memory == FP4_MEMORY_DEVICE && device >= 0 ? fp4_device_cc(device) : 0;
+  if (fp4_heuristic_rank(b, cc, p->memory, p->op, fp4_problem_m(p)) >= FP4_RANK_CHECK_ONLY) {
+    fp4_reason(why, why_size, "'%s' runs here only to check other backends, never as a fast path", b->name);
+    return;
+  }
+  if (!hit->config[0]) return; /* the backend's own choice */
+  const char *names[64];
+  const int n = b->configs ? b->configs(ctx, p, names, 64) : 0;
+  for (int i = 0; i < n; i++)
+    if (names[i] && !strcmp(names[i], hit->config)) return;
+  fp4_reason(why, why_size, "backend '%s' offers no config '%s' for this problem", b->name, hit->config);
+}
+
+/* The cached winner for p on ctx (the default cache file is loaded on first use): FP4_OK with the
+ * backend and config names, else FP4_ERR_NOT_FOUND. Never fails otherwise. An entry that auto must
+ * not follow (a backend this build lacks, a config the backend does not offer for p, an implausible
+ * time, a checking build such as the reference oracle, a host backend for device operands) is
+ * FP4_ERR_NOT_FOUND, with one warning per entry. */
+static fp4_status tuning_lookup(fp4_context *ctx, const fp4_problem *p, char *backend, size_t backend_size,
+                                char *config, size_t config_size) {
+  fp4_tune_key key;
+  if (!ctx || !tune_key_of_problem(p, &key)) return FP4_ERR_NOT_FOUND;
+  const fp4_tuning_cache *c = fp4_context_tuning_cache(ctx);
+  if (!c) return FP4_ERR_NOT_FOUND;
+  fp4_tuning_hit hit;
+  fp4_status st = fp4_tuning_cache_find(c, &key, &hit);
+  fp4_clear_error(); /* a miss is not an error of the caller's call */
+  if (st) return FP4_ERR_NOT_FOUND;
+  char why[256];
+  distrust(ctx, p, &hit, why, sizeof why);
+  fp4_clear_error();
+  if (why[0]) {
+    if (fp4_tuning_cache_first_warning(c, hit.index))
+      fp4_log(FP4_LOG_WARN, "auto: tuning cache entry %s%s%s (%s %s M bucket %lld, N %lld, K %lld) not followed: %s; "
+              "using the heuristic", hit.backend, hit.config[0] ? ":" : "", hit.config,
+              key.op == FP4_TUNE_MM ? "w4a4" : "w4a16", fp4_format_name(key.format),
+              (long long)fp4_tune_m_bucket(key.m), (long long)key.n, (long long)key.k, why);
+    return FP4_ERR_NOT_FOUND;
+  }
+  fp4_reason(backend, backend_size, "%s", hit.backend);
+  fp4_reason(config, config_size, "%s", hit.config);
+  return FP4_OK;
+}
+
+/* ---- Problems: support, backend choice, running ---------------------------------------------------- */
 
 static const fp4_options default_options = {0};
 
@@ -166,7 +383,7 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
                                              char *reason, size_t reason_size) {
   char why[256], tuned[32], tuned_config[64];
   fp4_reason(config, config_size, "%s", "");
-  if (fp4_tuning_lookup(ctx, p, tuned, sizeof tuned, tuned_config, sizeof tuned_config) == FP4_OK) {
+  if (tuning_lookup(ctx, p, tuned, sizeof tuned, tuned_config, sizeof tuned_config) == FP4_OK) {
     const fp4_backend *b = fp4_registry_find(tuned);
     if (b && p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b)) {
       snprintf(why, sizeof why, "a host backend never runs device operands");

@@ -14,7 +14,6 @@
 #include "dispatch/arch.h"
 #include "dispatch/backend.h"
 #include "dispatch/dispatch.h"
-#include "dispatch/heuristic.h"
 #include "dispatch/probe.h"
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -10,7 +10,6 @@
 
 #include "core/error.h"
 #include "dispatch/backend.h"
-#include "dispatch/heuristic.h"
 #include "dispatch/dispatch.h"
 #include "tune/timer.h"
 #include "tune/tuning.h"

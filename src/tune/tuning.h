@@ -14,20 +14,9 @@ extern "C" {
 #define FP4_TUNE_MAX_US 1e10
 int fp4_tuning_time_plausible(double median_us);
 /* A number that changes whenever the cache's entries change (set, load, parse), so decisions
- * remembered under one state of the cache are not reused under another (dispatch/selection_cache). */
+ * remembered under one state of the cache are not reused under another (the selection cache in
+ * dispatch/dispatch.c). */
 uint64_t fp4_tuning_cache_generation(const fp4_tuning_cache *cache);
-
-/* The tuning key of a dense GEMM problem; 0 for problems that are not tuned (quantize, grouped GEMMs,
- * the MoE layer). */
-int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key);
-
-/* The cached winner for p on ctx (loading the default cache file on first use): FP4_OK with the
- * backend and config names, else FP4_ERR_NOT_FOUND. Never fails otherwise. An entry that auto must
- * not follow (a backend this build lacks, a config the backend does not offer for p, an implausible
- * time, a checking build such as the reference oracle, a host backend for device operands) is
- * FP4_ERR_NOT_FOUND, with one warning per entry. */
-fp4_status fp4_tuning_lookup(fp4_context *ctx, const fp4_problem *p, char *backend, size_t backend_size,
-                             char *config, size_t config_size);
 
 /* One entry as stored: names, time, and its index for fp4_tuning_cache_first_warning. */
 typedef struct fp4_tuning_hit {

@@ -1,8 +1,8 @@
 /*
  * The context's tuning state: the tuning cache auto selection follows (loaded once per context from
- * the default file, or set by the caller) and the lookup that answers dispatch from it, with the
- * checks that keep auto from following an entry it must not. Below dispatch: it runs no GEMM (the
- * tuner, tuner.c, fills caches by timing the public calls).
+ * the default file, or set by the caller). Below dispatch: it runs no GEMM and decides nothing;
+ * dispatch.c asks it for the cache and decides whether an entry may be followed, and the tuner
+ * (tuner.c) fills caches by timing the public calls.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,6 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/backend.h"
-#include "dispatch/heuristic.h"
 #include "tune/tuning.h"
 
 struct fp4_tuning_state {
@@ -100,74 +99,4 @@ const char *fp4_context_tuning_note(fp4_context *ctx) {
   if (!t) return "no context: auto selection uses the heuristic";
   if (!t->loaded) load_default(ctx, t);
   return t->note;
-}
-
-int fp4_tune_key_of_problem(const fp4_problem *p, fp4_tune_key *key) {
-  /* Only the dense GEMMs are tuned; quantize, the grouped GEMMs and the MoE layer have no p->b. */
-  if (p->op != FP4_OP_MM && p->op != FP4_OP_MM_W4A16) return 0;
-  memset(key, 0, sizeof *key);
-  key->op = p->op == FP4_OP_MM ? FP4_TUNE_MM : FP4_TUNE_MM_W4A16;
-  key->format = p->b->format;
-  key->a_dtype = p->op == FP4_OP_MM ? FP4_DTYPE_E2M1X2 : p->a->dtype;
-  key->out_dtype = p->out->dtype;
-  key->m = fp4_problem_m(p);
-  key->n = fp4_problem_n(p);
-  key->k = fp4_problem_k(p);
-  return 1;
-}
-
-/* Why auto must not follow a cache entry for p ("" when it may): the rules of tuning.h. */
-static void distrust(fp4_context *ctx, const fp4_problem *p, const fp4_tuning_hit *hit, char *why, size_t why_size) {
-  why[0] = 0;
-  const fp4_backend *b = fp4_registry_find(hit->backend);
-  if (!b) {
-    fp4_reason(why, why_size, "this build has no backend '%s'", hit->backend);
-    return;
-  }
-  if (!fp4_tuning_time_plausible(hit->median_us)) {
-    fp4_reason(why, why_size, "implausible time %g us", hit->median_us);
-    return;
-  }
-  if (p->memory == FP4_MEMORY_DEVICE && fp4_heuristic_host_backend(b)) {
-    fp4_reason(why, why_size, "'%s' is a host backend and the operands are in device memory", b->name);
-    return;
-  }
-  const int device = fp4_context_device(ctx);
-  const int cc = p->memory == FP4_MEMORY_DEVICE && device >= 0 ? fp4_device_cc(device) : 0;
-  if (fp4_heuristic_rank(b, cc, p->memory, p->op, fp4_problem_m(p)) >= FP4_RANK_CHECK_ONLY) {
-    fp4_reason(why, why_size, "'%s' runs here only to check other backends, never as a fast path", b->name);
-    return;
-  }
-  if (!hit->config[0]) return; /* the backend's own choice */
-  const char *names[64];
-  const int n = b->configs ? b->configs(ctx, p, names, 64) : 0;
-  for (int i = 0; i < n; i++)
-    if (names[i] && !strcmp(names[i], hit->config)) return;
-  fp4_reason(why, why_size, "backend '%s' offers no config '%s' for this problem", b->name, hit->config);
-}
-
-fp4_status fp4_tuning_lookup(fp4_context *ctx, const fp4_problem *p, char *backend, size_t backend_size,
-                             char *config, size_t config_size) {
-  fp4_tune_key key;
-  if (!ctx || !fp4_tune_key_of_problem(p, &key)) return FP4_ERR_NOT_FOUND;
-  const fp4_tuning_cache *c = fp4_context_tuning_cache(ctx);
-  if (!c) return FP4_ERR_NOT_FOUND;
-  fp4_tuning_hit hit;
-  fp4_status st = fp4_tuning_cache_find(c, &key, &hit);
-  fp4_clear_error(); /* a miss is not an error of the caller's call */
-  if (st) return FP4_ERR_NOT_FOUND;
-  char why[256];
-  distrust(ctx, p, &hit, why, sizeof why);
-  fp4_clear_error();
-  if (why[0]) {
-    if (fp4_tuning_cache_first_warning(c, hit.index))
-      fp4_log(FP4_LOG_WARN, "auto: tuning cache entry %s%s%s (%s %s M bucket %lld, N %lld, K %lld) not followed: %s; "
-              "using the heuristic", hit.backend, hit.config[0] ? ":" : "", hit.config,
-              key.op == FP4_TUNE_MM ? "w4a4" : "w4a16", fp4_format_name(key.format),
-              (long long)fp4_tune_m_bucket(key.m), (long long)key.n, (long long)key.k, why);
-    return FP4_ERR_NOT_FOUND;
-  }
-  fp4_reason(backend, backend_size, "%s", hit.backend);
-  fp4_reason(config, config_size, "%s", hit.config);
-  return FP4_OK;
 }

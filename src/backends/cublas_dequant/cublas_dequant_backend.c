@@ -13,7 +13,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "dispatch/arch.h"
-#include "dispatch/heuristic.h"
+#include "dispatch/dispatch.h"
 #include "dispatch/probe.h"
 #include "format/codec.h"
 
@@ -301,7 +301,7 @@ static fp4_status dq_probe(fp4_context *ctx, const fp4_arch_info *arch, fp4_back
 }
 
 /* First at large M on SM80-SM90 (a BF16 GEMM amortises the dequantization over M rows; the
- * crossover is in src/dispatch/heuristic.c), second at small M; last where FP4 is native. */
+ * crossover is in src/dispatch/dispatch.c), second at small M; last where FP4 is native. */
 static const fp4_backend_ranks dq_ranks =
     /* quantize, SM80-SM90 M small, large; SM100/103 small, large; SM120/121 small, large */
     FP4_DEVICE_RANKS(3, 1, 0, 3, 3, 3, 3);
