@@ -247,6 +247,8 @@ static void test_options(void) {
       {"--step no-such-model", "no embedded shape set named 'no-such-model'"},
       {"--step qwen3.5-397b-a17b --ep 3", "does not split evenly over 3 ranks"},
       {"--step deepseek-r1", "not one repeated layer"},
+      {"--step llama-3.1-8b --gpus 0", "--gpus takes an integer in [1, 64]"},
+      {"--step llama-3.3-70b --tp 8 --gpus 4", "--gpus 4 runs one rank of the shard per GPU, but --tp 8 x --ep 1 is 8 ranks"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -259,6 +261,8 @@ static void test_options(void) {
   CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10 per token on the rank)") && strstr(g_out, "7077888 bytes per expert") &&
             strstr(g_out, "one layer reads 21233664 FP4 bytes"),
         "--plan for Qwen3.5 EP8: exit %d, '%s'", rc, g_out);
+  rc = run("--step llama-3.3-70b --tp 8 --gpus 8 --plan");
+  CHECK(rc == 0 && strstr(g_out, "80 layers"), "--plan with --gpus 8 for TP8: exit %d, stderr '%s'", rc, g_err);
   rc = run("--step llama-3.3-70b --tp 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "80 layers") && strstr(g_out, "one layer reads 60162048 FP4 bytes"),
         "--plan for Llama-3.3-70B TP8: exit %d, '%s'", rc, g_out);
@@ -305,6 +309,39 @@ static void cli_step(const char *args, int64_t layer_bytes_dense, int types) {
   cJSON_Delete(root);
 }
 
+/* --gpus 1: the step with its all-reduces over one rank (NCCL), or a clear refusal where NCCL is absent. */
+static void cli_step_one_rank(void) {
+  char full[400], path[128];
+  snprintf(path, sizeof path, "%s/ranks.json", dir);
+  snprintf(full, sizeof full, "bench --step llama-3.1-8b --tp 8 --gpus 1 --batch 1,5 --layers 2 --rounds 3 --no-peers --json %s",
+           path);
+  const int rc = cli_run("", full, "ranks");
+  char *err = cli_slurp("ranks.err"), *text = cli_slurp("ranks.json");
+  if (rc == 3 && err && strstr(err, "--gpus needs NCCL")) {
+    printf("SKIP the one-rank NCCL step: %s", err);
+    free(err);
+    free(text);
+    return;
+  }
+  CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  CHECK(root != NULL && num(root, "gpus") == 1 && num(root, "nccl_version") > 20000, "'%s': no gpus / nccl_version", full);
+  const cJSON *pts = root ? cJSON_GetObjectItemCaseSensitive(root, "points") : NULL, *pt;
+  cJSON_ArrayForEach(pt, pts) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(pt, "collectives");
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(pt, "status");
+    CHECK(cJSON_IsString(status) && !strcmp(status->valuestring, "ok"), "'%s': a point is not ok", full);
+    /* o_proj and down_proj of each of the 2 layers write the hidden width: 4 all-reduces, none sent over 1 rank */
+    CHECK(c && num(c, "count") == 4 && num(c, "ring_bytes_per_rank") == 0 && num(c, "alone_us") > 0,
+          "'%s': collectives count %g, ring bytes %g, alone %g us", full, c ? num(c, "count") : -1,
+          c ? num(c, "ring_bytes_per_rank") : -1, c ? num(c, "alone_us") : -1);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(pt, "rank_graph_pdl_us")) == 1, "'%s': rank times", full);
+  }
+  cJSON_Delete(root);
+  free(err);
+  free(text);
+}
+
 static void test_device(int gpus) {
   if (!gpus) {
     printf("SKIP the end-to-end steps on the device: no CUDA device visible (the plan, options and no-GPU path ran)\n");
@@ -323,6 +360,7 @@ static void test_device(int gpus) {
   cli_step("--step llama-3.1-8b --tp 8 --batch 1,5 --mode w4a4 --no-peers", 122683392 / 8, 4);
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8", 0, 1);
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8 --mode w4a4 --no-peers", 0, 1);
+  cli_step_one_rank();
 }
 
 int main(void) {

@@ -26,25 +26,34 @@
  * (MoE): each token picks min(ceil(top_k / ep), E / ep) distinct experts of the rank's E / ep
  * uniformly, seeded per layer (the shape sets' per-rank count of touched experts); the bytes of a
  * MoE layer are the shared expert's plus those of the distinct routed experts its routing touches.
+ *
+ * --gpus N runs every rank of the shard at once, one thread and one GPU each (run_ranks), with an
+ * NCCL all-reduce (step_comm.c) after every call whose output has the model's hidden width: the
+ * row-parallel linears of tensor parallelism and the MoE layer, whose ranks each hold a partial sum
+ * (expert parallelism with the all-reduce combine, as engines run it without an all-to-all
+ * dispatch). The ranks agree at fixed points (layers built, set-up, each timed way) so that all of
+ * them issue the same collectives or none; the record keeps the slowest rank's times.
  */
 #include "bench_step.h"
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "fp4kit_bench.h"
+#include "step_comm.h"
 
 #if FP4KIT_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #endif
 
-enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096 };
+enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096, STEP_MAX_GPUS = 64 };
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_ERROR = 3 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -226,6 +235,7 @@ int64_t step_touched(const int32_t *ids, int64_t n, int64_t experts) {
 typedef struct step_opts {
   const char *model;
   int tp, ep, device, rounds, w4a4, peers, plan_only;
+  int gpus; /* 0: one rank on --device, no collectives; N: ranks on devices --device .. --device + N - 1 */
   int64_t layers; /* 0: all */
   int64_t batches[STEP_MAX_BATCHES];
   int nbatches;
@@ -236,7 +246,7 @@ typedef struct step_opts {
 static void step_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit bench --step MODEL [--tp N] [--ep N] [--batch 1,8,64] [--layers N] [--mode w4a16|w4a4]\n"
-          "                    [--device N] [--rounds N] [--seed N] [--no-peers] [--plan]\n"
+          "                    [--device N] [--gpus N] [--rounds N] [--seed N] [--no-peers] [--plan]\n"
           "                    [--json PATH] [--csv PATH] [--html PATH]\n"
           "\n"
           "Times the FP4 part of one rank's decode step of MODEL on the device: every NVFP4 linear of every\n"
@@ -253,6 +263,14 @@ static void step_usage(FILE *f) {
           "on tokens/s from the FP4 part (batch / step time, scaled to every layer), and the same step with\n"
           "BF16 weights through cuBLAS in a CUDA graph where those weights fit.\n"
           "\n"
+          "With --gpus N every rank of the --tp x --ep shard runs on a GPU of its own (one thread each), and\n"
+          "the output of every layer whose width is the model's hidden size (row-parallel linears, the MoE\n"
+          "layer) is summed over the ranks by an NCCL all-reduce in place, in the same stream and the same\n"
+          "CUDA graph as the layers. Reported besides: the collectives per step, the bytes a rank sends in\n"
+          "them (ring: 2 (N - 1) / N of each), their time alone (a graph of only them), and every rank's\n"
+          "step time (the record's times are the slowest rank's). --gpus 1 runs the collectives over one\n"
+          "rank. NCCL (libnccl.so.2) is loaded when --gpus is given.\n"
+          "\n"
           "  --step MODEL   qwen3.5-397b-a17b, llama-3.3-70b, llama-3.1-8b (the library's shape sets;\n"
           "                 qwen3-30b-a3b too)\n"
           "  --tp N, --ep N tensor / expert parallelism: one rank's shard (default 1, 1)\n"
@@ -264,10 +282,11 @@ static void step_usage(FILE *f) {
           "  --seed N       routing and activation seed (default 1)\n"
           "  --no-peers     skip the BF16 cuBLAS step (the read and copy peers always run)\n"
           "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
-          "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0)\n"
+          "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
+          "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor\n",
-          STEP_MAX_BATCH);
+          STEP_MAX_BATCH, STEP_MAX_GPUS);
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -306,7 +325,7 @@ static int parse_batches(const char *s, step_opts *o) {
 /* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
 static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
-         O_CSV, O_HTML };
+         O_CSV, O_HTML, O_GPUS };
   static const struct option longs[] = {
       {"step", required_argument, NULL, O_STEP},     {"tp", required_argument, NULL, O_TP},
       {"ep", required_argument, NULL, O_EP},         {"batch", required_argument, NULL, O_BATCH},
@@ -315,7 +334,8 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       {"mode", required_argument, NULL, O_MODE},     {"no-peers", no_argument, NULL, O_NO_PEERS},
       {"plan", no_argument, NULL, O_PLAN},           {"json", required_argument, NULL, O_JSON},
       {"csv", required_argument, NULL, O_CSV},       {"html", required_argument, NULL, O_HTML},
-      {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0}};
+      {"gpus", required_argument, NULL, O_GPUS},     {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->tp = o->ep = 1;
   o->rounds = 20;
@@ -342,6 +362,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       case O_LAYERS: ok = parse_int("--layers", optarg, 1, 1 << 20, &v) && (o->layers = v); break;
       case O_DEVICE: ok = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
       case O_ROUNDS: ok = parse_int("--rounds", optarg, 3, 10000, &v) && (o->rounds = (int)v); break;
+      case O_GPUS: ok = parse_int("--gpus", optarg, 1, STEP_MAX_GPUS, &v) && (o->gpus = (int)v); break;
       case O_SEED: ok = parse_int("--seed", optarg, 0, INT64_MAX, &v) && ((o->seed = (uint64_t)v) || 1); break;
       case O_MODE:
         if (!strcmp(optarg, "w4a16") || !strcmp(optarg, "w4a4")) {
@@ -370,6 +391,11 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     fprintf(stderr, "fp4kit bench --step: --step names the model (");
     for (int i = 0; fp4_shape_set_name(i); i++) fprintf(stderr, "%s%s", i ? ", " : "", fp4_shape_set_name(i));
     fprintf(stderr, ")\n");
+    return EXIT_USAGE;
+  }
+  if (o->gpus > 1 && (int64_t)o->gpus != (int64_t)o->tp * o->ep) {
+    fprintf(stderr, "fp4kit bench --step: --gpus %d runs one rank of the shard per GPU, but --tp %d x --ep %d is %lld ranks\n",
+            o->gpus, o->tp, o->ep, (long long)o->tp * o->ep);
     return EXIT_USAGE;
   }
   const char *outs[] = {o->json, o->csv, o->html};
@@ -437,6 +463,12 @@ typedef struct step_point {
   double graph_nodes;
   char bf16_note[200];
   type_result types[STEP_MAX_TYPES];
+  /* --gpus: the all-reduces of one step, the bytes a rank sends in them, their time alone (a graph of
+   * only them, no PDL) and each rank's graph + PDL time (the fields above hold the slowest rank's) */
+  int coll_count;
+  double coll_bytes, coll_ring_bytes;
+  bv coll_us;
+  bv rank_pdl_us[STEP_MAX_GPUS];
 } step_point;
 
 typedef struct step_report {
@@ -450,6 +482,7 @@ typedef struct step_report {
   char date[32], commit[64], command[1024];
   step_point pts[STEP_MAX_BATCHES];
   int npts;
+  int gpus, nccl_version; /* --gpus; NCCL's version code */
 } step_report;
 
 static double scale_to_model(const step_report *r) {
@@ -487,6 +520,14 @@ static cJSON *record_json(const step_report *r) {
   cJSON_AddNumberToObject(root, "tp", p->tp);
   cJSON_AddNumberToObject(root, "ep", p->ep);
   cJSON_AddStringToObject(root, "mode", r->o->w4a4 ? "w4a4" : "w4a16");
+  if (r->gpus) {
+    cJSON_AddNumberToObject(root, "gpus", r->gpus);
+    cJSON_AddNumberToObject(root, "nccl_version", r->nccl_version);
+    cJSON_AddStringToObject(root, "collectives",
+                            "an in-place bf16 sum all-reduce (NCCL) after every call whose output has the model's hidden "
+                            "width (row-parallel linears, the MoE layer), in the step's stream and graph; times are "
+                            "the slowest rank's; the read and copy peers the slowest GPU's");
+  }
   cJSON_AddNumberToObject(root, "layers_model", (double)p->layers);
   cJSON_AddNumberToObject(root, "layers_built", (double)r->layers_built);
   cJSON_AddStringToObject(root, "layers_note", r->layers_note);
@@ -561,6 +602,20 @@ static cJSON *record_json(const step_report *r) {
     jnum(o, "bf16_cublas_graph_us", x->bf16_us);
     jnum(o, "speedup_vs_bf16", bf16_speedup(x));
     cJSON_AddStringToObject(o, "bf16_note", x->bf16_note);
+    if (r->gpus) {
+      cJSON *c = cJSON_AddObjectToObject(o, "collectives");
+      cJSON_AddNumberToObject(c, "count", x->coll_count);
+      cJSON_AddNumberToObject(c, "bytes", x->coll_bytes);
+      cJSON_AddNumberToObject(c, "ring_bytes_per_rank", x->coll_ring_bytes);
+      jnum(c, "alone_us", x->coll_us);
+      const bv fl = read_floor_us(r, x->bytes);
+      const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
+      jnum(c, "read_floor_plus_alone_us", base);
+      jnum(c, "step_over_floor_plus_alone", base.ok && x->pdl_us.ok ? (bv){1, x->pdl_us.v / base.v} : (bv){0, 0});
+      cJSON *ranks = cJSON_AddArrayToObject(o, "rank_graph_pdl_us");
+      for (int k = 0; k < r->gpus; k++)
+        cJSON_AddItemToArray(ranks, x->rank_pdl_us[k].ok ? cJSON_CreateNumber(x->rank_pdl_us[k].v) : cJSON_CreateNull());
+    }
     cJSON *tl = cJSON_AddArrayToObject(o, "per_type");
     for (int t = 0; t < p->ntypes; t++) {
       const type_result *y = &x->types[t];
@@ -724,6 +779,12 @@ static void print_table(FILE *f, const step_report *r) {
               y->note[0] ? "; " : "", y->note);
     }
     if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
+    if (r->gpus) {
+      const bv fl = read_floor_us(r, x->bytes);
+      fprintf(f, "      %d GPUs: %d all-reduces, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
+              r->gpus, x->coll_count, x->coll_ring_bytes / 1e6, x->coll_us.v,
+              fl.ok && x->coll_us.ok && x->pdl_us.ok ? x->pdl_us.v / (fl.v + x->coll_us.v) : 0.0);
+    }
   }
 }
 
@@ -806,7 +867,17 @@ typedef struct gpu_step {
   void *moe_ws;
   size_t moe_ws_bytes;
   double code_ms, scale_ms; /* E[code^2], E[scale^2] of the pools */
+  step_comms *comm;         /* --gpus: this rank's communicator set, else NULL */
+  int rank, nranks;
 } gpu_step;
+
+/* Whether every rank is still fine: each rank's thread calls this at the same points in the same
+ * order (a rank that failed must not leave the others waiting in a collective); 1 rank: ok. */
+static int ranks_ok(const gpu_step *g, int ok) { return g->comm ? step_comm_agree_min(g->comm, ok ? 1 : 0) != 0 : ok; }
+
+/* Whether call output of this width is summed over the ranks: the row-parallel linears and the MoE
+ * layer write the model's hidden width, and each rank holds a partial sum of it. */
+static int reduced(const gpu_step *g, const step_type *ty) { return g->comm && out_width(ty) == g->plan->hidden; }
 
 typedef struct step_call {
   int type;
@@ -1054,7 +1125,7 @@ static void moe_args(const gpu_step *g, const step_call *c, int64_t B, fp4_moe_l
 }
 
 /* One call of the step on stream s. */
-static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
+static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
   const step_type *ty = &g->plan->types[c->type];
   fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .info = info};
   fp4_matrix out = {c->out, B, out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
@@ -1084,6 +1155,14 @@ static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pd
   return fp4_mm(g->ctx, &xq, w, 1.0f, &out, &o);
 }
 
+/* One call and, where its output is summed over the ranks, the all-reduce after it. */
+static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
+  fp4_status st = issue_call(g, c, B, pdl, info);
+  const step_type *ty = &g->plan->types[c->type];
+  if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, c->out, (size_t)(B * out_width(ty)), g->s);
+  return st;
+}
+
 /* Workspace the dense calls of B tokens need (the context's), for both PDL settings. */
 static fp4_status reserve(gpu_step *g, const step_call *calls, int ncalls, int64_t B) {
   size_t most = 0;
@@ -1106,10 +1185,12 @@ static fp4_status reserve(gpu_step *g, const step_call *calls, int ncalls, int64
   return most ? fp4_context_reserve_workspace(g->ctx, most) : FP4_OK;
 }
 
+enum { ONLY_ALL = -1, ONLY_COLLECTIVES = -2 };
+
 typedef struct timed_step {
   gpu_step *g;
   const step_call *calls;
-  int ncalls, only; /* only: one type's calls, -1 all */
+  int ncalls, only; /* only: one type's calls, ONLY_ALL, or ONLY_COLLECTIVES (the all-reduces alone) */
   int64_t B;
   int pdl;
   cudaGraphExec_t exec;
@@ -1119,8 +1200,16 @@ static fp4_status run_eager(void *user, int iteration) {
   (void)iteration;
   timed_step *t = user;
   for (int i = 0; i < t->ncalls; i++) {
-    if (t->only >= 0 && t->calls[i].type != t->only) continue;
-    fp4_status st = issue(t->g, &t->calls[i], t->B, t->pdl, NULL);
+    const step_call *c = &t->calls[i];
+    const step_type *ty = &t->g->plan->types[c->type];
+    if (t->only == ONLY_COLLECTIVES) {
+      if (!reduced(t->g, ty)) continue;
+      fp4_status st = step_comm_allreduce_bf16(t->g->comm, t->g->rank, c->out, (size_t)(t->B * out_width(ty)), t->g->s);
+      if (st) return st;
+      continue;
+    }
+    if (t->only >= 0 && c->type != t->only) continue;
+    fp4_status st = issue(t->g, c, t->B, t->pdl, NULL);
     if (st) return st;
   }
   return FP4_OK;
@@ -1183,6 +1272,18 @@ static void say(const char *model, int64_t B, const char *what) {
   fflush(stderr);
 }
 
+/* A timing way of run_point: skipped (with the reason) once any rank has failed, so every rank
+ * issues the same collectives; ok is this rank's state, and the agreed state is returned. */
+static int way_ok(const gpu_step *g, step_point *pt, int ok) {
+  const int all = ranks_ok(g, ok);
+  if (ok && !all) {
+    size_t len = strlen(pt->reason);
+    snprintf(pt->reason + len, sizeof pt->reason - len, "%sanother rank failed", len ? "; " : "");
+    if (!strcmp(pt->status, "ok")) pt->status = "error";
+  }
+  return all;
+}
+
 static void run_point(gpu_step *g, int64_t B, step_point *pt) {
   const step_plan *p = g->plan;
   memset(pt, 0, sizeof *pt);
@@ -1192,62 +1293,79 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
   step_call *calls = calloc((size_t)ncalls, sizeof *calls);
   const size_t out_bytes = (size_t)(B * p->hidden) * 2;
   uint8_t *outs[3] = {malloc(out_bytes), malloc(out_bytes), malloc(out_bytes)};
+  int ok = 1;
   if (!calls || !outs[0] || !outs[1] || !outs[2]) {
     fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
     note_reason(pt, "setting up");
-    goto done;
+    ok = 0;
   }
   void *last = NULL;
-  pt->calls = make_calls(g, calls, &last);
-  const step_type *moe = moe_of(p);
-  int64_t touched_sum = 0;
-  for (int64_t l = 0; l < g->layers; l++) {
-    const int64_t touched = moe ? step_touched(g->L[l].h_ids, B * moe->top_k, moe->experts) : 0;
-    touched_sum += touched;
-    pt->bytes += (double)step_layer_bytes(p, touched);
-    for (int t = 0; t < p->ntypes; t++) {
-      const step_type *ty = &p->types[t];
-      pt->types[t].calls++;
-      pt->types[t].bytes += (double)(ty->kind == STEP_MOE ? ty->shared_bytes + touched * ty->weight_bytes : ty->weight_bytes);
+  if (ok) {
+    pt->calls = make_calls(g, calls, &last);
+    const step_type *moe = moe_of(p);
+    int64_t touched_sum = 0;
+    for (int64_t l = 0; l < g->layers; l++) {
+      const int64_t touched = moe ? step_touched(g->L[l].h_ids, B * moe->top_k, moe->experts) : 0;
+      touched_sum += touched;
+      pt->bytes += (double)step_layer_bytes(p, touched);
+      for (int t = 0; t < p->ntypes; t++) {
+        const step_type *ty = &p->types[t];
+        pt->types[t].calls++;
+        pt->types[t].bytes += (double)(ty->kind == STEP_MOE ? ty->shared_bytes + touched * ty->weight_bytes : ty->weight_bytes);
+        if (reduced(g, ty)) {
+          pt->coll_count++;
+          pt->coll_bytes += (double)(B * out_width(ty)) * 2.0;
+        }
+      }
     }
-  }
-  pt->touched_mean = moe ? (double)touched_sum / (double)g->layers : 0.0;
-  if (reserve(g, calls, pt->calls, B)) {
-    note_reason(pt, "reserving the workspace");
-    goto done;
+    pt->coll_ring_bytes = step_comm_ring_bytes(pt->coll_bytes, g->nranks);
+    pt->touched_mean = moe ? (double)touched_sum / (double)g->layers : 0.0;
+    if (reserve(g, calls, pt->calls, B)) {
+      note_reason(pt, "reserving the workspace");
+      ok = 0;
+    }
   }
   /* What ran: the first call of every type, eagerly, with and without PDL. */
-  for (int pdl = 0; pdl < 2; pdl++)
-    for (int t = 0; t < p->ntypes; t++) {
-      fp4_run_info info;
-      memset(&info, 0, sizeof info);
-      if (issue(g, &calls[t], B, pdl, &info)) {
-        note_reason(pt, "a first call");
-        goto done;
+  if (way_ok(g, pt, ok))
+    for (int pdl = 0; pdl < 2 && ok; pdl++)
+      for (int t = 0; t < p->ntypes && ok; t++) {
+        fp4_run_info info;
+        memset(&info, 0, sizeof info);
+        if (issue(g, &calls[t], B, pdl, &info)) {
+          note_reason(pt, "a first call");
+          ok = 0;
+          break;
+        }
+        type_result *y = &pt->types[t];
+        if (pdl) {
+          size_t len = strlen(y->ran);
+          snprintf(y->ran + len, sizeof y->ran - len, ", pdl %s", info.pdl ? "on" : "OFF");
+          if (!info.pdl) snprintf(y->note, sizeof y->note, "PDL asked, not used: %s", info.note);
+        } else {
+          snprintf(y->ran, sizeof y->ran, "%s:%s", info.backend, info.config[0] ? info.config : "default");
+        }
       }
-      type_result *y = &pt->types[t];
-      if (pdl) {
-        size_t len = strlen(y->ran);
-        snprintf(y->ran + len, sizeof y->ran - len, ", pdl %s", info.pdl ? "on" : "OFF");
-        if (!info.pdl) snprintf(y->note, sizeof y->note, "PDL asked, not used: %s", info.note);
-      } else {
-        snprintf(y->ran, sizeof y->ran, "%s:%s", info.backend, info.config[0] ? info.config : "default");
-      }
-    }
-  say(p->model, B, "separate launches");
-  timed_step ts = {g, calls, pt->calls, -1, B, 0, NULL};
+  else ok = 0;
+  timed_step ts = {g, calls, pt->calls, ONLY_ALL, B, 0, NULL};
   fp4_timing tm;
-  if (fp4_time(g->ctx, g->s, run_eager, &ts, 2, g->o->rounds, &tm)) note_reason(pt, "separate launches");
-  else pt->eager_us = (bv){1, tm.median_us};
   int have[3] = {0, 0, 0};
-  if (pt->eager_us.ok) have[0] = !fetch(g, last, B, outs[0]);
-  say(p->model, B, "CUDA graph");
-  if (time_graph(&ts, g->o->rounds, &pt->graph_nodes, &pt->graph_us)) note_reason(pt, "CUDA graph");
-  else have[1] = !fetch(g, last, B, outs[1]);
-  say(p->model, B, "CUDA graph with PDL");
-  ts.pdl = 1;
-  if (time_graph(&ts, g->o->rounds, NULL, &pt->pdl_us)) note_reason(pt, "CUDA graph with PDL");
-  else have[2] = !fetch(g, last, B, outs[2]);
+  if (way_ok(g, pt, ok)) {
+    say(p->model, B, "separate launches");
+    if (fp4_time(g->ctx, g->s, run_eager, &ts, 2, g->o->rounds, &tm)) note_reason(pt, "separate launches");
+    else pt->eager_us = (bv){1, tm.median_us};
+    if (pt->eager_us.ok) have[0] = !fetch(g, last, B, outs[0]);
+  } else ok = 0;
+  if (way_ok(g, pt, ok)) {
+    say(p->model, B, "CUDA graph");
+    if (time_graph(&ts, g->o->rounds, &pt->graph_nodes, &pt->graph_us)) note_reason(pt, "CUDA graph");
+    else have[1] = !fetch(g, last, B, outs[1]);
+  } else ok = 0;
+  if (way_ok(g, pt, ok)) {
+    say(p->model, B, "CUDA graph with PDL");
+    ts.pdl = 1;
+    if (time_graph(&ts, g->o->rounds, NULL, &pt->pdl_us)) note_reason(pt, "CUDA graph with PDL");
+    else have[2] = !fetch(g, last, B, outs[2]);
+  } else ok = 0;
   /* The three ways compute the same step: their outputs must agree bit for bit. */
   for (int i = 1; i < 3; i++)
     if (have[0] && have[i] && memcmp(outs[0], outs[i], out_bytes)) {
@@ -1269,17 +1387,25 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
                (long long)bad, (long long)(out_bytes / 2));
     }
   }
-  /* Each type's share: a graph (PDL) of its calls alone. */
+  /* Each type's share: a graph (PDL) of its calls alone (with their collectives). */
   for (int t = 0; t < p->ntypes; t++) {
     if (p->ntypes == 1) {
       pt->types[t].us = pt->pdl_us;
+      continue;
+    }
+    if (!way_ok(g, pt, ok)) {
+      ok = 0;
       continue;
     }
     timed_step one = {g, calls, pt->calls, t, B, 1, NULL};
     if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].us))
       snprintf(pt->types[t].note, sizeof pt->types[t].note, "graph of this type alone: %s", fp4_last_error());
   }
-done:
+  /* --gpus: the collectives of the step alone, a graph of only them. */
+  if (g->comm && way_ok(g, pt, ok) && pt->coll_count) {
+    timed_step coll = {g, calls, pt->calls, ONLY_COLLECTIVES, B, 0, NULL};
+    if (time_graph(&coll, g->o->rounds, NULL, &pt->coll_us)) note_reason(pt, "the collectives alone");
+  }
   free(calls);
   for (int i = 0; i < 3; i++) free(outs[i]);
 }
@@ -1429,6 +1555,7 @@ static fp4_status bf16_issue(void *user, int iteration) {
           beta = 1.0f;
         }
       }
+      if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, out, (size_t)(b->B * out_width(ty)), g->s);
       cur = out;
       ld = out_width(ty);
       ping ^= 1;
@@ -1477,9 +1604,12 @@ static void bf16_peer(gpu_step *g, step_report *r) {
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
   fp4_status st = FP4_OK;
-  if (need + HEADROOM > free_b) {
-    snprintf(why, sizeof why, "BF16 weights of the %lld layers built need %.1f GB; %.1f GB free (%.1f GB kept for the rest)",
-             (long long)g->layers, (double)need / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
+  const int fits = need + HEADROOM <= free_b;
+  if (!ranks_ok(g, fits)) { /* every rank runs the peer, or none: its collectives pair up */
+    if (fits) snprintf(why, sizeof why, "the BF16 weights do not fit on another rank's GPU");
+    else
+      snprintf(why, sizeof why, "BF16 weights of the %lld layers built need %.1f GB; %.1f GB free (%.1f GB kept for the rest)",
+               (long long)g->layers, (double)need / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
     goto out;
   }
   /* The BF16 pool: values uniform in +-1/32 (cuBLAS time does not depend on them). */
@@ -1511,8 +1641,8 @@ static void bf16_peer(gpu_step *g, step_report *r) {
   if (!st) st = blas(cublasSetWorkspace(b.h, b.ws, wsb), "cublasSetWorkspace"); /* nothing allocated under capture */
   if (!st) st = bf16_build(&b, moe);
   if (!st) st = cu(cudaStreamSynchronize(g->s), "building the BF16 weights");
-  if (st) {
-    snprintf(why, sizeof why, "%s", fp4_last_error());
+  if (!ranks_ok(g, !st)) {
+    snprintf(why, sizeof why, "%s", st ? fp4_last_error() : "building the BF16 step failed on another rank");
     goto out;
   }
   for (int i = 0; i < r->npts; i++) {
@@ -1530,6 +1660,7 @@ static void bf16_peer(gpu_step *g, step_report *r) {
     if (!st) st = cu(cudaGraphInstantiate(&b.exec, graph, 0), "cudaGraphInstantiate (BF16)");
     if (graph) cudaGraphDestroy(graph);
     fp4_timing tm;
+    if (!ranks_ok(g, !st) && !st) st = fp4_set_error(FP4_ERR_CUDA, "the BF16 graph failed on another rank");
     if (!st) st = fp4_time(g->ctx, g->s, bf16_graph_launch, &b, 3, g->o->rounds, &tm);
     if (!st) pt->bf16_us = (bv){1, tm.median_us};
     else snprintf(pt->bf16_note, sizeof pt->bf16_note, "%s", fp4_last_error());
@@ -1543,67 +1674,83 @@ out:
   bf16_free(&b);
 }
 
-static int run_device(const step_opts *o, step_report *r) {
+/* One rank's step on its GPU (--device, or --device + rank with --gpus): comm NULL for the
+ * single-rank step. With comm, every rank's thread runs this at once; the ranks agree on the layers
+ * built and on having set up, so all of them issue the same collectives or none. */
+static int run_device(const step_opts *o, step_report *r, step_comms *comm, int rank, int nranks) {
   const step_plan *p = &r->plan;
   gpu_step g;
   memset(&g, 0, sizeof g);
   g.plan = p;
   g.o = o;
+  g.comm = comm;
+  g.rank = rank;
+  g.nranks = nranks;
+  const int device = o->device + rank;
   for (int i = 0; i < o->nbatches; i++)
     if (o->batches[i] > g.bmax) g.bmax = o->batches[i];
   int rc = EXIT_ERROR;
-  fp4_status st = fp4_context_create(&g.ctx, o->device);
   char reason[256];
+  fp4_status st = fp4_context_create(&g.ctx, device);
   if (st) {
     fprintf(stderr, "fp4kit bench --step: no GPU: %s\n", fp4_last_error());
-    return EXIT_ERROR;
-  }
-  if (fp4_backend_available(g.ctx, "cuda", reason, sizeof reason)) {
+    if (!comm) return EXIT_ERROR;
+  } else if (fp4_backend_available(g.ctx, "cuda", reason, sizeof reason)) {
     fprintf(stderr, "fp4kit bench --step: no GPU for the cuda backend: %s\n", reason);
-    fp4_context_destroy(g.ctx);
-    return EXIT_ERROR;
+    st = fp4_set_error(FP4_ERR_UNSUPPORTED, "device %d: %s", device, reason);
+    if (!comm) {
+      fp4_context_destroy(g.ctx);
+      return EXIT_ERROR;
+    }
   }
-  fp4_device_info_get(g.ctx, &r->dev);
-  /* Same-run peers first, while the memory is free. */
-  fp4_timing tm;
-  double bps = 0;
-  if (fp4_time_peer(g.ctx, FP4_PEER_READ, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->read_bps = (bv){1, bps};
-  else snprintf(r->peer_note, sizeof r->peer_note, "read peer: %s", fp4_last_error());
-  if (fp4_time_peer(g.ctx, FP4_PEER_COPY, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->copy_bps = (bv){1, bps};
-  else {
-    size_t len = strlen(r->peer_note);
-    snprintf(r->peer_note + len, sizeof r->peer_note - len, "%scopy peer: %s", len ? "; " : "", fp4_last_error());
+  int64_t want = o->layers ? o->layers : p->layers, fit = 0;
+  size_t per_layer = 0, free_b = 0, total_b = 0;
+  if (!st) {
+    fp4_device_info_get(g.ctx, &r->dev);
+    /* Same-run peers first, while the memory is free. */
+    fp4_timing tm;
+    double bps = 0;
+    if (fp4_time_peer(g.ctx, FP4_PEER_READ, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->read_bps = (bv){1, bps};
+    else snprintf(r->peer_note, sizeof r->peer_note, "read peer: %s", fp4_last_error());
+    if (fp4_time_peer(g.ctx, FP4_PEER_COPY, 1, 1024, 1 << 20, o->rounds, &tm, &bps) == FP4_OK) r->copy_bps = (bv){1, bps};
+    else {
+      size_t len = strlen(r->peer_note);
+      snprintf(r->peer_note + len, sizeof r->peer_note - len, "%scopy peer: %s", len ? "; " : "", fp4_last_error());
+    }
+    st = cu(cudaSetDevice(device), "cudaSetDevice");
+    if (!st) st = cu(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (!st) st = make_pools(&g);
+    if (!st) st = make_buffers(&g);
+    /* As many layers as fit, at most the model's (or --layers). */
+    per_layer = layer_bytes_alloc(p, g.bmax);
+    if (!st) st = cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    fit = free_b > HEADROOM ? (int64_t)((free_b - HEADROOM) / per_layer) : 0;
+    if (want > p->layers) want = p->layers;
+    g.layers = want < fit ? want : fit;
   }
-  if ((st = cu(cudaSetDevice(o->device), "cudaSetDevice")) ||
-      (st = cu(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking), "cudaStreamCreate")) || (st = make_pools(&g)) ||
-      (st = make_buffers(&g)))
-    goto fail;
-  /* As many layers as fit, at most the model's (or --layers). */
-  const size_t per_layer = layer_bytes_alloc(p, g.bmax);
-  size_t free_b = 0, total_b = 0;
-  if ((st = cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"))) goto fail;
-  const int64_t fit = free_b > HEADROOM ? (int64_t)((free_b - HEADROOM) / per_layer) : 0;
-  int64_t want = o->layers ? o->layers : p->layers;
-  if (want > p->layers) want = p->layers;
-  g.layers = want < fit ? want : fit;
-  if (g.layers < want)
-    snprintf(r->layers_note, sizeof r->layers_note, "%lld of the %lld layers asked fit: %.2f GB each, %.1f GB free, %.1f GB kept",
-             (long long)g.layers, (long long)want, (double)per_layer / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
-  else if (want < p->layers)
-    snprintf(r->layers_note, sizeof r->layers_note, "--layers %lld", (long long)want);
-  r->layers_built = g.layers;
-  if (g.layers < 1) {
-    st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "not one layer (%.2f GB) fits in %.1f GB free",
-                       (double)per_layer / 1e9, (double)free_b / 1e9);
-    goto fail;
+  const int64_t mine = st ? 0 : g.layers;
+  if (comm) g.layers = step_comm_agree_min(comm, mine); /* every rank builds as many as the fullest GPU allows */
+  if (!st) {
+    if (g.layers < mine)
+      snprintf(r->layers_note, sizeof r->layers_note, "%lld of the %lld layers asked fit on every rank's GPU",
+               (long long)g.layers, (long long)want);
+    else if (g.layers < want)
+      snprintf(r->layers_note, sizeof r->layers_note, "%lld of the %lld layers asked fit: %.2f GB each, %.1f GB free, %.1f GB kept",
+               (long long)g.layers, (long long)want, (double)per_layer / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
+    else if (want < p->layers)
+      snprintf(r->layers_note, sizeof r->layers_note, "--layers %lld", (long long)want);
+    r->layers_built = g.layers;
+    if (g.layers < 1)
+      st = mine < 1 ? fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "not one layer (%.2f GB) fits in %.1f GB free",
+                                    (double)per_layer / 1e9, (double)free_b / 1e9)
+                    : fp4_set_error(FP4_ERR_CUDA, "another rank could not set up");
   }
-  if (!(g.L = calloc((size_t)g.layers, sizeof *g.L))) {
-    st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
-    goto fail;
+  if (!st && !(g.L = calloc((size_t)g.layers, sizeof *g.L))) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  if (!st && rank == 0) {
+    fprintf(stderr, "[step %s] building %lld layers, %.2f GB of FP4 weights%s\n", p->model, (long long)g.layers,
+            (double)per_layer * (double)g.layers / 1e9, comm ? " per rank" : "");
+    fflush(stderr);
   }
-  fprintf(stderr, "[step %s] building %lld layers, %.2f GB of FP4 weights\n", p->model, (long long)g.layers,
-          (double)per_layer * (double)g.layers / 1e9);
-  fflush(stderr);
   for (int64_t l = 0; l < g.layers && !st; l++) st = build_layer(&g, l, per_layer);
   const step_type *moe = moe_of(p);
   if (!st && moe) { /* the MoE workspace, for the largest batch, allocated ahead */
@@ -1624,6 +1771,7 @@ static int run_device(const step_opts *o, step_report *r) {
     if (!st && most) st = cu(cudaMalloc(&g.moe_ws, most), "the MoE workspace");
   }
   if (!st) st = cu(cudaStreamSynchronize(g.s), "building the weights");
+  if (!ranks_ok(&g, !st) && !st) st = fp4_set_error(FP4_ERR_CUDA, "another rank could not set up");
   if (st) goto fail;
   rc = EXIT_OK;
   for (int i = 0; i < o->nbatches; i++) {
@@ -1643,7 +1791,7 @@ static int run_device(const step_opts *o, step_report *r) {
     for (int i = 0; i < r->npts; i++) snprintf(r->pts[i].bf16_note, sizeof r->pts[i].bf16_note, "not run: --no-peers");
   goto out;
 fail:
-  fprintf(stderr, "fp4kit bench --step: %s (%s)\n", fp4_status_str(st), fp4_last_error());
+  fprintf(stderr, "fp4kit bench --step: %s%s (%s)\n", comm ? "a rank: " : "", fp4_status_str(st), fp4_last_error());
 out:
   if (g.s) cudaStreamSynchronize(g.s);
   free_layers(&g);
@@ -1651,7 +1799,106 @@ out:
   void *bufs[] = {g.pool_codes, g.pool_scales, g.scalars, g.x0, g.act[0], g.act[1], g.xq, g.xq_scales, g.moe_ws};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
   if (g.s) cudaStreamDestroy(g.s);
-  fp4_context_destroy(g.ctx);
+  if (g.ctx) fp4_context_destroy(g.ctx);
+  return rc;
+}
+
+/* ---- --gpus: one thread per rank ------------------------------------------------------------- */
+
+typedef struct rank_job {
+  const step_opts *o;
+  step_report *r;
+  step_comms *comm;
+  int rank, nranks, rc;
+} rank_job;
+
+static void *rank_main(void *arg) {
+  rank_job *j = arg;
+  j->rc = run_device(j->o, j->r, j->comm, j->rank, j->nranks);
+  return NULL;
+}
+
+static bv bv_max(bv a, bv b) { return !a.ok ? a : !b.ok ? b : (bv){1, a.v > b.v ? a.v : b.v}; }
+
+/* Rank 0's report with every time the slowest rank's (a way missing on any rank is missing) and
+ * each rank's graph + PDL time kept. */
+static void merge_ranks(step_report *r0, step_report *const *rs, int n) {
+  for (int i = 0; i < r0->npts; i++) {
+    step_point *pt = &r0->pts[i];
+    for (int k = 0; k < n; k++) {
+      const step_point *q = &rs[k]->pts[i];
+      if (i >= rs[k]->npts) continue;
+      pt->rank_pdl_us[k] = q->pdl_us;
+      if (k == 0) continue;
+      pt->eager_us = bv_max(pt->eager_us, q->eager_us);
+      pt->graph_us = bv_max(pt->graph_us, q->graph_us);
+      pt->pdl_us = bv_max(pt->pdl_us, q->pdl_us);
+      pt->bf16_us = bv_max(pt->bf16_us, q->bf16_us);
+      pt->coll_us = bv_max(pt->coll_us, q->coll_us);
+      for (int t = 0; t < r0->plan.ntypes; t++) pt->types[t].us = bv_max(pt->types[t].us, q->types[t].us);
+      if (strcmp(q->status, "ok") && !strcmp(pt->status, "ok")) {
+        pt->status = q->status;
+        snprintf(pt->reason, sizeof pt->reason, "rank %d: %.280s", k, q->reason);
+      }
+    }
+  }
+  for (int k = 1; k < n; k++) { /* the read ceiling of the slowest GPU */
+    if (rs[k]->read_bps.ok && (!r0->read_bps.ok || rs[k]->read_bps.v < r0->read_bps.v)) r0->read_bps = rs[k]->read_bps;
+    if (rs[k]->copy_bps.ok && (!r0->copy_bps.ok || rs[k]->copy_bps.v < r0->copy_bps.v)) r0->copy_bps = rs[k]->copy_bps;
+  }
+}
+
+/* --gpus N: N communicators, N threads, the reports merged into r. */
+static int run_ranks(const step_opts *o, step_report *r) {
+  const int n = o->gpus;
+  char why[256];
+  r->gpus = n;
+  r->nccl_version = step_comm_version(why, sizeof why);
+  if (!r->nccl_version) {
+    fprintf(stderr, "fp4kit bench --step: --gpus needs NCCL: %s\n", why);
+    return EXIT_ERROR;
+  }
+  if (fp4_probe_device_count() < o->device + n) {
+    fprintf(stderr, "fp4kit bench --step: --gpus %d from device %d needs %d GPUs; %d visible\n", n, o->device,
+            o->device + n, fp4_probe_device_count());
+    return EXIT_ERROR;
+  }
+  int devices[STEP_MAX_GPUS];
+  for (int k = 0; k < n; k++) devices[k] = o->device + k;
+  step_comms *comm = NULL;
+  if (step_comms_create(n, devices, &comm)) {
+    fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
+    return EXIT_ERROR;
+  }
+  step_report *rs[STEP_MAX_GPUS] = {r};
+  rank_job jobs[STEP_MAX_GPUS];
+  pthread_t th[STEP_MAX_GPUS];
+  int rc = EXIT_OK, started = 0;
+  for (int k = 1; k < n; k++) {
+    if (!(rs[k] = calloc(1, sizeof *rs[k]))) {
+      fprintf(stderr, "fp4kit bench --step: out of host memory\n");
+      rc = EXIT_ERROR;
+      break;
+    }
+    rs[k]->plan = r->plan;
+    rs[k]->o = o;
+  }
+  for (int k = 0; k < n && rc == EXIT_OK; k++) {
+    jobs[k] = (rank_job){o, rs[k], comm, k, n, EXIT_ERROR};
+    if (pthread_create(&th[k], NULL, rank_main, &jobs[k])) {
+      fprintf(stderr, "fp4kit bench --step: cannot start the thread of rank %d\n", k);
+      rc = EXIT_ERROR; /* the started ranks wait for it in their first agreement: nothing left but to stop */
+      exit(EXIT_ERROR);
+    }
+    started++;
+  }
+  for (int k = 0; k < started; k++) {
+    pthread_join(th[k], NULL);
+    if (jobs[k].rc > rc) rc = jobs[k].rc;
+  }
+  if (started == n) merge_ranks(r, rs, n);
+  for (int k = 1; k < n; k++) free(rs[k]);
+  step_comms_destroy(comm);
   return rc;
 }
 #endif /* FP4KIT_HAVE_CUDA */
@@ -1693,7 +1940,7 @@ int bench_step_main(int argc, char **argv) {
     return EXIT_ERROR;
   }
   make_command(r, argc, argv);
-  rc = run_device(&o, r);
+  rc = o.gpus ? run_ranks(&o, r) : run_device(&o, r, NULL, 0, 1);
   if (rc == EXIT_OK || rc == EXIT_FAILED) {
     const int to_stdout = (o.json && !strcmp(o.json, "-")) || (o.csv && !strcmp(o.csv, "-")) ||
                           (o.html && !strcmp(o.html, "-"));
