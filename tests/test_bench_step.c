@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include "bench_step.h"
 #include "cli_testing.h"
 #include "fp4kit.h"
+#include "step_comm.h"
 #include "testing.h"
 
 static char g_out[1 << 16], g_err[1 << 16];
@@ -363,6 +365,50 @@ static void test_device(int gpus) {
   cli_step_one_rank();
 }
 
+/* The ranks' agreement of --gpus: every thread gets each round's minimum, rounds never mix (a
+ * fast thread's next value must not enter the round a slow one is still reading), for 1-8 threads. */
+enum { AGREE_ROUNDS = 2000, AGREE_MAX = 8 };
+typedef struct agree_job {
+  step_agree *a;
+  int id, n, bad;
+} agree_job;
+
+static int64_t agree_value(int round, int id) { return (int64_t)((round * 7919 + id * 104729) % 1000) - (round % 3 == 0 ? id : 0); }
+
+static void *agree_thread(void *arg) {
+  agree_job *j = arg;
+  for (int r = 0; r < AGREE_ROUNDS; r++) {
+    int64_t want = INT64_MAX;
+    for (int k = 0; k < j->n; k++)
+      if (agree_value(r, k) < want) want = agree_value(r, k);
+    j->bad += step_agree_min(j->a, agree_value(r, j->id)) != want;
+  }
+  return NULL;
+}
+
+static void test_agreement(void) {
+  for (int n = 1; n <= AGREE_MAX; n++) {
+    step_agree *a = step_agree_create(n);
+    CHECK(a != NULL, "step_agree_create(%d)", n);
+    if (!a) return;
+    pthread_t th[AGREE_MAX];
+    agree_job jobs[AGREE_MAX];
+    for (int k = 0; k < n; k++) {
+      jobs[k] = (agree_job){a, k, n, 0};
+      CHECK(!pthread_create(&th[k], NULL, agree_thread, &jobs[k]), "pthread_create");
+    }
+    int bad = 0;
+    for (int k = 0; k < n; k++) {
+      pthread_join(th[k], NULL);
+      bad += jobs[k].bad;
+    }
+    CHECK(bad == 0, "%d threads: %d of %d agreed values were not the round's minimum", n, bad, n * AGREE_ROUNDS);
+    step_agree_destroy(a);
+  }
+  CHECK(step_comm_ring_bytes(1000.0, 8) == 1750.0 && step_comm_ring_bytes(1000.0, 1) == 0.0,
+        "ring all-reduce bytes per rank: %g over 8, %g over 1", step_comm_ring_bytes(1000.0, 8), step_comm_ring_bytes(1000.0, 1));
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/fp4kit_step_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -374,6 +420,7 @@ int main(void) {
   test_plan_errors();
   test_routing();
   test_options();
+  test_agreement();
   const int gpus = fp4_probe_device_count();
   test_no_gpu(gpus);
   test_device(gpus);

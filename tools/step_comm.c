@@ -9,6 +9,44 @@
 
 double step_comm_ring_bytes(double bytes, int n) { return n > 1 ? bytes * 2.0 * (double)(n - 1) / (double)n : 0.0; }
 
+struct step_agree {
+  int n, arrived;
+  int64_t acc, result;
+  pthread_mutex_t mu;
+  pthread_barrier_t bar;
+};
+
+step_agree *step_agree_create(int n) {
+  step_agree *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->n = n;
+  pthread_mutex_init(&a->mu, NULL);
+  pthread_barrier_init(&a->bar, NULL, (unsigned)n);
+  return a;
+}
+
+void step_agree_destroy(step_agree *a) {
+  if (!a) return;
+  pthread_mutex_destroy(&a->mu);
+  pthread_barrier_destroy(&a->bar);
+  free(a);
+}
+
+int64_t step_agree_min(step_agree *a, int64_t value) {
+  pthread_mutex_lock(&a->mu);
+  a->acc = a->arrived == 0 || value < a->acc ? value : a->acc;
+  if (++a->arrived == a->n) { /* the last to arrive publishes */
+    a->result = a->acc;
+    a->arrived = 0;
+  }
+  pthread_mutex_unlock(&a->mu);
+  pthread_barrier_wait(&a->bar); /* published; the next round publishes only when this thread arrives */
+  pthread_mutex_lock(&a->mu);
+  const int64_t r = a->result;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
 #if FP4KIT_HAVE_CUDA && FP4KIT_HAVE_NCCL_H
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -69,10 +107,7 @@ int step_comm_version(char *why, size_t why_size) {
 struct step_comms {
   int n;
   ncclComm_t *comm;
-  pthread_mutex_t mu;
-  pthread_barrier_t bar;
-  int arrived;
-  int64_t acc, result;
+  step_agree *agree;
 };
 
 fp4_status step_comms_create(int n, const int *devices, step_comms **out) {
@@ -85,14 +120,18 @@ fp4_status step_comms_create(int n, const int *devices, step_comms **out) {
     return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for %d communicators", n);
   }
   c->n = n;
+  if (!(c->agree = step_agree_create(n))) {
+    free(c->comm);
+    free(c);
+    return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the ranks' agreement");
+  }
   const ncclResult_t r = a->comm_init_all(c->comm, n, devices);
   if (r != ncclSuccess) {
+    step_agree_destroy(c->agree);
     free(c->comm);
     free(c);
     return fp4_set_error(FP4_ERR_CUDA, "ncclCommInitAll over %d GPUs: %s", n, a->error_string(r));
   }
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_barrier_init(&c->bar, NULL, (unsigned)n);
   *out = c;
   return FP4_OK;
 }
@@ -102,8 +141,7 @@ void step_comms_destroy(step_comms *c) {
   const nccl_api *a = api();
   for (int i = 0; a && i < c->n; i++)
     if (c->comm[i]) a->comm_destroy(c->comm[i]);
-  pthread_mutex_destroy(&c->mu);
-  pthread_barrier_destroy(&c->bar);
+  step_agree_destroy(c->agree);
   free(c->comm);
   free(c);
 }
@@ -115,21 +153,7 @@ fp4_status step_comm_allreduce_bf16(step_comms *c, int rank, void *buf, size_t e
                           : fp4_set_error(FP4_ERR_CUDA, "ncclAllReduce (rank %d, %zu bf16): %s", rank, elems, a->error_string(r));
 }
 
-int64_t step_comm_agree_min(step_comms *c, int64_t value) {
-  pthread_mutex_lock(&c->mu);
-  c->acc = c->arrived == 0 || value < c->acc ? value : c->acc;
-  if (++c->arrived == c->n) { /* the last to arrive publishes; the next round cannot start without every rank */
-    c->result = c->acc;
-    c->arrived = 0;
-  }
-  pthread_mutex_unlock(&c->mu);
-  pthread_barrier_wait(&c->bar);
-  pthread_mutex_lock(&c->mu);
-  const int64_t r = c->result;
-  pthread_mutex_unlock(&c->mu);
-  pthread_barrier_wait(&c->bar); /* every rank has read it before a next round can publish */
-  return r;
-}
+int64_t step_comm_agree_min(step_comms *c, int64_t value) { return step_agree_min(c->agree, value); }
 
 #else /* no CUDA or no nccl.h at configure time */
 

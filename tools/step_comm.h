@@ -33,6 +33,13 @@ fp4_status step_comm_allreduce_bf16(step_comms *c, int rank, void *buf, size_t e
 /* Every rank's thread calls this with its value; each gets the minimum over the ranks (a barrier). */
 int64_t step_comm_agree_min(step_comms *c, int64_t value);
 
+/* The agreement alone (plain threads, no NCCL): n threads each call step_agree_min once per round
+ * and all get the round's minimum. NULL when out of memory. */
+typedef struct step_agree step_agree;
+step_agree *step_agree_create(int n);
+void step_agree_destroy(step_agree *a);
+int64_t step_agree_min(step_agree *a, int64_t value);
+
 /* Bytes one rank sends (and receives) in a ring all-reduce of `bytes` over n ranks: 2 (n - 1) / n of it. */
 double step_comm_ring_bytes(double bytes, int n);
 
