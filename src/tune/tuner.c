@@ -1,7 +1,7 @@
 /*
  * The tuner: times every (backend, config) that supports a shape on the context's device through the
- * public GEMM calls and keeps the winner in a tuning cache (auto selection reads it through
- * tuning_state.c).
+ * public GEMM calls and keeps the winner in a tuning cache (the context holds it, tuning_state.c;
+ * auto selection follows its entries, dispatch/dispatch.c).
  */
 #include <math.h>
 #include <stdio.h>
