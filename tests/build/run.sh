@@ -9,10 +9,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0 failed=0 skipped=0
-check() { # name, expected text (grep -E), cmake arguments...
+src=$root
+check() { # name, expected text (grep -E), cmake arguments... (configures $src)
   local name=$1 want=$2 n=$((passed + failed + skipped))
   shift 2
-  env -u FP4KIT_CUDA_ARCHITECTURES cmake -S "$root" -B "$work/b$n" -DFP4KIT_BUILD_TESTS=OFF -DFP4KIT_BUILD_TOOLS=OFF "$@" >"$work/log$n" 2>&1
+  env -u FP4KIT_CUDA_ARCHITECTURES cmake -S "$src" -B "$work/b$n" -DFP4KIT_BUILD_TESTS=OFF -DFP4KIT_BUILD_TOOLS=OFF "$@" >"$work/log$n" 2>&1
   if grep -qE -- "$want" "$work/log$n"; then
     passed=$((passed + 1)); echo "ok   $name"
   else
@@ -20,9 +21,17 @@ check() { # name, expected text (grep -E), cmake arguments...
   fi
 }
 
+# A checkout that holds cJSON's source in .deps/cjson-src (scripts/fetch_deps.sh) would find it:
+# that case configures a copy of the sources without it.
+if [ -e "$root/.deps/cjson-src" ]; then
+  src=$work/src
+  mkdir -p "$src"
+  tar -C "$root" --exclude=./.deps --exclude=./.git --exclude='./build*' -cf - . | tar -C "$src" -xf -
+fi
 check "no cJSON: one line says what to install" \
   "^fp4kit needs cJSON: install it \(apt-get install libcjson-dev" \
   -DFP4KIT_BUNDLE_CJSON=ON -DFP4KIT_FETCH_CJSON=OFF -DFP4KIT_CUDA_ARCHITECTURES=none
+src=$root
 mkdir -p "$work/cjson"
 printf '/* stand-in: configure only */\n' >"$work/cjson/cJSON.c"
 printf '/* stand-in: configure only */\n' >"$work/cjson/cJSON.h"
