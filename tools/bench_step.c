@@ -644,7 +644,7 @@ static void csv_num(FILE *f, bv v, const char *fmt) {
 static void write_csv(FILE *f, const step_report *r) {
   fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
              "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,bf16_cublas_graph_us,"
-             "speedup_vs_bf16,status\n");
+             "speedup_vs_bf16,gpus,collectives,collective_ring_bytes_per_rank,collectives_alone_us,status\n");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
     for (int t = -1; t < r->plan.ntypes; t++) {
@@ -665,6 +665,10 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
       csv_num(f, y ? none : x->bf16_us, "%.2f");
       csv_num(f, y ? none : bf16_speedup(x), "%.3f");
+      fprintf(f, "%d,", r->gpus);
+      csv_num(f, r->gpus && !y ? (bv){1, x->coll_count} : none, "%.0f");
+      csv_num(f, r->gpus && !y ? (bv){1, x->coll_ring_bytes} : none, "%.0f");
+      csv_num(f, r->gpus && !y ? x->coll_us : none, "%.2f");
       fprintf(f, "%s\n", x->status);
     }
   }
