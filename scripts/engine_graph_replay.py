@@ -69,15 +69,7 @@ def main():
     records = []
     for t in [int(x) for x in args.tokens.split(",")]:
         x = (torch.randn(t, eng.HIDDEN, device=dev) * 0.5).to(torch.bfloat16)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):  # warm up: plans, workspace and the allocator's pools
-            for _ in range(3):
-                step(x)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            y = step(x)
+        g, y = eng.capture(step, x, warmups=3)  # as the GPU test captures it
         for _ in range(10):
             g.replay()
         torch.cuda.synchronize()

@@ -72,6 +72,21 @@ class MoeFP4(torch.nn.Module):
                                   self.m2, self.act_scales, "w4a4")
 
 
+def capture(model, x, warmups=2):
+    """model(x) captured once in a CUDA graph, after warm-up calls on a side stream (plans built,
+    workspace reserved, as an engine warms up before capturing): (graph, its output tensor)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmups):
+            model(x)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = model(x)
+    return graph, y
+
+
 class DecodeStep(torch.nn.Module):
     def __init__(self, device, seed=0):
         super().__init__()
@@ -101,15 +116,7 @@ def test_decode_step_cuda_graph_replay_is_bit_identical(batch):
     torch.cuda.synchronize()
     assert not torch.isnan(eager.float()).any()
     static_x = x.clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):  # warm-up on the capture stream: plans built, workspace reserved
-            model(static_x)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = model(static_x)
+    graph, static_y = capture(model, static_x)
     for i in range(100):
         static_y.fill_(float("nan"))
         graph.replay()
