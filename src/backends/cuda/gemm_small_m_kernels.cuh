@@ -118,10 +118,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
 #pragma unroll
   for (int nt = 0; nt < NT; nt++) valid[nt] = nt * 8 + g < p.m;
   float acc[R][NT][4];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[r][nt][0] = acc[r][nt][1] = acc[r][nt][2] = acc[r][nt][3] = 0.0f;
+  zero_acc<R, NT>(acc);
   /* NVFP4 weight scale byte -> 16-bit multiplier pair, looked up instead of converted per block. */
   __shared__ uint32_t table[NV ? 256 : 1];
   if (NV) {
@@ -196,10 +193,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, MINB) gemm_small_m_lean_kerne
     if (ACT == FP4_CUDA_ACT_FP4) asw[nt] = make_walk<NV>(p.a_scales, p.a_layout, p.C, tok, t);
   }
   float acc[R][NT][4];
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[r][nt][0] = acc[r][nt][1] = acc[r][nt][2] = acc[r][nt][3] = 0.0f;
+  zero_acc<R, NT>(acc);
   __shared__ uint32_t table[NV ? 256 : 1];
   if (NV) {
     for (int i = threadIdx.x; i < 256; i += kLeanWarps * 32) table[i] = nv_weight_scale_pair<ACT == FP4_CUDA_ACT_F16>(i);

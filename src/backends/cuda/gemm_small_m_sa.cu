@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(kSaWarps * 32, 2) gemm_small_m_sa_kernel(gemm_
   const int64_t row_bytes = p.lda * 2;
   const char *a_bytes = static_cast<const char *>(p.a);
   float acc[1][NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; nt++) acc[0][nt][0] = acc[0][nt][1] = acc[0][nt][2] = acc[0][nt][3] = 0.0f;
+  zero_acc<1, NT>(acc);
   bool valid[NT];
   scale_walk asw[NT];
 #pragma unroll

@@ -96,6 +96,15 @@ __device__ __forceinline__ uint32_t nv_weight_scale_pair(uint32_t byte) {
   return h | (h << 16);
 }
 
+/* acc <- 0: the FP32 accumulators of R row tiles x NT token tiles of one thread. */
+template <int R, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[R][NT][4]) {
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[r][nt][0] = acc[r][nt][1] = acc[r][nt][2] = acc[r][nt][3] = 0.0f;
+}
+
 template <bool F16>
 __device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   if (F16)
