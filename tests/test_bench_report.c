@@ -55,9 +55,9 @@ static void host_run(bench_run *r, bench_point *pts, int n) {
   r->dev.device = -1;
   r->host.device = -1;
   snprintf(r->host.name, sizeof r->host.name, "test cpu");
-  snprintf(r->commit, sizeof r->commit, "0123abc");
-  snprintf(r->date, sizeof r->date, "2025-01-01T00:00:00Z");
-  snprintf(r->command, sizeof r->command, "fp4kit bench --test");
+  snprintf(r->origin.commit, sizeof r->origin.commit, "0123abc");
+  snprintf(r->origin.date, sizeof r->origin.date, "2025-01-01T00:00:00Z");
+  snprintf(r->origin.command, sizeof r->origin.command, "fp4kit bench --test");
   r->host_read_gbps = (bench_value){1, 20.0};
   r->host_fma_gflops = (bench_value){1, 500.0};
   r->points = pts;

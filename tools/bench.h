@@ -6,6 +6,7 @@
 
 #include "fp4kit.h"
 #include "fp4kit_bench.h"
+#include "provenance.h"
 
 typedef enum bench_op { BENCH_W4A16 = 0, BENCH_W4A4 = 1, BENCH_QUANTIZE = 2 } bench_op;
 
@@ -52,9 +53,7 @@ typedef struct bench_point {
 typedef struct bench_run {
   fp4_device_info dev;     /* the device, or the host when the run is host-only */
   fp4_device_info host;
-  char date[32];           /* ISO 8601 UTC                                      */
-  char commit[64];
-  char command[1024];
+  bench_origin origin;     /* command, commit, date                             */
   int runs_device, runs_host, warmup;
   /* Device peers */
   bench_value copy_gbps, read_gbps, bf16_peak_tflops, fp8_peak_tflops;

@@ -283,15 +283,31 @@ static void num(FILE *f, const char *key, double v, int ok, const char *sep) {
   else fprintf(f, "\"%s\": null%s", key, sep);
 }
 
-static void write_json(FILE *f, const fp4_device_info *dev, const char *config, double copy_bps, const moe_point *p,
-                       int n) {
+/* "key": "text", with the text escaped as a JSON string */
+static void str(FILE *f, const char *key, const char *text) {
+  fprintf(f, "\"%s\": \"", key);
+  for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+    else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+    else fputc(*c, f);
+  }
+  fputs("\", ", f);
+}
+
+static void write_json(FILE *f, const bench_origin *origin, const fp4_device_info *dev, const char *config,
+                       double copy_bps, const moe_point *p, int n) {
   fprintf(f, "[\n");
   for (int i = 0; i < n; i++) {
     const moe_point *x = &p[i];
-    fprintf(f, "  {\"bench\": \"moe\", \"device\": \"%s\", \"config\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", "
-               "\"batch\": %lld, \"active_experts\": %lld, \"runs\": %d, \"status\": \"%s\", \"reason\": \"%s\", ",
-            dev->name, config, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status,
-            x->reason);
+    fprintf(f, "  {\"bench\": \"moe\", ");
+    str(f, "commit", origin->commit);
+    str(f, "date", origin->date);
+    str(f, "command", origin->command);
+    str(f, "device", dev->name);
+    fprintf(f, "\"config\": \"%s\", \"model\": \"%s\", \"mode\": \"%s\", "
+               "\"batch\": %lld, \"active_experts\": %lld, \"runs\": %d, \"status\": \"%s\", ",
+            config, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status);
+    str(f, "reason", x->reason);
     const int ok = !strcmp(x->status, "ok");
     num(f, "layer_us", x->layer_us, ok, ", ");
     num(f, "touched_bytes", x->touched_bytes, 1, ", ");
@@ -325,6 +341,8 @@ static FILE *open_out(const char *path) { return !strcmp(path, "-") ? stdout : f
 
 int bench_moe_main(int argc, char **argv) {
   const char *json = NULL, *csv = NULL, *ms = NULL, *config = NULL;
+  bench_origin origin;
+  bench_provenance(argc, argv, &origin); /* every record names the command, commit and date */
   int runs = 50, peers = 1, device = 0;
   double budget_s = 2.0;
   fp4_moe_mode modes[2] = {FP4_MOE_W4A16, FP4_MOE_W4A4};
@@ -456,7 +474,7 @@ int bench_moe_main(int argc, char **argv) {
       fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", json);
       rc = 1;
     } else {
-      write_json(f, &dev, config ? config : "moe.default", copy_bps, pts, np);
+      write_json(f, &origin, &dev, config ? config : "moe.default", copy_bps, pts, np);
       if (f != stdout) fclose(f);
     }
   }

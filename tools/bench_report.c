@@ -43,7 +43,7 @@ static void print_peers(FILE *f, const bench_run *r, const char *eol) {
 }
 
 static void print_header(FILE *f, const bench_run *r) {
-  fprintf(f, "fp4kit %s bench  %s  commit %s\n", fp4_version(), r->date, r->commit);
+  fprintf(f, "fp4kit %s bench  %s  commit %s\n", fp4_version(), r->origin.date, r->origin.commit);
   if (r->dev.device >= 0)
     fprintf(f, "device %d: %s (SM%d%d, %d SMs, L2 %lld MiB), driver %d, CUDA runtime %d\n", r->dev.device, r->dev.name,
             r->dev.cc_major, r->dev.cc_minor, r->dev.processors, (long long)(r->dev.cache_bytes >> 20),
@@ -180,9 +180,9 @@ static int record_fields(const bench_run *r, const bench_point *p, field *fs) {
   I("driver_version", r->dev.driver_version);
   I("cuda_runtime_version", r->dev.runtime_version ? r->dev.runtime_version : r->host.runtime_version);
   S("fp4kit_version", fp4_version());
-  S("commit", r->commit);
-  S("date", r->date);
-  S("command", r->command);
+  S("commit", r->origin.commit);
+  S("date", r->origin.date);
+  S("command", r->origin.command);
 #undef S
 #undef N
 #undef I
@@ -522,8 +522,8 @@ int bench_write_html(FILE *f, const bench_run *r) {
         "tr.bad td{color:#a00}.note{color:#555;font-size:13px}</style>\n</head>\n<body>\n<h1>fp4kit bench</h1>\n<p>",
         f);
   fprintf(f, "fp4kit %s, commit ", fp4_version());
-  html_str(f, r->commit);
-  fprintf(f, ", %s<br>\n", r->date);
+  html_str(f, r->origin.commit);
+  fprintf(f, ", %s<br>\n", r->origin.date);
   if (r->dev.device >= 0) {
     fputs("device: ", f);
     html_str(f, r->dev.name);
@@ -533,7 +533,7 @@ int bench_write_html(FILE *f, const bench_run *r) {
   fputs("host: ", f);
   html_str(f, r->host.name);
   fprintf(f, " (%d threads)<br>\ncommand: <code>", r->host.processors);
-  html_str(f, r->command);
+  html_str(f, r->origin.command);
   fputs("</code><br>\n", f);
   print_peers(f, r, "<br>\n");
   if (r->peer_notes[0]) {

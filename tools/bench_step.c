@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "fp4kit_bench.h"
+#include "provenance.h"
 #include "step_comm.h"
 
 #if FP4KIT_HAVE_CUDA
@@ -479,7 +480,7 @@ typedef struct step_report {
   fp4_device_info dev;
   bv read_bps, copy_bps;
   char peer_note[300];
-  char date[32], commit[64], command[1024];
+  bench_origin origin; /* command, commit, date */
   step_point pts[STEP_MAX_BATCHES];
   int npts;
   int gpus, nccl_version; /* --gpus; NCCL's version code */
@@ -545,9 +546,9 @@ static cJSON *record_json(const step_report *r) {
   cJSON_AddNumberToObject(dev, "memory_bytes", (double)r->dev.memory_bytes);
   cJSON_AddNumberToObject(dev, "driver", r->dev.driver_version);
   cJSON_AddNumberToObject(dev, "runtime", r->dev.runtime_version);
-  cJSON_AddStringToObject(root, "commit", r->commit);
-  cJSON_AddStringToObject(root, "date", r->date);
-  cJSON_AddStringToObject(root, "command", r->command);
+  cJSON_AddStringToObject(root, "commit", r->origin.commit);
+  cJSON_AddStringToObject(root, "date", r->origin.date);
+  cJSON_AddStringToObject(root, "command", r->origin.command);
   cJSON *peers = cJSON_AddObjectToObject(root, "peers");
   jnum(peers, "read_gbps", (bv){r->read_bps.ok, r->read_bps.v / 1e9});
   jnum(peers, "copy_gbps", (bv){r->copy_bps.ok, r->copy_bps.v / 1e9});
@@ -722,11 +723,11 @@ static void write_html(FILE *f, const step_report *r) {
   if (r->read_bps.ok) fprintf(f, "%.0f GB/s", r->read_bps.v / 1e9);
   else fputs("not measured", f);
   fputs("; commit ", f);
-  html_text(f, r->commit);
+  html_text(f, r->origin.commit);
   fputs(", ", f);
-  html_text(f, r->date);
+  html_text(f, r->origin.date);
   fputs("<br><code>", f);
-  html_text(f, r->command);
+  html_text(f, r->origin.command);
   fputs("</code></p>\n<p>Blue: the time of a CUDA graph with PDL holding only that layer type's calls of the step (the "
         "step: all of them); grey: the time to read the same FP4 bytes at the same-run read ceiling. Last column: "
         "floor / time.</p>\n",
@@ -814,18 +815,6 @@ static int write_file(const char *path, const step_report *r, int kind) {
   else fflush(f);
   if (!ok) fprintf(stderr, "fp4kit bench --step: writing '%s' failed\n", path);
   return ok;
-}
-
-static void make_command(step_report *r, int argc, char **argv) {
-  size_t len = (size_t)snprintf(r->command, sizeof r->command, "fp4kit");
-  for (int i = 0; i < argc && len + 2 < sizeof r->command; i++)
-    len += (size_t)snprintf(r->command + len, sizeof r->command - len, " %s", argv[i]);
-  const char *commit = getenv("FP4KIT_COMMIT");
-  snprintf(r->commit, sizeof r->commit, "%s", commit && *commit ? commit : "unknown");
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1943,7 +1932,7 @@ int bench_step_main(int argc, char **argv) {
     free(r);
     return EXIT_ERROR;
   }
-  make_command(r, argc, argv);
+  bench_provenance(argc, argv, &r->origin);
   rc = o.gpus ? run_ranks(&o, r) : run_device(&o, r, NULL, 0, 1);
   if (rc == EXIT_OK || rc == EXIT_FAILED) {
     const int to_stdout = (o.json && !strcmp(o.json, "-")) || (o.csv && !strcmp(o.csv, "-")) ||
@@ -1954,7 +1943,6 @@ int bench_step_main(int argc, char **argv) {
       if (paths[k] && !write_file(paths[k], r, k)) rc = EXIT_ERROR;
   }
 #else
-  (void)make_command;
   (void)print_table;
   (void)write_file;
   fprintf(stderr, "fp4kit bench --step: no GPU: this fp4kit was built without CUDA (--plan prints the step without one)\n");

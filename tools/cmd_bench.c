@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -855,24 +854,6 @@ static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b,
 /* The run                                                                                        */
 /* ---------------------------------------------------------------------------------------------- */
 
-static void make_command(bench_run *r, int argc, char **argv) {
-  size_t len = (size_t)snprintf(r->command, sizeof r->command, "fp4kit");
-  for (int i = 0; i < argc && len < sizeof r->command; i++) {
-    const char *a = argv[i];
-    int plain = *a != '\0';
-    for (const char *p = a; *p; p++)
-      if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,/=:+@%", *p)) plain = 0;
-    if (plain) {
-      len += (size_t)snprintf(r->command + len, sizeof r->command - len, " %s", a);
-      continue;
-    }
-    len += (size_t)snprintf(r->command + len, sizeof r->command - len, " '");
-    for (const char *p = a; *p && len + 5 < sizeof r->command; p++)
-      len += (size_t)snprintf(r->command + len, sizeof r->command - len, *p == '\'' ? "'\\''" : "%c", *p);
-    if (len < sizeof r->command) len += (size_t)snprintf(r->command + len, sizeof r->command - len, "'");
-  }
-}
-
 /* The report files can be written: checked before any timing, so a wrong path costs nothing. A file
  * that is there is opened for appending (its contents stay until the report replaces them); one
  * that is not is created and removed again. */
@@ -891,33 +872,6 @@ static int check_outputs(const bench_opts *o) {
     if (!existed) remove(paths[i]);
   }
   return FP4CLI_OK;
-}
-
-/* The commit the records name (see the usage text). */
-static void source_commit(char *out, size_t size) {
-  const char *env = getenv("FP4KIT_COMMIT");
-  snprintf(out, size, "%s", env && *env ? env : "unknown");
-  if (env && *env) return;
-  /* The directory of this file as the compiler was given it: the source tree of this build. */
-  char dir[1024], quoted[2048], cmd[2200], line[128];
-  snprintf(dir, sizeof dir, "%s", __FILE__);
-  char *slash = strrchr(dir, '/');
-  if (slash) *slash = '\0';
-  else snprintf(dir, sizeof dir, ".");
-  size_t q = 0;
-  for (const char *p = dir; *p && q + 5 < sizeof quoted; p++) q += (size_t)snprintf(quoted + q, sizeof quoted - q, *p == '\'' ? "'\\''" : "%c", *p);
-  quoted[q] = '\0';
-  snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse --verify --quiet HEAD 2>/dev/null", quoted);
-  FILE *g = popen(cmd, "r");
-  if (!g) return;
-  const int got = fgets(line, sizeof line, g) != NULL;
-  const int st = pclose(g);
-  line[strcspn(line, "\n")] = '\0';
-  if (!got || st != 0 || strlen(line) != 40 || strspn(line, "0123456789abcdef") != 40) return;
-  snprintf(cmd, sizeof cmd, "git -C '%s' diff --quiet HEAD -- >/dev/null 2>&1", quoted);
-  const int diff = system(cmd);
-  const int dirty = diff != -1 && WIFEXITED(diff) && WEXITSTATUS(diff) == 1;
-  snprintf(out, size, "%s%s", line, dirty ? "-dirty" : "");
 }
 
 static FILE *open_out(const char *path, FILE *std, const char *what) {
@@ -1124,7 +1078,7 @@ int fp4cli_bench(int argc, char **argv) {
   }
   bench_env *e = calloc(1, sizeof *e);
   if (!e) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
-  make_command(&e->run, argc, argv); /* as typed: getopt_long reorders argv */
+  bench_provenance(argc, argv, &e->run.origin); /* as typed: getopt_long reorders argv */
   int help = 0, rc = parse_opts(argc, argv, &e->o, &help);
   bench_shape *shapes = NULL;
   bench_backend *bl = NULL;
@@ -1181,11 +1135,6 @@ int fp4cli_bench(int argc, char **argv) {
   r->runs_device = e->o.runs ? e->o.runs : 100;
   r->runs_host = e->o.runs ? e->o.runs : 50;
   r->warmup = e->o.warmup;
-  source_commit(r->commit, sizeof r->commit);
-  time_t now = time(NULL);
-  struct tm tm;
-  gmtime_r(&now, &tm);
-  strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%SZ", &tm);
 
   int done_points = 0, total = 0;
   for (int f = 0; f < 2; f++) {
