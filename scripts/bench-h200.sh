@@ -56,7 +56,9 @@ part() { # name, command...: the table to <name>.txt, progress and errors to <na
   if ! "$@" >"$OUT/$name.txt" 2>"$OUT/$name.progress"; then failed+=("$name"); tail -5 "$OUT/$name.progress"; fi
 }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/nvidia-smi.csv" 2>&1 || true
+if want build || want decode || want prefill || want quantize || want moe; then # the GPU this run measures
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/nvidia-smi.csv" 2>&1 || true
+fi
 if want build; then
   cmake -S . -B "$BUILD" -DFP4KIT_WERROR=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" >"$OUT/configure.progress" 2>&1 &&
     cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.progress" 2>&1 || { tail -40 "$OUT/build.progress"; exit 1; }

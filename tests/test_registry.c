@@ -134,9 +134,14 @@ static void test_heuristic_order(void) {
     CHECK(rank("cuda", cc, dev, mm, 1) < rank("cublas-dequant", cc, dev, mm, 1), "cc %d small M", cc);
     CHECK(rank("cublas-dequant", cc, dev, mm, 8192) < rank("cuda", cc, dev, mm, 8192), "cc %d large M", cc);
     CHECK(rank("cuda", cc, dev, mm, 63) < rank("cublas-dequant", cc, dev, mm, 63), "cc %d M = 63: own kernels", cc);
-    CHECK(rank("cublas-dequant", cc, dev, mm, 64) < rank("cuda", cc, dev, mm, 64), "cc %d M = 64: dequant + BF16", cc);
     CHECK(rank("cuda", cc, dev, mm, 16) < rank("cublaslt", cc, dev, mm, 16), "cc %d", cc);
   }
+  CHECK(rank("cublas-dequant", 80, dev, mm, 64) < rank("cuda", 80, dev, mm, 64), "SM80 M = 64: dequant + BF16");
+  CHECK(rank("cublas-dequant", 89, dev, mm, 64) < rank("cuda", 89, dev, mm, 64), "SM89 M = 64: dequant + BF16");
+  CHECK(rank("cuda", 90, dev, mm, 64) < rank("cublas-dequant", 90, dev, mm, 64) &&
+            rank("cuda", 90, dev, mm, 256) < rank("cublas-dequant", 90, dev, mm, 256),
+        "SM90 M = 64-256: the register-A tiles");
+  CHECK(rank("cublas-dequant", 90, dev, mm, 257) < rank("cuda", 90, dev, mm, 257), "SM90 M = 257: dequant + BF16");
   CHECK(rank("cublaslt", 100, dev, mm, 8192) < rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");
   CHECK(rank("cuda", 100, dev, mm, 1) < rank("cublaslt", 100, dev, mm, 1), "SM100 decode: own kernels");
   CHECK(rank("cuda", 120, dev, mm, 100) < rank("cublaslt", 120, dev, mm, 100), "SM120 M=100");

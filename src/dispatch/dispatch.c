@@ -22,15 +22,17 @@
  * BF16 on dequantized operands wins at large M (compute-bound: the O(N*K) dequantization is
  * amortised over M rows of BF16 tensor-core work). */
 
-/* From this M on, a BF16 GEMM on dequantized weights beats the own kernels on SM80-SM90. Measured
- * on the H200 (bench/results/h200/2026-11-30-cublas-dequant/, crossover-m16-128.csv and
- * crossover-m64-256.csv: cuda against cublas-dequant on 11 dense Qwen3.5 / Llama-3.3-70B shapes,
- * M = 16-256): up to M = 32 the small-M
- * kernels win every shape (0.22-0.71x cublas-dequant's time); at M = 48 the two are within
- * 0.63-1.17x; at M = 64 cublas-dequant wins every weight of at least 2^25 elements (by 1.05-1.34x),
- * the four smallest (13-19 us) going either way between runs; above 64 the large-M tiles lose
- * everywhere (1.08-5.3x). The tuning cache overrides this per shape. */
-enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
+/* From this M on, a BF16 GEMM on dequantized weights (cublas-dequant) beats the own kernels.
+ * SM80-SM89: M = 64, measured on the H200 with the mma.sync tiles those GPUs run
+ * (bench/results/h200/2026-11-30-cublas-dequant/, crossover-m16-128.csv and crossover-m64-256.csv:
+ * up to M = 32 the small-M kernels win every shape, at M = 64 cublas-dequant wins every weight of
+ * at least 2^25 elements, above 64 the mma.sync tiles lose everywhere).
+ * SM90: M = 257. With sm_90a code the cuda backend runs the register-A wgmma tiles at M = 17-256,
+ * which beat cublas-dequant at M = 64-256 on every weight of 2^25 elements and more but one point
+ * (by 1.01-2.98x; 17408 x 4096 at M = 256: 0.87x), the smallest weights (13-30 us) losing by up to
+ * 1.5x; at M = 512 cublas-dequant wins 10 of 13 shapes (bench/results/h200/2026-12-02-current/,
+ * its README's crossover table). The tuning cache overrides this per shape. */
+enum { DEQUANT_WINS_M = 64, DEQUANT_WINS_M_SM90 = 257, NATIVE_SMALL_M = 64 };
 
 fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m) {
   if (memory == FP4_MEMORY_HOST) return FP4_REGIME_HOST;
@@ -38,7 +40,7 @@ fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m)
   /* SM120 mma.sync kernels hold up to larger M */
   if (cc >= 120) return m <= 2 * NATIVE_SMALL_M ? FP4_REGIME_SM120_SMALL_M : FP4_REGIME_SM120_LARGE_M;
   if (cc >= 100) return m <= NATIVE_SMALL_M ? FP4_REGIME_SM100_SMALL_M : FP4_REGIME_SM100_LARGE_M;
-  return m < DEQUANT_WINS_M ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
+  return m < (cc >= 90 ? DEQUANT_WINS_M_SM90 : DEQUANT_WINS_M) ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
 }
 
 int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m) {
