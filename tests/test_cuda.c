@@ -471,6 +471,53 @@ static void test_device_global_scale(fp4_context *ctx) {
   cudaFree(d_gs);
 }
 
+/* A device scalar that is not in device memory of the context's device is refused with a message
+ * saying what it is, every time: before and after a valid device scalar was accepted (twice, the
+ * second time from the context's memory of valid scalars), for plain host memory and pinned host
+ * memory. */
+static void test_device_scalar_refusals(fp4_context *ctx) {
+  const int64_t rows = 4, cols = 64;
+  const size_t codes = (size_t)(rows * cols) / 2;
+  size_t ss = 0;
+  fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, rows, cols, &ss);
+  float *d_gs = device_scalar(100.0f, "device scalar refusals"), *pinned = NULL, *host = malloc(sizeof(float));
+  void *x = NULL, *q = NULL, *sc = NULL;
+  int ok = d_gs && host && cudaMallocHost((void **)&pinned, sizeof(float)) == cudaSuccess &&
+           !fp4_alloc(ctx, FP4_MEMORY_DEVICE, 4 * (size_t)(rows * cols), &x) &&
+           !fp4_alloc(ctx, FP4_MEMORY_DEVICE, codes, &q) && !fp4_alloc(ctx, FP4_MEMORY_DEVICE, ss, &sc) &&
+           !cudaMemset(x, 0, 4 * (size_t)(rows * cols));
+  if (ok) {
+    *host = *pinned = 100.0f;
+    fp4_matrix xm = {x, rows, cols, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+    fp4_qmatrix qm = {q, sc, rows, cols, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 0.0f, FP4_MEMORY_DEVICE};
+    static const char *const order[] = {"host", "pinned", "device", "device", "host", "pinned"};
+    for (int i = 0; i < 6; i++) {
+      const int dev = !strcmp(order[i], "device");
+      fp4_options o = {.backend = "cuda",
+                       .global_scale_device = dev ? d_gs : !strcmp(order[i], "host") ? host : pinned};
+      const fp4_status st = fp4_quantize(ctx, &xm, -1.0f, &qm, &o);
+      const char *msg = fp4_last_error();
+      g_runs++;
+      if (dev ? st != FP4_OK
+              : st != FP4_ERR_INVALID_ARGUMENT || !strstr(msg, "global_scale_device") ||
+                    !strstr(msg, dev ? "" : !strcmp(order[i], "host") ? "host" : "pinned host")) {
+        g_failures++;
+        printf("FAIL device scalar refusals, call %d (%s memory): status %d, '%s'\n", i, order[i], (int)st, msg);
+      }
+    }
+  } else {
+    g_runs++;
+    g_failures++;
+    printf("FAIL device scalar refusals: setting up: %s\n", fp4_last_error());
+  }
+  fp4_free(ctx, FP4_MEMORY_DEVICE, x);
+  fp4_free(ctx, FP4_MEMORY_DEVICE, q);
+  fp4_free(ctx, FP4_MEMORY_DEVICE, sc);
+  cudaFreeHost(pinned);
+  cudaFree(d_gs);
+  free(host);
+}
+
 /* One chain per stream: x -> quantize -> fp4_mm with W -> y, and y is the next x. */
 typedef struct chain {
   int64_t m, k;
@@ -651,7 +698,9 @@ int main(void) {
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
   test_device_alpha(ctx, major, minor);
   test_device_global_scale(ctx);
-  printf("+ device scalars (alpha_device, global_scale_device) bit identity: %d checks, %d failures\n", g_runs, g_failures);
+  test_device_scalar_refusals(ctx);
+  printf("+ device scalars (alpha_device, global_scale_device) bit identity and refusals: %d checks, %d failures\n",
+         g_runs, g_failures);
   test_pdl_stress(ctx, major >= 9);
 #else
   printf("SKIP device scalars and pdl stress: the test was built without the CUDA runtime header\n");

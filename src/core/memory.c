@@ -1,7 +1,9 @@
 /* Allocation and copies for callers without their own CUDA runtime (the fp4kit command, tests). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/context.h"
 #include "core/error.h"
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -85,6 +87,29 @@ fp4_status fp4_synchronize(fp4_context *ctx) {
   return FP4_OK;
 }
 
+#if FP4KIT_HAVE_CUDA
+/* Device scalars this context has found valid. An engine passes the same per-layer alpha and scale
+ * tensors on every call of a decode step (a few hundred of them), and asking the driver about each
+ * pointer on every call is a driver query on the hot path; an address found in device memory of the
+ * context's device is remembered (direct-mapped, one pointer per slot) and not asked about again.
+ * A pointer freed and reallocated elsewhere at the same address keeps its verdict: the check guards
+ * against host pointers and other devices' pointers passed by mistake, not against reuse. */
+enum { SCALAR_SLOT_BITS = 10, SCALAR_SLOTS = 1 << SCALAR_SLOT_BITS };
+typedef struct scalar_table {
+  const void *ok[SCALAR_SLOTS];
+} scalar_table;
+static const char scalar_table_owner = 0;
+
+static const void **scalar_slot(fp4_context *ctx, const void *ptr) {
+  void **state = fp4_context_slot(ctx, &scalar_table_owner, free);
+  if (!state) return NULL;
+  if (!*state) *state = calloc(1, sizeof(scalar_table));
+  if (!*state) return NULL;
+  const uint64_t h = ((uint64_t)(uintptr_t)ptr >> 2) * 0x9E3779B97F4A7C15ull;
+  return &((scalar_table *)*state)->ok[h >> (64 - SCALAR_SLOT_BITS)];
+}
+#endif
+
 fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const char *fn, const char *what) {
   if (!ptr) return FP4_OK;
   const int device = fp4_context_device(ctx);
@@ -92,6 +117,8 @@ fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const cha
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is a device scalar but the context is %s", fn, what,
                     ctx ? "host-only (device -1)" : "NULL");
 #if FP4KIT_HAVE_CUDA
+  const void **known = scalar_slot(ctx, ptr);
+  if (known && *known == (const void *)ptr) return FP4_OK;
   struct cudaPointerAttributes attr;
   cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
   if (e != cudaSuccess) {
@@ -106,6 +133,7 @@ fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const cha
   if (attr.device != device)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s lives on device %d but the context is on device %d", fn, what,
                     attr.device, device);
+  if (known) *known = ptr;
   return FP4_OK;
 #else
   return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: %s is a device scalar but this fp4kit was built without CUDA", fn, what);
