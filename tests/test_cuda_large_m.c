@@ -1,7 +1,7 @@
 /*
  * GPU tests of the cuda backend's large-M GEMMs (skipped with exit 77 and the reason when the cuda
  * backend cannot run here):
- *   1. the default path (no config) through the shared harness: M = 65, 128, 1000 on small shapes,
+ *   1. the default path (no config) through the shared harness: M = 65, 128, 300, 1000 on small shapes,
  *      every supported variant (W4A16 bf16/f16, W4A4) x (NVFP4, MXFP4), edge-value data, every
  *      weight-scale layout, f32/bf16/f16 outputs, NaN-prefilled outputs, against the reference;
  *   2. every tile configuration forced by name, on model shapes with M = 1 .. 8192: the whole output
@@ -80,8 +80,9 @@ static void run_default(fp4_context *ctx, const char *label, int v, int f, int64
 }
 
 static void test_default_path(fp4_context *ctx) {
-  static const int64_t ms[] = {65, 128, 1000};
-  static const int64_t shapes[][2] = {{72, 96}, {200, 512}, {136, 160}};
+  static const int64_t ms[] = {65, 128, 300, 1000};
+  /* 256 x 2048: few output tiles over a long K (above 256 tokens a grid that leaves most SMs idle) */
+  static const int64_t shapes[][2] = {{72, 96}, {200, 512}, {136, 160}, {256, 2048}};
   static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
   static const fp4h_data datas[] = {FP4H_DATA_NORMAL, FP4H_DATA_EDGES, FP4H_DATA_UNIFORM};
   static const fp4_scale_layout layouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR, FP4_LAYOUT_8X4};
@@ -501,9 +502,9 @@ static void test_refusals(fp4_context *ctx) {
  * quick check of one kernel family on the GPU machine. ctest runs everything. */
 int main(int argc, char **argv) {
   const char *only = argc > 1 ? argv[1] : NULL;
-  if (only && strcmp(only, "register-decode") && strcmp(only, "register-A") &&
-      strcmp(only, "batched-decode")) {
-    fprintf(stderr, "usage: test_cuda_large_m [register-decode | register-A | batched-decode]\n");
+  if (only && strcmp(only, "register-decode") && strcmp(only, "register-A") && strcmp(only, "batched-decode") &&
+      strcmp(only, "default-path")) {
+    fprintf(stderr, "usage: test_cuda_large_m [register-decode | register-A | batched-decode | default-path]\n");
     return 2;
   }
   fp4_context *ctx = NULL;
@@ -517,10 +518,12 @@ int main(int argc, char **argv) {
     fp4_context_destroy(ctx);
     return 77;
   }
-  if (!only) {
+  if (!only || !strcmp(only, "default-path")) {
     test_default_path(ctx);
-    printf("default path (harness), M = 65, 128, 1000: %d cases, %d failures\n", g_runs, g_failures);
+    printf("default path (harness), M = 65, 128, 300, 1000: %d cases, %d failures\n", g_runs, g_failures);
     fflush(stdout);
+  }
+  if (!only) {
     test_refusals(ctx);
     printf("+ refusals: %d checks, %d failures\n", g_runs, g_failures);
     test_forced_configs(ctx);
