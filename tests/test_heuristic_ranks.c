@@ -13,8 +13,9 @@
 #define COUNT(a) ((int)(sizeof(a) / sizeof *(a)))
 
 /* The one deliberate change since the recording: on SM90 the dequantize crossover moved from M = 64
- * to M = 257 (the register-A tiles, src/dispatch/dispatch.c), so there M = 64-256 on the device ranks
- * as the recorded M = 63 did. Index of the recorded column to compare against for (cc, M). */
+ * to M = 257 for weights of unknown size (the register-A tiles, src/dispatch/dispatch.c; the recorded
+ * ranks knew no weight size and are compared with weights = 0), so there M = 64-256 on the device
+ * ranks as the recorded M = 63 did. Index of the recorded column to compare against for (cc, M). */
 static int recorded_index_of(int cc, int device, int64_t m, int index) {
   if (!device || cc != 90 || m < 64 || m > 256) return index;
   for (int i = 0; i < COUNT(recorded_ms); i++)
@@ -33,7 +34,7 @@ static void ranks_equal_recorded(void) {
         for (int op = FP4_OP_QUANTIZE; op <= FP4_OP_MOE; op++)
           for (int m = 0; m < COUNT(recorded_ms); m++) {
             const fp4_memory memory = mem ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
-            const int got = fp4_heuristic_rank(backend, recorded_ccs[c], memory, (fp4_op)op, recorded_ms[m]);
+            const int got = fp4_heuristic_rank(backend, recorded_ccs[c], memory, (fp4_op)op, recorded_ms[m], 0);
             const int want = recorded_ranks[b][mem][c][op][recorded_index_of(recorded_ccs[c], mem, recorded_ms[m], m)];
             checked++;
             if (got != want && differ++ < 20)
@@ -49,13 +50,13 @@ static void host_flag(void) {
   for (int i = 0; i < fp4_registry_count(); i++) {
     const fp4_backend *b = fp4_registry_get(i);
     /* The backends that ranked on host memory before are the ones that compute there. */
-    const int ranked_on_host = fp4_heuristic_rank(b, 0, FP4_MEMORY_HOST, FP4_OP_MM, 1) != FP4_RANK_UNKNOWN;
+    const int ranked_on_host = fp4_heuristic_rank(b, 0, FP4_MEMORY_HOST, FP4_OP_MM, 1, 0) != FP4_RANK_UNKNOWN;
     CHECK(fp4_heuristic_host_backend(b) == ranked_on_host, "%s: host flag %d", b->name, fp4_heuristic_host_backend(b));
   }
   static const fp4_backend unranked = {.name = "someone-new"};
-  CHECK(fp4_heuristic_rank(&unranked, 90, FP4_MEMORY_DEVICE, FP4_OP_MM, 1) == FP4_RANK_UNKNOWN &&
-            fp4_heuristic_rank(&unranked, 0, FP4_MEMORY_HOST, FP4_OP_MM, 1) == FP4_RANK_UNKNOWN &&
-            !fp4_heuristic_host_backend(&unranked) && fp4_heuristic_rank(NULL, 90, FP4_MEMORY_DEVICE, FP4_OP_MM, 1) == FP4_RANK_UNKNOWN,
+  CHECK(fp4_heuristic_rank(&unranked, 90, FP4_MEMORY_DEVICE, FP4_OP_MM, 1, 0) == FP4_RANK_UNKNOWN &&
+            fp4_heuristic_rank(&unranked, 0, FP4_MEMORY_HOST, FP4_OP_MM, 1, 0) == FP4_RANK_UNKNOWN &&
+            !fp4_heuristic_host_backend(&unranked) && fp4_heuristic_rank(NULL, 90, FP4_MEMORY_DEVICE, FP4_OP_MM, 1, 0) == FP4_RANK_UNKNOWN,
         "a backend without ranks is unknown everywhere and not a host backend");
 }
 

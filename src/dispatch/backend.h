@@ -59,6 +59,10 @@ static inline int64_t fp4_problem_n(const fp4_problem *p) {
   if (p->op == FP4_OP_MOE) return p->moe->routed.down.rows; /* H */
   return (p->op == FP4_OP_GROUPED_MM || p->op == FP4_OP_GROUPED_MM_W4A16) ? p->gb->rows : p->b->rows;
 }
+/* Elements of a dense GEMM's weight (N x K); 0 for the other ops. */
+static inline int64_t fp4_problem_weights(const fp4_problem *p) {
+  return (p->op == FP4_OP_MM || p->op == FP4_OP_MM_W4A16) ? p->b->rows * p->b->cols : 0;
+}
 static inline int64_t fp4_problem_k(const fp4_problem *p) {
   return (p->op == FP4_OP_MM || p->op == FP4_OP_GROUPED_MM) ? p->a_q->cols : p->a->cols;
 }

@@ -22,32 +22,47 @@
  * BF16 on dequantized operands wins at large M (compute-bound: the O(N*K) dequantization is
  * amortised over M rows of BF16 tensor-core work). */
 
-/* From this M on, a BF16 GEMM on dequantized weights (cublas-dequant) beats the own kernels.
- * SM80-SM89: M = 64, measured on the H200 with the mma.sync tiles those GPUs run
+/* From this M on, a BF16 GEMM on dequantized weights (cublas-dequant) beats the own kernels on
+ * SM80-SM89, measured on the H200 with the mma.sync tiles those GPUs run
  * (bench/results/h200/2026-11-30-cublas-dequant/, crossover-m16-128.csv and crossover-m64-256.csv:
  * up to M = 32 the small-M kernels win every shape, at M = 64 cublas-dequant wins every weight of
- * at least 2^25 elements, above 64 the mma.sync tiles lose everywhere).
- * SM90: M = 257. With sm_90a code the cuda backend runs the register-A wgmma tiles at M = 17-256,
- * which beat cublas-dequant at M = 64-256 on every weight of 2^25 elements and more but one point
- * (by 1.01-2.98x; 17408 x 4096 at M = 256: 0.87x), the smallest weights (13-30 us) losing by up to
- * 1.5x; at M = 512 cublas-dequant wins 10 of 13 shapes (bench/results/h200/2026-12-02-current/,
- * its README's crossover table). The tuning cache overrides this per shape. */
-enum { DEQUANT_WINS_M = 64, DEQUANT_WINS_M_SM90 = 257, NATIVE_SMALL_M = 64 };
+ * at least 2^25 elements, above 64 the mma.sync tiles lose everywhere). */
+enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
 
-fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m) {
+/* SM90, where the cuda backend runs the register-A wgmma tiles at M = 17-256 and beyond: the last M
+ * the own kernels keep, by the weight's elements (bench/results/h200/2026-12-02-current/, the
+ * crossover table of its README: the cuda backend's default against cublas-dequant, 13 dense weights,
+ * M = 32-8192):
+ *   - under 2^25 elements: to M = 63; at M = 64 cublas-dequant wins all four such weights (by
+ *     1.05-1.12x), at M = 128-256 five of eight points;
+ *   - 2^25 to 2^28: to M = 256 (cuda 1.01-2.63x at M = 64-256 but 17408 x 4096 at M = 256, 0.87x);
+ *     at M = 512 cublas-dequant wins all six (1.03-3.4x);
+ *   - 2^28 and more (the three largest, 470M-1G elements): to M = 1024 (cuda 1.19-1.50x at M = 512,
+ *     1.00-1.14x at M = 1024, W4A16); from M = 2048 cublas-dequant wins all three (1.06-1.15x);
+ *   - weights not known (0): to M = 256. */
+static int64_t sm90_own_kernels_to_m(int64_t weights) {
+  if (weights <= 0) return 256;
+  if (weights < (int64_t)1 << 25) return DEQUANT_WINS_M - 1;
+  return weights < (int64_t)1 << 28 ? 256 : 1024;
+}
+
+fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m, int64_t weights) {
   if (memory == FP4_MEMORY_HOST) return FP4_REGIME_HOST;
   if (op == FP4_OP_QUANTIZE) return FP4_REGIME_QUANTIZE; /* only own kernels quantize; order is moot */
   /* SM120 mma.sync kernels hold up to larger M */
   if (cc >= 120) return m <= 2 * NATIVE_SMALL_M ? FP4_REGIME_SM120_SMALL_M : FP4_REGIME_SM120_LARGE_M;
   if (cc >= 100) return m <= NATIVE_SMALL_M ? FP4_REGIME_SM100_SMALL_M : FP4_REGIME_SM100_LARGE_M;
-  return m < (cc >= 90 ? DEQUANT_WINS_M_SM90 : DEQUANT_WINS_M) ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
+  if (cc >= 90)
+    return m <= sm90_own_kernels_to_m(op == FP4_OP_MM || op == FP4_OP_MM_W4A16 ? weights : 0) ? FP4_REGIME_SM80_SMALL_M
+                                                                                             : FP4_REGIME_SM80_LARGE_M;
+  return m < DEQUANT_WINS_M ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
 }
 
-int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m) {
+int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m, int64_t weights) {
   const fp4_backend_ranks *r = b ? b->ranks : NULL;
   if (!r) return FP4_RANK_UNKNOWN;
   if (memory != FP4_MEMORY_HOST && r->device_ops && !(r->device_ops & FP4_OP_BIT(op))) return r->other_device_ops;
-  return r->in[fp4_heuristic_regime(cc, memory, op, m)];
+  return r->in[fp4_heuristic_regime(cc, memory, op, m, weights)];
 }
 
 int fp4_heuristic_host_backend(const fp4_backend *b) { return b && b->host; }
@@ -186,7 +201,7 @@ static void distrust(fp4_context *ctx, const fp4_problem *p, const fp4_tuning_hi
   }
   const int device = fp4_context_device(ctx);
   const int cc = p->memory == FP4_MEMORY_DEVICE && device >= 0 ? fp4_device_cc(device) : 0;
-  if (fp4_heuristic_rank(b, cc, p->memory, p->op, fp4_problem_m(p)) >= FP4_RANK_CHECK_ONLY) {
+  if (fp4_heuristic_rank(b, cc, p->memory, p->op, fp4_problem_m(p), fp4_problem_weights(p)) >= FP4_RANK_CHECK_ONLY) {
     fp4_reason(why, why_size, "'%s' runs here only to check other backends, never as a fast path", b->name);
     return;
   }
@@ -412,7 +427,7 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
       if (!best) fp4_reason(reason, reason_size, "last tried '%s': %s", b->name, why);
       continue;
     }
-    int rank = fp4_heuristic_rank(b, cc, p->memory, p->op, m);
+    int rank = fp4_heuristic_rank(b, cc, p->memory, p->op, m, fp4_problem_weights(p));
     if (!best || rank < best_rank) {
       best = b;
       best_rank = rank;

@@ -26,12 +26,14 @@ fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp
 /* ---- Heuristic ranking -------------------------------------------------------------------------------
  * Auto selection without timing: a pure ranking of backends per compute capability and M regime. */
 
-/* The regime of a problem of op/M on a device of compute capability cc (0: unknown), or on the host. */
-fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m);
+/* The regime of a problem of op/M on a device of compute capability cc (0: unknown), or on the host;
+ * weights: the elements (N x K) of a dense GEMM's weight (fp4_problem_weights; 0: not a dense GEMM,
+ * or not known), on which the dequantize crossover depends on SM90. */
+fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m, int64_t weights);
 
 /* Rank of backend b for that problem (its table's ranks in the regime; FP4_RANK_* in backend.h):
  * lower is preferred. Pure: the same inputs always give the same rank, and nothing is queried. */
-int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m);
+int fp4_heuristic_rank(const fp4_backend *b, int cc, fp4_memory memory, fp4_op op, int64_t m, int64_t weights);
 
 /* 1 for the backends that compute on the host (their table says so): auto and the tuner never run
  * them on device operands, whatever their supports() says. */

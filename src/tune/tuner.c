@@ -207,14 +207,14 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
       fp4_log(FP4_LOG_WARN, "fp4_tune: %s is a host backend; not timed on device operands", b->name);
       continue;
     }
-    const int rank = fp4_heuristic_rank(b, cc, mem, p.op, M);
+    const int rank = fp4_heuristic_rank(b, cc, mem, p.op, M, fp4_problem_weights(&p));
     if (rank >= FP4_RANK_CHECK_ONLY && supporting > 1) {
       fp4_log(FP4_LOG_INFO, "fp4_tune: %s runs here only %s; not timed", b->name,
               rank >= FP4_RANK_VERIFICATION_ONLY ? "as a verification build" : "to check other backends");
       continue;
     }
     int j = norder++;
-    for (; j > 0 && fp4_heuristic_rank(fp4_registry_get(order[j - 1]), cc, mem, p.op, M) > rank; j--)
+    for (; j > 0 && fp4_heuristic_rank(fp4_registry_get(order[j - 1]), cc, mem, p.op, M, fp4_problem_weights(&p)) > rank; j--)
       order[j] = order[j - 1];
     order[j] = bi;
   }
@@ -276,7 +276,7 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
   fp4_clear_error();
   /* A checking build (the oracle) wins only when it alone runs; auto reaches it then by the heuristic
    * and never follows a cache entry naming it, so it is not stored. */
-  const int check_only = winner && fp4_heuristic_rank(winner, cc, mem, p.op, M) >= FP4_RANK_CHECK_ONLY;
+  const int check_only = winner && fp4_heuristic_rank(winner, cc, mem, p.op, M, fp4_problem_weights(&p)) >= FP4_RANK_CHECK_ONLY;
   if (check_only)
     fp4_log(FP4_LOG_INFO, "fp4_tune: M=%lld N=%lld K=%lld: only %s ran; not cached (auto falls back to it anyway)",
             (long long)M, (long long)N, (long long)K, res->backend);
