@@ -39,7 +39,10 @@ enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
  *     at M = 512 cublas-dequant wins all six (1.03-3.4x);
  *   - 2^28 and more (the three largest, 470M-1G elements): to M = 1024 (cuda 1.19-1.50x at M = 512,
  *     1.00-1.14x at M = 1024, W4A16); from M = 2048 cublas-dequant wins all three (1.06-1.15x);
- *   - weights not known (0): to M = 256. */
+ *   - weights not known (0): to M = 256.
+ * This assumes the build has sm_90a code (the default architectures do); without it the cuda
+ * backend runs the mma.sync tiles there, which lose to cublas-dequant from M = 64 as on SM80-SM89
+ * (`fp4kit probe` says which code the build has; `fp4kit tune` corrects the choice per shape). */
 static int64_t sm90_own_kernels_to_m(int64_t weights) {
   if (weights <= 0) return 256;
   if (weights < (int64_t)1 << 25) return DEQUANT_WINS_M - 1;
