@@ -56,8 +56,7 @@ fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m,
   if (cc >= 120) return m <= 2 * NATIVE_SMALL_M ? FP4_REGIME_SM120_SMALL_M : FP4_REGIME_SM120_LARGE_M;
   if (cc >= 100) return m <= NATIVE_SMALL_M ? FP4_REGIME_SM100_SMALL_M : FP4_REGIME_SM100_LARGE_M;
   if (cc >= 90)
-    return m <= sm90_own_kernels_to_m(op == FP4_OP_MM || op == FP4_OP_MM_W4A16 ? weights : 0) ? FP4_REGIME_SM80_SMALL_M
-                                                                                             : FP4_REGIME_SM80_LARGE_M;
+    return m <= sm90_own_kernels_to_m(weights) ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
   return m < DEQUANT_WINS_M ? FP4_REGIME_SM80_SMALL_M : FP4_REGIME_SM80_LARGE_M;
 }
 
