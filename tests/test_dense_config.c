@@ -5,9 +5,9 @@
  *     embedded models, NVFP4 and MXFP4, bf16/f16/f32/FP4 activations, M = 1..8192, on the facts of
  *     A100, L40S, H200, H200 without sm_90a code, B200 and RTX PRO 6000);
  *     "-" marks a problem the backend refused, which the rules must refuse too; one range changed
- *     since, by design: where an architecture's table lets the register-A tiles lead batched decode
- *     (wgra_from_m .. wgra_lead_to_m tokens, dense_sm90.h) the default there is a register-A tile,
- *     and the recorded choice is what it replaced;
+ *     since, by design: where an architecture's table lets the register-A tiles lead (from
+ *     wgra_from_m tokens: batched decode up to wgra_lead_to_m, every grid above, dense_sm90.h) the
+ *     default there is a register-A tile, and the recorded choice is what it replaced;
  *   - the tuner's first candidate is the default, and every candidate passes its own check;
  *   - names, families, refusals and workspace sizes behave as documented.
  */
@@ -62,7 +62,7 @@ static void test_recorded(void) {
       const fp4_dense_rules *r = fp4_dense_rules_for(a.major, a.minor);
       const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n &&
                              !(m >= r->wgra_mid_from_m && s.n * s.k >= ((int64_t)1 << r->wgra_mid_min_log2_weights));
-      if (r->wgra_from_m && m >= r->wgra_from_m && m <= r->wgra_lead_to_m && !narrow_out && got && a.sm90a &&
+      if (r->wgra_from_m && m >= r->wgra_from_m && (m > r->wgra_lead_to_m || !narrow_out) && got && a.sm90a &&
           s.act != FP4_CUDA_ACT_F32 && !(s.format == FP4_FORMAT_MXFP4 && s.act == FP4_CUDA_ACT_F16)) {
         batched++;
         if (strncmp(got, "large-m.wgra.", 13) && wrong++ < 10)

@@ -406,9 +406,10 @@ static double wgra_estimate(const fp4_dense_shape *s, const fp4_dense_config *c,
   return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_cta_cost(c->bm) * alone;
 }
 
-/* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs): up to
- * 256 tokens by estimated time (wgra_estimate; the wider tile first on a tie); above, the 256-token
- * tile first where it still gives every SM a CTA, else the 128-token one, then the narrower ones. */
+/* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs): by
+ * estimated time (wgra_estimate; the wider tile first on a tie) up to 256 tokens and wherever the
+ * 256-token tile leaves SMs without a CTA; on the wide grids above 256 tokens the 256-token tile
+ * first, then the 128-token one, then the narrower ones. */
 static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const char **names, int max) {
   char why[320];
   if (max < 1 || split_family_check(FP4_DENSE_LARGE_M_WGRA, "register-A wgmma", 1, s, a, NULL, why, sizeof why) != 1)
@@ -422,7 +423,7 @@ static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const
     if (prologue_act_rule(FP4_DENSE_LARGE_M_WGRA, i, s->act, why, sizeof why) || fp4_dense_smem(c, s->act) > a->smem_optin)
       continue;
     /* above 256 tokens: a rank (256 or 128 first, then by width) instead of the estimate */
-    const double e = s->m <= 256 ? wgra_estimate(s, c, a->sms)
+    const double e = s->m <= 256 || !wide ? wgra_estimate(s, c, a->sms)
                                  : (c->bm == (wide ? 256 : 128) ? 0.0 : c->bm == (wide ? 128 : 256) ? 1.0 : 1e3 - c->bm);
     int j = n++;
     for (; j > 0 && (t[j - 1] > e || (t[j - 1] == e && ok[j - 1]->bm < c->bm)); j--) ok[j] = ok[j - 1], t[j] = t[j - 1];
@@ -448,8 +449,8 @@ static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, 
 
 /* The large-M configs that can run s on arch, the default first (0 when no large-M kernel takes
  * it): the mma.sync tiles (heuristic order), the register-decode tiles, and the register-A wgmma
- * tiles, which lead where their 256-token tile gives every SM a CTA and over the batched-decode
- * range (dense_sm90.h). */
+ * tiles, which lead where their 256-token tile gives every SM a CTA, over the batched-decode range
+ * and above it (dense_sm90.h). */
 static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *large[16]) {
   char why[320];
   if (mma_check(s, a, NULL, why, sizeof why) != 1) return 0;
@@ -459,7 +460,8 @@ static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a,
   n += rd_configs(s, a, others + n, 16 - n);
   const int nw = wgra_configs(s, a, wgra, 8);
   const fp4_dense_rules *r = fp4_dense_rules_for(a->major, a->minor);
-  const int lead = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms || wgra_batch_leads(r, s, a);
+  const int lead = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms || wgra_batch_leads(r, s, a) ||
+                   (r->wgra_from_m && s->m > r->wgra_lead_to_m);
   int count = 0;
   for (int i = 0; lead && i < nw; i++) large[count++] = wgra[i];
   for (int i = 0; i < n && count < 16; i++) large[count++] = others[i];
