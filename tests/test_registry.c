@@ -150,8 +150,8 @@ static void test_heuristic_order(void) {
             rank("cuda", 90, dev, mm, 256) < rank("cublas-dequant", 90, dev, mm, 256),
         "SM90 M = 64-256: the register-A tiles");
   CHECK(rank("cublas-dequant", 90, dev, mm, 257) < rank("cuda", 90, dev, mm, 257), "SM90 M = 257: dequant + BF16");
-  /* SM90 by the weight's size (src/dispatch/dispatch.c): under 2^25 elements to M = 63, up to 2^28 to
-   * M = 256, from 2^28 to M = 1024; W4A16 alike */
+  /* SM90 by the weight's size (src/dispatch/dispatch.c): under 2^25 elements to M = 63, up to 2^27 to
+   * M = 256, from 2^27 to M = 1024; W4A16 alike */
   for (int op = FP4_OP_MM; op <= FP4_OP_MM_W4A16; op++) {
     const int64_t small = 2048 * 4096, mid = 8192 * 8192, large = 57344 * 8192;
     CHECK(sm90_cuda_first((fp4_op)op, 63, small) && !sm90_cuda_first((fp4_op)op, 64, small), "op %d small weights", op);
@@ -159,12 +159,13 @@ static void test_heuristic_order(void) {
     CHECK(sm90_cuda_first((fp4_op)op, 64, (int64_t)1 << 25) && !sm90_cuda_first((fp4_op)op, 64, ((int64_t)1 << 25) - 1),
           "op %d the 2^25 edge", op);
     CHECK(sm90_cuda_first((fp4_op)op, 1024, large) && !sm90_cuda_first((fp4_op)op, 1025, large) &&
-              sm90_cuda_first((fp4_op)op, 1024, (int64_t)1 << 28) && !sm90_cuda_first((fp4_op)op, 1024, ((int64_t)1 << 28) - 1),
-          "op %d 2^28 weights and more", op);
+              sm90_cuda_first((fp4_op)op, 1024, (int64_t)1 << 27) && !sm90_cuda_first((fp4_op)op, 1024, ((int64_t)1 << 27) - 1) &&
+              sm90_cuda_first((fp4_op)op, 1024, 8192 * 28672),
+          "op %d 2^27 weights and more", op);
   }
   CHECK(!sm90_cuda_first(FP4_OP_MM, 64, 0) == !sm90_cuda_first(FP4_OP_MM, 64, (int64_t)1 << 26) &&
             rank_w("cuda", 80, dev, mm, 256, 57344 * 8192) > rank_w("cublas-dequant", 80, dev, mm, 256, 57344 * 8192),
-        "unknown size: the 2^25-2^28 rule; SM80 ignores the size");
+        "unknown size: the 2^25-2^27 rule; SM80 ignores the size");
   CHECK(rank("cublaslt", 100, dev, mm, 8192) < rank("cuda", 100, dev, mm, 8192), "SM100 large M: native");
   CHECK(rank("cuda", 100, dev, mm, 1) < rank("cublaslt", 100, dev, mm, 1), "SM100 decode: own kernels");
   CHECK(rank("cuda", 120, dev, mm, 100) < rank("cublaslt", 120, dev, mm, 100), "SM120 M=100");

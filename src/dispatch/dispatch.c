@@ -32,13 +32,17 @@ enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
 /* SM90, where the cuda backend runs the register-A wgmma tiles at M = 17-256 and beyond: the last M
  * the own kernels keep, by the weight's elements (bench/results/h200/2026-12-02-current/, the
  * crossover table of its README: the cuda backend's default against cublas-dequant, 13 dense weights,
- * M = 32-8192):
+ * M = 32-8192; above 256 tokens bench/results/h200/2026-12-02-above-256-tokens/, 11 weights, M =
+ * 384-2048, after the register-A tiles took over there):
  *   - under 2^25 elements: to M = 63; at M = 64 cublas-dequant wins all four such weights (by
  *     1.05-1.12x), at M = 128-256 five of eight points;
- *   - 2^25 to 2^28: to M = 256 (cuda 1.01-2.63x at M = 64-256 but 17408 x 4096 at M = 256, 0.87x);
- *     at M = 512 cublas-dequant wins all six (1.03-3.4x);
- *   - 2^28 and more (the three largest, 470M-1G elements): to M = 1024 (cuda 1.19-1.50x at M = 512,
- *     1.00-1.14x at M = 1024, W4A16); from M = 2048 cublas-dequant wins all three (1.06-1.15x);
+ *   - 2^25 to 2^27: to M = 256 (cuda 1.01-2.63x at M = 64-256 but 17408 x 4096 at M = 256, 0.87x);
+ *     above, cublas-dequant wins 16 of the 20 W4A16 points at M = 384-2048 and ties three
+ *     (0.98-1.01x); 8192 x 8192 at M = 512 (cuda 1.22x) is the exception;
+ *   - 2^27 and more (8192 x 28672 and the three largest, 235M-1G elements): to M = 1024 (cuda
+ *     1.32-1.35x at M = 512, 0.99-1.03x at M = 384 and 1024 in W4A16; W4A4 1.24-1.28x and
+ *     0.97-1.04x); from M = 2048 cublas-dequant wins (1.06-1.15x; cuda keeps W4A4 on 8192 x 28672,
+ *     1.05x);
  *   - weights not known (0): to M = 256.
  * This assumes the build has sm_90a code (the default architectures do); without it the cuda
  * backend runs the mma.sync tiles there, which lose to cublas-dequant from M = 64 as on SM80-SM89
@@ -46,7 +50,7 @@ enum { DEQUANT_WINS_M = 64, NATIVE_SMALL_M = 64 };
 static int64_t sm90_own_kernels_to_m(int64_t weights) {
   if (weights <= 0) return 256;
   if (weights < (int64_t)1 << 25) return DEQUANT_WINS_M - 1;
-  return weights < (int64_t)1 << 28 ? 256 : 1024;
+  return weights < (int64_t)1 << 27 ? 256 : 1024;
 }
 
 fp4_regime fp4_heuristic_regime(int cc, fp4_memory memory, fp4_op op, int64_t m, int64_t weights) {
