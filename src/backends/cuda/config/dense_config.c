@@ -422,9 +422,9 @@ static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const
     const fp4_dense_config *c = fam(FP4_DENSE_LARGE_M_WGRA, i);
     if (prologue_act_rule(FP4_DENSE_LARGE_M_WGRA, i, s->act, why, sizeof why) || fp4_dense_smem(c, s->act) > a->smem_optin)
       continue;
-    /* above 256 tokens: a rank (256 or 128 first, then by width) instead of the estimate */
+    /* wide grids above 256 tokens: a rank (256, 128, then by width) instead of the estimate */
     const double e = s->m <= 256 || !wide ? wgra_estimate(s, c, a->sms)
-                                 : (c->bm == (wide ? 256 : 128) ? 0.0 : c->bm == (wide ? 128 : 256) ? 1.0 : 1e3 - c->bm);
+                                          : (c->bm == 256 ? 0.0 : c->bm == 128 ? 1.0 : 1e3 - c->bm);
     int j = n++;
     for (; j > 0 && (t[j - 1] > e || (t[j - 1] == e && ok[j - 1]->bm < c->bm)); j--) ok[j] = ok[j - 1], t[j] = t[j - 1];
     ok[j] = c, t[j] = e;

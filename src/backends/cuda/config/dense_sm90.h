@@ -1,13 +1,12 @@
 /* Dense GEMM choice on SM90: the SM89 table plus the sm_90a families (wgmma and register-A wgmma
- * tiles). The register-A tiles lead the large-M candidates where their 256-token tile gives every SM
- * a CTA: 469-598 TFLOP/s on the large dense weights at M >= 1024 on the H200 against 223-229 for
- * the best mma.sync tile (bench/results/h200/2026-11-30-large-m-prefill/); on smaller grids each of
- * their CTAs walks all of K at about 1 us per 64-K tile, so they stay behind the mma.sync tiles
- * there.
- * Above 256 tokens they lead on every grid: with their split-K they beat the mma.sync tiles there
- * too (bench/results/h200/2026-12-02-current/dense-prefill.json: at M = 512 the mma.sync tiles that
- * led where the 256-token grid left SMs idle took 318.4 us on 8192 x 8192 and 1082.9 on 8192 x
- * 28672, where the register-A tile took 216.4 and 710.4 us at M = 1024).
+ * tiles). The register-A tiles lead the large-M candidates: 469-598 TFLOP/s on the large dense
+ * weights at M >= 1024 on the H200 against 223-229 for the best mma.sync tile
+ * (bench/results/h200/2026-11-30-large-m-prefill/). They first led only where their 256-token tile
+ * gives every SM a CTA (without a K split each CTA walks all of K at about 1 us per 64-K tile); with
+ * the K split they lead on every grid above 256 tokens too
+ * (bench/results/h200/2026-12-02-above-256-tokens/: at M = 512 the mma.sync tiles that led where
+ * the 256-token grid left SMs idle took 320.8 us on 8192 x 8192 and 1091.4 on 8192 x 28672, the
+ * register-A tiles 110.9 and 353.3).
  * Batched decode (wgra_*): from 17 to 256 tokens the register-A tiles of 32 to 256 tokens lead
  * (config/dense_config.c picks the tile), 1.1-2.9x faster than the small-M kernels they replace at
  * 33-64 tokens and than the mma.sync tiles above; up to 32 tokens only from 10240 weight rows, or
