@@ -406,15 +406,17 @@ static double wgra_estimate(const fp4_dense_shape *s, const fp4_dense_config *c,
   return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_cta_cost(c->bm) * alone;
 }
 
-/* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs): by
- * estimated time (wgra_estimate; the wider tile first on a tie) up to 256 tokens and wherever the
- * 256-token tile leaves SMs without a CTA; on the wide grids above 256 tokens the 256-token tile
- * first, then the 128-token one, then the narrower ones. */
+/* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs), by
+ * estimated time (wgra_estimate; the wider tile first on a tie). Above 256 tokens on grids that fill
+ * the SMs this puts the 256-token tile first except where M lies just above a multiple of 256 and
+ * the 128-token tile wastes fewer rows: on the 22 such points of
+ * bench/results/h200/2026-12-02-above-256-tokens/ (M = 384-2048) it picks the fastest register-A
+ * tile at each, the 128-token one at M = 384 on 10240 x 8192, 17408 x 4096 and 20480 x 4096
+ * (1.07-1.44x faster than the 256-token tile, which a fixed rank put first there before). */
 static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const char **names, int max) {
   char why[320];
   if (max < 1 || split_family_check(FP4_DENSE_LARGE_M_WGRA, "register-A wgmma", 1, s, a, NULL, why, sizeof why) != 1)
     return 0;
-  const int wide = cdiv(s->m, 256) * cdiv(s->n, 128) >= a->sms;
   const fp4_dense_config *ok[8];
   double t[8];
   int n = 0;
@@ -422,9 +424,7 @@ static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const
     const fp4_dense_config *c = fam(FP4_DENSE_LARGE_M_WGRA, i);
     if (prologue_act_rule(FP4_DENSE_LARGE_M_WGRA, i, s->act, why, sizeof why) || fp4_dense_smem(c, s->act) > a->smem_optin)
       continue;
-    /* wide grids above 256 tokens: a rank (256, 128, then by width) instead of the estimate */
-    const double e = s->m <= 256 || !wide ? wgra_estimate(s, c, a->sms)
-                                          : (c->bm == 256 ? 0.0 : c->bm == 128 ? 1.0 : 1e3 - c->bm);
+    const double e = wgra_estimate(s, c, a->sms);
     int j = n++;
     for (; j > 0 && (t[j - 1] > e || (t[j - 1] == e && ok[j - 1]->bm < c->bm)); j--) ok[j] = ok[j - 1], t[j] = t[j - 1];
     ok[j] = c, t[j] = e;
