@@ -7,7 +7,7 @@
 #                        with a quantity ("runs 469-598 TFLOP/s", "runs 2 threads", "--runs 50") is fine
 #   issue N ............ a tracker reference ("issue 6", "issue #6", "issue-5", "the issue's", "#3's");
 #                        the verb ("issues the copies", "instruction issue") is fine
-#   SPEC, MODELS.md .... documents that are not in the repository
+#   SPEC, MODELS.md, DESIGN.md ... documents that are not in the repository
 #   next-<name> ........ branch names
 #   against main, main's, than main ... the main branch as a point of comparison
 # Run from ctest (project_words) or by hand: bash tests/test_project_words.sh [REPOSITORY_ROOT].
@@ -25,7 +25,7 @@ re="(?i:session)(?<!scope=\"session)"
 re+="|\\b[Rr]un-?[0-9]+\\b|\\b[Rr]un [0-9]+\\b${units}"
 re+="|\\b[Rr]uns [0-9]{1,2}( ?- ?| and |, )[0-9]{1,2}\\b${units}"
 re+="|(?i:\\bissues? ?[#-]?[0-9]+\\b)${units}|(?i:\\bissue's)|#[0-9]+'s"
-re+="|\\bSPEC\\b|MODELS\\.md"
+re+="|\\bSPEC\\b|MODELS\\.md|DESIGN\\.md"
 re+="|\\bnext-[a-z][a-z0-9]*(-[a-z0-9]+)*\\b(?!-)"
 re+="|(?i:against main\\b)|\\bmain's\\b|\\bthan main\\b"
 

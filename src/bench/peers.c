@@ -1,7 +1,7 @@
 #define _GNU_SOURCE
 /*
  * Same-run peers: what the machine itself delivers, measured in the same process as the FP4
- * kernels so that every reported speed can be stated as a ratio (DESIGN.md: benchmarks compare
+ * kernels so that every reported speed can be stated as a ratio (benchmarks here compare
  * with a peer measured in the same run, never with a number from another day).
  *
  *   device: a copy and a read-only reduction (own kernels, peers_kernels.cu), cuBLAS BF16 GEMM and
