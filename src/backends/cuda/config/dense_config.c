@@ -449,8 +449,7 @@ static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, 
 
 /* The large-M configs that can run s on arch, the default first (0 when no large-M kernel takes
  * it): the mma.sync tiles (heuristic order), the register-decode tiles, and the register-A wgmma
- * tiles, which lead where their 256-token tile gives every SM a CTA, over the batched-decode range
- * and above it (dense_sm90.h). */
+ * tiles, which lead over the batched-decode range and on every grid above it (dense_sm90.h). */
 static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *large[16]) {
   char why[320];
   if (mma_check(s, a, NULL, why, sizeof why) != 1) return 0;
