@@ -186,15 +186,16 @@ static void test_rules_and_workspace(void) {
             strstr(why, "large-m.wgra.128x32"),
         "W4A16 on the 32-token prologue tile: %s", why);
   /* batched decode on the H200: a register-A tile from 17 tokens on wide weights (from 25 on
-   * narrower ones of 2^25 weights or more), the small-M kernels below; the tile that fits the tokens without an edge
-   * where one does (the estimate's fitted costs) */
+   * narrower ones of 2^25 weights or more), the small-M kernels below, a register-A tile on every grid
+   * above 256 tokens; the tile that fits the tokens without an edge where one does (the estimate's
+   * fitted costs) */
   fp4_dense_shape b = narrow;
   for (int wide = 0; wide < 2; wide++) {
     b.n = wide ? 57344 : 8192;
     for (b.m = 1; b.m <= 300; b.m++) {
       const char *d = fp4_dense_default(&b, &h200);
       const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
-      CHECK(wgra == (b.m >= (wide ? 17 : 25) && b.m <= 256) || (b.m > 256 && d), "H200 %lldx8192 M = %lld: %s",
+      CHECK(wgra == (b.m >= (wide ? 17 : 25)), "H200 %lldx8192 M = %lld: %s",
             (long long)b.n, (long long)b.m, d ? d : "-");
     }
   }
@@ -207,6 +208,19 @@ static void test_rules_and_workspace(void) {
     const char *d = fp4_dense_default(&b, &h200);
     CHECK(d && !strcmp(d, tiles[i].want), "H200 57344x8192 M = %lld: %s, expected %s", (long long)b.m, d ? d : "-",
           tiles[i].want);
+  }
+  /* above 256 tokens: the fastest register-A tile of bench/results/h200/2026-12-02-above-256-tokens/ */
+  static const struct { int64_t m, n, k; const char *want; } above[] = {
+      {384, 57344, 8192, "large-m.wgra.128x256"}, {512, 57344, 8192, "large-m.wgra.128x256"},
+      {2048, 57344, 8192, "large-m.wgra.128x256"}, {384, 10240, 8192, "large-m.wgra.128x128"},
+      {384, 20480, 4096, "large-m.wgra.128x128"}, {512, 20480, 4096, "large-m.wgra.128x256"},
+      {512, 8192, 8192, "large-m.wgra.128x256"},  {512, 8192, 28672, "large-m.wgra.128x256"}};
+  for (size_t i = 0; i < sizeof above / sizeof *above; i++) {
+    fp4_dense_shape a = b;
+    a.m = above[i].m, a.n = above[i].n, a.k = above[i].k;
+    const char *d = fp4_dense_default(&a, &h200);
+    CHECK(d && !strcmp(d, above[i].want), "H200 %lldx%lld M = %lld: %s, expected %s", (long long)a.n, (long long)a.k,
+          (long long)a.m, d ? d : "-", above[i].want);
   }
 }
 
