@@ -20,18 +20,29 @@
 static int g_runs, g_failures;
 
 /* Every GEMM configuration of the cuda backend, the largest M it takes, whether it takes W4A4
- * only (the ".pro" prologue variants) and whether it takes only bf16/f16 activations (the
- * shared-activation kernel; it refuses others, tested below) (cuda_backend.c). */
-static const struct { const char *name; int64_t max_m; int w4a4_only, act16_only; } g_configs[] = {
-    {"small-m.w8", 64, 0, 0},     {"small-m.w4", 64, 0, 0},     {"small-m.w2", 64, 0, 0},     {"small-m.w1", 64, 0, 0},
-    {"small-m.r32.w8", 32, 0, 0}, {"small-m.r32.w4", 32, 0, 0}, {"small-m.r64.w8", 16, 0, 0}, {"small-m.r64.w4", 16, 0, 0},
-    {"small-m.w4.b8", 16, 0, 0},  {"small-m.w4.b6", 16, 0, 0},  {"small-m.r32.w4.b6", 8, 0, 0},
-    {"small-m.pro.w8", 64, 1, 0},     {"small-m.pro.w4", 64, 1, 0},     {"small-m.pro.w2", 64, 1, 0},
-    {"small-m.pro.w1", 64, 1, 0},     {"small-m.pro.r32.w8", 32, 1, 0}, {"small-m.pro.r32.w4", 32, 1, 0},
-    {"small-m.pro.r64.w8", 16, 1, 0}, {"small-m.pro.r64.w4", 16, 1, 0}, {"small-m.pro.w4.b8", 16, 1, 0},
-    {"small-m.pro.w4.b6", 16, 1, 0},  {"small-m.pro.r32.w4.b6", 8, 1, 0},
-    {"small-m.sa.r64.w8", 32, 0, 1}, {"small-m.pro.sa.r64.w8", 32, 1, 0},
+ * only (the ".pro" prologue variants), whether it takes only bf16/f16 activations (the
+ * shared-activation kernel and the in-loop cluster K splits; they refuse others, tested below), the
+ * smallest K it takes and whether it needs thread block clusters (SM90+) (cuda_backend.c). */
+static const struct {
+  const char *name;
+  int64_t max_m;
+  int w4a4_only, act16_only;
+  int64_t min_k;
+  int cluster;
+} g_configs[] = {
+    {"small-m.w8", 64, 0, 0, 0, 0},        {"small-m.w4", 64, 0, 0, 0, 0},        {"small-m.w2", 64, 0, 0, 0, 0},
+    {"small-m.w1", 64, 0, 0, 0, 0},        {"small-m.r32.w8", 32, 0, 0, 0, 0},    {"small-m.r32.w4", 32, 0, 0, 0, 0},
+    {"small-m.r64.w8", 16, 0, 0, 0, 0},    {"small-m.r64.w4", 16, 0, 0, 0, 0},    {"small-m.w4.b8", 16, 0, 0, 0, 0},
+    {"small-m.w4.b6", 16, 0, 0, 0, 0},     {"small-m.r32.w4.b6", 8, 0, 0, 0, 0},  {"small-m.pro.w8", 64, 1, 0, 0, 0},
+    {"small-m.pro.w4", 64, 1, 0, 0, 0},    {"small-m.pro.w2", 64, 1, 0, 0, 0},    {"small-m.pro.w1", 64, 1, 0, 0, 0},
+    {"small-m.pro.r32.w8", 32, 1, 0, 0, 0}, {"small-m.pro.r32.w4", 32, 1, 0, 0, 0}, {"small-m.pro.r64.w8", 16, 1, 0, 0, 0},
+    {"small-m.pro.r64.w4", 16, 1, 0, 0, 0}, {"small-m.pro.w4.b8", 16, 1, 0, 0, 0}, {"small-m.pro.w4.b6", 16, 1, 0, 0, 0},
+    {"small-m.pro.r32.w4.b6", 8, 1, 0, 0, 0}, {"small-m.sa.r64.w8", 32, 0, 1, 0, 0}, {"small-m.pro.sa.r64.w8", 32, 1, 0, 0, 0},
+    {"small-m.w8.k2", 16, 0, 1, 2048, 1},  {"small-m.w8.k4", 16, 0, 1, 4096, 1},  {"small-m.w4.k2", 16, 0, 1, 1024, 1},
+    {"small-m.w4.k4", 16, 0, 1, 2048, 1},  {"small-m.pro.w8.k2", 16, 1, 0, 2048, 1}, {"small-m.pro.w8.k4", 16, 1, 0, 4096, 1},
+    {"small-m.pro.w4.k2", 16, 1, 0, 1024, 1}, {"small-m.pro.w4.k4", 16, 1, 0, 2048, 1},
 };
+static int g_major; /* the device's compute capability major: the cluster configs need 9 or more */
 enum { N_CONFIGS = (int)(sizeof g_configs / sizeof *g_configs) };
 static int g_config_runs[N_CONFIGS];
 
@@ -57,7 +68,8 @@ static void run_configs(fp4_context *ctx, fp4h_case c, uint64_t seed, int all) {
   int fits[N_CONFIGS], n = 0;
   for (int i = 0; i < N_CONFIGS; i++)
     if (c.m <= g_configs[i].max_m && (c.op == FP4H_MM || !g_configs[i].w4a4_only) &&
-        !(g_configs[i].act16_only && (c.op == FP4H_MM || c.a_dtype == FP4_DTYPE_F32)))
+        !(g_configs[i].act16_only && (c.op == FP4H_MM || c.a_dtype == FP4_DTYPE_F32)) &&
+        c.k >= g_configs[i].min_k && !(g_configs[i].cluster && g_major < 9))
       fits[n++] = i;
   for (int j = 0; j < n; j++) {
     if (!all && j != rotation % n) continue;
@@ -162,6 +174,8 @@ static void test_refusals(fp4_context *ctx) {
                {9, 256, "small-m.pro.r32.w4.b6", "M <= 8", FP4_ERR_UNSUPPORTED},
                {4, 256, "small-m.pro.w4", "W4A4 prologue", FP4_ERR_UNSUPPORTED}, /* these are W4A16 calls */
                {33, 256, "small-m.sa.r64.w8", "M <= 32", FP4_ERR_UNSUPPORTED},
+               {17, 4096, "small-m.w8.k2", "M <= 16", FP4_ERR_UNSUPPORTED},
+               {4, 2048, "small-m.w8.k4", "K >= 4096", FP4_ERR_UNSUPPORTED},
                {4, 256, "small-m.nope", "small-m.r32.w8", FP4_ERR_NOT_FOUND}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const int64_t m = cases[i].m, n = 32, k = cases[i].k;
@@ -676,6 +690,9 @@ int main(void) {
     fp4_context_destroy(ctx);
     return 77;
   }
+#if FP4KIT_HAVE_CUDA
+  cudaDeviceGetAttribute(&g_major, cudaDevAttrComputeCapabilityMajor, 0);
+#endif
   test_quantize(ctx);
   printf("quantize: %d cases, %d failures\n", g_runs, g_failures);
   test_gemm_all_m(ctx);
@@ -684,6 +701,10 @@ int main(void) {
   printf("+ GEMM model shapes: %d cases, %d failures\n", g_runs, g_failures);
   for (int i = 0; i < N_CONFIGS; i++) {
     printf("  config %-16s %d cases\n", g_configs[i].name, g_config_runs[i]);
+    if (g_configs[i].cluster && g_major < 9) {
+      printf("  (config %s needs thread block clusters, SM90+: not run on SM%d)\n", g_configs[i].name, g_major);
+      continue;
+    }
     if (!g_config_runs[i]) { /* a configuration the suite never ran is a hole in the suite */
       g_failures++;
       printf("FAIL config %s was never run\n", g_configs[i].name);

@@ -228,6 +228,7 @@ static int cuda_launch_small_m(const fp4_cuda_gemm_args *a, const fp4_dense_conf
   s.rows = c->rows;
   s.min_blocks = c->min_blocks;
   s.dequant_a = c->prologue;
+  s.ksplit = c->ksplit;
   return fp4_cuda_gemm_small_m(&s, stream, pdl);
 }
 

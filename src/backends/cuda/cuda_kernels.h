@@ -61,6 +61,8 @@ typedef struct fp4_cuda_gemm_args {
                                 FP4_CUDA_SMALL_M_SHARED_ACT: the shared-activation kernel */
   int dequant_a;             /* small-M W4A4: 1 = FP4 activations dequantized to bf16 once per GEMM,
                                 then the W4A16 bf16 kernel of the same rows/warps/min_blocks     */
+  int ksplit;                /* small-M: 0 or 1, or 2-8: the K slabs split over a thread block cluster
+                                of that many CTAs per 16-row group (SM90+, M <= 16, bf16/f16)    */
   void *workspace;           /* the context's device workspace, at least the bytes the config's
                                 workspace function names (NULL when it names none)               */
   int sms;                   /* SMs of the device (the context's cached count): split-K choices  */

@@ -53,6 +53,13 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
   if (a->min_blocks != 0 && a->min_blocks != FP4_CUDA_SMALL_M_SHARED_ACT && (a->warps != kLeanWarps || a->rows > 32 || a->m > (a->rows == 32 ? 8 : 16) ||
                              (a->min_blocks != 6 && a->min_blocks != 8)))
     return (int)cudaErrorInvalidValue;
+  /* K split over a cluster: 16-row classic CTAs of 4 or 8 warps, M <= 16, bf16/f16 activations (or
+   * FP4 through the prologue), every warp at least one slab, at most 8 CTAs (the portable cluster). */
+  if (a->ksplit > 1 &&
+      (a->ksplit > 8 || a->rows != 16 || a->min_blocks || a->warps < 4 || a->m > 16 ||
+       a->k / 128 < (int64_t)a->ksplit * a->warps ||
+       (a->act != FP4_CUDA_ACT_BF16 && a->act != FP4_CUDA_ACT_F16 && !a->dequant_a)))
+    return (int)cudaErrorInvalidValue;
   gemm_params p;
   p.b = a->b;
   p.b_scales = a->b_scales;
@@ -78,7 +85,7 @@ extern "C" int fp4_cuda_gemm_small_m(const fp4_cuda_gemm_args *a, void *stream, 
     return fp4_cuda_gemm_via_bf16_a(a, launch_w4a16_of, &c, s, pdl);
   }
   cudaError_t e = a->format == FP4_FORMAT_NVFP4
-                      ? fp4_cuda_small_m_launch_nvfp4(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl)
-                      : fp4_cuda_small_m_launch_mxfp4(p, a->act, a->warps, a->rows, a->min_blocks, s, pdl);
+                      ? fp4_cuda_small_m_launch_nvfp4(p, a->act, a->warps, a->rows, a->min_blocks, a->ksplit, s, pdl)
+                      : fp4_cuda_small_m_launch_mxfp4(p, a->act, a->warps, a->rows, a->min_blocks, a->ksplit, s, pdl);
   return (int)e;
 }

@@ -48,11 +48,15 @@ namespace {
 
 
 /* The CTA's result: one warp stores its accumulators; several add their partial sums through
- * shared memory in warp order (deterministic) and every thread stores some of the sums. */
-template <int R, int NT>
+ * shared memory in warp order (deterministic) and every thread stores some of the sums.
+ * KS (K split over a cluster of gridDim.y CTAs, SM90+): each CTA leaves its sums in shared memory
+ * after the warps' partials, and the cluster's rank 0 adds the ranks' sums in rank order (the
+ * result does not depend on which CTA finishes first) and stores them; a second cluster barrier
+ * keeps every CTA's shared memory alive until rank 0 has read it. */
+template <int R, int NT, bool KS = false>
 __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, const float (&acc)[R][NT][4],
                                              int64_t row0, int warp, int warps, int lane) {
-  if (warps == 1) {
+  if (!KS && warps == 1) {
     __syncwarp(); /* the staged device alpha (fp4_small_m_stage_alpha) is visible to the warp */
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -70,11 +74,24 @@ __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, c
 #pragma unroll
       for (int c = 0; c < 4; c++) red[warp * kPerWarp + ((r * NT + nt) * 4 + c) * 32 + lane] = acc[r][nt][c];
   __syncthreads();
+  float *sums = red + warps * kPerWarp; /* KS: this CTA's sums, read by the cluster's rank 0 */
   for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
     float v = 0.0f;
     for (int w = 0; w < warps; w++) v = __fadd_rn(v, red[w * kPerWarp + idx]); /* fixed order */
     const int r = idx / (NT * 128), rest = idx % (NT * 128);
-    store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+    if (KS) sums[idx] = v;
+    else store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+  }
+  if (KS) {
+    fp4_cluster_barrier(); /* every rank's sums are written */
+    if (blockIdx.y == 0) /* cluster dims (1, gridDim.y, 1): the rank is blockIdx.y */
+      for (int idx = threadIdx.x; idx < kPerWarp; idx += blockDim.x) {
+        float v = 0.0f;
+        for (unsigned k = 0; k < gridDim.y; k++) v = __fadd_rn(v, fp4_cluster_ld_f32(sums + idx, k));
+        const int r = idx / (NT * 128), rest = idx % (NT * 128);
+        store_out(p, row0 + 16 * r, rest >> 7, (rest >> 5) & 3, rest & 31, v);
+      }
+    fp4_cluster_barrier(); /* no CTA leaves before rank 0 has read its shared memory */
   }
 }
 
@@ -83,15 +100,26 @@ __device__ __forceinline__ void reduce_store(const gemm_params &p, float *red, c
  * tile each). Up to 16 tokens two CTAs share an SM (128 registers); with 4 or 8 token tiles, or
  * several row tiles, the accumulators need more registers. PF: the weight loads' L2 fetch unit
  * (ld_stream), 256 bytes where 4 or 8 warps read consecutive 64-byte pieces of a row in the same
- * step (as lean_slabs), none for 1 or 2 warps. */
-template <int FMT, int ACT, int NT, int U, int R, int PF>
+ * step (as lean_slabs), none for 1 or 2 warps. KS: the K slabs are split over the gridDim.y CTAs of
+ * a cluster (blockIdx.y takes the y-th contiguous part), which add their sums in reduce_store: more
+ * CTAs where the weight has too few row groups to give every SM one (the ".k<S>" configs). */
+template <int FMT, int ACT, int NT, int U, int R, int PF, bool KS = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_small_m_kernel(gemm_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (KS) { /* clusters are SM90+; the host refuses the ".k<S>" configs below */
+    __trap();
+    return;
+  }
+#endif
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   extern __shared__ float red[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t row0 = (int64_t)blockIdx.x * 16 * R;
   const int nslabs = (int)(p.k >> 7);
+  /* this CTA's slabs [s_begin, s_end): all of K, or its part of the cluster's split */
+  const int s_begin = KS ? (int)((int64_t)blockIdx.y * nslabs / gridDim.y) : 0;
+  const int s_end = KS ? (int)((int64_t)(blockIdx.y + 1) * nslabs / gridDim.y) : nslabs;
   const uint8_t *wa_ptr[R], *wb_ptr[R];
   scale_walk swa[R], swb[R];
 #pragma unroll
@@ -128,17 +156,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
 
   /* The activations of slab s start at aw.base + s * kSlab; walk a pointer instead. */
   const int64_t act_step = (int64_t)warps * act_walk<ACT>::kSlab;
-  const char *act_slab = aw.base + (int64_t)warp * act_walk<ACT>::kSlab;
+  const char *act_slab = aw.base + (int64_t)(s_begin + warp) * act_walk<ACT>::kSlab;
 
   fp4_pdl_wait(); /* nothing is read before the producer of A (or W) has finished */
   fp4_small_m_stage_alpha(p);
-  for (int s0 = warp; s0 < nslabs; s0 += warps * U, act_slab += U * act_step) {
+  for (int s0 = s_begin + warp; s0 < s_end; s0 += warps * U, act_slab += U * act_step) {
     uint4 wa[U][R], wb[U][R];
     uint32_t sca[U][R], scb[U][R];
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
-      if (s < nslabs) {
+      if (s < s_end) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
           wa[u][r] = ld_stream<PF>(wa_ptr[r] + (int64_t)s * 64);
@@ -151,14 +179,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, NT * R >= 4 ? 1 : 2) gemm_smal
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int s = s0 + u * warps;
-      if (s < nslabs)
+      if (s < s_end)
         slab_mma<FMT, ACT, NT, R>(act_slab + u * act_step, aw.tile, asw, valid, s, table, wa[u], wb[u], sca[u], scb[u],
                                   acc);
     }
   }
   fp4_pdl_launch_dependents(); /* every input has been read */
 
-  reduce_store<R, NT>(p, red, acc, row0, warp, warps, lane);
+  reduce_store<R, NT, KS>(p, red, acc, row0, warp, warps, lane);
 }
 
 /* The lean variant: a fixed 4-warp CTA with a register cap (MINB CTAs per SM: 6 -> at most 80
@@ -224,6 +252,18 @@ cudaError_t launch_pf(const gemm_params &p, int warps, cudaStream_t stream, int 
                          stream, pdl, p);
 }
 
+/* The K split over clusters of ksplit CTAs (16-row CTAs of 4 or 8 warps, M <= 16, bf16/f16 rows:
+ * the host's rules for the ".k<S>" configs): grid (row groups, ksplit), one cluster per row group,
+ * shared memory for the warps' partials and the CTA's sums. */
+template <int FMT, int ACT, int NT, int U>
+cudaError_t launch_ksplit(const gemm_params &p, int warps, int ksplit, cudaStream_t stream, int pdl) {
+  const int64_t ctas = (p.n + 15) / 16;
+  const size_t smem = smem_for(warps, p.m, 16) + (size_t)NT * 128 * sizeof(float);
+  return fp4_cuda_launch_cluster(gemm_small_m_kernel<FMT, ACT, NT, U, 1, 256, true>,
+                                 dim3((unsigned)ctas, (unsigned)ksplit), dim3(32 * warps), dim3(1, (unsigned)ksplit, 1),
+                                 smem, stream, pdl, p);
+}
+
 /* The 256 B prefetch form for 4 and 8 warps, the plain one for 1 and 2. The 32- and 64-row configs
  * all have 4 or 8 warps (config/dense_config.c; tests/test_dense_config.c checks it), so their plain
  * forms are not compiled: 40 of the 144 classic kernels, about 29% of this unit's compile time
@@ -273,7 +313,17 @@ cudaError_t launch_lean_rows(const gemm_params &p, int rows, cudaStream_t stream
  * token tiles' registers grow. 32 rows take M <= 32 and 64 rows M <= 16: row tiles x token tiles
  * <= 8 keeps the accumulators in registers. */
 template <int FMT, int ACT>
-cudaError_t launch_act(const gemm_params &p, int warps, int rows, int min_blocks, cudaStream_t stream, int pdl) {
+cudaError_t launch_act(const gemm_params &p, int warps, int rows, int min_blocks, int ksplit, cudaStream_t stream,
+                       int pdl) {
+  if (ksplit > 1) {
+    if constexpr (ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16) {
+      if (rows != 16 || warps < 4 || min_blocks || p.m > 16) return cudaErrorInvalidValue;
+      return p.m <= 8 ? launch_ksplit<FMT, ACT, 1, 4>(p, warps, ksplit, stream, pdl)
+                      : launch_ksplit<FMT, ACT, 2, 2>(p, warps, ksplit, stream, pdl);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  }
   if (min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT) return fp4_cuda_gemm_small_m_sa(&p, FMT, ACT, stream, pdl);
   if (min_blocks == 6) return launch_lean_rows<FMT, ACT, 6>(p, rows, stream, pdl);
   if (min_blocks == 8) return launch_lean_rows<FMT, ACT, 8>(p, rows, stream, pdl);
@@ -293,12 +343,13 @@ cudaError_t launch_act(const gemm_params &p, int warps, int rows, int min_blocks
 }
 
 template <int FMT>
-cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int mb, cudaStream_t stream, int pdl) {
+cudaError_t launch_fmt(const gemm_params &p, int act, int warps, int rows, int mb, int ks, cudaStream_t stream,
+                       int pdl) {
   switch (act) {
-  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, mb, stream, pdl);
-  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, mb, stream, pdl);
-  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, mb, stream, pdl);
-  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, mb, stream, pdl);
+  case FP4_CUDA_ACT_BF16: return launch_act<FMT, FP4_CUDA_ACT_BF16>(p, warps, rows, mb, ks, stream, pdl);
+  case FP4_CUDA_ACT_F16: return launch_act<FMT, FP4_CUDA_ACT_F16>(p, warps, rows, mb, ks, stream, pdl);
+  case FP4_CUDA_ACT_F32: return launch_act<FMT, FP4_CUDA_ACT_F32>(p, warps, rows, mb, ks, stream, pdl);
+  case FP4_CUDA_ACT_FP4: return launch_act<FMT, FP4_CUDA_ACT_FP4>(p, warps, rows, mb, ks, stream, pdl);
   default: return cudaErrorInvalidValue;
   }
 }

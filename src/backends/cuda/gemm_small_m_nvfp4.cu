@@ -5,6 +5,6 @@
 #include "backends/cuda/gemm_small_m_kernels.cuh"
 
 cudaError_t fp4_cuda_small_m_launch_nvfp4(const gemm_params &p, int act, int warps, int rows, int min_blocks,
-                                          cudaStream_t stream, int pdl) {
-  return launch_fmt<FP4_FORMAT_NVFP4>(p, act, warps, rows, min_blocks, stream, pdl);
+                                          int ksplit, cudaStream_t stream, int pdl) {
+  return launch_fmt<FP4_FORMAT_NVFP4>(p, act, warps, rows, min_blocks, ksplit, stream, pdl);
 }

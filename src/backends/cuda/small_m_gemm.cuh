@@ -69,10 +69,11 @@ inline size_t fp4_small_m_smem(int warps, int64_t m, int rows) {
 /* The shared-activation kernel for p (gemm_small_m_sa.cu): bf16/f16 activations, M <= 32. */
 cudaError_t fp4_cuda_gemm_small_m_sa(const gemm_params *p, int format, int act, cudaStream_t stream, int pdl);
 /* The K-splitting kernels of one weight format (gemm_small_m_nvfp4.cu, gemm_small_m_mxfp4.cu; the
- * kernels are in gemm_small_m_kernels.cuh): act, warps, rows and min_blocks as fp4_cuda_gemm_args. */
+ * kernels are in gemm_small_m_kernels.cuh): act, warps, rows, min_blocks and ksplit as
+ * fp4_cuda_gemm_args. */
 cudaError_t fp4_cuda_small_m_launch_nvfp4(const gemm_params &p, int act, int warps, int rows, int min_blocks,
-                                          cudaStream_t stream, int pdl);
+                                          int ksplit, cudaStream_t stream, int pdl);
 cudaError_t fp4_cuda_small_m_launch_mxfp4(const gemm_params &p, int act, int warps, int rows, int min_blocks,
-                                          cudaStream_t stream, int pdl);
+                                          int ksplit, cudaStream_t stream, int pdl);
 
 #endif

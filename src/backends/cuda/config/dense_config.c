@@ -21,10 +21,11 @@ const fp4_dense_rules *fp4_dense_rules_for(int major, int minor) {
 
 /* ---- the table --------------------------------------------------------------------------------- */
 
-#define SMALL(nm, r, w, mm, mb, pro) {nm, FP4_DENSE_SMALL_M, r, w, mm, mb, pro, 0, 0, 0, 0, 0}
-#define MMA(nm, bm, bn, s) {nm, FP4_DENSE_LARGE_M_MMA, 0, 0, 0, 0, 0, bm, bn, s, 0, 0}
-#define RD(nm, bm, bn, s, wm, wn, pro) {nm, FP4_DENSE_LARGE_M_RD, 0, 0, 0, 0, pro, bm, bn, s, wm, wn}
-#define WGRA(nm, bt, s, pro) {nm, FP4_DENSE_LARGE_M_WGRA, 0, 0, 0, 0, pro, bt, 128, s, 0, 0}
+#define SMALL(nm, r, w, mm, mb, pro) {nm, FP4_DENSE_SMALL_M, r, w, mm, mb, pro, 0, 0, 0, 0, 0, 0}
+#define SMALL_K(nm, w, ks, pro) {nm, FP4_DENSE_SMALL_M, 16, w, 16, 0, pro, 0, 0, 0, 0, 0, ks}
+#define MMA(nm, bm, bn, s) {nm, FP4_DENSE_LARGE_M_MMA, 0, 0, 0, 0, 0, bm, bn, s, 0, 0, 0}
+#define RD(nm, bm, bn, s, wm, wn, pro) {nm, FP4_DENSE_LARGE_M_RD, 0, 0, 0, 0, pro, bm, bn, s, wm, wn, 0}
+#define WGRA(nm, bt, s, pro) {nm, FP4_DENSE_LARGE_M_WGRA, 0, 0, 0, 0, pro, bt, 128, s, 0, 0, 0}
 
 /* Small-M: more rows per CTA let each activation fragment (and, for W4A4, each decoded one) serve
  * several weight tiles, at the price of fewer CTAs; the lean kernel is compiled for 6 or 8 resident
@@ -44,6 +45,10 @@ static const fp4_dense_config configs[] = {
     SMALL("small-m.w4.b6", 16, 4, 16, 6, 0),
     SMALL("small-m.r32.w4.b6", 32, 4, 8, 6, 0),
     SMALL("small-m.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT, 0),
+    SMALL_K("small-m.w8.k2", 8, 2, 0),
+    SMALL_K("small-m.w8.k4", 8, 4, 0),
+    SMALL_K("small-m.w4.k2", 4, 2, 0),
+    SMALL_K("small-m.w4.k4", 4, 4, 0),
     SMALL("small-m.pro.w8", 16, 8, 64, 0, 1),
     SMALL("small-m.pro.w4", 16, 4, 64, 0, 1),
     SMALL("small-m.pro.w2", 16, 2, 64, 0, 1),
@@ -56,6 +61,10 @@ static const fp4_dense_config configs[] = {
     SMALL("small-m.pro.w4.b6", 16, 4, 16, 6, 1),
     SMALL("small-m.pro.r32.w4.b6", 32, 4, 8, 6, 1),
     SMALL("small-m.pro.sa.r64.w8", 64, 8, 32, FP4_CUDA_SMALL_M_SHARED_ACT, 1),
+    SMALL_K("small-m.pro.w8.k2", 8, 2, 1),
+    SMALL_K("small-m.pro.w8.k4", 8, 4, 1),
+    SMALL_K("small-m.pro.w4.k2", 4, 2, 1),
+    SMALL_K("small-m.pro.w4.k4", 4, 4, 1),
     /* mma.sync tiles: the order is the index the heuristic ranks (mma_order) */
     MMA("large-m.128x128.s4", 128, 128, 4),
     MMA("large-m.128x128.s3", 128, 128, 3),
@@ -149,7 +158,35 @@ const char *fp4_dense_small_m_rule(const fp4_dense_shape *s, char *why, size_t w
   return why;
 }
 
-static int small_m_check(const fp4_dense_shape *s, const char *name, char *why, size_t why_size) {
+/* The cluster K split (small-m.w<W>.k<S>): thread block clusters (SM90+), and every warp of every
+ * CTA at least one 128-K slab. 0 with the rule in why. */
+static int ksplit_ok(const fp4_dense_config *c, const fp4_dense_shape *s, const fp4_dense_arch *a, char *why,
+                     size_t why_size) {
+  if (!a || a->major < 9) {
+    if (a)
+      snprintf(why, why_size, "config %s splits K over a thread block cluster, which needs SM90 or newer; the device is SM%d%d",
+               c->name, a->major, a->minor);
+    else
+      snprintf(why, why_size, "config %s splits K over a thread block cluster, which needs SM90 or newer; the device is unknown",
+               c->name);
+    return 0;
+  }
+  if (s->k / FP4_DENSE_K_SLAB < (int64_t)c->ksplit * c->warps) {
+    snprintf(why, why_size, "config %s gives each of its %d x %d warps of a row group at least one %d-K slab: K >= %d (K = %lld)",
+             c->name, c->ksplit, c->warps, FP4_DENSE_K_SLAB, c->ksplit * c->warps * FP4_DENSE_K_SLAB, (long long)s->k);
+    return 0;
+  }
+  if (!act16(s->act) && !c->prologue) {
+    snprintf(why, why_size, "config %s takes bf16/f16 activations; %s activations take another small-m config%s", c->name,
+             s->act == FP4_CUDA_ACT_F32 ? "f32" : "FP4",
+             s->act == FP4_CUDA_ACT_FP4 ? " (or its small-m.pro. twin, which dequantizes them to bf16 first)" : "");
+    return 0;
+  }
+  return 1;
+}
+
+static int small_m_check(const fp4_dense_shape *s, const fp4_dense_arch *a, const char *name, char *why,
+                         size_t why_size) {
   const int c = name ? family_index(FP4_DENSE_SMALL_M, name) : 0;
   if (c < 0) {
     char list[320] = "";
@@ -188,6 +225,7 @@ static int small_m_check(const fp4_dense_shape *s, const char *name, char *why, 
              s->act == FP4_CUDA_ACT_FP4 ? " (or small-m.pro.sa.r64.w8, which dequantizes them to bf16 first)" : "");
     return 0;
   }
+  if (cfg->ksplit && !ksplit_ok(cfg, s, a, why, why_size)) return 0;
   return 1;
 }
 
@@ -215,9 +253,27 @@ static const fp4_dense_config *small_m_w4a16_default(const fp4_dense_rules *r, i
   const int warps = default_warps(k);
   for (int i = 0; i < family_count(FP4_DENSE_SMALL_M); i++) {
     const fp4_dense_config *c = fam(FP4_DENSE_SMALL_M, i);
-    if (c->rows == 16 && c->warps == warps && !c->min_blocks && !c->prologue) return c;
+    if (c->rows == 16 && c->warps == warps && !c->min_blocks && !c->prologue && !c->ksplit) return c;
   }
   return fam(FP4_DENSE_SMALL_M, 0);
+}
+
+/* The cluster K split for bf16/f16 activations where the 16-row CTAs number fewer than the SMs:
+ * of the splits (2, 4) that leave every warp two 128-K slabs at 4 warps, the smallest that gives
+ * every SM a CTA, else the largest; 8 warps where each keeps two slabs. NULL where none fits. */
+static const fp4_dense_config *ksplit_default(const fp4_dense_rules *r, const fp4_dense_shape *s, int sms) {
+  const int64_t ctas16 = cdiv(s->n, 16), slabs = s->k / FP4_DENSE_K_SLAB;
+  if (!r->ksplit_max_m || s->m > r->ksplit_max_m || !act16(s->act) || ctas16 >= sms) return NULL;
+  int ks = 0;
+  for (int k = 2; k <= 4; k *= 2) {
+    if (slabs < 2LL * 4 * k) break;
+    ks = k;
+    if (ctas16 * k >= sms) break;
+  }
+  if (!ks) return NULL;
+  char name[32];
+  snprintf(name, sizeof name, "small-m.w%d.k%d", slabs >= 2LL * 8 * ks ? 8 : 4, ks);
+  return fp4_dense_config_find(name);
 }
 
 /* W4A4 runs the W4A16 choice through the bf16 prologue (its ".pro" twin) once the weight is large
@@ -227,6 +283,8 @@ static const fp4_dense_config *small_m_default(const fp4_dense_rules *r, const f
   if (s->m >= r->sa_min_m && s->m <= r->sa_max_m && act16(s->act) && cdiv(s->n, 64) * 5 >= (int64_t)sms * 6 &&
       s->k >= 8 * FP4_DENSE_K_SLAB)
     return fp4_dense_config_find("small-m.sa.r64.w8");
+  const fp4_dense_config *ks = ksplit_default(r, s, sms);
+  if (ks) return ks;
   const fp4_dense_config *c = small_m_w4a16_default(r, s->m, s->n, s->k, sms);
   if (s->act != FP4_CUDA_ACT_FP4 || s->n * s->k < ((int64_t)1 << r->prologue_min_log2_weights)) return c;
   static const char in_loop[] = "small-m.", pro[] = "small-m.pro."; /* twin: same suffix */
@@ -473,7 +531,7 @@ static int large_m_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a,
 int fp4_dense_check(int family, const fp4_dense_shape *s, const fp4_dense_arch *a, const char *name, char *why,
                     size_t why_size) {
   switch (family) {
-  case FP4_DENSE_SMALL_M: return small_m_check(s, name, why, why_size);
+  case FP4_DENSE_SMALL_M: return small_m_check(s, a, name, why, why_size);
   case FP4_DENSE_LARGE_M_MMA: return mma_check(s, a, name, why, why_size);
   case FP4_DENSE_LARGE_M_RD: return split_family_check(family, "register-decode", 0, s, a, name, why, why_size);
   case FP4_DENSE_LARGE_M_WGRA: return split_family_check(family, "register-A wgmma", 1, s, a, name, why, why_size);
@@ -508,7 +566,8 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
     for (int i = 0; i < family_count(FP4_DENSE_SMALL_M) && count < max; i++) {
       const fp4_dense_config *c = fam(FP4_DENSE_SMALL_M, i);
       if (c != first && s->m <= c->max_m && (!c->prologue || s->act == FP4_CUDA_ACT_FP4) &&
-          !(c->min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !c->prologue && !act16(s->act)))
+          !(c->min_blocks == FP4_CUDA_SMALL_M_SHARED_ACT && !c->prologue && !act16(s->act)) &&
+          (!c->ksplit || ksplit_ok(c, s, a, why, sizeof why)))
         names[count++] = c->name;
     }
   }

@@ -8,6 +8,9 @@
  *   small-m.[r<R>.]w<W>[.b<B>]   decode kernels (gemm_small_m_kernels.cuh), M <= 64: R weight rows per CTA (16
  *                                when absent, 32 or 64), W warps splitting K; ".b6"/".b8" the lean
  *                                4-warp kernel compiled for 6 or 8 resident CTAs per SM
+ *   small-m.w<W>.k<S>            the 16-row classic kernel with each row group's K split over a
+ *                                cluster of S CTAs (SM90+), M <= 16: every SM busy on weights of
+ *                                few rows
  *   small-m.sa.r64.w8            the shared-activation kernel (gemm_small_m_sa.cu): bf16/f16 rows
  *                                staged in shared memory, M <= 32
  *   small-m.pro.<suffix>         W4A4 through a bf16 prologue: the FP4 activations dequantized once
@@ -51,6 +54,7 @@ typedef struct fp4_dense_config {
   int bm, bn;     /* large-M: tile tokens x weight rows (register-A wgmma: bm tokens = BT)         */
   int stages;     /* large-M: pipeline stages                                                      */
   int warps_m, warps_n; /* large-M register-decode: warp grid                                      */
+  int ksplit;     /* small-M: 0, or the CTAs of a thread block cluster splitting each row group's K */
 } fp4_dense_config;
 
 /* Facts of the device the rules and the chooser need (gathered once per context). */
