@@ -159,6 +159,33 @@ static void test_gemm_model_shapes(fp4_context *ctx) {
     }
 }
 
+/* The cluster K split configs (SM90+) on every M they take over weights of one, a few and a
+ * partial 16-row group, K split 2 and 4 ways into parts of uneven slab counts, both formats, every
+ * scale layout and output type, W4A16 on bf16/f16 rows and W4A4 through the prologue twins. */
+static void test_cluster_ksplit(fp4_context *ctx) {
+  static const int64_t shapes[][2] = {{16, 4096}, {200, 4224}, {640, 8192}};
+  static const int64_t ms[] = {1, 5, 8, 9, 16};
+  if (g_major < 9) {
+    printf("  (cluster K split: SM%d has no thread block clusters, not run)\n", g_major);
+    return;
+  }
+  uint64_t seed = 77000;
+  int rot = 0;
+  for (int i = 0; i < N_CONFIGS; i++) {
+    if (!g_configs[i].cluster) continue;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+      for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+        const int64_t n = shapes[si][0], k = shapes[si][1], m = ms[mi];
+        if (k < g_configs[i].min_k || (double)m * n * k > 3e7) continue;
+        /* variant(): 0 bf16 / 1 f16 W4A16 and 3 W4A4, NVFP4; 4, 5 and 7 the same for MXFP4 */
+        const int v = (g_configs[i].w4a4_only ? 3 : rot % 2) + (rot / 2 % 2) * 4;
+        fp4h_case c = variant(v, m, n, k, rot++);
+        c.config = g_configs[i].name;
+        run_case(ctx, &c, seed++);
+      }
+  }
+}
+
 /* Refusals must name the rule (K = 80 is a valid NVFP4 K that neither kernel family takes). */
 static void test_refusals(fp4_context *ctx) {
   static const struct {
@@ -699,6 +726,8 @@ int main(void) {
   printf("+ GEMM M = 1..64: %d cases, %d failures\n", g_runs, g_failures);
   test_gemm_model_shapes(ctx);
   printf("+ GEMM model shapes: %d cases, %d failures\n", g_runs, g_failures);
+  test_cluster_ksplit(ctx);
+  printf("+ cluster K split: %d cases, %d failures\n", g_runs, g_failures);
   for (int i = 0; i < N_CONFIGS; i++) {
     printf("  config %-16s %d cases\n", g_configs[i].name, g_config_runs[i]);
     if (g_configs[i].cluster && g_major < 9) {

@@ -60,12 +60,13 @@ static void test_recorded(void) {
       }
       const char *got = fp4_dense_default(&s, &a);
       const fp4_dense_rules *r = fp4_dense_rules_for(a.major, a.minor);
-      /* Where the 16-row CTAs number fewer than the SMs, M <= ksplit_max_m with bf16/f16 rows on
-       * SM90+, the cluster K split (newer than the record) leads wherever one fits the K. */
+      /* Where the 16-row CTAs fill at most 3/4 of the SMs, M <= ksplit_max_m with bf16/f16 rows on
+       * SM90+, K >= 4096 and 2^ksplit_min_log2_weights weights, the cluster K split (newer than the
+       * record) leads. */
       if (r->ksplit_max_m && m <= r->ksplit_max_m && (s.act == FP4_CUDA_ACT_BF16 || s.act == FP4_CUDA_ACT_F16) &&
-          (s.n + 15) / 16 < a.sms && s.k >= 16 * FP4_DENSE_K_SLAB) {
+          4 * ((s.n + 15) / 16) <= 3 * a.sms && s.k >= 4096 && s.n * s.k >= ((int64_t)1 << r->ksplit_min_log2_weights)) {
         ksplit++;
-        if ((!got || !strstr(got, ".k") || fp4_dense_check(FP4_DENSE_SMALL_M, &s, &a, got, why, sizeof why) != 1) &&
+        if ((!got || strcmp(got, "small-m.w4.k4") || fp4_dense_check(FP4_DENSE_SMALL_M, &s, &a, got, why, sizeof why) != 1) &&
             wrong++ < 10)
           fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: chooser %s, not a cluster K split that runs\n",
                   recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
@@ -222,13 +223,34 @@ static void test_rules_and_workspace(void) {
       {384, 57344, 8192, "large-m.wgra.128x256"}, {512, 57344, 8192, "large-m.wgra.128x256"},
       {2048, 57344, 8192, "large-m.wgra.128x256"}, {384, 10240, 8192, "large-m.wgra.128x128"},
       {384, 20480, 4096, "large-m.wgra.128x128"}, {512, 20480, 4096, "large-m.wgra.128x256"},
-      {512, 8192, 8192, "large-m.wgra.128x256"},  {512, 8192, 28672, "large-m.wgra.128x256"}};
+      {512, 8192, 8192, "large-m.wgra.128x256"},  {512, 8192, 28672, "large-m.wgra.128x256"},
+      /* the cluster K split (bench/results/h200/2026-12-02-cluster-k-split/): the narrow projections
+       * of Llama-3.3-70B and Llama-3.1-8B at TP8; not on 256 x 4096 or 2048 x 4096, nor at K 2048 */
+      {1, 1280, 8192, "small-m.w4.k4"},           {16, 1280, 8192, "small-m.w4.k4"},
+      {8, 768, 4096, "small-m.w4.k4"},            {17, 1280, 8192, "small-m.w8"},
+      {1, 256, 4096, "small-m.w8"},               {1, 2048, 4096, "small-m.w8"},
+      {1, 1536, 2048, "small-m.w8"}};
   for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
     b.m = tiles[i].m, b.n = tiles[i].n, b.k = tiles[i].k;
     const char *d = fp4_dense_default(&b, &h200);
     CHECK(d && !strcmp(d, tiles[i].want), "H200 %lldx%lld M = %lld: %s, expected %s", (long long)b.n, (long long)b.k,
           (long long)b.m, d ? d : "-", tiles[i].want);
   }
+  /* no clusters below SM90: the A100 keeps the classic kernel, and refuses the split by name */
+  const fp4_dense_arch sm80 = {8, 0, 108, 166912, 0, ""};
+  b.m = 1, b.n = 1280, b.k = 8192;
+  const char *d = fp4_dense_default(&b, &sm80);
+  CHECK(d && !strstr(d, ".k"), "A100 1280x8192 M = 1: %s", d ? d : "-");
+  CHECK(fp4_dense_check(FP4_DENSE_SMALL_M, &b, &sm80, "small-m.w4.k4", why, sizeof why) == 0 &&
+            strstr(why, "SM90 or newer") && strstr(why, "SM80"),
+        "A100 small-m.w4.k4: %s", why);
+  b.k = 1024;
+  CHECK(fp4_dense_check(FP4_DENSE_SMALL_M, &b, &h200, "small-m.w4.k4", why, sizeof why) == 0 && strstr(why, "K >= 2048"),
+        "H200 small-m.w4.k4 at K = 1024: %s", why);
+  b.act = FP4_CUDA_ACT_F32, b.k = 8192;
+  CHECK(fp4_dense_check(FP4_DENSE_SMALL_M, &b, &h200, "small-m.w4.k4", why, sizeof why) == 0 && strstr(why, "f32"),
+        "H200 small-m.w4.k4 on f32: %s", why);
+  b.act = FP4_CUDA_ACT_BF16;
 }
 
 int main(void) {

@@ -258,22 +258,18 @@ static const fp4_dense_config *small_m_w4a16_default(const fp4_dense_rules *r, i
   return fam(FP4_DENSE_SMALL_M, 0);
 }
 
-/* The cluster K split for bf16/f16 activations where the 16-row CTAs number fewer than the SMs:
- * of the splits (2, 4) that leave every warp two 128-K slabs at 4 warps, the smallest that gives
- * every SM a CTA, else the largest; 8 warps where each keeps two slabs. NULL where none fits. */
+/* The cluster K split for bf16/f16 activations: small-m.w4.k4 where the 16-row CTAs fill at most
+ * three quarters of the SMs, K leaves each warp two slabs (K >= 4096) and the weight has at least
+ * 2^ksplit_min_log2_weights elements. On the H200 (bench/results/h200/2026-12-02-cluster-k-split/)
+ * it was the fastest config of the sweep on 1280 x 8192 at M = 1, 8 and 16 (10.0 against 11.1 us
+ * for small-m.w8 at M = 1), and inside the decode step it took the 768 x 4096 and 1280 x 8192
+ * projections from 135.0 to 120.4 and from 619.8 to 517 us per step; on 256 x 4096 (16 CTAs) it was
+ * slower than small-m.w8 (8.0 against 6.9 us) and on 2048 x 4096 (128 CTAs) no split won. */
 static const fp4_dense_config *ksplit_default(const fp4_dense_rules *r, const fp4_dense_shape *s, int sms) {
-  const int64_t ctas16 = cdiv(s->n, 16), slabs = s->k / FP4_DENSE_K_SLAB;
-  if (!r->ksplit_max_m || s->m > r->ksplit_max_m || !act16(s->act) || ctas16 >= sms) return NULL;
-  int ks = 0;
-  for (int k = 2; k <= 4; k *= 2) {
-    if (slabs < 2LL * 4 * k) break;
-    ks = k;
-    if (ctas16 * k >= sms) break;
-  }
-  if (!ks) return NULL;
-  char name[32];
-  snprintf(name, sizeof name, "small-m.w%d.k%d", slabs >= 2LL * 8 * ks ? 8 : 4, ks);
-  return fp4_dense_config_find(name);
+  if (!r->ksplit_max_m || s->m > r->ksplit_max_m || !act16(s->act) || 4 * cdiv(s->n, 16) > 3 * (int64_t)sms ||
+      s->k < 4096 || s->n * s->k < ((int64_t)1 << r->ksplit_min_log2_weights))
+    return NULL;
+  return fp4_dense_config_find("small-m.w4.k4");
 }
 
 /* W4A4 runs the W4A16 choice through the bf16 prologue (its ".pro" twin) once the weight is large

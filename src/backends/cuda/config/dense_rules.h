@@ -18,6 +18,7 @@ typedef struct fp4_dense_rules {
   int wgra_narrow_to_m, wgra_narrow_min_n; /* up to this many tokens, they lead from this N only...    */
   int wgra_mid_from_m, wgra_mid_min_log2_weights; /* ...or from this many tokens on 2^this weights    */
   int ksplit_max_m;   /* tokens up to which the cluster K split (small-m.w<W>.k<S>) may lead; 0: never */
+  int ksplit_min_log2_weights; /* ...on weights of at least 2^this elements (N x K)                   */
 } fp4_dense_rules;
 
 /* The table of the device's architecture (major, minor). */

@@ -18,7 +18,7 @@
 
 #include "backends/cuda/config/dense_sm89.h"
 
-#define FP4_DENSE_RULES_SM90_INIT FP4_DENSE_RULES_SM89_INIT, .ksplit_max_m = 16
+#define FP4_DENSE_RULES_SM90_INIT FP4_DENSE_RULES_SM89_INIT, .ksplit_max_m = 16, .ksplit_min_log2_weights = 21
 
 static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90",
                                                      FP4_DENSE_RULES_SM90_INIT,
