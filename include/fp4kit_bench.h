@@ -47,6 +47,11 @@ fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, 
                          fp4_timing *timing, double *bytes_per_s);
 /* Name of a peer for tables ("cublas-bf16", "copy"); NULL for unknown values. */
 const char *fp4_peer_name(fp4_peer peer);
+/* Queues the READ peer's kernel once on stream over bytes of device memory at src (no timing, no
+ * synchronization: a caller chains or captures such passes itself). sink: device memory of at
+ * least 4096 64-bit words, which the kernel writes so that its loads are kept. FP4_ERR_UNSUPPORTED
+ * in a build without CUDA. */
+fp4_status fp4_peer_read_queue(const void *src, size_t bytes, void *sink, void *stream);
 
 /* What a measurement record needs to say about the machine it ran on. */
 typedef struct fp4_device_info {

@@ -262,7 +262,9 @@ static void step_usage(FILE *f) {
           "experts the routing touches), the fraction of the same-run read ceiling (device read bandwidth\n"
           "over 1 GiB), the time over the copy floor, the PDL gain (graph / graph with PDL), an upper bound\n"
           "on tokens/s from the FP4 part (batch / step time, scaled to every layer), and the same step with\n"
-          "BF16 weights through cuBLAS in a CUDA graph where those weights fit.\n"
+          "BF16 weights through cuBLAS in a CUDA graph where those weights fit. Dense models also get the\n"
+          "read-only chain: every call replaced by one kernel that only reads the call's weight bytes, in a\n"
+          "CUDA graph: what one kernel per layer costs with no math.\n"
           "\n"
           "With --gpus N every rank of the --tp x --ep shard runs on a GPU of its own (one thread each), and\n"
           "the output of every layer whose width is the model's hidden size (row-parallel linears, the MoE\n"
@@ -470,6 +472,10 @@ typedef struct step_point {
   double coll_bytes, coll_ring_bytes;
   bv coll_us;
   bv rank_pdl_us[STEP_MAX_GPUS];
+  /* The step's structure with no math: every call replaced by one read-only kernel over the same
+   * weight bytes, in a CUDA graph (dense models; reads_note says why not) */
+  bv reads_us;
+  char reads_note[160];
 } step_point;
 
 typedef struct step_report {
@@ -600,6 +606,10 @@ static cJSON *record_json(const step_report *r) {
     jnum(o, "frac_read_ceiling", frac_read(r, x));
     jnum(o, "time_over_copy_floor", over_copy(r, x));
     jnum(o, "tokens_per_s_bound", tokens_bound(r, x));
+    jnum(o, "read_chain_graph_us", x->reads_us);
+    const bv rfl = read_floor_us(r, x->bytes);
+    jnum(o, "read_chain_frac_read_ceiling", rfl.ok && x->reads_us.ok ? (bv){1, rfl.v / x->reads_us.v} : (bv){0, 0});
+    cJSON_AddStringToObject(o, "read_chain_note", x->reads_note);
     jnum(o, "bf16_cublas_graph_us", x->bf16_us);
     jnum(o, "speedup_vs_bf16", bf16_speedup(x));
     cJSON_AddStringToObject(o, "bf16_note", x->bf16_note);
@@ -784,6 +794,13 @@ static void print_table(FILE *f, const step_report *r) {
               y->note[0] ? "; " : "", y->note);
     }
     if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
+    if (x->reads_us.ok) {
+      const bv fl = read_floor_us(r, x->bytes);
+      fprintf(f, "      read-only chain (each call one read of its weight bytes, in a graph): %.1f us, %.3f of the read ceiling\n",
+              x->reads_us.v, fl.ok ? fl.v / x->reads_us.v : 0.0);
+    } else if (x->reads_note[0]) {
+      fprintf(f, "      read-only chain: %s\n", x->reads_note);
+    }
     if (r->gpus) {
       const bv fl = read_floor_us(r, x->bytes);
       fprintf(f, "      %d GPUs: %d all-reduces, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
@@ -862,6 +879,7 @@ typedef struct gpu_step {
   double code_ms, scale_ms; /* E[code^2], E[scale^2] of the pools */
   step_comms *comm;         /* --gpus: this rank's communicator set, else NULL */
   int rank, nranks;
+  void *sink; /* the read-only chain's kernels write here (4096 words) */
 } gpu_step;
 
 /* Whether every rank is still fine: each rank's thread calls this at the same points in the same
@@ -1178,12 +1196,13 @@ static fp4_status reserve(gpu_step *g, const step_call *calls, int ncalls, int64
   return most ? fp4_context_reserve_workspace(g->ctx, most) : FP4_OK;
 }
 
-enum { ONLY_ALL = -1, ONLY_COLLECTIVES = -2 };
+enum { ONLY_ALL = -1, ONLY_COLLECTIVES = -2, ONLY_READS = -3 };
 
 typedef struct timed_step {
   gpu_step *g;
   const step_call *calls;
-  int ncalls, only; /* only: one type's calls, ONLY_ALL, or ONLY_COLLECTIVES (the all-reduces alone) */
+  int ncalls, only; /* only: one type's calls, ONLY_ALL, ONLY_COLLECTIVES (the all-reduces alone) or
+                       ONLY_READS (each dense call as one read of its weight bytes) */
   int64_t B;
   int pdl;
   cudaGraphExec_t exec;
@@ -1198,6 +1217,15 @@ static fp4_status run_eager(void *user, int iteration) {
     if (t->only == ONLY_COLLECTIVES) {
       if (!reduced(t->g, ty)) continue;
       fp4_status st = step_comm_allreduce_bf16(t->g->comm, t->g->rank, c->out, (size_t)(t->B * out_width(ty)), t->g->s);
+      if (st) return st;
+      continue;
+    }
+    if (t->only == ONLY_READS) { /* codes and their scales lie back to back in the layer's slab */
+      const fp4_qmatrix *w = &t->g->L[c->layer].w[c->type];
+      size_t sb = 0;
+      fp4_scales_size(w->format, w->layout, w->rows, w->cols, &sb);
+      const size_t span = (size_t)((const uint8_t *)w->scales - (const uint8_t *)w->data) + sb;
+      fp4_status st = fp4_peer_read_queue(w->data, span, t->g->sink, t->g->s);
       if (st) return st;
       continue;
     }
@@ -1393,6 +1421,18 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
     timed_step one = {g, calls, pt->calls, t, B, 1, NULL};
     if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].us))
       snprintf(pt->types[t].note, sizeof pt->types[t].note, "graph of this type alone: %s", fp4_last_error());
+  }
+  /* The bound of one kernel per layer: the same calls as plain reads of their weight bytes in a graph
+   * (no PDL: the read kernel has nothing to wait for). */
+  if (moe_of(p)) {
+    snprintf(pt->reads_note, sizeof pt->reads_note, "not run: a MoE layer's bytes depend on its routing");
+  } else if (way_ok(g, pt, ok)) {
+    timed_step reads = {g, calls, pt->calls, ONLY_READS, B, 0, NULL};
+    fp4_status st = cu(cudaMalloc(&g->sink, 4096 * sizeof(uint64_t)), "the read chain's sink");
+    if (!st) st = time_graph(&reads, g->o->rounds, NULL, &pt->reads_us);
+    if (st) snprintf(pt->reads_note, sizeof pt->reads_note, "%s", fp4_last_error());
+    cudaFree(g->sink);
+    g->sink = NULL;
   }
   /* --gpus: the collectives of the step alone, a graph of only them. */
   if (g->comm && way_ok(g, pt, ok) && pt->coll_count) {

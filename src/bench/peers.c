@@ -465,6 +465,16 @@ out:
 }
 #endif
 
+fp4_status fp4_peer_read_queue(const void *src, size_t bytes, void *sink, void *stream) {
+#if FP4KIT_HAVE_CUDA
+  const int e = fp4_peer_launch_read(src, bytes, (uint64_t *)sink, stream);
+  return e ? fp4_set_error(FP4_ERR_CUDA, "fp4_peer_read_queue: %s", cudaGetErrorString((cudaError_t)e)) : FP4_OK;
+#else
+  (void)src, (void)bytes, (void)sink, (void)stream;
+  return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_peer_read_queue: this build has no CUDA");
+#endif
+}
+
 fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
                          fp4_timing *timing, double *bytes_per_s) {
   fp4_set_error(FP4_OK, NULL);
