@@ -263,7 +263,7 @@ static const fp4_dense_config *small_m_w4a16_default(const fp4_dense_rules *r, i
  * 2^ksplit_min_log2_weights elements. On the H200 (bench/results/h200/2026-12-02-cluster-k-split/)
  * it was the fastest config of the sweep on 1280 x 8192 at M = 1, 8 and 16 (10.0 against 11.1 us
  * for small-m.w8 at M = 1), and inside the decode step it took the 768 x 4096 and 1280 x 8192
- * projections from 135.0 to 120.4 and from 619.8 to 517 us per step; on 256 x 4096 (16 CTAs) it was
+ * projections from 135.0 to 120.8 and from 620 to 537 us per step; on 256 x 4096 (16 CTAs) it was
  * slower than small-m.w8 (8.0 against 6.9 us) and on 2048 x 4096 (128 CTAs) no split won. */
 static const fp4_dense_config *ksplit_default(const fp4_dense_rules *r, const fp4_dense_shape *s, int sms) {
   if (!r->ksplit_max_m || s->m > r->ksplit_max_m || !act16(s->act) || 4 * cdiv(s->n, 16) > 3 * (int64_t)sms ||
