@@ -104,12 +104,15 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n) {
     p[i] = __float2bfloat16(((int)((i * 2654435761u) >> 20) % 200 - 100) * 0.01f);
 }
 
-/* The backend's GEMM configurations (cuda_backend.c), the largest M each takes and whether it is a
- * W4A4-only prologue config. */
+/* The backend's GEMM configurations (cuda_backend.c), the largest M each takes, whether it is a
+ * W4A4-only prologue config, the smallest K it takes and whether it needs thread block clusters
+ * (the cluster K split, SM90+; the in-loop ones take bf16/f16 activations, W4A16 here). */
 static const struct {
   const char *name;
   int64_t max_m;
   int pro;
+  int64_t min_k;
+  int cluster;
 } configs[] = {{NULL, 64},
                {"small-m.w8", 64},
                {"small-m.w4", 64},
@@ -130,7 +133,15 @@ static const struct {
                {"small-m.pro.r64.w4", 16, 1},
                {"small-m.pro.w4.b8", 16, 1},
                {"small-m.pro.w4.b6", 16, 1},
-               {"small-m.pro.r32.w4.b6", 8, 1}};
+               {"small-m.pro.r32.w4.b6", 8, 1},
+               {"small-m.w8.k2", 16, 0, 2048, 1},
+               {"small-m.w8.k4", 16, 0, 4096, 1},
+               {"small-m.w4.k2", 16, 0, 1024, 1},
+               {"small-m.w4.k4", 16, 0, 2048, 1},
+               {"small-m.pro.w8.k2", 16, 1, 2048, 1},
+               {"small-m.pro.w8.k4", 16, 1, 4096, 1},
+               {"small-m.pro.w4.k2", 16, 1, 1024, 1},
+               {"small-m.pro.w4.k4", 16, 1, 2048, 1}};
 
 int main(int argc, char **argv) {
   int quick = 0;
@@ -255,6 +266,7 @@ int main(int argc, char **argv) {
           const char *best_name = "default", *loop_name = "default", *pro_name = "-";
           for (const auto &cf : configs) {
             if (m > cf.max_m || (cf.pro && mode == 0)) continue; /* the prologue configs take W4A4 only */
+            if (b.k < cf.min_k || (cf.cluster && (prop.major < 9 || (!cf.pro && mode != 0)))) continue;
             b.config = cf.name;
             fp4_timing t = {};
             FK(fp4_time(ctx, stream, call, &b, 5, 50, &t));
