@@ -90,6 +90,31 @@ static void run_fixed_k_case(fp4_context *ctx, const fp4h_case *cin, int ksplit,
          fp4_status_str(generic.status), fp4_status_str(fixed.status), generic.message, fixed.message);
 }
 
+/* SiLU*up in the gate_up GEMM's epilogue against the separate SiLU*up kernel: the layer forced onto
+ * the lean kernel's run-time K walk (which fuses it) and onto the compile-time K walk (which does
+ * not) adds the same products in the same order and rounds the same f32 gate and up values, so the
+ * outputs, and their errors against the reference, must be equal to the last bit. */
+static void run_silu_fused_case(fp4_context *ctx, const fp4h_case *cin, int ksplit, uint64_t seed) {
+  char fused_name[48], separate_name[48];
+  snprintf(fused_name, sizeof fused_name, "moe.lean.generic-k.r32.k%d.s1", ksplit);
+  snprintf(separate_name, sizeof separate_name, "moe.lean.r32.k%d.s1", ksplit);
+  fp4h_case c = *cin;
+  fp4h_result fused, separate;
+  c.config = fused_name;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed, &fused);
+  c.config = separate_name;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed, &separate);
+  g_runs++;
+  const int ok = fused.status == FP4_OK && separate.status == FP4_OK && fused.passed && fused.nonfinite == 0 &&
+                 !fused.all_zero && fused.rel_err == separate.rel_err;
+  if (ok) return;
+  g_failures++;
+  printf("FAIL %s T=%lld I=%lld H=%lld shared=%d: %s / %s: rel err %.6g / %.6g (%s / %s); %s | %s\n", c.name,
+         (long long)c.m, (long long)c.n, (long long)c.k, c.shared, fused_name, separate_name, fused.rel_err,
+         separate.rel_err, fp4_status_str(fused.status), fp4_status_str(separate.status), fused.message,
+         separate.message);
+}
+
 static const int64_t kTokens[] = {1, 8, 64, 300};
 static const fp4_dtype kDtypes[] = {FP4_DTYPE_BF16, FP4_DTYPE_F16, FP4_DTYPE_F32};
 static const fp4_scale_layout kLayouts[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
@@ -218,6 +243,16 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
+  /* SiLU*up fused into gate_up at every K split of the lean kernel (the split forms reduce gate and
+   * up through shared memory), routed and shared experts, 1 and 8 tokens (several rows per expert) */
+  static const int kSplits[] = {1, 2, 4};
+  for (size_t sp = 0; sp < 3; sp++)
+    for (int t = 0; t < 2; t++) {
+      c = fp4h_moe_case(t ? 8 : 1, 1024, 4096, 12, 4, 0, FP4_FORMAT_NVFP4, 1, t ? FP4H_ROUTE_SKEWED : FP4H_ROUTE_UNIFORM,
+                        FP4_DTYPE_BF16);
+      c.name = "moe_silu_fused";
+      run_silu_fused_case(ctx, &c, kSplits[sp], seed++);
+    }
 }
 
 /* Prefill-sized calls: T >= 1024 gives the tensor-core kernel its widest token chunks (64 rows per

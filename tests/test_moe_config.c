@@ -2,7 +2,8 @@
  * The cuda backend's MoE config chooser (src/backends/cuda/config/moe_config.h) without a GPU: the
  * default variant of every GEMM of the Qwen3.5-397B and DeepSeek-R1 layers at B = 1-4096 equals the
  * choice recorded from the rules it replaced (moe_recorded_choices.h); every name parses back to
- * itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced.
+ * itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced; SiLU*up
+ * is fused into the gate_up GEMM exactly where its epilogue can run.
  */
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +32,16 @@ static fp4_moe_layer_shape layer_of(const struct moe_recorded_choice *c) {
                                .hidden_dtype = FP4_DTYPE_BF16, .hidden_aligned = 1, .workspace_aligned = 1};
 }
 
+/* The name of a lean variant on the run-time K walk (the form the fused SiLU*up epilogue runs). */
+static const char *on_runtime_walk(const char *name, char *buf, size_t size) {
+  if (strncmp(name, "moe.lean.", 9) || !strncmp(name, "moe.lean.generic-k.", 19)) return name;
+  snprintf(buf, size, "moe.lean.generic-k.%s", name + 9);
+  return buf;
+}
+
+/* The recorded choices predate SiLU*up in the gate_up epilogue: where the plan fuses it (every W4A16
+ * NVFP4 set whose recorded gate_up runs the two-tile lean kernel, and no other; the hidden states
+ * are bf16 here), its gate_up variant is the recorded one on the run-time K walk. */
 static void test_recorded(void) {
   const size_t n = sizeof kMoeRecordedChoices / sizeof *kMoeRecordedChoices;
   for (size_t i = 0; i < n; i++) {
@@ -44,9 +55,16 @@ static void test_recorded(void) {
            (long long)c->tokens, why);
     for (int g = 0; rc == 0 && g < FP4_MOE_GEMMS; g++) {
       const char *got = fp4_moe_variant_name(&plan.variant[g]);
-      EXPECT(!strcmp(got, c->variant[g]), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s", c->device,
+      char buf[64];
+      const int lean32 = !strncmp(c->variant[g], "moe.lean.", 9) && strstr(c->variant[g], ".r32.");
+      const int fuse = g % 2 == 0 && c->mode == FP4_MOE_W4A16 && !c->mxfp4 && lean32;
+      const char *want = fuse ? on_runtime_walk(c->variant[g], buf, sizeof buf) : c->variant[g];
+      EXPECT(!strcmp(got, want), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s (expected %s)", c->device,
              (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", c->mxfp4 ? "mxfp4" : "nvfp4",
-             (long long)c->tokens, g, got, c->variant[g]);
+             (long long)c->tokens, g, got, c->variant[g], want);
+      if (g % 2 == 0)
+        EXPECT(plan.silu_fused[g / 2] == fuse, "%s E=%lld B=%lld set %d: SiLU*up fused %d, expected %d", c->device,
+               (long long)c->experts, (long long)c->tokens, g / 2, plan.silu_fused[g / 2], fuse);
     }
   }
 }
@@ -112,15 +130,72 @@ static void test_refusals(void) {
              plan.variant[FP4_MOE_GATE_UP].kernel < FP4_MOE_KERNEL_PREFILL_MMA && !plan.prefill[0],
          "moe.streaming at B = 4096 chose %s", fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));
   EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
-             plan.variant[FP4_MOE_GATE_UP].kernel == FP4_MOE_KERNEL_MMA,
-         "f32 hidden states: gate_up default is %s, not the tensor-core kernel",
+             plan.variant[FP4_MOE_GATE_UP].kernel == FP4_MOE_KERNEL_MMA && !plan.silu_fused[0],
+         "f32 hidden states: gate_up default is %s, not the tensor-core kernel (or SiLU*up fused on it)",
          fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));
+}
+
+/* SiLU*up in the gate_up epilogue: forced variants are fused only as they are; W4A4, MXFP4, f16
+ * hidden states, f32 SiLU*up rows and an I that is not a multiple of 16 are never fused. */
+static void test_silu_fusion(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1};
+  const fp4_moe_layer_shape qwen = {.tokens = 1, .top_k = 10, .experts = 512, .hidden = 4096, .inter = 1024,
+                                    .shared_inter = 1024, .mode = FP4_MOE_W4A16, .format = FP4_FORMAT_NVFP4,
+                                    .layout = FP4_LAYOUT_128X4, .shared_format = FP4_FORMAT_NVFP4,
+                                    .shared_layout = FP4_LAYOUT_128X4, .hidden_dtype = FP4_DTYPE_BF16,
+                                    .hidden_aligned = 1, .workspace_aligned = 1};
+  fp4_moe_layer_plan plan;
+  fp4_moe_variant v;
+  char why[320] = "";
+  EXPECT(fp4_moe_plan_layer(&qwen, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
+             plan.silu_fused[0] && plan.silu_fused[1] && !plan.variant[FP4_MOE_GATE_UP].fixed_k &&
+             !plan.variant[FP4_MOE_SHARED_GATE_UP].fixed_k,
+         "Qwen3.5 W4A16 B = 1: SiLU*up not fused on the run-time K walk (%s, %s)",
+         fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]), why);
+  fp4_moe_variant_parse("moe.lean.r32.k1.s1", &v);
+  EXPECT(fp4_moe_plan_layer(&qwen, &v, 0, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0] &&
+             plan.variant[FP4_MOE_GATE_UP].fixed_k,
+         "forced compile-time K walk: changed or fused (%s)", why);
+  fp4_moe_variant_parse("moe.lean.generic-k.r32.k1.s1", &v);
+  EXPECT(fp4_moe_plan_layer(&qwen, &v, 0, &h200, &plan, why, sizeof why) == 0 && plan.silu_fused[0] &&
+             plan.silu_fused[1],
+         "forced run-time K walk: SiLU*up not fused (%s)", why);
+  fp4_moe_variant_parse("moe.lean.generic-k.r16.k4.s1", &v);
+  EXPECT(fp4_moe_plan_layer(&qwen, &v, 0, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "one-tile lean kernel fused (%s)", why);
+  fp4_moe_layer_shape L = qwen;
+  L.mode = FP4_MOE_W4A4;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
+             !plan.silu_fused[0] && !plan.silu_fused[1],
+         "W4A4 fused (%s)", why);
+  L = qwen;
+  L.format = L.shared_format = FP4_FORMAT_MXFP4;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "MXFP4 fused (%s)", why);
+  L = qwen;
+  L.hidden_dtype = FP4_DTYPE_F16;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "f16 hidden states fused (%s)", why);
+  L = qwen;
+  L.workspace_aligned = 0; /* SiLU*up rows in f32: the down GEMM cannot read the bf16 act */
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "f32 SiLU*up rows fused (%s)", why);
+  L = qwen;
+  L.inter = L.shared_inter = 1032; /* I % 16 == 8 */
+  L.hidden = 4096;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "I %% 16 != 0 fused (%s)", why);
+  L = qwen;
+  L.tokens = 4096; /* the prefill tiles */
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
+         "prefill fused (%s)", why);
 }
 
 int main(void) {
   test_recorded();
   test_names();
   test_refusals();
+  test_silu_fusion();
   printf("test_moe_config: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -43,6 +43,7 @@
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_scalars.cuh"
+#include "backends/cuda/moe_silu.cuh"
 #include "backends/cuda/small_m_common.cuh"
 #include "format/codec.h"
 #include "fp4kit.h"
@@ -276,6 +277,19 @@ __device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, i
   if (n < p.a.n && r < hi) store(p, r, n, scale, v);
 }
 
+/* SiLU(gate) * up of one accumulator element of a gate tile (rows n0 ..) and its up tile: the f32
+ * values store() would write for the two (the same double scaling and rounding), then the layer's
+ * bf16 act (silu_mul_bf16), at out[r, n] with n < rows_out = I. */
+__device__ __forceinline__ void silu_store(const grouped_params &p, int64_t r0, int64_t hi, int64_t n0,
+                                           int64_t rows_out, int c, int l, double scale, float vg, float vu) {
+  const int g = l >> 2, t = l & 3;
+  const int64_t n = n0 + g + (c >= 2 ? 8 : 0), r = r0 + 2 * t + (c & 1);
+  if (n < rows_out && r < hi) {
+    const float gate = (float)(scale * (double)vg), up = (float)(scale * (double)vu);
+    static_cast<uint16_t *>(p.a.out)[r * p.a.ldo + n] = silu_mul_bf16(gate, up);
+  }
+}
+
 /* The tensor-core kernels' common start: the NVFP4 weight scale table (scale byte -> 16-bit
  * multiplier pair, nv_weight_scale_pair), the PDL wait, this CTA's expert (false: nothing to do,
  * uniform across the CTA), its rows [lo, hi) and the FP32 -> output scale. NVFP4 weights decode as
@@ -406,14 +420,13 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * are at the launch). Rows past the chunk read the chunk's last row (valid memory; an MMA output
  * column depends only on its own activation row) and are never stored. The warps' partial sums are
  * added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0>
+template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0, bool SILU = false>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   static_assert(KW == 1 || KW == 2 || KW == kLeanWarps, "KW warps split a group's K");
   constexpr int kGroups = kLeanWarps / KW;          /* groups of R tiles per CTA step */
-  constexpr int64_t kGroupRows = 16 * R * kGroups; /* weight rows per CTA step */
   __shared__ float red[KW == 1 ? 1 : kLeanWarps * R * 128];
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -426,14 +439,21 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   const int span = R == 2 ? p.lean_span : 1; /* the one-tile variant has no registers to spare */
   const int slab0 = warp % KW; /* slabs slab0, slab0 + KW, ... of the warp's group */
-  const int64_t first = (int64_t)blockIdx.x * span * kGroupRows;
-  for (int64_t n0 = first; n0 < p.a.n && n0 < first + span * kGroupRows; n0 += kGroupRows) {
-    const int64_t row0 = n0 + (warp / KW) * 16 * R; /* this warp's group's first weight row */
+  /* SILU (p.a.silu_out; R = 2, the run-time K walk): a group is gate tile rows [row0, row0 + 16) and
+   * the up rows I further on, so the CTAs cover the I gate rows, with as many groups as the plain
+   * walk has over 2I rows. A template flag: the run-time form spilled the MXFP4 instantiations. */
+  static_assert(!SILU || (R == 2 && KC == 0), "SiLU*up pairs the two tiles, on the run-time K walk");
+  constexpr bool silu = SILU;
+  const int64_t rows_out = silu ? p.a.n / 2 : p.a.n, tile_stride = silu ? rows_out : 16;
+  const int64_t group_rows = silu ? 16 : 16 * R, step_rows = group_rows * kGroups;
+  const int64_t first = (int64_t)blockIdx.x * span * step_rows;
+  for (int64_t n0 = first; n0 < rows_out && n0 < first + span * step_rows; n0 += step_rows) {
+    const int64_t row0 = n0 + (warp / KW) * group_rows; /* this warp's group's first weight row */
     /* A group wholly past N: with KW = 1 the warp stops (no barrier follows); with KW = 2 it
      * streams row N-1 again (lean_weights clamps; nothing is stored), as a branch here spills. */
-    if (KW == 1 && row0 >= p.a.n) break;
+    if (KW == 1 && row0 >= rows_out) break;
     const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
-                                 p.wC, p.a.n, K, row0, slab0, KW, g, t);
+                                 p.wC, p.a.n, K, row0, slab0, KW, g, t, tile_stride);
     for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
       const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
@@ -448,21 +468,38 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
         lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
                                                 acc);
       if (KW == 1) { /* the warp summed all of K: its results are final */
+        if (silu) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
+          for (int c = 0; c < 4; c++) silu_store(p, r0, hi, row0, rows_out, c, lane, scale, acc[0][0][c], acc[R - 1][0][c]);
+        } else {
 #pragma unroll
-          for (int c = 0; c < 4; c++) mma_store(p, r0, hi, row0 + 16 * r, 0, c, lane, scale, acc[r][0][c]);
+          for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) mma_store(p, r0, hi, row0 + 16 * r, 0, c, lane, scale, acc[r][0][c]);
+        }
       } else {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
           for (int c = 0; c < 4; c++) red[(warp * R + r) * 128 + c * 32 + lane] = acc[r][0][c];
         __syncthreads();
-        for (int idx = threadIdx.x; idx < kGroups * R * 128; idx += blockDim.x) {
-          const int gi = idx / (R * 128), in = idx % (R * 128); /* group; (r, c, lane) of a warp's layout */
-          float v = 0.0f;
-          for (int kw = 0; kw < KW; kw++) v = __fadd_rn(v, red[(gi * KW + kw) * R * 128 + in]);
-          mma_store(p, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
+        if (silu) { /* gate (r = 0) and up (r = 1) of the same (c, lane), each summed in the fixed order */
+          for (int idx = threadIdx.x; idx < kGroups * 128; idx += blockDim.x) {
+            const int gi = idx / 128, in = idx % 128;
+            float vg = 0.0f, vu = 0.0f;
+            for (int kw = 0; kw < KW; kw++) {
+              vg = __fadd_rn(vg, red[(gi * KW + kw) * R * 128 + in]);
+              vu = __fadd_rn(vu, red[(gi * KW + kw) * R * 128 + (R - 1) * 128 + in]);
+            }
+            silu_store(p, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
+          }
+        } else {
+          for (int idx = threadIdx.x; idx < kGroups * R * 128; idx += blockDim.x) {
+            const int gi = idx / (R * 128), in = idx % (R * 128); /* group; (r, c, lane) of a warp's layout */
+            float v = 0.0f;
+            for (int kw = 0; kw < KW; kw++) v = __fadd_rn(v, red[(gi * KW + kw) * R * 128 + in]);
+            mma_store(p, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
+          }
         }
         __syncthreads(); /* red is reused by the next chunk */
       }
@@ -506,6 +543,15 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
                             int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
+  if (p.a.silu_out) { /* the gate_up GEMM with SiLU*up: NVFP4, bf16 rows, two tiles, run-time K walk */
+    if constexpr (FMT == FP4_FORMAT_NVFP4 && ACT == FP4_CUDA_ACT_BF16) {
+      if (rows != 32 || fixed_k) return cudaErrorInvalidValue;
+      if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, 0, true>, grid, block, 0, s, pdl, p);
+      if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, 0, true>, grid, block, 0, s, pdl, p);
+      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, 0, true>, grid, block, 0, s, pdl, p);
+    }
+    return cudaErrorInvalidValue;
+  }
   if constexpr (FMT == FP4_FORMAT_NVFP4) { /* MXFP4's per-slab scale factoring spills in these forms */
     /* Whole 32-row groups in every CTA at any K split (N % 128 == 0): the addressing of
      * lean_stream_fixed_k (the host checked its rules, fp4_moe_variant_check), bf16 activations only. */
@@ -600,14 +646,20 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       if (!act16 || (rows != 16 && rows != 32) || (kw != 1 && kw != 2 && kw != kLeanWarps) || v.span < 1 ||
           (rows == 16 && (kw != kLeanWarps || v.span != 1)) || (kw < kLeanWarps && a->format != FP4_FORMAT_NVFP4))
         return (int)cudaErrorInvalidValue;
+      /* SiLU*up in the epilogue: the two-tile form on the run-time K walk, bf16 act of I % 16 == 0
+       * columns; a group is one gate tile and its up tile, so there are I / 16 groups. */
+      if (a->silu_out && (rows != 32 || v.fixed_k || a->n % 32 || a->out_dtype != FP4_DTYPE_BF16 || a->ldo < a->n / 2 ||
+                          a->format != FP4_FORMAT_NVFP4 || a->act != FP4_CUDA_ACT_BF16))
+        return (int)cudaErrorInvalidValue;
       p.lean_span = v.span;
-      const int64_t groups = (tiles16 + rows / 16 - 1) / (rows / 16);
+      const int64_t groups = a->silu_out ? a->n / 32 : (tiles16 + rows / 16 - 1) / (rows / 16);
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
       const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)a->slots, (unsigned)splits);
       return (int)(a->format == FP4_FORMAT_NVFP4
                        ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
                        : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));
     }
+    if (a->silu_out) return (int)cudaErrorInvalidValue; /* the lean kernel's epilogue only */
     /* Warps per 16-row tile splitting its K; any split sums in a fixed order (deterministic). */
     const int wpt = v.warps_per_tile;
     if ((wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) || wpt > a->k / 128) return (int)cudaErrorInvalidValue;
@@ -617,7 +669,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
-  if (v.kernel != FP4_MOE_KERNEL_FMA) return (int)cudaErrorInvalidValue;
+  if (v.kernel != FP4_MOE_KERNEL_FMA || a->silu_out) return (int)cudaErrorInvalidValue;
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);

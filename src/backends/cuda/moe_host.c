@@ -242,8 +242,10 @@ static size_t grouped_bf16_bytes(const fp4_cuda_grouped_args *a) {
 }
 
 static int grouped_launch_variant(const fp4_cuda_grouped_args *g, void *stream, int pdl) {
-  return g->variant.kernel >= FP4_MOE_KERNEL_PREFILL_MMA ? fp4_cuda_grouped_gemm_large(g, stream, pdl)
-                                                         : fp4_cuda_grouped_gemm(g, stream, pdl);
+  if (g->variant.kernel >= FP4_MOE_KERNEL_PREFILL_MMA)
+    return g->silu_out ? (int)cudaErrorInvalidValue /* the streaming lean kernel's epilogue only */
+                       : fp4_cuda_grouped_gemm_large(g, stream, pdl);
+  return fp4_cuda_grouped_gemm(g, stream, pdl);
 }
 
 size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, const char *config) {
@@ -415,10 +417,13 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   float *gate_up = at(m, m->ws.gate_up_out);
   void *act = at(m, m->ws.act); /* f32 or bf16 (act_kind) in the same section */
-  g.out = gate_up;
-  g.ldo = 2 * I;
-  g.out_dtype = (int)FP4_DTYPE_F32;
+  const int silu_fused = m->plan.silu_fused[shared];
+  g.out = silu_fused ? act : (void *)gate_up;
+  g.ldo = silu_fused ? I : 2 * I;
+  g.out_dtype = (int)(silu_fused ? FP4_DTYPE_BF16 : FP4_DTYPE_F32);
+  g.silu_out = silu_fused;
   if ((e = grouped_launch_variant(&g, p->stream, m->pdl))) return e;
+  g.silu_out = 0;
   /* W4A4 quantizes the f32 act (in decode straight from gate_up: quantize_as_bf16). W4A16: SiLU*up
    * in bf16 for the down GEMM on both paths where the tensor-core kernels can read it (I % 128 == 0
    * and 16-byte aligned rows, which a caller's workspace offset by 8 bytes would not give): the
@@ -431,7 +436,8 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   const int act_kind = w4a4 ? FP4_CUDA_ACT_F32 : bf16_rows ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
   /* W4A4 decode: SiLU*up runs inside the down input's quantize (quantize_as_bf16) */
   const int w4a4_bf16 = w4a4 && !large && fp4_moe_bf16_rows_possible(I, ws_aligned(act));
-  if (!w4a4_bf16 && (e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl))) return e;
+  if (!w4a4_bf16 && !silu_fused && (e = fp4_cuda_moe_silu_mul(gate_up, act, act_kind, rows, I, p->stream, m->pdl)))
+    return e;
 
   /* down: the same rows and experts, activations in permuted order (no gather). */
   set_weights(&g, &set->down);
@@ -564,8 +570,9 @@ static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_ar
   if (plan) {
     static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "shared gate_up", "shared down"};
     for (int g = 0; g < 2 * plan->sets; g++)
-      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%s%s %s", g ? ", " : "",
-               what[g], fp4_moe_variant_name(&plan->variant[g]));
+      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%s%s %s%s", g ? ", " : "",
+               what[g], fp4_moe_variant_name(&plan->variant[g]),
+               g % 2 == 0 && plan->silu_fused[g / 2] ? "+SiLU" : "");
   }
   if (p->enable_pdl && !pdl)
     snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%sPDL needs SM90+, device is SM%d%d",

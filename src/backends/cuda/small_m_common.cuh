@@ -360,19 +360,22 @@ __device__ __forceinline__ void lean_slabs(const uint8_t *const *wa_ptr, const u
 }
 
 
-/* A lean CTA's weight walk: a warp's pointers at its first slab (slab0) for R 16-row tiles from row0
- * of the [n, k/2] weights w with their scales, and the scale bytes between the warp's slabs (step
- * slabs apart). Rows past n read row n-1 (valid memory) and are never stored. */
+/* A lean CTA's weight walk: a warp's pointers at its first slab (slab0) for R 16-row tiles, tile r
+ * from row row0 + r * tile_stride (16: consecutive tiles; the MoE gate_up GEMM with SiLU*up in its
+ * epilogue pairs gate tile rows with the up rows I further on) of the [n, k/2] weights w with their
+ * scales, and the scale bytes between the warp's slabs (step slabs apart). Rows past n read row n-1
+ * (valid memory) and are never stored. */
 template <bool NV, int R>
 struct lean_weights {
   const uint8_t *wa[R], *wb[R], *sa[R], *sb[R];
   int64_t sstep;
   __device__ __forceinline__ lean_weights(const uint8_t *w, const uint8_t *scales, int layout, int64_t C, int64_t n,
-                                          int64_t k, int64_t row0, int slab0, int step, int g, int t) {
+                                          int64_t k, int64_t row0, int slab0, int step, int g, int t,
+                                          int64_t tile_stride = 16) {
     sstep = 0;
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      const int64_t ra = min(row0 + 16 * r + g, n - 1), rb = min(row0 + 16 * r + g + 8, n - 1);
+      const int64_t ra = min(row0 + tile_stride * r + g, n - 1), rb = min(row0 + tile_stride * r + g + 8, n - 1);
       wa[r] = w + ra * (k >> 1) + 16 * t + slab0 * 64;
       wb[r] = w + rb * (k >> 1) + 16 * t + slab0 * 64;
       const scale_walk swa = make_walk<NV>(scales, layout, C, ra, t);

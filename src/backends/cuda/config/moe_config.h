@@ -119,12 +119,22 @@ int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s,
 typedef struct fp4_moe_layer_plan {
   int sets;                            /* 1, or 2 with a shared expert                      */
   int prefill[2];                      /* per set: the GEMMs run the prefill tiles          */
+  int silu_fused[2];                   /* per set: SiLU*up in the gate_up GEMM's epilogue
+                                          (fp4_moe_silu_fusable), no kernel of its own      */
   fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
 
+/* 1 when a set's gate_up GEMM on variant v can end with SiLU*up (W4A16 decode, NVFP4 weights, bf16
+ * hidden states: the two-tile lean kernel on the run-time K walk writing the bf16 act the down GEMM
+ * reads, inter % 16 == 0). */
+int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
+                         int w4a4);
+
 /* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
- * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. */
+ * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. The
+ * chooser's plan fuses SiLU*up into each set's gate_up GEMM where its lean variant allows it on the
+ * run-time K walk (it then takes that walk); a forced variant is fused only as it is. */
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
