@@ -18,7 +18,8 @@
  * moe.prefill.wgra128.bound-tiles) and on the mma.sync tiles (moe.prefill.mma64 / mma128)); the
  * device scalars (alpha_device, act_scales_device) against the same values by value, bit for bit;
  * every entry point captured in a CUDA graph and replayed against its eager result, bit for bit;
- * the bf16 SiLU*up against the f32 one on edge values, bit for bit; the
+ * the bf16 SiLU*up against the f32 one on edge values, bit for bit; SiLU*up in the gate_up
+ * GEMM's epilogue against the separate kernel, bit for bit; the
  * W4A4 decode inputs' one-kernel quantize to bf16 against quantize + dequantize, bit for bit; which
  * variants run (the run info's note); and the device contract for invalid expert ids (a NaN output
  * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the
@@ -88,31 +89,6 @@ static void run_fixed_k_case(fp4_context *ctx, const fp4h_case *cin, int ksplit,
   printf("FAIL %s T=%lld N=%lld K=%lld: %s / %s: rel err %.3g / %.3g (%s / %s); %s | %s\n", c.name, (long long)c.m,
          (long long)c.n, (long long)c.k, generic_name, fixed_name, generic.rel_err, fixed.rel_err,
          fp4_status_str(generic.status), fp4_status_str(fixed.status), generic.message, fixed.message);
-}
-
-/* SiLU*up in the gate_up GEMM's epilogue against the separate SiLU*up kernel: the layer forced onto
- * the lean kernel's run-time K walk (which fuses it) and onto the compile-time K walk (which does
- * not) adds the same products in the same order and rounds the same f32 gate and up values, so the
- * outputs, and their errors against the reference, must be equal to the last bit. */
-static void run_silu_fused_case(fp4_context *ctx, const fp4h_case *cin, int ksplit, uint64_t seed) {
-  char fused_name[48], separate_name[48];
-  snprintf(fused_name, sizeof fused_name, "moe.lean.generic-k.r32.k%d.s1", ksplit);
-  snprintf(separate_name, sizeof separate_name, "moe.lean.r32.k%d.s1", ksplit);
-  fp4h_case c = *cin;
-  fp4h_result fused, separate;
-  c.config = fused_name;
-  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed, &fused);
-  c.config = separate_name;
-  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, &c, seed, &separate);
-  g_runs++;
-  const int ok = fused.status == FP4_OK && separate.status == FP4_OK && fused.passed && fused.nonfinite == 0 &&
-                 !fused.all_zero && fused.rel_err == separate.rel_err;
-  if (ok) return;
-  g_failures++;
-  printf("FAIL %s T=%lld I=%lld H=%lld shared=%d: %s / %s: rel err %.6g / %.6g (%s / %s); %s | %s\n", c.name,
-         (long long)c.m, (long long)c.n, (long long)c.k, c.shared, fused_name, separate_name, fused.rel_err,
-         separate.rel_err, fp4_status_str(fused.status), fp4_status_str(separate.status), fused.message,
-         separate.message);
 }
 
 static const int64_t kTokens[] = {1, 8, 64, 300};
@@ -243,16 +219,6 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
-  /* SiLU*up fused into gate_up at every K split of the lean kernel (the split forms reduce gate and
-   * up through shared memory), routed and shared experts, 1 and 8 tokens (several rows per expert) */
-  static const int kSplits[] = {1, 2, 4};
-  for (size_t sp = 0; sp < 3; sp++)
-    for (int t = 0; t < 2; t++) {
-      c = fp4h_moe_case(t ? 8 : 1, 1024, 4096, 12, 4, 0, FP4_FORMAT_NVFP4, 1, t ? FP4H_ROUTE_SKEWED : FP4H_ROUTE_UNIFORM,
-                        FP4_DTYPE_BF16);
-      c.name = "moe_silu_fused";
-      run_silu_fused_case(ctx, &c, kSplits[sp], seed++);
-    }
 }
 
 /* Prefill-sized calls: T >= 1024 gives the tensor-core kernel its widest token chunks (64 rows per
@@ -513,6 +479,81 @@ static void test_silu_bits(fp4_context *ctx) {
   free(g);
   free(o32);
   free(o16);
+}
+
+/* SiLU*up in the gate_up GEMM's epilogue (fp4_cuda_grouped_args.silu_out) against the f32 product
+ * followed by fp4_cuda_moe_silu_mul: the same bf16 bits at every element, on the lean kernel's
+ * compile-time K walk (K 4096, I 1024) and run-time one (also K 640 with I 144: an I that is not a
+ * multiple of 32) at every K split, NVFP4 weights [E, 2I, K] with random codes and 128x4 scales over
+ * E4M3 bytes of both signs, three experts (one without rows), gaussian bf16 rows. The fused output is
+ * NaN-prefilled, so an element it leaves unwritten fails. */
+static void test_silu_epilogue_bits(fp4_context *ctx) {
+  enum { E = 3, ROWS = 8 };
+  static const struct {
+    int64_t k, inter;
+    int fixed_k;
+  } kCases[] = {{4096, 1024, 1}, {4096, 1024, 0}, {640, 144, 0}};
+  static const int kSplits[] = {1, 2, 4};
+  const int64_t offsets[E + 1] = {0, 3, 3, ROWS};
+  fp4h_rng rng = {777};
+  for (size_t ci = 0; ci < sizeof kCases / sizeof *kCases; ci++) {
+    const int64_t K = kCases[ci].k, I = kCases[ci].inter, N = 2 * I;
+    size_t sbytes = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, N, K, &sbytes);
+    const size_t wbytes = (size_t)(N * K / 2), abytes = (size_t)(ROWS * K) * 2, n = (size_t)(ROWS * I);
+    uint8_t *w = malloc(E * wbytes), *sc = malloc(E * sbytes);
+    uint16_t *a = malloc(abytes), *got = malloc(n * 2), *want = malloc(n * 2);
+    void *dw = NULL, *ds = NULL, *da = NULL, *doff = NULL, *dg = NULL, *dwant = NULL, *dgot = NULL;
+    fp4_status st = w && sc && a && got && want ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; !st && i < E * wbytes; i++) w[i] = (uint8_t)(fp4h_next(&rng) >> 40);
+    for (size_t i = 0; !st && i < E * sbytes; i++) { /* E4M3 2^-3 .. 2^3, both signs, no NaN */
+      const uint8_t mag = (uint8_t)(0x20 + fp4h_next(&rng) % 0x30);
+      sc[i] = (uint8_t)(mag | (fp4h_next(&rng) & 0x80));
+    }
+    for (size_t i = 0; !st && i < (size_t)(ROWS * K); i++) a[i] = fp4_bf16_from_f32_inline((float)fp4h_gauss(&rng));
+    if (!st) {
+      dw = to_device(ctx, w, E * wbytes), ds = to_device(ctx, sc, E * sbytes), da = to_device(ctx, a, abytes);
+      doff = to_device(ctx, offsets, sizeof offsets);
+      if (!dw || !ds || !da || !doff || fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(ROWS * N) * 4, &dg) ||
+          fp4_alloc(ctx, FP4_MEMORY_DEVICE, n * 2, &dwant) || fp4_alloc(ctx, FP4_MEMORY_DEVICE, n * 2, &dgot))
+        st = FP4_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t sp = 0; !st && sp < sizeof kSplits / sizeof *kSplits; sp++) {
+      fp4_cuda_grouped_args g;
+      memset(&g, 0, sizeof g);
+      g.format = FP4_FORMAT_NVFP4, g.act = FP4_CUDA_ACT_BF16, g.a = da, g.lda = K, g.a_div = 1, g.a_mult = 1.0f;
+      g.w = dw, g.w_scales = ds, g.w_scale_stride = (int64_t)sbytes, g.w_layout = FP4_LAYOUT_128X4;
+      g.offsets = doff, g.experts = E, g.rows = ROWS, g.n = N, g.k = K, g.alpha = 1.0f, g.slots = E, g.splits = 1;
+      g.variant = (fp4_moe_variant){.kernel = FP4_MOE_KERNEL_LEAN, .rows = 32, .ksplit = kSplits[sp], .span = 1,
+                                    .fixed_k = kCases[ci].fixed_k};
+      g.out = dg, g.ldo = N, g.out_dtype = FP4_DTYPE_F32;
+      int e = fp4_cuda_grouped_gemm(&g, NULL, 0);
+      if (!e) e = fp4_cuda_moe_silu_mul(dg, dwant, FP4_CUDA_ACT_BF16, ROWS, I, NULL, 0);
+      if (!e) e = (int)cudaMemset(dgot, 0xFF, n * 2); /* NaN bf16 */
+      g.out = dgot, g.ldo = I, g.out_dtype = FP4_DTYPE_BF16, g.silu_out = 1;
+      if (!e) e = fp4_cuda_grouped_gemm(&g, NULL, 0);
+      if (!e) e = (int)cudaDeviceSynchronize();
+      EXPECT(!e, "SiLU*up epilogue K=%lld I=%lld %s walk k%d: CUDA error %d (%s)", (long long)K, (long long)I,
+             kCases[ci].fixed_k ? "compile-time" : "run-time", kSplits[sp], e, cudaGetErrorString((cudaError_t)e));
+      if (e || fp4_copy(ctx, got, FP4_MEMORY_HOST, dgot, FP4_MEMORY_DEVICE, n * 2) ||
+          fp4_copy(ctx, want, FP4_MEMORY_HOST, dwant, FP4_MEMORY_DEVICE, n * 2))
+        continue;
+      size_t bad = 0, first = n, zero = 0;
+      for (size_t i = 0; i < n; i++) {
+        if (got[i] != want[i] && bad++ == 0) first = i;
+        zero += (want[i] & 0x7FFF) == 0;
+      }
+      EXPECT(bad == 0 && zero < n / 2, "SiLU*up epilogue K=%lld I=%lld %s walk k%d: %zu of %zu differ (first row %zu "
+             "col %zu: %04x, want %04x), %zu zeros", (long long)K, (long long)I,
+             kCases[ci].fixed_k ? "compile-time" : "run-time", kSplits[sp], bad, n, first / (size_t)I,
+             first % (size_t)I, first < n ? got[first] : 0, first < n ? want[first] : 0, zero);
+    }
+    EXPECT(!st, "SiLU*up epilogue K=%lld: %s", (long long)K, fp4_status_str(st));
+    void *bufs[] = {dw, ds, da, doff, dg, dwant, dgot};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+      if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+    free(w), free(sc), free(a), free(got), free(want);
+  }
 }
 
 /* The W4A4 decode inputs' one-kernel quantize (fp4_cuda_moe_quantize_bf16) against the two kernels
@@ -1000,6 +1041,7 @@ int main(int argc, char **argv) {
   printf("+ CUDA graph capture against eager: %d checks, %d failures\n", g_runs, g_failures);
 #if FP4KIT_HAVE_CUDA
   test_silu_bits(ctx);
+  test_silu_epilogue_bits(ctx);
   printf("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
   test_quantize_bf16_bits(ctx);
   printf("+ W4A4 decode inputs quantized to bf16 in one kernel: %d checks, %d failures\n", g_runs, g_failures);

@@ -439,10 +439,10 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   const int span = R == 2 ? p.lean_span : 1; /* the one-tile variant has no registers to spare */
   const int slab0 = warp % KW; /* slabs slab0, slab0 + KW, ... of the warp's group */
-  /* SILU (p.a.silu_out; R = 2, the run-time K walk): a group is gate tile rows [row0, row0 + 16) and
-   * the up rows I further on, so the CTAs cover the I gate rows, with as many groups as the plain
-   * walk has over 2I rows. A template flag: the run-time form spilled the MXFP4 instantiations. */
-  static_assert(!SILU || (R == 2 && KC == 0), "SiLU*up pairs the two tiles, on the run-time K walk");
+  /* SILU (p.a.silu_out; R = 2): a group is gate tile rows [row0, row0 + 16) and the up rows I
+   * further on, so the CTAs cover the I gate rows, with as many groups as the plain walk has over 2I
+   * rows. A template flag: the run-time form spilled the MXFP4 instantiations. */
+  static_assert(!SILU || R == 2, "SiLU*up pairs the two tiles");
   constexpr bool silu = SILU;
   const int64_t rows_out = silu ? p.a.n / 2 : p.a.n, tile_stride = silu ? rows_out : 16;
   const int64_t group_rows = silu ? 16 : 16 * R, step_rows = group_rows * kGroups;
@@ -463,7 +463,8 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
       if constexpr (KC != 0) /* the host checked K == KC, the 128x4 layout and whole 32-row groups */
-        lean_stream_fixed_k<ACT, R, true, KW, KC>(lw.wa[0], lw.sa[0], act[0], slab0, nslabs, table, acc);
+        lean_stream_fixed_k<ACT, R, true, KW, KC, SILU>(lw.wa[0], lw.sa[0], act[0], slab0, nslabs, table, acc,
+                                                        rows_out * (KC / 2), rows_out * (KC / 16));
       else
         lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
                                                 acc);
@@ -543,12 +544,23 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
                             int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
-  if (p.a.silu_out) { /* the gate_up GEMM with SiLU*up: NVFP4, bf16 rows, two tiles, run-time K walk */
+  if (p.a.silu_out) { /* the gate_up GEMM with SiLU*up: NVFP4, bf16 rows, two tiles */
     if constexpr (FMT == FP4_FORMAT_NVFP4 && ACT == FP4_CUDA_ACT_BF16) {
-      if (rows != 32 || fixed_k) return cudaErrorInvalidValue;
-      if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, 0, true>, grid, block, 0, s, pdl, p);
-      if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, 0, true>, grid, block, 0, s, pdl, p);
-      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, 0, true>, grid, block, 0, s, pdl, p);
+      if (rows != 32) return cudaErrorInvalidValue;
+#define LEAN_SILU(KC_)                                                                                                 \
+  if (p.a.k == KC_ || KC_ == 0) {                                                                                     \
+    if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, KC_, true>, grid, block, 0, s, pdl, p); \
+    if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, KC_, true>, grid, block, 0, s, pdl, p); \
+    return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_, true>, grid, block, 0, s, pdl, p);    \
+  }
+      /* the compile-time K walk at the hidden sizes of the model sets (gate_up's K), whole 128-row
+       * groups of gate rows (fp4_moe_silu_fusable) */
+      if (fixed_k) {
+        LEAN_SILU(2048) LEAN_SILU(4096) LEAN_SILU(7168)
+        return cudaErrorInvalidValue;
+      }
+      LEAN_SILU(0)
+#undef LEAN_SILU
     }
     return cudaErrorInvalidValue;
   }
@@ -646,10 +658,10 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       if (!act16 || (rows != 16 && rows != 32) || (kw != 1 && kw != 2 && kw != kLeanWarps) || v.span < 1 ||
           (rows == 16 && (kw != kLeanWarps || v.span != 1)) || (kw < kLeanWarps && a->format != FP4_FORMAT_NVFP4))
         return (int)cudaErrorInvalidValue;
-      /* SiLU*up in the epilogue: the two-tile form on the run-time K walk, bf16 act of I % 16 == 0
-       * columns; a group is one gate tile and its up tile, so there are I / 16 groups. */
-      if (a->silu_out && (rows != 32 || v.fixed_k || a->n % 32 || a->out_dtype != FP4_DTYPE_BF16 || a->ldo < a->n / 2 ||
-                          a->format != FP4_FORMAT_NVFP4 || a->act != FP4_CUDA_ACT_BF16))
+      /* SiLU*up in the epilogue: the two-tile form, bf16 act of I % 16 == 0 columns (I % 128 == 0 on
+       * the compile-time K walk); a group is one gate tile and its up tile, so there are I / 16. */
+      if (a->silu_out && (rows != 32 || a->n % 32 || (v.fixed_k && a->n % 256) || a->out_dtype != FP4_DTYPE_BF16 ||
+                          a->ldo < a->n / 2 || a->format != FP4_FORMAT_NVFP4 || a->act != FP4_CUDA_ACT_BF16))
         return (int)cudaErrorInvalidValue;
       p.lean_span = v.span;
       const int64_t groups = a->silu_out ? a->n / 32 : (tiles16 + rows / 16 - 1) / (rows / 16);

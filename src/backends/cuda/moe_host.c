@@ -424,6 +424,7 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.silu_out = silu_fused;
   if ((e = grouped_launch_variant(&g, p->stream, m->pdl))) return e;
   g.silu_out = 0;
+  g.out_dtype = (int)FP4_DTYPE_F32; /* the down GEMM's f32 rows for the combine */
   /* W4A4 quantizes the f32 act (in decode straight from gate_up: quantize_as_bf16). W4A16: SiLU*up
    * in bf16 for the down GEMM on both paths where the tensor-core kernels can read it (I % 128 == 0
    * and 16-byte aligned rows, which a caller's workspace offset by 8 bytes would not give): the

@@ -60,8 +60,9 @@ typedef struct fp4_cuda_grouped_args {
   /* 1: the layer's gate_up GEMM with SiLU(gate) * up in its epilogue: W's N = 2I rows are gate rows
    * [0, I) then up rows [I, 2I), and out receives the bf16 act [rows, I] (ldo >= I) that
    * fp4_cuda_moe_silu_mul would make from the f32 product, bit for bit, without the f32 product or
-   * a launch of its own. The two-tile lean kernel only (variant lean r32 on the run-time K walk),
-   * NVFP4 weights, bf16 rows, I % 16 == 0. */
+   * a launch of its own. The two-tile lean kernel only (variant lean r32), NVFP4 weights, bf16
+   * rows, I % 16 == 0 (fp4_moe_silu_fusable: on the compile-time K walk K 2048, 4096 or 7168 and
+   * I % 128 == 0). */
   int silu_out;
 } fp4_cuda_grouped_args;
 

@@ -440,12 +440,16 @@ __device__ __forceinline__ void lean_stream(const uint8_t *const *wa0, const uin
  * (NVFP4: two 4-column tiles of 512). The loop then advances three pointers instead of 4R + 1 and
  * ptxas has no 64-bit pairs to copy (the generic walk spends 30-38 of its 375-383 instructions per
  * slab group on them, sm_90a). w0 / s0 / act0: this warp's row g codes, scale bytes and activation
- * row at slab s_begin. */
-template <int ACT, int R, bool MUL, int STEP, int KC>
+ * row at slab s_begin. PAIRED (R = 2, the MoE gate_up GEMM with SiLU*up in its epilogue): tile 1 is
+ * the 16 rows tile1_codes code bytes and tile1_scales scale bytes after tile 0 (the up rows I
+ * further on: I * KC / 2 and, I a multiple of 128 in the 128x4 layout, I * KC / 16). */
+template <int ACT, int R, bool MUL, int STEP, int KC, bool PAIRED = false>
 __device__ __forceinline__ void lean_stream_fixed_k(const uint8_t *w0, const uint8_t *s0, const char *act0,
                                                     int s_begin, int nslabs, const uint32_t *table,
-                                                    float acc[R][1][4]) {
+                                                    float acc[R][1][4], int64_t tile1_codes = 0,
+                                                    int64_t tile1_scales = 0) {
   static_assert(KC % 128 == 0 && KC > 0, "K: whole slabs");
+  static_assert(!PAIRED || R == 2, "a paired walk has two tiles");
   constexpr int64_t kRow8 = 8 * (KC / 2); /* code bytes between rows g and g + 8 */
   constexpr int kScaleRow8 = 128, kScaleSlab = 1024;
   const scale_walk asw[1] = {{NULL, 0}};
@@ -455,10 +459,12 @@ __device__ __forceinline__ void lean_stream_fixed_k(const uint8_t *w0, const uin
     const uint8_t *wa[R], *wb[R], *sa[R], *sb[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      wa[r] = w + 2 * r * kRow8;
-      wb[r] = w + (2 * r + 1) * kRow8;
-      sa[r] = sc + 2 * r * kScaleRow8;
-      sb[r] = sc + (2 * r + 1) * kScaleRow8;
+      const uint8_t *wt = PAIRED ? w + r * tile1_codes : w + 2 * r * kRow8;
+      const uint8_t *st = PAIRED ? sc + r * tile1_scales : sc + 2 * r * kScaleRow8;
+      wa[r] = wt;
+      wb[r] = wt + kRow8;
+      sa[r] = st;
+      sb[r] = st + kScaleRow8;
     }
     lean_slabs<FP4_FORMAT_NVFP4, ACT, 1, R, 1, MUL, STEP>(wa, wb, sa, sb, 0, &act, asw, s, table, acc);
     w += STEP * 64;

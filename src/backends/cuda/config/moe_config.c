@@ -337,21 +337,18 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
       }
       plan->variant[g] = *forced;
     }
-    /* SiLU*up in the gate_up epilogue saves its launch and the f32 gate_up round trip; it runs on
-     * the run-time K walk, which the chooser then takes instead of the compile-time one (the layer
-     * measured both: docs/moe.md). */
-    fp4_moe_variant *v = &plan->variant[2 * set];
-    fp4_moe_variant walk = *v;
-    walk.fixed_k = 0;
-    if (!forced && fp4_moe_silu_fusable(&walk, gu, dn, w4a4) && !fp4_moe_variant_check(&walk, gu, arch, NULL, 0))
-      *v = walk;
-    plan->silu_fused[set] = fp4_moe_silu_fusable(v, gu, dn, w4a4);
+    /* SiLU*up in the gate_up epilogue saves its launch and the f32 gate_up round trip. */
+    plan->silu_fused[set] = fp4_moe_silu_fusable(&plan->variant[2 * set], gu, dn, w4a4);
   }
   return 0;
 }
 
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
                          int w4a4) {
-  return !w4a4 && v->kernel == FP4_MOE_KERNEL_LEAN && v->rows == 32 && !v->fixed_k && gate_up->format == FP4_FORMAT_NVFP4 &&
-         gate_up->act == FP4_CUDA_ACT_BF16 && down->act == FP4_CUDA_ACT_BF16 && gate_up->n % 32 == 0;
+  if (w4a4 || v->kernel != FP4_MOE_KERNEL_LEAN || v->rows != 32 || gate_up->format != FP4_FORMAT_NVFP4 ||
+      gate_up->act != FP4_CUDA_ACT_BF16 || down->act != FP4_CUDA_ACT_BF16 || gate_up->n % 32)
+    return 0;
+  /* the compile-time K walk: its fused forms are built for the model sets' hidden sizes, and the up
+   * rows' scales lie a whole number of 128-row groups on */
+  return !v->fixed_k || ((gate_up->k == 2048 || gate_up->k == 4096 || gate_up->k == 7168) && gate_up->n % 256 == 0);
 }

@@ -126,15 +126,14 @@ typedef struct fp4_moe_layer_plan {
 } fp4_moe_layer_plan;
 
 /* 1 when a set's gate_up GEMM on variant v can end with SiLU*up (W4A16 decode, NVFP4 weights, bf16
- * hidden states: the two-tile lean kernel on the run-time K walk writing the bf16 act the down GEMM
- * reads, inter % 16 == 0). */
+ * hidden states: the two-tile lean kernel writing the bf16 act the down GEMM reads, inter % 16 == 0;
+ * on the compile-time K walk K 2048, 4096 or 7168 and inter % 128 == 0). */
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
                          int w4a4);
 
 /* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
- * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. The
- * chooser's plan fuses SiLU*up into each set's gate_up GEMM where its lean variant allows it on the
- * run-time K walk (it then takes that walk); a forced variant is fused only as it is. */
+ * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. SiLU*up
+ * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). */
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
