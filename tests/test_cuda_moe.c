@@ -19,7 +19,8 @@
  * device scalars (alpha_device, act_scales_device) against the same values by value, bit for bit;
  * every entry point captured in a CUDA graph and replayed against its eager result, bit for bit;
  * the bf16 SiLU*up against the f32 one on edge values, bit for bit; SiLU*up in the gate_up
- * GEMM's epilogue against the separate kernel, bit for bit; the
+ * GEMM's epilogue against the separate kernel, and the shared expert as the extra slot of the routed
+ * launch against launches of its own, bit for bit; the
  * W4A4 decode inputs' one-kernel quantize to bf16 against quantize + dequantize, bit for bit; which
  * variants run (the run info's note); and the device contract for invalid expert ids (a NaN output
  * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the
@@ -219,6 +220,14 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
+  /* the same in the 128x4 layout, 1 and 8 tokens: the compile-time K walk, SiLU*up in the gate_up
+   * epilogue and the shared expert in the routed launches (the library's rule) */
+  for (int t = 0; t < 2; t++) {
+    c = fp4h_moe_case(t ? 8 : 1, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, t ? FP4H_ROUTE_SKEWED : FP4H_ROUTE_UNIFORM,
+                      FP4_DTYPE_BF16);
+    c.layout_b = FP4_LAYOUT_128X4;
+    run_case(ctx, &c, seed++);
+  }
 }
 
 /* Prefill-sized calls: T >= 1024 gives the tensor-core kernel its widest token chunks (64 rows per
@@ -550,6 +559,96 @@ static void test_silu_epilogue_bits(fp4_context *ctx) {
     }
     EXPECT(!st, "SiLU*up epilogue K=%lld: %s", (long long)K, fp4_status_str(st));
     void *bufs[] = {dw, ds, da, doff, dg, dwant, dgot};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+      if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
+    free(w), free(sc), free(a), free(got), free(want);
+  }
+}
+
+/* The shared expert as the extra slot of a routed launch (fp4_cuda_grouped_args.extra_*) against the
+ * routed experts and the shared expert in launches of their own: the same bits in both outputs. The
+ * lean kernel's compile-time K walk at every K split, as the MoE layer runs it: gate_up (K 4096, N
+ * 2048) with SiLU*up into bf16 rows, and down (K 1024, N 4096) into f32; three routed experts (one
+ * without rows) over 8 rows gathered through a row map, the extra expert over 3 rows of its own,
+ * random codes and E4M3 scales of both signs, an extra multiplier; outputs NaN-prefilled. */
+static void test_extra_slot_bits(fp4_context *ctx) {
+  enum { E = 3, ROWS = 8, XR = 3 };
+  static const struct {
+    int64_t k, n;
+    int silu;
+  } kCases[] = {{4096, 2048, 1}, {1024, 4096, 0}};
+  static const int kSplits[] = {1, 2, 4};
+  const int64_t offsets[E + 1] = {0, 5, 5, ROWS}, xoffsets[2] = {0, XR};
+  const int32_t arows[ROWS] = {7, 2, 0, 5, 1, 6, 3, 4};
+  const float xmult = 0.75f;
+  fp4h_rng rng = {919};
+  for (size_t ci = 0; ci < sizeof kCases / sizeof *kCases; ci++) {
+    const int64_t K = kCases[ci].k, N = kCases[ci].n, NO = kCases[ci].silu ? N / 2 : N;
+    const size_t osz = kCases[ci].silu ? 2 : 4;
+    size_t sbytes = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, N, K, &sbytes);
+    const size_t wbytes = (size_t)(N * K / 2), abytes = (size_t)(ROWS * K) * 2, xabytes = (size_t)(XR * K) * 2;
+    const size_t obytes = (size_t)(ROWS * NO) * osz, xobytes = (size_t)(XR * NO) * osz;
+    uint8_t *w = malloc((E + 1) * wbytes), *sc = malloc((E + 1) * sbytes), *got = malloc(obytes + xobytes),
+            *want = malloc(obytes + xobytes);
+    uint16_t *a = malloc(abytes + xabytes);
+    void *dw = NULL, *ds = NULL, *da = NULL, *doff = NULL, *dxoff = NULL, *drows = NULL, *dmult = NULL, *dgot = NULL,
+         *dwant = NULL;
+    fp4_status st = w && sc && a && got && want ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; !st && i < (E + 1) * wbytes; i++) w[i] = (uint8_t)(fp4h_next(&rng) >> 40);
+    for (size_t i = 0; !st && i < (E + 1) * sbytes; i++)
+      sc[i] = (uint8_t)((0x20 + fp4h_next(&rng) % 0x30) | (fp4h_next(&rng) & 0x80));
+    for (size_t i = 0; !st && i < (size_t)((ROWS + XR) * K); i++) a[i] = fp4_bf16_from_f32_inline((float)fp4h_gauss(&rng));
+    if (!st) { /* the extra expert's weights, scales and rows after the routed ones */
+      dw = to_device(ctx, w, (E + 1) * wbytes), ds = to_device(ctx, sc, (E + 1) * sbytes);
+      da = to_device(ctx, a, abytes + xabytes), doff = to_device(ctx, offsets, sizeof offsets);
+      dxoff = to_device(ctx, xoffsets, sizeof xoffsets), drows = to_device(ctx, arows, sizeof arows);
+      dmult = to_device(ctx, &xmult, sizeof xmult);
+      if (!dw || !ds || !da || !doff || !dxoff || !drows || !dmult ||
+          fp4_alloc(ctx, FP4_MEMORY_DEVICE, obytes + xobytes, &dgot) ||
+          fp4_alloc(ctx, FP4_MEMORY_DEVICE, obytes + xobytes, &dwant))
+        st = FP4_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t sp = 0; !st && sp < sizeof kSplits / sizeof *kSplits; sp++) {
+      fp4_cuda_grouped_args g;
+      memset(&g, 0, sizeof g);
+      g.format = FP4_FORMAT_NVFP4, g.act = FP4_CUDA_ACT_BF16, g.a = da, g.lda = K, g.a_rows = drows, g.a_div = 1;
+      g.a_mult = 1.0f, g.w = dw, g.w_scales = ds, g.w_scale_stride = (int64_t)sbytes, g.w_layout = FP4_LAYOUT_128X4;
+      g.offsets = doff, g.experts = E, g.rows = ROWS, g.n = N, g.k = K, g.alpha = 1.0f, g.slots = E, g.splits = 1;
+      g.variant = (fp4_moe_variant){.kernel = FP4_MOE_KERNEL_LEAN, .rows = 32, .ksplit = kSplits[sp], .span = 1,
+                                    .fixed_k = 1};
+      g.out = dwant, g.ldo = NO, g.out_dtype = kCases[ci].silu ? FP4_DTYPE_BF16 : FP4_DTYPE_F32;
+      g.silu_out = kCases[ci].silu;
+      int e = (int)cudaMemset(dwant, 0xFF, obytes + xobytes);
+      if (!e) e = (int)cudaMemset(dgot, 0xFF, obytes + xobytes);
+      if (!e) e = fp4_cuda_grouped_gemm(&g, NULL, 0); /* the routed experts alone */
+      fp4_cuda_grouped_args x = g; /* the extra expert alone: one expert, its rows in order */
+      x.a = (const uint8_t *)da + abytes, x.a_rows = NULL, x.w = (const uint8_t *)dw + E * wbytes;
+      x.w_scales = (const uint8_t *)ds + E * sbytes, x.w_mult = dmult, x.offsets = dxoff, x.experts = 1, x.rows = XR;
+      x.slots = 1, x.out = (uint8_t *)dwant + obytes;
+      if (!e) e = fp4_cuda_grouped_gemm(&x, NULL, 0);
+      g.out = dgot, g.extra_w = x.w, g.extra_w_scales = x.w_scales, g.extra_w_mult = dmult, g.extra_rows = XR;
+      g.extra_a = x.a, g.extra_out = (uint8_t *)dgot + obytes;
+      if (!e) e = fp4_cuda_grouped_gemm(&g, NULL, 0); /* both in one launch */
+      if (!e) e = (int)cudaDeviceSynchronize();
+      EXPECT(!e, "extra slot K=%lld N=%lld k%d: CUDA error %d (%s)", (long long)K, (long long)N, kSplits[sp], e,
+             cudaGetErrorString((cudaError_t)e));
+      if (e || fp4_copy(ctx, got, FP4_MEMORY_HOST, dgot, FP4_MEMORY_DEVICE, obytes + xobytes) ||
+          fp4_copy(ctx, want, FP4_MEMORY_HOST, dwant, FP4_MEMORY_DEVICE, obytes + xobytes))
+        continue;
+      size_t bad = 0, first = 0, nan_want = 0;
+      for (size_t i = 0; i < obytes + xobytes; i += osz) {
+        if (memcmp(got + i, want + i, osz) && bad++ == 0) first = i;
+        uint32_t v = 0;
+        memcpy(&v, want + i, osz);
+        nan_want += osz == 2 ? (v & 0x7FFF) > 0x7F80 : (v & 0x7FFFFFFFu) > 0x7F800000u;
+      }
+      EXPECT(bad == 0 && nan_want == 0, "extra slot K=%lld N=%lld k%d: %zu of %zu outputs differ (first at byte %zu, %s), "
+             "%zu unwritten", (long long)K, (long long)N, kSplits[sp], bad, (obytes + xobytes) / osz, first,
+             first >= obytes ? "extra expert" : "routed", nan_want);
+    }
+    EXPECT(!st, "extra slot K=%lld: %s", (long long)K, fp4_status_str(st));
+    void *bufs[] = {dw, ds, da, doff, dxoff, drows, dmult, dgot, dwant};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
       if (bufs[i]) fp4_free(ctx, FP4_MEMORY_DEVICE, bufs[i]);
     free(w), free(sc), free(a), free(got), free(want);
@@ -1042,6 +1141,7 @@ int main(int argc, char **argv) {
 #if FP4KIT_HAVE_CUDA
   test_silu_bits(ctx);
   test_silu_epilogue_bits(ctx);
+  test_extra_slot_bits(ctx);
   printf("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
   test_quantize_bf16_bits(ctx);
   printf("+ W4A4 decode inputs quantized to bf16 in one kernel: %d checks, %d failures\n", g_runs, g_failures);

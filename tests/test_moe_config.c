@@ -3,7 +3,8 @@
  * default variant of every GEMM of the Qwen3.5-397B and DeepSeek-R1 layers at B = 1-4096 equals the
  * choice recorded from the rules it replaced (moe_recorded_choices.h); every name parses back to
  * itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced; SiLU*up
- * is fused into the gate_up GEMM exactly where its epilogue can run.
+ * is fused into the gate_up GEMM exactly where its epilogue can run, and the shared expert into the
+ * routed launches exactly where the rule allows.
  */
 #include <stdio.h>
 #include <string.h>
@@ -32,9 +33,17 @@ static fp4_moe_layer_shape layer_of(const struct moe_recorded_choice *c) {
                                .hidden_dtype = FP4_DTYPE_BF16, .hidden_aligned = 1, .workspace_aligned = 1};
 }
 
-/* The recorded choices predate SiLU*up in the gate_up epilogue: the plan fuses it into every W4A16
- * NVFP4 set whose gate_up runs the two-tile lean kernel (the model shapes take it on either K walk;
- * the hidden states are bf16 here), and into no other, without changing any variant. */
+/* 1 when a variant name is the two-tile lean kernel (32 weight rows per CTA). */
+static int is_lean(const char *name, int rows) {
+  return !strncmp(name, "moe.lean.", 9) && rows == 32 && strstr(name, ".r32.") != NULL;
+}
+
+/* The recorded choices predate SiLU*up in the gate_up epilogue and the shared expert in the routed
+ * launches: the plan fuses SiLU*up into every W4A16 NVFP4 set of at most 128 rows whose gate_up runs
+ * the two-tile lean kernel (the model shapes take it on either K walk; the hidden states are bf16
+ * here) and the shared expert into the routed launches where both routed GEMMs run that kernel on
+ * the compile-time K walk, the expert width is 1024 or 2048 and the shared set streams; the shared
+ * GEMMs then run the routed variants, every other variant is the recorded one. */
 static void test_recorded(void) {
   const size_t n = sizeof kMoeRecordedChoices / sizeof *kMoeRecordedChoices;
   for (size_t i = 0; i < n; i++) {
@@ -46,16 +55,27 @@ static void test_recorded(void) {
     const int rc = fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &arch, &plan, why, sizeof why);
     EXPECT(rc == 0 && plan.sets == 2, "%s E=%lld B=%lld: plan failed: %s", c->device, (long long)c->experts,
            (long long)c->tokens, why);
+    /* SiLU*up fused where a set's gate_up runs the two-tile lean kernel (W4A16, NVFP4); the shared
+     * expert in the routed launches (on their variants) where, besides, the routed down is on the
+     * two-tile lean kernel and the shared set is not on the prefill tiles */
+    const int w4a16_nv = c->mode == FP4_MOE_W4A16 && !c->mxfp4;
+    const int64_t P = c->tokens * c->top_k, T = c->tokens;
+    const int silu0 = w4a16_nv && is_lean(c->variant[FP4_MOE_GATE_UP], 32) && P <= 128;
+    const int shared_prefill = !strncmp(c->variant[FP4_MOE_SHARED_GATE_UP], "moe.prefill.", 12);
+    const int fixed = !strstr(c->variant[FP4_MOE_GATE_UP], "generic-k") && !strstr(c->variant[FP4_MOE_DOWN], "generic-k");
+    const int shared_fused = silu0 && fixed && is_lean(c->variant[FP4_MOE_DOWN], 32) && !shared_prefill && T <= 128 &&
+                             (c->inter == 1024 || c->inter == 2048);
+    const int silu1 = shared_fused || (w4a16_nv && is_lean(c->variant[FP4_MOE_SHARED_GATE_UP], 32) && T <= 128);
+    EXPECT(rc == 0 && plan.shared_fused == shared_fused && plan.silu_fused[0] == silu0 && plan.silu_fused[1] == silu1,
+           "%s E=%lld B=%lld: shared expert fused %d (expected %d), SiLU*up fused %d %d (expected %d %d)", c->device,
+           (long long)c->experts, (long long)c->tokens, plan.shared_fused, shared_fused, plan.silu_fused[0],
+           plan.silu_fused[1], silu0, silu1);
     for (int g = 0; rc == 0 && g < FP4_MOE_GEMMS; g++) {
       const char *got = fp4_moe_variant_name(&plan.variant[g]);
-      const int lean32 = !strncmp(c->variant[g], "moe.lean.", 9) && strstr(c->variant[g], ".r32.");
-      const int fuse = g % 2 == 0 && c->mode == FP4_MOE_W4A16 && !c->mxfp4 && lean32;
-      EXPECT(!strcmp(got, c->variant[g]), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s", c->device,
+      const char *want = shared_fused && g >= FP4_MOE_SHARED_GATE_UP ? c->variant[g - 2] : c->variant[g];
+      EXPECT(!strcmp(got, want), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s (expected %s)", c->device,
              (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", c->mxfp4 ? "mxfp4" : "nvfp4",
-             (long long)c->tokens, g, got, c->variant[g]);
-      if (g % 2 == 0)
-        EXPECT(plan.silu_fused[g / 2] == fuse, "%s E=%lld B=%lld set %d: SiLU*up fused %d, expected %d", c->device,
-               (long long)c->experts, (long long)c->tokens, g / 2, plan.silu_fused[g / 2], fuse);
+             (long long)c->tokens, g, got, c->variant[g], want);
     }
   }
 }
@@ -139,8 +159,14 @@ static void test_silu_fusion(void) {
   fp4_moe_variant v;
   char why[320] = "";
   EXPECT(fp4_moe_plan_layer(&qwen, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
-             plan.silu_fused[0] && plan.silu_fused[1],
-         "Qwen3.5 W4A16 B = 1: SiLU*up not fused (%s, %s)", fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]), why);
+             plan.silu_fused[0] && plan.silu_fused[1] && plan.shared_fused,
+         "Qwen3.5 W4A16 B = 1: SiLU*up or the shared expert not fused (%s, %s)",
+         fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]), why);
+  fp4_moe_layer_shape wide = qwen; /* a shared expert of another width runs its own launches */
+  wide.shared_inter = 2048;
+  EXPECT(fp4_moe_plan_layer(&wide, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
+             !plan.shared_fused && plan.silu_fused[0],
+         "shared expert of I = 2048 beside routed I = 1024 fused into the routed launches (%s)", why);
   fp4_moe_variant_parse("moe.lean.r32.k1.s1", &v);
   EXPECT(fp4_moe_plan_layer(&qwen, &v, 0, &h200, &plan, why, sizeof why) == 0 && plan.silu_fused[0] &&
              plan.variant[FP4_MOE_GATE_UP].fixed_k,
@@ -163,7 +189,7 @@ static void test_silu_fusion(void) {
   fp4_moe_layer_shape L = qwen;
   L.mode = FP4_MOE_W4A4;
   EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
-             !plan.silu_fused[0] && !plan.silu_fused[1],
+             !plan.silu_fused[0] && !plan.silu_fused[1] && !plan.shared_fused,
          "W4A4 fused (%s)", why);
   L = qwen;
   L.format = L.shared_format = FP4_FORMAT_MXFP4;
@@ -182,6 +208,11 @@ static void test_silu_fusion(void) {
   L.hidden = 4096;
   EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],
          "I %% 16 != 0 fused (%s)", why);
+  L = qwen;
+  L.tokens = 13; /* 130 routed rows: SiLU*up stays a kernel of its own */
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0] &&
+             !plan.shared_fused,
+         "Qwen3.5 B = 13: SiLU*up fused %d, shared %d (%s)", plan.silu_fused[0], plan.shared_fused, why);
   L = qwen;
   L.tokens = 4096; /* the prefill tiles */
   EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.silu_fused[0],

@@ -139,12 +139,15 @@ __device__ __forceinline__ float raw_code(uint32_t w) {
   return __uint_as_float((((w >> (4 * I)) << 22) & 0x01C00000u) | (((w >> (4 * I + 3)) & 1u) << 31));
 }
 
-__device__ __forceinline__ void store(const grouped_params &p, int64_t row, int64_t n, double scale, float v) {
+__device__ __forceinline__ void store(const grouped_params &p, void *out, int64_t row, int64_t n, double scale, float v) {
   const float r = (float)(scale * (double)v);
   const int64_t i = row * p.a.ldo + n;
-  if (p.a.out_dtype == FP4_DTYPE_F32) static_cast<float *>(p.a.out)[i] = r;
-  else if (p.a.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(p.a.out)[i] = fp4_bf16_from_f32_inline(r);
-  else static_cast<uint16_t *>(p.a.out)[i] = fp4_f16_from_f32_inline(r);
+  if (p.a.out_dtype == FP4_DTYPE_F32) static_cast<float *>(out)[i] = r;
+  else if (p.a.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(out)[i] = fp4_bf16_from_f32_inline(r);
+  else static_cast<uint16_t *>(out)[i] = fp4_f16_from_f32_inline(r);
+}
+__device__ __forceinline__ void store(const grouped_params &p, int64_t row, int64_t n, double scale, float v) {
+  store(p, p.a.out, row, n, scale, v);
 }
 
 /* Rows r0 .. r0+nr-1 (nr <= NR) of expert e times this CTA's 32 weight rows. */
@@ -270,23 +273,27 @@ constexpr int kMmaMaxWarps = 8;
 
 /* Stores v (this thread's accumulator c of token tile nt, FP32 over the warps) for permuted row
  * r0 + 8 nt + 2t + (c & 1) and weight row n0 + g (+8). */
-__device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, int64_t hi, int64_t n0, int nt, int c,
-                                          int l, double scale, float v) {
+__device__ __forceinline__ void mma_store(const grouped_params &p, void *out, int64_t r0, int64_t hi, int64_t n0, int nt,
+                                          int c, int l, double scale, float v) {
   const int g = l >> 2, t = l & 3;
   const int64_t n = n0 + g + (c >= 2 ? 8 : 0), r = r0 + (int64_t)nt * 8 + 2 * t + (c & 1);
-  if (n < p.a.n && r < hi) store(p, r, n, scale, v);
+  if (n < p.a.n && r < hi) store(p, out, r, n, scale, v);
+}
+__device__ __forceinline__ void mma_store(const grouped_params &p, int64_t r0, int64_t hi, int64_t n0, int nt, int c,
+                                          int l, double scale, float v) {
+  mma_store(p, p.a.out, r0, hi, n0, nt, c, l, scale, v);
 }
 
 /* SiLU(gate) * up of one accumulator element of a gate tile (rows n0 ..) and its up tile: the f32
  * values store() would write for the two (the same double scaling and rounding), then the layer's
  * bf16 act (silu_mul_bf16), at out[r, n] with n < rows_out = I. */
-__device__ __forceinline__ void silu_store(const grouped_params &p, int64_t r0, int64_t hi, int64_t n0,
+__device__ __forceinline__ void silu_store(const grouped_params &p, void *out, int64_t r0, int64_t hi, int64_t n0,
                                            int64_t rows_out, int c, int l, double scale, float vg, float vu) {
   const int g = l >> 2, t = l & 3;
   const int64_t n = n0 + g + (c >= 2 ? 8 : 0), r = r0 + 2 * t + (c & 1);
   if (n < rows_out && r < hi) {
     const float gate = (float)(scale * (double)vg), up = (float)(scale * (double)vu);
-    static_cast<uint16_t *>(p.a.out)[r * p.a.ldo + n] = silu_mul_bf16(gate, up);
+    static_cast<uint16_t *>(out)[r * p.a.ldo + n] = silu_mul_bf16(gate, up);
   }
 }
 
@@ -305,6 +312,23 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
   __syncthreads(); /* the table is written */
   expert_rows(p, *e, lo, hi);
   *scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.w_mult ? p.a.w_mult[*e] : 1.0f) *
+           (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device) * (NV ? 256.0 : 1.0);
+  return true;
+}
+
+/* expert_start for the lean kernel, whose grid's last slot runs the extra expert when there is one
+ * (extra: set; its rows [0, extra_rows), its multiplier; e = 0). */
+template <bool NV, bool F16, bool EXTRA>
+__device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, bool *extra, int64_t *e,
+                                                  int64_t *lo, int64_t *hi, double *scale) {
+  *extra = EXTRA && p.a.extra_rows > 0 && blockIdx.y == gridDim.y - 1;
+  if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, scale);
+  if (NV)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
+  fp4_pdl_wait(); /* the extra expert's activations come from earlier kernels too */
+  __syncthreads();
+  *e = 0, *lo = 0, *hi = p.a.extra_rows;
+  *scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.extra_w_mult ? p.a.extra_w_mult[0] : 1.0f) *
            (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device) * (NV ? 256.0 : 1.0);
   return true;
 }
@@ -420,7 +444,7 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * are at the launch). Rows past the chunk read the chunk's last row (valid memory; an MMA output
  * column depends only on its own activation row) and are never stored. The warps' partial sums are
  * added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0, bool SILU = false>
+template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0, bool SILU = false, bool EXTRA = false>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
@@ -433,7 +457,14 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int g = lane >> 2, t = lane & 3;
   int64_t e, lo, hi;
   double scale;
-  if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
+  bool extra;
+  /* EXTRA: the grid's last slot runs the extra expert (a template flag: the pointer selects spill
+   * the 96-register forms that do not need them) */
+  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA>(p, table, &extra, &e, &lo, &hi, &scale)) return;
+  const uint8_t *const wexp = extra ? p.a.extra_w : p.a.w + e * p.w_expert_bytes;
+  const uint8_t *const sexp = extra ? p.a.extra_w_scales : p.a.w_scales + e * p.a.w_scale_stride;
+  const char *const abase = static_cast<const char *>(extra ? p.a.extra_a : p.a.a);
+  const int32_t *const arows = extra ? NULL : p.a.a_rows;
   const int64_t K = p.a.k;
   const int nslabs = (int)(K >> 7);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
@@ -452,12 +483,11 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
     /* A group wholly past N: with KW = 1 the warp stops (no barrier follows); with KW = 2 it
      * streams row N-1 again (lean_weights clamps; nothing is stored), as a branch here spills. */
     if (KW == 1 && row0 >= rows_out) break;
-    const lean_weights<NV, R> lw(p.a.w + e * p.w_expert_bytes, p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout,
-                                 p.wC, p.a.n, K, row0, slab0, KW, g, t, tile_stride);
+    const lean_weights<NV, R> lw(wexp, sexp, p.a.w_layout, p.wC, p.a.n, K, row0, slab0, KW, g, t, tile_stride);
     for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
-      const int64_t arow = p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
-      const char *act[1] = {static_cast<const char *>(p.a.a) + arow * row_bytes + t * (kSlab / 4) + slab0 * kSlab};
+      const int64_t arow = arows ? (int64_t)(arows[pr] / p.a.a_div) : pr;
+      const char *act[1] = {abase + arow * row_bytes + t * (kSlab / 4) + slab0 * kSlab};
       const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
       float acc[R][1][4];
 #pragma unroll
@@ -468,15 +498,16 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
       else
         lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
                                                 acc);
+      void *const out = extra ? p.a.extra_out : p.a.out;
       if (KW == 1) { /* the warp summed all of K: its results are final */
         if (silu) {
 #pragma unroll
-          for (int c = 0; c < 4; c++) silu_store(p, r0, hi, row0, rows_out, c, lane, scale, acc[0][0][c], acc[R - 1][0][c]);
+          for (int c = 0; c < 4; c++) silu_store(p, out, r0, hi, row0, rows_out, c, lane, scale, acc[0][0][c], acc[R - 1][0][c]);
         } else {
 #pragma unroll
           for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) mma_store(p, r0, hi, row0 + 16 * r, 0, c, lane, scale, acc[r][0][c]);
+            for (int c = 0; c < 4; c++) mma_store(p, out, r0, hi, row0 + 16 * r, 0, c, lane, scale, acc[r][0][c]);
         }
       } else {
 #pragma unroll
@@ -492,14 +523,14 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
               vg = __fadd_rn(vg, red[(gi * KW + kw) * R * 128 + in]);
               vu = __fadd_rn(vu, red[(gi * KW + kw) * R * 128 + (R - 1) * 128 + in]);
             }
-            silu_store(p, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
+            silu_store(p, out, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
           }
         } else {
           for (int idx = threadIdx.x; idx < kGroups * R * 128; idx += blockDim.x) {
             const int gi = idx / (R * 128), in = idx % (R * 128); /* group; (r, c, lane) of a warp's layout */
             float v = 0.0f;
             for (int kw = 0; kw < KW; kw++) v = __fadd_rn(v, red[(gi * KW + kw) * R * 128 + in]);
-            mma_store(p, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
+            mma_store(p, out, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
           }
         }
         __syncthreads(); /* red is reused by the next chunk */
@@ -544,23 +575,35 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
                             int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
-  if (p.a.silu_out) { /* the gate_up GEMM with SiLU*up: NVFP4, bf16 rows, two tiles */
+  if (p.a.silu_out || p.a.extra_rows) { /* the fused forms: NVFP4, bf16 rows, two tiles */
     if constexpr (FMT == FP4_FORMAT_NVFP4 && ACT == FP4_CUDA_ACT_BF16) {
       if (rows != 32) return cudaErrorInvalidValue;
-#define LEAN_SILU(KC_)                                                                                                 \
-  if (p.a.k == KC_ || KC_ == 0) {                                                                                     \
-    if (kw == 1) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, KC_, true>, grid, block, 0, s, pdl, p); \
-    if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, KC_, true>, grid, block, 0, s, pdl, p); \
-    return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_, true>, grid, block, 0, s, pdl, p);    \
+#define LEAN_FUSED(KC_, SILU_, EXTRA_)                                                                           \
+  if (p.a.k == KC_ || KC_ == 0) {                                                                               \
+    if (kw == 1)                                                                                                \
+      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 1, KC_, SILU_, EXTRA_>, grid, block, 0, s, pdl, p); \
+    if (kw == 2)                                                                                                \
+      return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, KC_, SILU_, EXTRA_>, grid, block, 0, s, pdl, p); \
+    return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_, SILU_, EXTRA_>, grid, block, 0, s, \
+                           pdl, p);                                                                             \
   }
-      /* the compile-time K walk at the hidden sizes of the model sets (gate_up's K), whole 128-row
-       * groups of gate rows (fp4_moe_silu_fusable) */
-      if (fixed_k) {
-        LEAN_SILU(2048) LEAN_SILU(4096) LEAN_SILU(7168)
-        return cudaErrorInvalidValue;
+      if (p.a.silu_out && !p.a.extra_rows) { /* gate_up with SiLU*up; the compile-time K walk at the model
+                                                 sets' hidden sizes, whole 128-row groups of gate rows */
+        if (fixed_k) {
+          LEAN_FUSED(2048, true, false) LEAN_FUSED(4096, true, false) LEAN_FUSED(7168, true, false)
+          return cudaErrorInvalidValue;
+        }
+        LEAN_FUSED(0, true, false)
       }
-      LEAN_SILU(0)
-#undef LEAN_SILU
+      /* with the shared expert as the extra slot: the compile-time K walk only, gate_up (SiLU*up, K
+       * the hidden size) and down (K the model sets' expert widths) */
+      if (p.a.silu_out && fixed_k) {
+        LEAN_FUSED(2048, true, true) LEAN_FUSED(4096, true, true) LEAN_FUSED(7168, true, true)
+      }
+      if (!p.a.silu_out && fixed_k) {
+        LEAN_FUSED(1024, false, true) LEAN_FUSED(2048, false, true)
+      }
+#undef LEAN_FUSED
     }
     return cudaErrorInvalidValue;
   }
@@ -666,12 +709,20 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       p.lean_span = v.span;
       const int64_t groups = a->silu_out ? a->n / 32 : (tiles16 + rows / 16 - 1) / (rows / 16);
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
-      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)a->slots, (unsigned)splits);
+      /* the extra expert: one more slot, its row chunks split like a routed expert's */
+      const int64_t extra_chunks = (a->extra_rows + 7) / 8;
+      const int64_t zsplits = a->extra_rows > 0 && extra_chunks > splits ? (a->splits < extra_chunks ? a->splits : extra_chunks) : splits;
+      if (a->extra_rows < 0 || (a->extra_rows > 0 && (rows != 32 || !a->extra_w || !a->extra_w_scales || !a->extra_a ||
+                                                      !a->extra_out)) ||
+          a->slots + 1 > 65535)
+        return (int)cudaErrorInvalidValue;
+      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)(a->slots + (a->extra_rows > 0)),
+                      (unsigned)zsplits);
       return (int)(a->format == FP4_FORMAT_NVFP4
                        ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
                        : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));
     }
-    if (a->silu_out) return (int)cudaErrorInvalidValue; /* the lean kernel's epilogue only */
+    if (a->silu_out || a->extra_rows) return (int)cudaErrorInvalidValue; /* the lean kernel's only */
     /* Warps per 16-row tile splitting its K; any split sums in a fixed order (deterministic). */
     const int wpt = v.warps_per_tile;
     if ((wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) || wpt > a->k / 128) return (int)cudaErrorInvalidValue;
@@ -681,7 +732,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
-  if (v.kernel != FP4_MOE_KERNEL_FMA || a->silu_out) return (int)cudaErrorInvalidValue;
+  if (v.kernel != FP4_MOE_KERNEL_FMA || a->silu_out || a->extra_rows) return (int)cudaErrorInvalidValue;
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
   const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);

@@ -243,7 +243,7 @@ static size_t grouped_bf16_bytes(const fp4_cuda_grouped_args *a) {
 
 static int grouped_launch_variant(const fp4_cuda_grouped_args *g, void *stream, int pdl) {
   if (g->variant.kernel >= FP4_MOE_KERNEL_PREFILL_MMA)
-    return g->silu_out ? (int)cudaErrorInvalidValue /* the streaming lean kernel's epilogue only */
+    return g->silu_out || g->extra_rows ? (int)cudaErrorInvalidValue /* the streaming lean kernel's only */
                        : fp4_cuda_grouped_gemm_large(g, stream, pdl);
   return fp4_cuda_grouped_gemm(g, stream, pdl);
 }
@@ -398,6 +398,19 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.slots = min64(g.experts, rows);
   g.splits = splits_for(rows, g.slots);
   g.variant = *vg;
+  /* the shared expert as the routed launches' extra slot (plan.shared_fused: W4A16, SiLU*up fused):
+   * its act rows follow the routed ones in the act section (bf16 rows: (P + T) * I fit in the f32
+   * [max(P, T), I] section), its down output is its own section */
+  const fp4_moe_experts *extra = !shared && m->plan.shared_fused ? p->moe->shared : NULL;
+  uint16_t *extra_act = extra ? (uint16_t *)at(m, m->ws.act) + rows * I : NULL;
+  if (extra) {
+    g.extra_w = extra->gate_up.data;
+    g.extra_w_scales = extra->gate_up.scales;
+    g.extra_w_mult = extra->gate_up.multipliers;
+    g.extra_rows = T;
+    g.extra_a = p->a->data;
+    g.extra_out = extra_act;
+  }
   void *hidden_bf16 = at(m, m->x.hidden_bf16);
   if (w4a4) {
     const int64_t ld = p->a->ld ? p->a->ld : H;
@@ -462,6 +475,13 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   }
   g.out = down_out;
   g.ldo = H;
+  if (extra) {
+    g.extra_w = extra->down.data;
+    g.extra_w_scales = extra->down.scales;
+    g.extra_w_mult = extra->down.multipliers;
+    g.extra_a = extra_act;
+    g.extra_out = at(m, m->ws.shared_out);
+  }
   return grouped_launch_variant(&g, p->stream, m->pdl);
 }
 
@@ -515,7 +535,7 @@ static int moe_launch_layer(moe_launch *m) {
   }
   if (e) return e;
   if ((e = run_set(m, &L->routed, 0, at(m, m->ws.down_out)))) return e;
-  if (L->shared && (e = run_set(m, L->shared, 1, at(m, m->ws.shared_out)))) return e;
+  if (L->shared && !m->plan.shared_fused && (e = run_set(m, L->shared, 1, at(m, m->ws.shared_out)))) return e;
   const fp4_matrix *w = &rt->topk_weights;
   fp4_cuda_combine_args c = {.down = at(m, m->ws.down_out), .inverse = at(m, m->ws.inverse), .weights = w->data,
                              .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(m, m->ws.shared_out) : NULL,
@@ -570,10 +590,12 @@ static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_ar
   info->note[0] = 0;
   if (plan) {
     static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "shared gate_up", "shared down"};
-    for (int g = 0; g < 2 * plan->sets; g++)
+    for (int g = 0; g < (plan->shared_fused ? 2 : 2 * plan->sets); g++)
       snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%s%s %s%s", g ? ", " : "",
                what[g], fp4_moe_variant_name(&plan->variant[g]),
                g % 2 == 0 && plan->silu_fused[g / 2] ? "+SiLU" : "");
+    if (plan->shared_fused)
+      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), ", the shared expert in both");
   }
   if (p->enable_pdl && !pdl)
     snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%sPDL needs SM90+, device is SM%d%d",

@@ -64,6 +64,16 @@ typedef struct fp4_cuda_grouped_args {
    * rows, I % 16 == 0 (fp4_moe_silu_fusable: on the compile-time K walk K 2048, 4096 or 7168 and
    * I % 128 == 0). */
   int silu_out;
+  /* An extra expert, run by the grid's last slot (the layer's shared expert in the routed experts'
+   * launch): extra_rows rows (0: none) of activations extra_a (in order, row stride lda) through its
+   * weights extra_w [N, K/2], scales extra_w_scales (one expert's, in w_layout) and multiplier
+   * extra_w_mult (device [1] or NULL), written to extra_out (row stride ldo) as out would be. The
+   * two-tile lean kernel only (variant lean r32). */
+  const uint8_t *extra_w, *extra_w_scales;
+  const float *extra_w_mult;
+  int64_t extra_rows;
+  const void *extra_a;
+  void *extra_out;
 } fp4_cuda_grouped_args;
 
 /* The streaming kernels (variant.kernel FMA, MMA or LEAN) of moe_grouped.cu. */

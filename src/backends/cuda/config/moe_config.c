@@ -299,6 +299,15 @@ static int act_of(fp4_dtype dtype) {
   return dtype == FP4_DTYPE_BF16 ? FP4_CUDA_ACT_BF16 : dtype == FP4_DTYPE_F16 ? FP4_CUDA_ACT_F16 : FP4_CUDA_ACT_F32;
 }
 
+/* The most rows of a set whose gate_up GEMM takes SiLU*up in its epilogue (fp4_moe_silu_fusable). */
+enum { kSiluFusedMaxRows = 128 };
+
+/* Two grouped GEMMs over the same weight and activation shapes and types (rows and experts aside). */
+static int same_operands(const fp4_moe_gemm_shape *a, const fp4_moe_gemm_shape *b) {
+  return a->n == b->n && a->k == b->k && a->act == b->act && a->format == b->format && a->w_layout == b->w_layout &&
+         a->aligned == b->aligned;
+}
+
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size) {
   static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "the shared expert's gate_up",
@@ -340,13 +349,37 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
     /* SiLU*up in the gate_up epilogue saves its launch and the f32 gate_up round trip. */
     plan->silu_fused[set] = fp4_moe_silu_fusable(&plan->variant[2 * set], gu, dn, w4a4);
   }
+  /* The shared expert as one more slot of the routed launches saves its two GEMM launches: where
+   * both sets' GEMMs have the same shapes, the routed ones run the two-tile lean kernel on the
+   * compile-time K walk (its fused forms are built for the model sets' hidden sizes and expert widths,
+   * 1024 and 2048) with SiLU*up fused in both sets (W4A16 decode, up to 128 rows each) and the shared
+   * set is not on the prefill tiles, so its act rows follow the routed ones and its outputs are its
+   * own. */
+  const fp4_moe_variant *vg = &plan->variant[FP4_MOE_GATE_UP], *vd = &plan->variant[FP4_MOE_DOWN];
+  const int64_t down_k = plan->gemm[FP4_MOE_DOWN].k;
+  if (plan->sets == 2 && !plan->prefill[1] && plan->silu_fused[0] && vg->fixed_k && vd->kernel == FP4_MOE_KERNEL_LEAN &&
+      vd->rows == 32 && vd->fixed_k && (down_k == 1024 || down_k == 2048) &&
+      fp4_moe_silu_fusable(vg, &plan->gemm[FP4_MOE_SHARED_GATE_UP], &plan->gemm[FP4_MOE_SHARED_DOWN], w4a4) &&
+      same_operands(&plan->gemm[FP4_MOE_GATE_UP], &plan->gemm[FP4_MOE_SHARED_GATE_UP]) &&
+      same_operands(&plan->gemm[FP4_MOE_DOWN], &plan->gemm[FP4_MOE_SHARED_DOWN]) &&
+      !fp4_moe_variant_check(&plan->variant[FP4_MOE_GATE_UP], &plan->gemm[FP4_MOE_SHARED_GATE_UP], arch, NULL, 0) &&
+      !fp4_moe_variant_check(&plan->variant[FP4_MOE_DOWN], &plan->gemm[FP4_MOE_SHARED_DOWN], arch, NULL, 0)) {
+    plan->shared_fused = 1;
+    plan->variant[FP4_MOE_SHARED_GATE_UP] = plan->variant[FP4_MOE_GATE_UP];
+    plan->variant[FP4_MOE_SHARED_DOWN] = plan->variant[FP4_MOE_DOWN];
+    plan->silu_fused[1] = 1;
+  }
   return 0;
 }
 
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
                          int w4a4) {
+  /* Up to 128 rows: the Qwen3.5 layer ran 3% faster with it at B = 1 (10 rows) and as fast at B = 8
+   * (80), its EP8 decode step 7% and 3% faster; at B = 64 (640 rows) the layer ran 6% slower
+   * (bench/results/h200/2026-12-02-moe-silu-epilogue/). */
   if (w4a4 || v->kernel != FP4_MOE_KERNEL_LEAN || v->rows != 32 || gate_up->format != FP4_FORMAT_NVFP4 ||
-      gate_up->act != FP4_CUDA_ACT_BF16 || down->act != FP4_CUDA_ACT_BF16 || gate_up->n % 32)
+      gate_up->act != FP4_CUDA_ACT_BF16 || down->act != FP4_CUDA_ACT_BF16 || gate_up->n % 32 ||
+      gate_up->rows > kSiluFusedMaxRows)
     return 0;
   /* the compile-time K walk: its fused forms are built for the model sets' hidden sizes, and the up
    * rows' scales lie a whole number of 128-row groups on */

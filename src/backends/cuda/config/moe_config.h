@@ -121,6 +121,8 @@ typedef struct fp4_moe_layer_plan {
   int prefill[2];                      /* per set: the GEMMs run the prefill tiles          */
   int silu_fused[2];                   /* per set: SiLU*up in the gate_up GEMM's epilogue
                                           (fp4_moe_silu_fusable), no kernel of its own      */
+  int shared_fused;                    /* the shared expert's GEMMs run as one more slot of
+                                          the routed experts' launches (their variants)     */
   fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
@@ -133,7 +135,9 @@ int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gat
 
 /* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
  * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. SiLU*up
- * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). */
+ * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). In W4A16
+ * decode on the lean kernel with SiLU*up fused, a shared expert of the routed experts' shapes runs in
+ * the routed launches (shared_fused; its GEMMs then take the routed variants). */
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
