@@ -374,9 +374,9 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
 
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
                          int w4a4) {
-  /* Up to 128 rows: the Qwen3.5 layer ran 3% faster with it at B = 1 (10 rows) and as fast at B = 8
-   * (80), its EP8 decode step 7% and 3% faster; at B = 64 (640 rows) the layer ran 6% slower
-   * (bench/results/h200/2026-12-02-moe-silu-epilogue/). */
+  /* Up to 128 rows: the Qwen3.5 layer ran 2-3% faster with it at B = 1 (10 rows) and as fast at
+   * B = 8 (80), its EP8 decode step 7% and 3% faster; at B = 64 (640 rows) the layer ran 6% slower
+   * in both rounds of the first run (bench/results/h200/2026-12-02-moe-decode-fusion/). */
   if (w4a4 || v->kernel != FP4_MOE_KERNEL_LEAN || v->rows != 32 || gate_up->format != FP4_FORMAT_NVFP4 ||
       gate_up->act != FP4_CUDA_ACT_BF16 || down->act != FP4_CUDA_ACT_BF16 || gate_up->n % 32 ||
       gate_up->rows > kSiluFusedMaxRows)
