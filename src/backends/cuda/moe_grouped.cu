@@ -461,10 +461,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   /* EXTRA: the grid's last slot runs the extra expert (a template flag: the pointer selects spill
    * the 96-register forms that do not need them) */
   if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA>(p, table, &extra, &e, &lo, &hi, &scale)) return;
-  const uint8_t *const wexp = extra ? p.a.extra_w : p.a.w + e * p.w_expert_bytes;
-  const uint8_t *const sexp = extra ? p.a.extra_w_scales : p.a.w_scales + e * p.a.w_scale_stride;
-  const char *const abase = static_cast<const char *>(extra ? p.a.extra_a : p.a.a);
-  const int32_t *const arows = extra ? NULL : p.a.a_rows;
+  const bool x = EXTRA && extra; /* without EXTRA the expressions below are the plain forms, read where used */
   const int64_t K = p.a.k;
   const int nslabs = (int)(K >> 7);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
@@ -483,11 +480,14 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
     /* A group wholly past N: with KW = 1 the warp stops (no barrier follows); with KW = 2 it
      * streams row N-1 again (lean_weights clamps; nothing is stored), as a branch here spills. */
     if (KW == 1 && row0 >= rows_out) break;
-    const lean_weights<NV, R> lw(wexp, sexp, p.a.w_layout, p.wC, p.a.n, K, row0, slab0, KW, g, t, tile_stride);
+    const lean_weights<NV, R> lw(x ? p.a.extra_w : p.a.w + e * p.w_expert_bytes,
+                                 x ? p.a.extra_w_scales : p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout, p.wC,
+                                 p.a.n, K, row0, slab0, KW, g, t, tile_stride);
     for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
-      const int64_t arow = arows ? (int64_t)(arows[pr] / p.a.a_div) : pr;
-      const char *act[1] = {abase + arow * row_bytes + t * (kSlab / 4) + slab0 * kSlab};
+      const int64_t arow = !x && p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
+      const char *act[1] = {static_cast<const char *>(x ? p.a.extra_a : p.a.a) + arow * row_bytes + t * (kSlab / 4) +
+                            slab0 * kSlab};
       const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
       float acc[R][1][4];
 #pragma unroll
@@ -498,11 +498,12 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
       else
         lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
                                                 acc);
-      void *const out = extra ? p.a.extra_out : p.a.out;
+      void *const out = x ? p.a.extra_out : p.a.out;
       if (KW == 1) { /* the warp summed all of K: its results are final */
         if (silu) {
 #pragma unroll
-          for (int c = 0; c < 4; c++) silu_store(p, out, r0, hi, row0, rows_out, c, lane, scale, acc[0][0][c], acc[R - 1][0][c]);
+          for (int c = 0; c < 4; c++)
+            silu_store(p, out, r0, hi, row0, rows_out, c, lane, scale, acc[0][0][c], acc[R - 1][0][c]);
         } else {
 #pragma unroll
           for (int r = 0; r < R; r++)
@@ -711,7 +712,8 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
       /* the extra expert: one more slot, its row chunks split like a routed expert's */
       const int64_t extra_chunks = (a->extra_rows + 7) / 8;
-      const int64_t zsplits = a->extra_rows > 0 && extra_chunks > splits ? (a->splits < extra_chunks ? a->splits : extra_chunks) : splits;
+      const int64_t extra_splits = a->splits < extra_chunks ? a->splits : extra_chunks;
+      const int64_t zsplits = a->extra_rows > 0 && extra_splits > splits ? extra_splits : splits;
       if (a->extra_rows < 0 || (a->extra_rows > 0 && (rows != 32 || !a->extra_w || !a->extra_w_scales || !a->extra_a ||
                                                       !a->extra_out)) ||
           a->slots + 1 > 65535)
