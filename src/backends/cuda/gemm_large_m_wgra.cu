@@ -166,15 +166,16 @@ __device__ __forceinline__ uint32_t wgra_gather(uint32_t w0, uint32_t w1, uint32
  * 16-byte loads, slo/shi their scale pairs; a[s][0..3] = a0..a3 of k16 step s. */
 template <bool F16>
 __device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &lo1, const uint4 &hi0, const uint4 &hi1,
-                                                 const uint4 &slo, const uint4 &shi, uint32_t sel, uint32_t (&a)[4][4]) {
+                                                 const uint4 &slo, const uint4 &shi, uint32_t sel, uint32_t (&a)[4][4],
+                                                 const rd_tables &tb = rd_const_tables<F16>()) {
   uint32_t r[4];
-  rd_decode_word2<F16>(wgra_gather(lo0.x, lo0.y, lo0.z, lo0.w, sel), slo.x, slo.y, r); /* row g, steps 0-1 */
+  rd_decode_word2<F16>(wgra_gather(lo0.x, lo0.y, lo0.z, lo0.w, sel), slo.x, slo.y, r, tb); /* row g, steps 0-1 */
   a[0][0] = r[0], a[0][2] = r[1], a[1][0] = r[2], a[1][2] = r[3];
-  rd_decode_word2<F16>(wgra_gather(hi0.x, hi0.y, hi0.z, hi0.w, sel), shi.x, shi.y, r); /* row g + 8 */
+  rd_decode_word2<F16>(wgra_gather(hi0.x, hi0.y, hi0.z, hi0.w, sel), shi.x, shi.y, r, tb); /* row g + 8 */
   a[0][1] = r[0], a[0][3] = r[1], a[1][1] = r[2], a[1][3] = r[3];
-  rd_decode_word2<F16>(wgra_gather(lo1.x, lo1.y, lo1.z, lo1.w, sel), slo.z, slo.w, r); /* row g, steps 2-3 */
+  rd_decode_word2<F16>(wgra_gather(lo1.x, lo1.y, lo1.z, lo1.w, sel), slo.z, slo.w, r, tb); /* row g, steps 2-3 */
   a[2][0] = r[0], a[2][2] = r[1], a[3][0] = r[2], a[3][2] = r[3];
-  rd_decode_word2<F16>(wgra_gather(hi1.x, hi1.y, hi1.z, hi1.w, sel), shi.z, shi.w, r);
+  rd_decode_word2<F16>(wgra_gather(hi1.x, hi1.y, hi1.z, hi1.w, sel), shi.z, shi.w, r, tb);
   a[2][1] = r[0], a[2][3] = r[1], a[3][1] = r[2], a[3][3] = r[3];
 }
 
@@ -434,7 +435,7 @@ struct wgra_rows_copier {
  * them into a. */
 template <class G>
 __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt, int wr, uint32_t sel,
-                                           uint32_t (&a)[4][4]) {
+                                           uint32_t (&a)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
   mbar_wait(&full[kt % S], (kt / S) & 1);
   fence_proxy_async(); /* the activation tile's cp.async writes, seen by this thread, reach wgmma's async-proxy reads */
@@ -446,14 +447,15 @@ __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt
   const uint4 hi1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr + 8, 1));
   const uint4 slo = *reinterpret_cast<const uint4 *>(sc + wr * 16);
   const uint4 shi = *reinterpret_cast<const uint4 *>(sc + (wr + 8) * 16);
-  wgra_decode_tile<G::F16>(lo0, lo1, hi0, hi1, slo, shi, sel, a);
+  wgra_decode_tile<G::F16>(lo0, lo1, hi0, hi1, slo, shi, sel, a, tb);
 }
 
 /* Consumer, one K tile: the MMAs of tile kt from cur, then (tile kt - 1's MMAs done) its slot
  * released and tile kt + 1 decoded into nxt while these MMAs run. */
 template <class G, int BT>
 __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_t *empty, int kt, int kts, int wr,
-                                          uint32_t sel, float *acc, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
+                                          uint32_t sel, float *acc, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
+                                          const rd_tables &tb) {
   constexpr int S = G::D + 1;
   const uint64_t db = sw128_desc(ring + (kt % S) * G::SLOT);
   wgmma_fence();
@@ -462,7 +464,7 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
   wgmma_commit();
   wgmma_wait<1>();
   if (kt > 0) mbar_arrive(&empty[(kt - 1) % S]);
-  if (kt + 1 < kts) wgra_fetch<G>(ring, full, kt + 1, wr, sel, nxt);
+  if (kt + 1 < kts) wgra_fetch<G>(ring, full, kt + 1, wr, sel, nxt, tb);
 }
 
 /* The producer warpgroup's loop over K tiles kb .. kb + kts - 1 (thread pt; the copier addresses
@@ -512,7 +514,8 @@ __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, u
  * per-register stores it replaces took about 230 KB of SASS, and the instruction fetches of that
  * one-time code took a third of the kernel's warp time at M = 4096. */
 template <class G, int BT>
-__device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *full, uint64_t *empty, int kts) {
+__device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *full, uint64_t *empty, int kts,
+                                                    const uint32_t *tables) {
   const int cw = threadIdx.x / kWgraWg - 1, lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2,
             q = lane & 3;
   const int wr = cw * 64 + w * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
@@ -521,11 +524,12 @@ __device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *fu
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
   uint32_t fa[4][4], fb[4][4];
-  wgra_fetch<G>(ring, full, 0, wr, sel, fa);
+  const rd_tables tb = rd_lane_tables<G::F16>(tables, lane);
+  wgra_fetch<G>(ring, full, 0, wr, sel, fa, tb);
 #pragma unroll 1
   for (int kt = 0; kt < kts; kt += 2) {
-    wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb);
-    if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa);
+    wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb, tb);
+    if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa, tb);
   }
   wgmma_wait<0>();
 #pragma unroll
@@ -560,6 +564,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
   __shared__ unsigned last_split;
+  __shared__ uint32_t tables[kRdTableWords]; /* the decode's lookup words (rd_lane_tables) */
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
 
@@ -578,6 +583,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
       mbar_init(&empty[s], 2 * kWgraWg);
     }
   }
+  if (threadIdx.x < 32) rd_store_tables(tables, threadIdx.x);
   __syncthreads(); /* barriers initialized before anyone arrives or waits */
   fp4_pdl_wait();  /* nothing is read before the producers of A, W and the scales have finished */
 
@@ -600,7 +606,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   } else {
     /* ---- consumers, then the epilogue from the staged tile ---- */
     setmaxnreg_inc<wgra_consumer_regs(BT)>();
-    float *stage = const_cast<float *>(wgra_consume<G, BT>(ring, full, empty, kts));
+    float *stage = const_cast<float *>(wgra_consume<G, BT>(ring, full, empty, kts, tables));
     const int lane = threadIdx.x & 31;
     const int cwarp = (threadIdx.x - kWgraWg) >> 5;
     if (sk.splits > 1) {
@@ -658,6 +664,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
   __shared__ int64_t row_off[BT];
   __shared__ long long tile_info[3]; /* expert, first row, end row (-1: no tile) */
   __shared__ double tile_scale;
+  __shared__ uint32_t tables[kRdTableWords]; /* the decode's lookup words (rd_lane_tables) */
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   const int64_t j = (int64_t)blockIdx.x / p.tn, n0 = ((int64_t)blockIdx.x % p.tn) * kWgraRows;
@@ -669,6 +676,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
       mbar_init(&empty[s], 2 * kWgraWg);
     }
   }
+  if (threadIdx.x < 32) rd_store_tables(tables, threadIdx.x);
   fp4_pdl_wait(); /* offsets, the permutation and the activations come from earlier kernels */
   /* With the routing kernel's dense tile numbering for this width every M tile below its total has
    * rows, and the CTAs past it (the grid is sized from a bound) exit after one load. */
@@ -705,7 +713,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
     fp4_pdl_launch_dependents();
   } else {
     setmaxnreg_inc<wgra_consumer_regs(BT)>();
-    const float *stage = wgra_consume<G, BT>(ring, full, empty, kts);
+    const float *stage = wgra_consume<G, BT>(ring, full, empty, kts, tables);
     const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5;
     const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
     const int64_t m0 = info[1], hi = info[2], col = n0 + 4 * lane;

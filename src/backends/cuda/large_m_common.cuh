@@ -506,8 +506,42 @@ __device__ __forceinline__ uint32_t rd_mul2(uint32_t x, uint32_t s) {
 /* r[p] = (code 2p, code 2p+1) of w as a 16-bit pair (low half first), times the pair s (r[0], r[1])
  * or t (r[2], r[3]): the register-A wgmma tile (gemm_large_m_wgra.cu) gathers codes of two NVFP4
  * blocks into one word. */
+/* The lookup words of rd_decode_word2 (bf16: lo0, lo1, hi0, hi1; f16: hi0, hi1). PRMT takes the
+ * second word as an immediate but the first from a vector register, and ptxas keeps a constant (or
+ * any value it sees is the same in every lane) in a uniform register and copies it into the
+ * destination before every lookup: 18 of the register-A consumer's 173 SASS instructions per K
+ * tile. rd_lane_tables reads the first words from a per-lane copy in shared memory, so they are
+ * vector values the kernel keeps in two registers. */
+struct rd_tables {
+  uint32_t lo0, lo1, hi0, hi1;
+};
 template <bool F16>
-__device__ __forceinline__ void rd_decode_word2(uint32_t w, uint32_t s, uint32_t t, uint32_t r[4]) {
+__device__ __forceinline__ rd_tables rd_const_tables() {
+  return F16 ? rd_tables{0u, 0u, kF16Hi0, kF16Hi1} : rd_tables{kBf16Lo0, kBf16Lo1, kBf16Hi0, kBf16Hi1};
+}
+/* words[96]: lane l's copies of bf16 lo0, bf16 hi0 and f16 hi0 at l, 32 + l and 64 + l, stored by
+ * the 32 threads of one warp (lane = threadIdx.x % 32) before a barrier that precedes the reads. */
+constexpr int kRdTableWords = 96;
+__device__ __forceinline__ void rd_store_tables(uint32_t *words, int lane) {
+  words[lane] = kBf16Lo0, words[32 + lane] = kBf16Hi0, words[64 + lane] = kF16Hi0;
+}
+template <bool F16>
+__device__ __forceinline__ rd_tables rd_lane_tables(const uint32_t *words, int lane) {
+  rd_tables t = rd_const_tables<F16>();
+  /* loads the compiler cannot fold (only these constants are ever stored there) */
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(words + lane);
+  if (F16) {
+    asm volatile("ld.shared.b32 %0, [%1 + 256];" : "=r"(t.hi0) : "r"(a));
+  } else {
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(t.lo0) : "r"(a));
+    asm volatile("ld.shared.b32 %0, [%1 + 128];" : "=r"(t.hi0) : "r"(a));
+  }
+  return t;
+}
+
+template <bool F16>
+__device__ __forceinline__ void rd_decode_word2(uint32_t w, uint32_t s, uint32_t t, uint32_t r[4],
+                                                const rd_tables &tb = rd_const_tables<F16>()) {
   const uint32_t m = w & 0x77777777u; /* magnitudes: selector nibbles without the sign-replicate bit */
   const uint32_t mh = m >> 16;
   /* the sign of code i (bit 4i + 3 of w) to the top bit of byte i: even codes from w << 4, odd from w */
@@ -515,14 +549,14 @@ __device__ __forceinline__ void rd_decode_word2(uint32_t w, uint32_t s, uint32_t
   const uint32_t s0 = __byte_perm(w4, w, 0x5140) & 0x80808080u; /* codes 0..3 */
   const uint32_t s1 = __byte_perm(w4, w, 0x7362) & 0x80808080u; /* codes 4..7 */
   if (F16) {
-    const uint32_t h0 = __byte_perm(kF16Hi0, kF16Hi1, m) | s0, h1 = __byte_perm(kF16Hi0, kF16Hi1, mh) | s1;
+    const uint32_t h0 = __byte_perm(tb.hi0, tb.hi1, m) | s0, h1 = __byte_perm(tb.hi0, tb.hi1, mh) | s1;
     r[0] = rd_mul2<true>(__byte_perm(h0, 0u, 0x1404), s);
     r[1] = rd_mul2<true>(__byte_perm(h0, 0u, 0x3424), s);
     r[2] = rd_mul2<true>(__byte_perm(h1, 0u, 0x1404), t);
     r[3] = rd_mul2<true>(__byte_perm(h1, 0u, 0x3424), t);
   } else {
-    const uint32_t h0 = __byte_perm(kBf16Hi0, kBf16Hi1, m) | s0, h1 = __byte_perm(kBf16Hi0, kBf16Hi1, mh) | s1;
-    const uint32_t l0 = __byte_perm(kBf16Lo0, kBf16Lo1, m), l1 = __byte_perm(kBf16Lo0, kBf16Lo1, mh);
+    const uint32_t h0 = __byte_perm(tb.hi0, tb.hi1, m) | s0, h1 = __byte_perm(tb.hi0, tb.hi1, mh) | s1;
+    const uint32_t l0 = __byte_perm(tb.lo0, tb.lo1, m), l1 = __byte_perm(tb.lo0, tb.lo1, mh);
     r[0] = rd_mul2<false>(__byte_perm(l0, h0, 0x5140), s);
     r[1] = rd_mul2<false>(__byte_perm(l0, h0, 0x7362), s);
     r[2] = rd_mul2<false>(__byte_perm(l1, h1, 0x5140), t);
