@@ -52,6 +52,11 @@ const char *fp4_peer_name(fp4_peer peer);
  * least 4096 64-bit words, which the kernel writes so that its loads are kept. FP4_ERR_UNSUPPORTED
  * in a build without CUDA. */
 fp4_status fp4_peer_read_queue(const void *src, size_t bytes, void *sink, void *stream);
+/* The same read over n ranges of device memory in one kernel (srcs[i], bytes[i]: 16-byte aligned
+ * addresses and sizes, n <= FP4_PEER_READ_MAX_RANGES): the bound of a call that reads scattered
+ * bytes, such as a MoE layer's touched experts, in one launch. */
+enum { FP4_PEER_READ_MAX_RANGES = 96 };
+fp4_status fp4_peer_read_ranges_queue(const void *const *srcs, const size_t *bytes, int n, void *sink, void *stream);
 
 /* What a measurement record needs to say about the machine it ran on. */
 typedef struct fp4_device_info {

@@ -475,6 +475,24 @@ fp4_status fp4_peer_read_queue(const void *src, size_t bytes, void *sink, void *
 #endif
 }
 
+fp4_status fp4_peer_read_ranges_queue(const void *const *srcs, const size_t *bytes, int n, void *sink, void *stream) {
+  if (n < 1 || n > FP4_PEER_READ_MAX_RANGES || !srcs || !bytes)
+    return fp4_set_error(FP4_ERR_INVALID_ARGUMENT, "fp4_peer_read_ranges_queue: %d ranges (1 to %d, with their arrays)",
+                         n, (int)FP4_PEER_READ_MAX_RANGES);
+  for (int k = 0; k < n; k++)
+    if (((uintptr_t)srcs[k] | bytes[k]) % 16)
+      return fp4_set_error(FP4_ERR_INVALID_ARGUMENT,
+                           "fp4_peer_read_ranges_queue: range %d (%p, %zu bytes) is not in whole 16-byte vectors", k,
+                           srcs[k], bytes[k]);
+#if FP4KIT_HAVE_CUDA
+  const int e = fp4_peer_launch_read_ranges(srcs, bytes, n, (uint64_t *)sink, stream);
+  return e ? fp4_set_error(FP4_ERR_CUDA, "fp4_peer_read_ranges_queue: %s", cudaGetErrorString((cudaError_t)e)) : FP4_OK;
+#else
+  (void)sink, (void)stream;
+  return fp4_set_error(FP4_ERR_UNSUPPORTED, "fp4_peer_read_ranges_queue: this build has no CUDA");
+#endif
+}
+
 fp4_status fp4_time_peer(fp4_context *ctx, fp4_peer peer, int64_t m, int64_t n, int64_t k, int runs,
                          fp4_timing *timing, double *bytes_per_s) {
   fp4_set_error(FP4_OK, NULL);

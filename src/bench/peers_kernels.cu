@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "bench/peers.h"
+#include "fp4kit_bench.h"
 
 namespace {
 
@@ -39,11 +40,10 @@ __global__ void copy_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ s
     for (size_t t = threadIdx.x; t < tail; t += blockDim.x) dst_tail[t] = src_tail[t];
 }
 
-__global__ void read_kernel(const uint4 *__restrict__ src, size_t vectors, const unsigned char *__restrict__ tail_src,
-                            size_t tail, unsigned long long *__restrict__ sink) {
+/* This thread's share of a grid-stride read of vectors 16-byte words at src, folded into acc. */
+__device__ __forceinline__ void read_span(const uint4 *__restrict__ src, size_t vectors, unsigned long long &acc) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  unsigned long long acc = 0;
   for (; i + (kUnroll - 1) * stride < vectors; i += kUnroll * stride) {
     uint4 v[kUnroll];
 #pragma unroll
@@ -52,9 +52,10 @@ __global__ void read_kernel(const uint4 *__restrict__ src, size_t vectors, const
     for (int u = 0; u < kUnroll; u++) acc += (unsigned long long)(v[u].x ^ v[u].y) + (v[u].z ^ v[u].w);
   }
   for (; i < vectors; i += stride) acc += (unsigned long long)(src[i].x ^ src[i].y) + (src[i].z ^ src[i].w);
-  if (blockIdx.x == 0)
-    for (size_t t = threadIdx.x; t < tail; t += blockDim.x) acc += tail_src[t];
-  /* One store per block: the sum must be observable or the loads could be dropped. */
+}
+
+/* One store per block: the sum must be observable or the loads could be dropped. */
+__device__ __forceinline__ void store_block_sum(unsigned long long acc, unsigned long long *__restrict__ sink) {
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   __shared__ unsigned long long warp_sums[kThreads / 32];
   if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
@@ -64,6 +65,29 @@ __global__ void read_kernel(const uint4 *__restrict__ src, size_t vectors, const
     for (int w = 0; w < kThreads / 32; w++) s += warp_sums[w];
     sink[blockIdx.x % FP4_PEER_READ_SINK_WORDS] = s;
   }
+}
+
+__global__ void read_kernel(const uint4 *__restrict__ src, size_t vectors, const unsigned char *__restrict__ tail_src,
+                            size_t tail, unsigned long long *__restrict__ sink) {
+  unsigned long long acc = 0;
+  read_span(src, vectors, acc);
+  if (blockIdx.x == 0)
+    for (size_t t = threadIdx.x; t < tail; t += blockDim.x) acc += tail_src[t];
+  store_block_sum(acc, sink);
+}
+
+/* The read kernel's loop over several ranges, one after the other with the whole grid (the ranges
+ * of a MoE layer are megabytes each, so every range spreads over all blocks). */
+struct read_ranges {
+  const uint4 *src[FP4_PEER_READ_MAX_RANGES];
+  size_t vectors[FP4_PEER_READ_MAX_RANGES];
+  int n;
+};
+
+__global__ void read_ranges_kernel(const __grid_constant__ read_ranges r, unsigned long long *__restrict__ sink) {
+  unsigned long long acc = 0;
+  for (int k = 0; k < r.n; k++) read_span(r.src[k], r.vectors[k], acc);
+  store_block_sum(acc, sink);
 }
 
 __device__ float hashed_value(uint64_t seed, size_t i) {
@@ -106,6 +130,22 @@ extern "C" int fp4_peer_launch_read(const void *src, size_t bytes, uint64_t *sin
   read_kernel<<<stream_blocks(vectors), kThreads, 0, (cudaStream_t)stream>>>(
       (const uint4 *)src, vectors, (const unsigned char *)src + vectors * sizeof(uint4), tail,
       (unsigned long long *)sink);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int fp4_peer_launch_read_ranges(const void *const *srcs, const size_t *bytes, int n, uint64_t *sink,
+                                           void *stream) {
+  if (n < 1 || n > FP4_PEER_READ_MAX_RANGES) return (int)cudaErrorInvalidValue;
+  read_ranges r;
+  size_t total = 0;
+  r.n = n;
+  for (int k = 0; k < n; k++) {
+    if ((reinterpret_cast<uintptr_t>(srcs[k]) | bytes[k]) % sizeof(uint4)) return (int)cudaErrorMisalignedAddress;
+    r.src[k] = static_cast<const uint4 *>(srcs[k]);
+    r.vectors[k] = bytes[k] / sizeof(uint4);
+    total += r.vectors[k];
+  }
+  read_ranges_kernel<<<stream_blocks(total), kThreads, 0, (cudaStream_t)stream>>>(r, (unsigned long long *)sink);
   return (int)cudaGetLastError();
 }
 
