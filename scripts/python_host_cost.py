@@ -17,6 +17,9 @@ GPU the C column is the library's own host cost (launches are asynchronous).
   FP4KIT_LIB=$PWD/build/libfp4kit.so PYTHONPATH=python python3 scripts/python_host_cost.py
   ... --package DIR      import fp4kit from DIR instead (compare two versions of the package)
   ... --shapes 4096x4096,2048x4096 --calls 2000 --json out.json
+  ... --parts            also time the PyTorch and ctypes pieces a call is made of (allocating the
+                         output three ways, attribute reads, the stream and device queries, a lock,
+                         a ctypes call), on a CUDA tensor where PyTorch sees a GPU, else a CPU one
 """
 
 import argparse
@@ -40,6 +43,7 @@ def parse_args():
     ap.add_argument("--repeats", type=int, default=5, help="medians taken over this many batches (default 5)")
     ap.add_argument("--kinds", default="numpy,torch-cpu,torch-cuda", help="operand kinds to measure")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--parts", action="store_true", help="also time the pieces of a call (see above)")
     return ap.parse_args()
 
 
@@ -134,6 +138,51 @@ def bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch):
     return lambda: (fn(*args), keep)
 
 
+def call_parts(torch, calls, repeats):
+    """Microseconds of the pieces a tensor call is made of, each timed alone as the calls are."""
+    import threading
+    dev = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    a = torch.zeros((1, 4096), dtype=torch.bfloat16, device=dev)
+    w = torch.zeros((4096, 2048), dtype=torch.uint8, device=dev)
+    shape, bf16 = (1, 4096), torch.bfloat16
+    lock = threading.Lock()
+
+    def locked():
+        with lock:
+            pass
+
+    buf = ctypes.create_string_buffer(64)
+    memset = ctypes.CDLL(None).memset
+    memset.restype = ctypes.c_void_p
+    pieces = {
+        "torch.empty(shape, dtype=, device=)": lambda: torch.empty(shape, dtype=bf16, device=dev),
+        "a.new_empty(shape, dtype=)": lambda: a.new_empty(shape, dtype=bf16),
+        "torch.empty_like(a)": lambda: torch.empty_like(a),
+        "a.shape": lambda: a.shape,
+        "a.stride()": lambda: a.stride(),
+        "a.dtype": lambda: a.dtype,
+        "a.device": lambda: a.device,
+        "a.get_device()": lambda: a.get_device(),
+        "a.data_ptr()": lambda: a.data_ptr(),
+        "w.T": lambda: w.T,
+        "the plan key of a call (9 attributes in a tuple)": lambda: (
+            1, a.shape, a.stride(), a.dtype, a.device, w.shape, w.stride(), w.dtype, w.get_device()),
+        "torch.compiler.is_compiling()": lambda: torch.compiler.is_compiling(),
+        "threading.Lock enter and exit": locked,
+        "ctypes call, 3 arguments (memset)": lambda: memset(buf, 0, 0),
+    }
+    if dev.type == "cuda":
+        raw, getdev = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+        pieces["torch._C._cuda_getCurrentRawStream(0)"] = lambda: raw(0)
+        pieces["torch._C._cuda_getDevice()"] = getdev
+        pieces["torch.cuda.current_device()"] = torch.cuda.current_device
+    out = {"device": str(dev)}
+    for name, fn in pieces.items():
+        out[name] = round(per_call_us(fn, calls, repeats), 3)
+        print("  %-50s %7.3f us" % (name, out[name]))
+    return out
+
+
 def calls_per_call(fn):
     """Python functions and builtins one call of fn runs (fn's own frame not counted)."""
     n = [0]
@@ -199,10 +248,17 @@ def main():
                 print("%-11s %-12s %-11s %10.2f %10.2f %10.2f %6d  %-8s %s" % (
                     kind, op, "%dx%d" % (n, k), t_py, t_c, t_py - t_c, ncalls,
                     "-" if t_views is None else "%.2f" % t_views, backend))
+    parts = None
+    if args.parts:
+        if torch is None:
+            print("--parts: not run: PyTorch is not installed")
+        else:
+            print("pieces of a call, microseconds each:")
+            parts = call_parts(torch, args.calls, args.repeats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"package": os.path.dirname(fp4kit.__file__), "library": fp4kit.library_path(),
-                       "calls": args.calls, "repeats": args.repeats, "rows": rows}, f, indent=1)
+                       "calls": args.calls, "repeats": args.repeats, "rows": rows, "parts": parts}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -61,10 +61,9 @@ class _MoePlan(P.Plan):
         elif act_scales is not None:
             r.gate_up_act_scale, r.down_act_scale = float(act_scales[0]), float(act_scales[1])
         if self.torch:
-            empty, dev = self.empty, self.out_device
-            if out is None:
-                out = empty(self.out_shape, dtype=self.out_dtype, device=dev)
-            ws = empty(self.ws_bytes, dtype=self.u8, device=dev) if self.ws_bytes else None
+            if out is None:  # hidden's device (torch.empty would parse it again)
+                out = hidden.new_empty(self.out_shape, dtype=self.out_dtype)
+            ws = hidden.new_empty(self.ws_bytes, dtype=self.u8) if self.ws_bytes else None
         else:
             if out is None:
                 out = np.empty(self.out_shape, self.out_dtype)

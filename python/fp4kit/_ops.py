@@ -318,8 +318,12 @@ class _GemmPlan(P.Plan):
         a_struct, qb = self.a, self.qb
         if out is None:
             empty = self.empty
-            out = (empty(self.out_shape, dtype=self.out_dtype, device=self.out_device) if empty is not None
-                   else np.empty(self.out_shape, self.out_dtype))
+            if empty is None:
+                out = np.empty(self.out_shape, self.out_dtype)
+            elif self.torch:  # a.new_empty: a's device without parsing it (0.7 us less than torch.empty on the H200 host)
+                out = a.new_empty(self.out_shape, dtype=self.out_dtype)
+            else:
+                out = empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
         if not out.shape[0]:  # M = 0: an empty result, as FlashInfer returns (the C GEMMs need M >= 1)
             return out
         if self.torch:  # every operand a tensor
@@ -536,9 +540,9 @@ class _QuantizePlan(P.Plan):
             keep = P.set_scalar(self, global_scale, mode, "global_scale_device")
         q = self.q
         if self.torch:
-            empty, u8, dev = self.empty, self.u8, self.out_device
-            x_q = empty(self.q_shape, dtype=u8, device=dev)
-            sf = empty(self.sf_shape, dtype=u8, device=dev)
+            u8 = self.u8
+            x_q = x.new_empty(self.q_shape, dtype=u8)  # x's device (torch.empty would parse it again)
+            sf = x.new_empty(self.sf_shape, dtype=u8)
             self.mx.data = x.data_ptr()
             q.data, q.scales = x_q.data_ptr(), sf.data_ptr()
         else:
