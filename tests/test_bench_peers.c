@@ -46,6 +46,26 @@ int main(void) {
           fp4_peer_name((fp4_peer)p));
   }
 
+  /* The ranged read: a count out of range or a range not in whole 16-byte vectors is refused before
+   * anything is queued, naming the range (a device, below, reads two valid ones). */
+  static unsigned char host_bytes[64] __attribute__((aligned(16)));
+  const void *srcs[2] = {host_bytes, host_bytes + 32};
+  size_t lens[2] = {32, 16};
+  CHECK(fp4_peer_read_ranges_queue(srcs, lens, 0, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "0 ranges");
+  CHECK(fp4_peer_read_ranges_queue(srcs, lens, FP4_PEER_READ_MAX_RANGES + 1, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT,
+        "too many ranges");
+  CHECK(fp4_peer_read_ranges_queue(NULL, lens, 2, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL ranges");
+  lens[1] = 17;
+  CHECK(fp4_peer_read_ranges_queue(srcs, lens, 2, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "range 1"),
+        "a size of 17 bytes: %s", fp4_last_error());
+  lens[1] = 16;
+  srcs[1] = host_bytes + 8;
+  CHECK(fp4_peer_read_ranges_queue(srcs, lens, 2, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "range 1"),
+        "an address 8 bytes past alignment: %s", fp4_last_error());
+  srcs[1] = host_bytes + 32;
+
   fp4_device_info info;
   CHECK(fp4_device_info_get(NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL info");
   st = fp4_device_info_get(NULL, &info);
@@ -63,6 +83,17 @@ int main(void) {
     check_timing("copy", st, &t, rate, 1e9);
     st = fp4_time_peer(ctx, FP4_PEER_READ, 1, 256 << 10, 1 << 10, 10, &t, &rate);
     check_timing("read", st, &t, rate, 1e9);
+    /* the ranged read over two device ranges, queued and finished without an error */
+    void *dev = NULL, *sink = NULL;
+    if (fp4_alloc(ctx, FP4_MEMORY_DEVICE, 1 << 20, &dev) == FP4_OK &&
+        fp4_alloc(ctx, FP4_MEMORY_DEVICE, 4096 * 8, &sink) == FP4_OK) {
+      const void *dsrcs[2] = {dev, (const unsigned char *)dev + (512 << 10)};
+      size_t dlens[2] = {256 << 10, 512 << 10};
+      st = fp4_peer_read_ranges_queue(dsrcs, dlens, 2, sink, NULL);
+      CHECK(st == FP4_OK && fp4_synchronize(ctx) == FP4_OK, "ranged read on the device: %s", fp4_last_error());
+    }
+    fp4_free(ctx, FP4_MEMORY_DEVICE, sink);
+    fp4_free(ctx, FP4_MEMORY_DEVICE, dev);
     st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, 16, 4096, 4096, 10, &t, &rate);
     check_timing("cublas-bf16", st, &t, rate, 1e9);
     st = fp4_time_peer(ctx, FP4_PEER_CUBLASLT_FP8, 16, 4096, 4096, 10, &t, &rate);
