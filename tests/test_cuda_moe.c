@@ -34,6 +34,7 @@
 #include "fp4kit.h"
 #include "harness.h"
 #include "harness_moe.h"
+#include "backends/cuda/config/moe_config.h" /* FP4_MOE_FIXED_K_LIST (plain C) */
 #if FP4KIT_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -156,10 +157,12 @@ static void test_grouped(fp4_context *ctx) {
       }
   /* The lean kernel's compile-time-K walk (lean_stream_fixed_k: the model shapes' K, NVFP4 weights
    * in the 128x4 layout, N a multiple of 128) at each K split, against the generic walk. */
-  static const int64_t kFixedK[] = {1024, 2048, 4096, 7168};
+#define K_ITEM(v) v,
+  static const int64_t kFixedK[] = {FP4_MOE_FIXED_K_LIST(K_ITEM)}; /* every K the walk is built for */
+#undef K_ITEM
   static const int kSplits[] = {4, 1, 2};
   for (size_t sp = 0; sp < 3; sp++)
-    for (size_t ki = 0; ki < 4; ki++)
+    for (size_t ki = 0; ki < sizeof kFixedK / sizeof *kFixedK; ki++)
       for (size_t t = 0; t < 2; t++) {
         fp4h_case c = grouped_case("grouped_lean_fixed_k", FP4_FORMAT_NVFP4, 0, 1, kTokens[t], 256, kFixedK[ki], 16,
                                    FP4_DTYPE_BF16, FP4_DTYPE_F32, FP4H_DATA_NORMAL);

@@ -588,10 +588,13 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
     return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_, SILU_, EXTRA_>, grid, block, 0, s, \
                            pdl, p);                                                                             \
   }
+#define LEAN_SILU(KC_) LEAN_FUSED(KC_, true, false)
+#define LEAN_SILU_EXTRA(KC_) LEAN_FUSED(KC_, true, true)
+#define LEAN_DOWN_EXTRA(KC_) LEAN_FUSED(KC_, false, true)
       if (p.a.silu_out && !p.a.extra_rows) { /* gate_up with SiLU*up; the compile-time K walk at the model
                                                  sets' hidden sizes, whole 128-row groups of gate rows */
         if (fixed_k) {
-          LEAN_FUSED(2048, true, false) LEAN_FUSED(4096, true, false) LEAN_FUSED(7168, true, false)
+          FP4_MOE_SILU_K_LIST(LEAN_SILU)
           return cudaErrorInvalidValue;
         }
         LEAN_FUSED(0, true, false)
@@ -599,11 +602,14 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
       /* with the shared expert as the extra slot: the compile-time K walk only, gate_up (SiLU*up, K
        * the hidden size) and down (K the model sets' expert widths) */
       if (p.a.silu_out && fixed_k) {
-        LEAN_FUSED(2048, true, true) LEAN_FUSED(4096, true, true) LEAN_FUSED(7168, true, true)
+        FP4_MOE_SILU_K_LIST(LEAN_SILU_EXTRA)
       }
       if (!p.a.silu_out && fixed_k) {
-        LEAN_FUSED(1024, false, true) LEAN_FUSED(2048, false, true)
+        FP4_MOE_EXTRA_DOWN_K_LIST(LEAN_DOWN_EXTRA)
       }
+#undef LEAN_DOWN_EXTRA
+#undef LEAN_SILU_EXTRA
+#undef LEAN_SILU
 #undef LEAN_FUSED
     }
     return cudaErrorInvalidValue;
@@ -619,7 +625,7 @@ cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixe
     if (kw == 2) return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, 2, KC_>, grid, block, 0, s, pdl, p); \
     return fp4_cuda_launch(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_>, grid, block, 0, s, pdl, p);    \
   }
-        LEAN_FIXED_K(1024) LEAN_FIXED_K(2048) LEAN_FIXED_K(4096) LEAN_FIXED_K(7168)
+        FP4_MOE_FIXED_K_LIST(LEAN_FIXED_K)
 #undef LEAN_FIXED_K
         return cudaErrorInvalidValue;
       }

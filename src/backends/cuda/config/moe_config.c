@@ -123,9 +123,16 @@ static int64_t row_splits(int64_t rows, int64_t slots, int nt) {
   return splits < cap ? splits : cap < 1 ? 1 : cap;
 }
 
+#define K_IS(v) || k == (v)
+#define K_TEXT(v) " " #v
+static int fixed_k(int64_t k) { return 0 FP4_MOE_FIXED_K_LIST(K_IS); }
+static int silu_k(int64_t k) { return 0 FP4_MOE_SILU_K_LIST(K_IS); }
+static int extra_down_k(int64_t k) { return 0 FP4_MOE_EXTRA_DOWN_K_LIST(K_IS); }
+#undef K_IS
+
 static int lean_fixed_k_possible(const fp4_moe_gemm_shape *s) {
   return s->format == FP4_FORMAT_NVFP4 && s->act == FP4_CUDA_ACT_BF16 && s->w_layout == (int)FP4_LAYOUT_128X4 &&
-         s->n % 128 == 0 && (s->k == 1024 || s->k == 2048 || s->k == 4096 || s->k == 7168);
+         s->n % 128 == 0 && fixed_k(s->k);
 }
 
 static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch) {
@@ -273,7 +280,8 @@ int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s,
     if (v->fixed_k && !lean_fixed_k_possible(s))
       return snprintf(why, why_size,
                       "%s walks a compile-time K: NVFP4 weights in the 128x4 layout, bf16 rows, N %% 128 == 0 and K "
-                      "one of 1024, 2048, 4096, 7168 (here N = %lld, K = %lld); the moe.lean.generic-k forms take any K",
+                      "one of" FP4_MOE_FIXED_K_LIST(K_TEXT) " (here N = %lld, K = %lld); the moe.lean.generic-k forms "
+                      "take any K",
                       name, (long long)s->n, (long long)s->k), -1;
     return 0;
   case FP4_MOE_KERNEL_PREFILL_MMA:
@@ -358,7 +366,7 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
   const fp4_moe_variant *vg = &plan->variant[FP4_MOE_GATE_UP], *vd = &plan->variant[FP4_MOE_DOWN];
   const int64_t down_k = plan->gemm[FP4_MOE_DOWN].k;
   if (plan->sets == 2 && !plan->prefill[1] && plan->silu_fused[0] && vg->fixed_k && vd->kernel == FP4_MOE_KERNEL_LEAN &&
-      vd->rows == 32 && vd->fixed_k && (down_k == 1024 || down_k == 2048) &&
+      vd->rows == 32 && vd->fixed_k && extra_down_k(down_k) &&
       fp4_moe_silu_fusable(vg, &plan->gemm[FP4_MOE_SHARED_GATE_UP], &plan->gemm[FP4_MOE_SHARED_DOWN], w4a4) &&
       same_operands(&plan->gemm[FP4_MOE_GATE_UP], &plan->gemm[FP4_MOE_SHARED_GATE_UP]) &&
       same_operands(&plan->gemm[FP4_MOE_DOWN], &plan->gemm[FP4_MOE_SHARED_DOWN]) &&
@@ -383,5 +391,5 @@ int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gat
     return 0;
   /* the compile-time K walk: its fused forms are built for the model sets' hidden sizes, and the up
    * rows' scales lie a whole number of 128-row groups on */
-  return !v->fixed_k || ((gate_up->k == 2048 || gate_up->k == 4096 || gate_up->k == 7168) && gate_up->n % 256 == 0);
+  return !v->fixed_k || (silu_k(gate_up->k) && gate_up->n % 256 == 0);
 }

@@ -40,6 +40,15 @@
 extern "C" {
 #endif
 
+/* The K values the lean kernel's compile-time K walk is built for (moe_grouped.cu instantiates one
+ * form per value; the rules here accept exactly these), as X-macro lists so that the two stay one:
+ *   FP4_MOE_FIXED_K_LIST: every fixed-K form (the model sets' hidden sizes and expert widths);
+ *   FP4_MOE_SILU_K_LIST: gate_up with SiLU*up in its epilogue (K the hidden size);
+ *   FP4_MOE_EXTRA_DOWN_K_LIST: down with the shared expert as an extra slot (K the expert width). */
+#define FP4_MOE_FIXED_K_LIST(X) X(1024) X(2048) X(4096) X(7168)
+#define FP4_MOE_SILU_K_LIST(X) X(2048) X(4096) X(7168)
+#define FP4_MOE_EXTRA_DOWN_K_LIST(X) X(1024) X(2048)
+
 typedef enum fp4_moe_kernel {
   FP4_MOE_KERNEL_FMA = 0,
   FP4_MOE_KERNEL_MMA = 1,
