@@ -37,7 +37,7 @@ class ActivationType(enum.IntEnum):
 
 class _MoePlan(P.Plan):
     __slots__ = ("layer", "hidden", "routing", "out", "act_mode", "w13_mult", "w2_mult", "ws_bytes", "out_shape",
-                 "out_dtype", "out_device", "tokens", "empty", "u8")
+                 "out_dtype", "tokens", "u8")
 
     def run(self, hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_scales, w2_mult, act_scales, out):
         ptr = P.ptr
@@ -201,10 +201,8 @@ def _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_
     plan.torch = vh.torch
     if not out_given:
         plan.out_shape, plan.out_dtype = (tokens, hdim), vo.obj.dtype
-    plan.out_device = vh.obj.device if vh.torch else None
     if vh.torch:
-        torch = T._torch()
-        plan.empty, plan.u8 = torch.empty, torch.uint8
+        plan.u8 = T._torch().uint8
     ctx = plan.setup(device, "fp4_moe_forward", _ops._backend_bytes(backend, fn), enable_pdl)
     opts = plan.opts
     n = ctypes.c_size_t()

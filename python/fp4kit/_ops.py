@@ -320,7 +320,8 @@ class _GemmPlan(P.Plan):
             empty = self.empty
             if empty is None:
                 out = np.empty(self.out_shape, self.out_dtype)
-            elif self.torch:  # a.new_empty: a's device without parsing it (0.7 us less than torch.empty on the H200 host)
+            elif self.torch:  # a's device without parsing it: 2.4 us against torch.empty's 3.0
+                # (bench/results/h200/2026-12-02-host-cost-new-empty/)
                 out = a.new_empty(self.out_shape, dtype=self.out_dtype)
             else:
                 out = empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
@@ -527,7 +528,7 @@ def _scale_shape(nbytes, fmt, layout, k):
 
 
 class _QuantizePlan(P.Plan):
-    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "out_device", "empty", "u8")
+    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "u8")
 
     def run(self, x, global_scale):
         if self.transpose:
@@ -610,10 +611,8 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     plan.q_shape = lead + (k // 2,)
     plan.sf_shape = _scale_shape(nbytes, fmt, layout, k)
     plan.torch = v.torch
-    plan.out_device = v.obj.device if v.torch else None
     if v.torch:
-        torch = T._torch()
-        plan.empty, plan.u8 = torch.empty, torch.uint8
+        plan.u8 = T._torch().uint8
     plan.mx = _matrix(v, rows, k, ld)
     plan.q = _qmatrix(None, None, rows, k, fmt, layout, 1.0, v.memory)
     ctx = plan.setup(v.device, "fp4_quantize_ordered" if c_order else "fp4_quantize", _backend_bytes(backend, fn),
