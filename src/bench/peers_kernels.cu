@@ -133,14 +133,13 @@ extern "C" int fp4_peer_launch_read(const void *src, size_t bytes, uint64_t *sin
   return (int)cudaGetLastError();
 }
 
+/* n, alignment and sizes checked by fp4_peer_read_ranges_queue, the only caller. */
 extern "C" int fp4_peer_launch_read_ranges(const void *const *srcs, const size_t *bytes, int n, uint64_t *sink,
                                            void *stream) {
-  if (n < 1 || n > FP4_PEER_READ_MAX_RANGES) return (int)cudaErrorInvalidValue;
   read_ranges r;
   size_t total = 0;
   r.n = n;
   for (int k = 0; k < n; k++) {
-    if ((reinterpret_cast<uintptr_t>(srcs[k]) | bytes[k]) % sizeof(uint4)) return (int)cudaErrorMisalignedAddress;
     r.src[k] = static_cast<const uint4 *>(srcs[k]);
     r.vectors[k] = bytes[k] / sizeof(uint4);
     total += r.vectors[k];
