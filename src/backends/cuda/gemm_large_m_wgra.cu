@@ -36,9 +36,10 @@
  *     groups (rows 0-3 and 4-7 in opposite halves of a 128-byte line);
  *   - scales: row r, k16 step s (0..3) of the tile: the 16-bit pair (scale, scale) at r * 16 + 4 s,
  *     in the activations' type. NVFP4 (block 16): step s is block 4 kt + s; MXFP4 (block 32):
- *     block 2 kt + s / 2. The producer converts E4M3/UE8M0 -> float -> bf16/f16 (chunk_factors,
- *     pack2): exact, every E4M3 value is a bf16 and an f16 (2^-9 .. 448), every UE8M0 value a bf16
- *     (2^-127 as a subnormal, 0xFF as NaN); MXFP4 with f16 activations is refused as in the family.
+ *     block 2 kt + s / 2. The producer converts E4M3 -> f16 (-> bf16) with the hardware conversion
+ *     (wgra_e4m3x2_pairs) and UE8M0 -> float -> bf16 (chunk_factors, pack2): exact, every E4M3 value
+ *     is a bf16 and an f16 (2^-9 .. 448), every UE8M0 value a bf16 (2^-127 as a subnormal, 0xFF as
+ *     NaN); MXFP4 with f16 activations is refused as in the family.
  *
  * The A fragment (PTX ISA, wgmma .m64nNk16 with A in registers, 16-bit types: per warp the
  * mma.m16n8k16 A layout): warp w of a consumer warpgroup owns rows 16 w .. 16 w + 15 of its 64;
@@ -75,6 +76,7 @@
  * write whole token rows with store_pair (alpha * multiplier applied there, bf16/f16/f32, masked at
  * M and N).
  */
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -108,7 +110,8 @@ constexpr int wgra_producer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 88
 constexpr int wgra_consumer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 208 : 96; }
 /* Tiles between a tile's copies and its publication (scale conversion) by the producer: below
  * STAGES - 1, so that a tile is published before the consumers release the slot the producer waits
- * for next. */
+ * for next. (Four, more copies in flight, made the two-CTA tiles 0.5-3% slower than two:
+ * bench/results/h200/2026-12-03-wgra-lean-producer/.) */
 constexpr int kLag = 2;
 /* Row stride, in floats, of the epilogue's staging tile [tokens][128 weight rows] (in the ring). */
 constexpr int kStageLd = kWgraRows + 4;
@@ -137,10 +140,28 @@ struct wgra_cfg {
 
 /* ---- decode pieces (every target: the GPU self-test runs them too) ------------------------------ */
 
+/* Two E4M3 scale bytes (low 16 bits of c) as the 16-bit pairs (s0, s0) and (s1, s1): the hardware
+ * E4M3 -> f16 conversion (one instruction for both; exact, every E4M3 value is an f16 normal or
+ * zero), and for bf16 the high half of the f32 (exact, E4M3 has 4 significant bits). Against the
+ * float decode of chunk_factors this cut the two-CTA tiles' producer by about 30 instructions per K
+ * tile (bench/results/h200/2026-12-03-wgra-lean-producer/). NaN bytes give a NaN pair. */
+template <bool F16>
+__device__ __forceinline__ uint2 wgra_e4m3x2_pairs(uint32_t c) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xFFFFu), __NV_E4M3);
+  if (F16) return make_uint2((uint32_t)h.x * 0x10001u, (uint32_t)h.y * 0x10001u);
+  const uint32_t f0 = __float_as_uint(__half2float(__ushort_as_half(h.x)));
+  const uint32_t f1 = __float_as_uint(__half2float(__ushort_as_half(h.y)));
+  return make_uint2(__byte_perm(f0, 0u, 0x3232), __byte_perm(f1, 0u, 0x3232));
+}
+
 /* The 16-bit scale pairs of the 4 k16 steps of a K tile from the scale bits of its two 32-element
  * chunks (load_chunk_scales: NVFP4 two E4M3 bytes each, MXFP4 one UE8M0 byte). */
 template <bool NV, bool F16>
 __device__ __forceinline__ uint4 wgra_scale_pairs(uint32_t c0, uint32_t c1) {
+  if constexpr (NV) {
+    const uint2 p0 = wgra_e4m3x2_pairs<F16>(c0), p1 = wgra_e4m3x2_pairs<F16>(c1);
+    return make_uint4(p0.x, p0.y, p1.x, p1.y);
+  }
   float f0[2], f1[2];
   chunk_factors<NV>(c0, f0);
   chunk_factors<NV>(c1, f1);
@@ -431,6 +452,58 @@ struct wgra_rows_copier {
   }
 };
 
+/* The copies of the two-CTA tiles when every K tile is whole and the scale words travel with the
+ * tile (K a multiple of 64, wgra_raw_async): as wgra_rows_copier, but activation rows past M and
+ * weight rows past N read the last row (valid memory) instead of a zero fill. Their results are
+ * never stored: an MMA's output (weight row, token) depends on that row and that token only, and
+ * the epilogue stores rows below N and tokens below M. So a K tile is five copies with no
+ * predicate, each one add from the thread's row addresses. (With wgra_rows_copier's predicated
+ * copies and the float scale decode the producer issued about 165 instructions per K tile, 31% of
+ * the 32-token tile's instructions, and the consumers waited on `full`; with this copier,
+ * wgra_e4m3x2_pairs and the ring slots carried in wgra_produce, about 85: 1.08-1.14x faster at
+ * M = 17-64, bench/results/h200/2026-12-03-wgra-lean-producer/.) */
+template <class G, int BT>
+struct wgra_lean_copier {
+  const uint8_t *arow[BT / 16]; /* activation rows min(m0 + pt / 8 + 16 j, M - 1), plus chunk pt % 8 */
+  const uint8_t *w0, *w1;       /* weight rows min(n0 + pt / 2, N - 1) and min(n0 + 64 + pt / 2, N - 1), byte 16 (pt % 2) */
+  const uint8_t *sc;            /* row min(n0 + pt, N - 1)'s raw scale word of K tile 0 */
+  int64_t sc_step, n0;
+  uint32_t a_dst, w_dst0, w_dst1;
+  static constexpr bool raw_async = true;
+
+  __device__ __forceinline__ wgra_lean_copier(const lm_params &p, int64_t m0, int64_t n0_, int pt) : n0(n0_) {
+    const int ar = pt >> 3, ac = pt & 7, wr = pt >> 1, wh = pt & 1;
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) {
+      const int64_t r = min(m0 + ar + 16 * j, p.m - 1);
+      arow[j] = reinterpret_cast<const uint8_t *>(static_cast<const uint16_t *>(p.a) + r * p.lda + 8 * ac);
+    }
+    a_dst = (uint32_t)swz(ar, ac);
+    w0 = p.b + min(n0 + wr, p.n - 1) * (p.k >> 1) + 16 * wh;
+    w1 = p.b + min(n0 + 64 + wr, p.n - 1) * (p.k >> 1) + 16 * wh;
+    w_dst0 = (uint32_t)rd_fp4_off(wr, wh);
+    w_dst1 = (uint32_t)rd_fp4_off(wr + 64, wh);
+    const int64_t sr = min(n0 + pt, p.n - 1);
+    const int64_t o0 = fp4_layout_offset(p.b_layout, p.C, sr, 0);
+    sc = p.b_scales + o0;
+    sc_step = fp4_layout_offset(p.b_layout, p.C, sr, 4) - o0;
+  }
+
+  __device__ __forceinline__ void load(const lm_params &, uint8_t *sl, int kt, int pt) const {
+    const uint32_t ka = (uint32_t)kt * (2u * kWgraBK), kw = (uint32_t)kt * (kWgraBK / 2);
+#pragma unroll
+    for (int j = 0; j < BT / 16; j++) cp_async16(sl + a_dst + j * 16 * 128, arow[j] + ka, true);
+    cp_async16(sl + G::ACT_BYTES + w_dst0, w0 + kw, true);
+    cp_async16(sl + G::ACT_BYTES + w_dst1, w1 + kw, true);
+    cp_async4(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4,
+              sc + (G::NV ? (int64_t)kt : (int64_t)(kt >> 1)) * sc_step, true);
+  }
+
+  __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
+    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+  }
+};
+
 /* Consumer: waits for K tile kt, loads this thread's raw weight words and scale pairs and decodes
  * them into a. */
 template <class G>
@@ -480,28 +553,33 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
 template <class G, int STAGES, class P, class Copier>
 __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, uint8_t *ring, uint64_t *full,
                                              uint64_t *empty, int kb, int kts, int pt) {
+  /* ring slots of tiles j and t = j - LAG, and the parity of slot js's previous release, carried from
+   * iteration to iteration instead of divided out of j */
+  int js = 0, ts = STAGES - kLag;
+  uint32_t release_parity = 1;
 #pragma unroll 1
   for (int j = 0; j < kts + kLag; j++) {
-    const int t = j - kLag;
-    if (t >= 0) {
-      uint8_t *sl = ring + (t % STAGES) * G::SLOT;
+    if (j >= kLag) {
+      uint8_t *sl = ring + ts * G::SLOT;
       uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
       if (copier.raw_async) {
         cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
         const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
-        *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + t);
+        *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + j - kLag);
       } else {
-        *pairs = copier.loaded_pairs(p, kb + t, pt);
+        *pairs = copier.loaded_pairs(p, kb + j - kLag, pt);
       }
-      mbar_arrive(&full[t % STAGES]); /* release: the pairs are visible to the consumers' loads */
+      mbar_arrive(&full[ts]); /* release: the pairs are visible to the consumers' loads */
     }
     if (j < kts) {
-      /* slot j % STAGES last held tile j - STAGES: wait until both consumers released it */
-      if (j >= STAGES) mbar_wait(&empty[j % STAGES], ((j - STAGES) / STAGES) & 1);
-      copier.load(p, ring + (j % STAGES) * G::SLOT, kb + j, pt);
-      cp_async_arrive_noinc(&full[j % STAGES]);
+      /* slot js last held tile j - STAGES: wait until both consumers released it */
+      if (j >= STAGES) mbar_wait(&empty[js], release_parity);
+      copier.load(p, ring + js * G::SLOT, kb + j, pt);
+      cp_async_arrive_noinc(&full[js]);
     }
     cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
+    if (++js == STAGES) js = 0, release_parity ^= 1u;
+    if (++ts == STAGES) ts = 0;
   }
   cp_async_wait<0>();
 }
@@ -595,7 +673,10 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
      * tiles (register budget) and for edge tiles, which wgra_copier's bounds-checked copies made
      * twice as slow (the 128-token tile at M = 96: 613 against 316 us at M = 128, 57344 x 8192;
      * bench/results/h200/2026-12-02-batched-decode/) */
-    if (wgra_ctas_per_sm(BT) == 2 || m0 + BT > p.m || n0 + kWgraRows > p.n) {
+    if (wgra_ctas_per_sm(BT) == 2 && p.k % kWgraBK == 0 && wgra_raw_async(p.C, p.b_scales)) {
+      const wgra_lean_copier<G, BT> copier(p, m0, n0, pt);
+      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
+    } else if (wgra_ctas_per_sm(BT) == 2 || m0 + BT > p.m || n0 + kWgraRows > p.n) {
       const wgra_rows_copier<G, BT> copier(p, m0, n0, pt);
       wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
     } else {
