@@ -110,7 +110,7 @@ constexpr int wgra_producer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 88
 constexpr int wgra_consumer_regs(int bt) { return wgra_ctas_per_sm(bt) == 1 ? 208 : 96; }
 /* Tiles between a tile's copies and its publication (scale conversion) by the producer: below
  * STAGES - 1, so that a tile is published before the consumers release the slot the producer waits
- * for next. (Four, more copies in flight, made the two-CTA tiles 0.5-3% slower than two:
+ * for next. (Four, more copies in flight, made the two-CTA tiles up to 3.6% slower than two:
  * bench/results/h200/2026-12-03-wgra-lean-producer/.) */
 constexpr int kLag = 2;
 /* Row stride, in floats, of the epilogue's staging tile [tokens][128 weight rows] (in the ring). */
