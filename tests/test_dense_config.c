@@ -200,18 +200,19 @@ static void test_rules_and_workspace(void) {
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &narrow, &h200, "large-m.wgra.pro.128x32", why, sizeof why) == 0 &&
             strstr(why, "large-m.wgra.128x32"),
         "W4A16 on the 32-token prologue tile: %s", why);
-  /* batched decode on the H200: a register-A tile from 17 tokens on wide weights (from 25 on
-   * narrower ones of 2^25 weights or more), the small-M kernels below, a register-A tile on every grid
-   * above 256 tokens; the tile that fits the tokens without an edge where one does (the estimate's
-   * fitted costs) */
+  /* batched decode on the H200: a register-A tile from 17 tokens on wide weights and on narrower
+   * ones of 2^25 weights or more, from 33 on smaller narrow ones, the small-M kernels below, a
+   * register-A tile on every grid above 256 tokens; the tile that fits the tokens without an edge
+   * where one does (the estimate's fitted costs) */
   fp4_dense_shape b = narrow;
-  for (int wide = 0; wide < 2; wide++) {
-    b.n = wide ? 57344 : 8192;
+  static const struct { int64_t n, k, from_m; } starts[] = {{57344, 8192, 17}, {8192, 8192, 17}, {4096, 4096, 33}};
+  for (size_t i = 0; i < sizeof starts / sizeof *starts; i++) {
+    b.n = starts[i].n, b.k = starts[i].k;
     for (b.m = 1; b.m <= 300; b.m++) {
       const char *d = fp4_dense_default(&b, &h200);
       const int wgra = d && !strncmp(d, "large-m.wgra.", 13);
-      CHECK(wgra == (b.m >= (wide ? 17 : 25)), "H200 %lldx8192 M = %lld: %s",
-            (long long)b.n, (long long)b.m, d ? d : "-");
+      CHECK(wgra == (b.m >= starts[i].from_m), "H200 %lldx%lld M = %lld: %s", (long long)b.n, (long long)b.k,
+            (long long)b.m, d ? d : "-");
     }
   }
   /* the tile: batched decode on 57344 x 8192, and above 256 tokens the fastest register-A tile of
