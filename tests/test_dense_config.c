@@ -74,7 +74,7 @@ static void test_recorded(void) {
         continue;
       }
       const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n &&
-                             !(m >= r->wgra_mid_from_m && s.n * s.k >= ((int64_t)1 << r->wgra_mid_min_log2_weights));
+                             s.n * s.k < ((int64_t)1 << r->wgra_narrow_min_log2_weights);
       if (r->wgra_from_m && m >= r->wgra_from_m && (m > r->wgra_lead_to_m || !narrow_out) && got && a.sm90a &&
           s.act != FP4_CUDA_ACT_F32 && !(s.format == FP4_FORMAT_MXFP4 && s.act == FP4_CUDA_ACT_F16)) {
         batched++;

@@ -460,7 +460,7 @@ struct wgra_rows_copier {
  * predicate, each one add from the thread's row addresses. (With wgra_rows_copier's predicated
  * copies and the float scale decode the producer issued about 165 instructions per K tile, 31% of
  * the 32-token tile's instructions, and the consumers waited on `full`; with this copier,
- * wgra_e4m3x2_pairs and the ring slots carried in wgra_produce, about 85: 1.08-1.14x faster at
+ * wgra_e4m3x2_pairs and the ring slots carried in wgra_produce, about 85: 1.08-1.15x faster at
  * M = 17-64, bench/results/h200/2026-12-03-wgra-lean-producer/.) */
 template <class G, int BT>
 struct wgra_lean_copier {
@@ -553,8 +553,8 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
 template <class G, int STAGES, class P, class Copier>
 __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, uint8_t *ring, uint64_t *full,
                                              uint64_t *empty, int kb, int kts, int pt) {
-  /* ring slots of tiles j and t = j - LAG, and the parity of slot js's previous release, carried from
-   * iteration to iteration instead of divided out of j */
+  /* ring slots of tiles j and t = j - kLag, and the parity of slot js's previous release, carried
+   * from iteration to iteration instead of divided out of j */
   int js = 0, ts = STAGES - kLag;
   uint32_t release_parity = 1;
 #pragma unroll 1

@@ -490,13 +490,12 @@ static int wgra_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const
 
 /* The register-A tiles lead the batched-decode range of the architecture's table (wgra_from_m ..
  * wgra_lead_to_m tokens, dense_sm90.h) where they run; up to wgra_narrow_to_m tokens only from
- * wgra_narrow_min_n weight rows, or from wgra_mid_from_m tokens on 2^wgra_mid_min_log2_weights
- * weights. */
+ * wgra_narrow_min_n weight rows or on 2^wgra_narrow_min_log2_weights weights. */
 static int wgra_batch_leads(const fp4_dense_rules *r, const fp4_dense_shape *s, const fp4_dense_arch *a) {
   const char *first[1];
   if (!r->wgra_from_m || s->m < r->wgra_from_m || s->m > r->wgra_lead_to_m) return 0;
   if (s->m <= r->wgra_narrow_to_m && s->n < r->wgra_narrow_min_n &&
-      !(s->m >= r->wgra_mid_from_m && s->n * s->k >= ((int64_t)1 << r->wgra_mid_min_log2_weights)))
+      s->n * s->k < ((int64_t)1 << r->wgra_narrow_min_log2_weights))
     return 0;
   return wgra_configs(s, a, first, 1) == 1;
 }

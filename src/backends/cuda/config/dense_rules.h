@@ -16,7 +16,7 @@ typedef struct fp4_dense_rules {
   int prologue_min_log2_weights; /* W4A4 takes the bf16 prologue from 2^this weights (N x K)         */
   int wgra_from_m, wgra_lead_to_m; /* tokens over which the register-A tiles lead (0: they do not)  */
   int wgra_narrow_to_m, wgra_narrow_min_n; /* up to this many tokens, they lead from this N only...    */
-  int wgra_mid_from_m, wgra_mid_min_log2_weights; /* ...or from this many tokens on 2^this weights    */
+  int wgra_narrow_min_log2_weights;        /* ...or on 2^this weights                                 */
   int ksplit_max_m;   /* tokens up to which the cluster K split (small-m.w<W>.k<S>) may lead; 0: never */
   int ksplit_min_log2_weights; /* ...on weights of at least 2^this elements (N x K)                   */
 } fp4_dense_rules;

@@ -10,11 +10,11 @@
  * Batched decode (wgra_*): from 17 to 256 tokens the register-A tiles of 32 to 256 tokens lead
  * (config/dense_config.c picks the tile), 1.1-2.9x faster than the small-M kernels they replace at
  * 33-64 tokens and than the mma.sync tiles above; up to 32 tokens only from 10240 weight rows or on
- * 2^25 weights, where the small-M kernels stay ahead (2048 x 4096 at M = 32: 14.2 against 16.0 us;
- * bench/results/h200/2026-12-02-batched-decode/). With the lean producer the 32-token tile leads from
- * 17 tokens on 2^25 weights too: 1.02-1.36x at M = 17-24 on 8192 x 28672, 4096 x 14336, 7168 x 8192,
- * 8192 x 8192 and 4096 x 8192, against 0.97-1.01x on 8192 x 4096
- * (bench/results/h200/2026-12-03-wgra-lean-producer/, m17-24.json). */
+ * 2^25 weights, as on smaller narrow weights the small-M kernels stay ahead (2048 x 4096 at M = 32:
+ * 14.2 against 16.0 us; bench/results/h200/2026-12-02-batched-decode/). On 2^25 weights the 32-token
+ * tile with its lean producer leads from 17 tokens: 1.02-1.36x at M = 17-24 on 8192 x 28672,
+ * 4096 x 14336, 7168 x 8192, 8192 x 8192 and 4096 x 8192, against 0.97-1.01x on 8192 x 4096
+ * (bench/results/h200/2026-12-03-wgra-lean-producer/, m17-24.json; before it, from 25 tokens). */
 #ifndef FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 #define FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 
@@ -29,7 +29,6 @@ static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90",
                                                      .wgra_lead_to_m = 256,
                                                      .wgra_narrow_to_m = 32,
                                                      .wgra_narrow_min_n = 10240,
-                                                     .wgra_mid_from_m = 17,
-                                                     .wgra_mid_min_log2_weights = 25};
+                                                     .wgra_narrow_min_log2_weights = 25};
 
 #endif
