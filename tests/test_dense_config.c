@@ -172,26 +172,37 @@ static void test_rules_and_workspace(void) {
             fp4_cuda_bf16_a_bytes(7, 4096) == 7 * 4096 * 2 && fp4_cuda_bf16_a_bytes(3, 32) == 256,
         "small-M prologue workspace");
   CHECK(fp4_dense_workspace(&pro, &h200, fp4_dense_config_find("small-m.w4")) == 0, "in-loop W4A4 takes no workspace");
+  /* stream-K: 2 output tiles of 128 K tiles on 132 SMs run on 132 CTAs, two partial tiles each */
   const fp4_dense_shape split = {128, 256, 8192, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
   size_t part = 0;
-  const size_t sb = fp4_dense_wgra_split_bytes(128, 256, 8192, 128, 132, &part);
-  const int splits = fp4_dense_wgra_splits(2, 128, 132);
-  CHECK(splits > 1 && part == (size_t)2 * splits * 128 * 128 * 4 && sb == part + 2 * sizeof(unsigned),
-        "split-K of 2 tiles x 128 K tiles on 132 SMs: %d splits, %zu bytes", splits, sb);
+  const size_t sb = fp4_dense_wgra_sched_bytes(128, 256, 8192, 128, 132, &part);
+  const int64_t ctas = fp4_dense_wgra_ctas(2, 128, 132, 128);
+  CHECK(ctas == 132 && part == (size_t)2 * 132 * 128 * 128 * 4 && sb == part + 2 * sizeof(unsigned),
+        "stream-K of 2 tiles x 128 K tiles on 132 SMs: %lld CTAs, %zu bytes", (long long)ctas, sb);
   CHECK(fp4_dense_workspace(&split, &h200, fp4_dense_config_find("large-m.wgra.128x128")) == sb,
-        "register-A split-K workspace");
+        "register-A stream-K workspace");
+  /* whole waves keep one tile per CTA, and so do grids with fewer K tiles than slots; a sparse last
+   * wave takes stream-K, except on the 256-token tile */
+  CHECK(fp4_dense_wgra_ctas(264, 128, 132, 128) == 264 && fp4_dense_wgra_ctas(3, 4, 132, 32) == 3,
+        "two whole waves: %lld CTAs; 12 K tiles: %lld", (long long)fp4_dense_wgra_ctas(264, 128, 132, 128),
+        (long long)fp4_dense_wgra_ctas(3, 4, 132, 32));
+  CHECK(fp4_dense_wgra_ctas(160, 64, 132, 128) == 132 && fp4_dense_wgra_ctas(160, 64, 132, 256) == 160 &&
+            fp4_dense_wgra_ctas(448, 128, 132, 32) == 264 && fp4_dense_wgra_ctas(1002, 128, 132, 32) == 1002,
+        "160 tiles: %lld (128 tokens), %lld (256); 448 and 1002 32-token tiles: %lld, %lld",
+        (long long)fp4_dense_wgra_ctas(160, 64, 132, 128), (long long)fp4_dense_wgra_ctas(160, 64, 132, 256),
+        (long long)fp4_dense_wgra_ctas(448, 128, 132, 32), (long long)fp4_dense_wgra_ctas(1002, 128, 132, 32));
   const fp4_dense_shape big = {4096, 8192, 8192, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
   CHECK(fp4_dense_workspace(&big, &h200, fp4_dense_config_find("large-m.wgra.pro.128x256")) ==
             fp4_cuda_bf16_a_bytes(4096, 8192),
-        "register-A prologue without a split: the bf16 activations only");
+        "register-A prologue on whole waves: the bf16 activations only");
   CHECK(fp4_dense_workspace(&w4a16, &h200, fp4_dense_config_find("large-m.128x128.s4")) == 0, "mma.sync: none");
-  /* the batched-decode tiles run two CTAs per SM: their split counts 264 slots on 132 SMs */
+  /* the batched-decode tiles run two CTAs per SM: 64 tiles split in 4 over 264 slots, a partial each */
   const fp4_dense_shape narrow = {64, 8192, 8192, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4};
-  const int s64 = fp4_dense_wgra_splits(64, 128, 264);
-  CHECK(s64 > 1 && s64 != fp4_dense_wgra_splits(64, 128, 132), "64 tiles on 264 slots: %d splits", s64);
+  CHECK(fp4_dense_wgra_ctas(64, 128, 132, 64) == 256, "64 tiles on 264 slots: %lld CTAs",
+        (long long)fp4_dense_wgra_ctas(64, 128, 132, 64));
   CHECK(fp4_dense_workspace(&narrow, &h200, fp4_dense_config_find("large-m.wgra.128x64")) ==
-            (size_t)64 * s64 * 64 * 128 * 4 + 64 * sizeof(unsigned),
-        "64-token tile split-K workspace");
+            (size_t)256 * 64 * 128 * 4 + 64 * sizeof(unsigned),
+        "64-token tile split workspace");
   /* the W4A16 tile names its W4A4 twin of the same width, and the other way round */
   const fp4_dense_shape w4a4_64 = {64, 8192, 8192, FP4_CUDA_ACT_FP4, FP4_FORMAT_NVFP4};
   CHECK(fp4_dense_check(FP4_DENSE_LARGE_M_WGRA, &w4a4_64, &h200, "large-m.wgra.128x64", why, sizeof why) == 0 &&

@@ -524,43 +524,49 @@ __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt
 }
 
 /* Consumer, one K tile: the MMAs of tile kt from cur, then (tile kt - 1's MMAs done) its slot
- * released and tile kt + 1 decoded into nxt while these MMAs run. */
+ * released and tile kt + 1 decoded into nxt while these MMAs run. g0: the CTA's ring position of
+ * tile 0 (the tiles of its earlier output tiles, stream-K). */
 template <class G, int BT>
-__device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_t *empty, int kt, int kts, int wr,
-                                          uint32_t sel, float *acc, const uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4],
-                                          const rd_tables &tb) {
+__device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_t *empty, int g0, int kt, int kts,
+                                          int wr, uint32_t sel, float *acc, const uint32_t (&cur)[4][4],
+                                          uint32_t (&nxt)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
-  const uint64_t db = sw128_desc(ring + (kt % S) * G::SLOT);
+  const uint64_t db = sw128_desc(ring + ((g0 + kt) % S) * G::SLOT);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; s++) wgmma_rs_k16<BT, G::F16>(acc, cur[s], db + 2 * s);
   wgmma_commit();
   wgmma_wait<1>();
-  if (kt > 0) mbar_arrive(&empty[(kt - 1) % S]);
-  if (kt + 1 < kts) wgra_fetch<G>(ring, full, kt + 1, wr, sel, nxt, tb);
+  if (kt > 0) mbar_arrive(&empty[(g0 + kt - 1) % S]);
+  if (kt + 1 < kts) wgra_fetch<G>(ring, full, g0 + kt + 1, wr, sel, nxt, tb);
 }
 
-/* The producer warpgroup's loop over K tiles kb .. kb + kts - 1 (thread pt; the copier addresses
- * the copies: wgra_copier for dense operands, wgra_gather_copier for gathered expert rows).
- * Iteration j publishes tile j - kLag and then issues the copies of tile j. Its copies signal
- * `full` themselves when they land (cp.async.mbarrier.arrive.noinc), so the producer never waits
- * for its own copies on the consumers' behalf; it converts a tile's scales kLag tiles later (by
- * then the copies have usually landed), stores the pairs and arrives a second time. So the only
+/* The producer's place in its ring, carried across the output tiles a CTA walks (stream-K): the
+ * slot of the next tile it copies and of the next it publishes, the parity of the release it waits
+ * for before reusing slot js, and how many tiles it has copied. */
+struct wgra_producer_ring {
+  int js = 0, ts = 0, issued = 0;
+  uint32_t release_parity = 1;
+};
+
+/* The producer warpgroup's loop over K tiles kb .. kb + kts - 1 of one output tile (thread pt; the
+ * copier addresses the copies: wgra_copier for dense operands, wgra_gather_copier for gathered
+ * expert rows). Iteration j publishes tile j - kLag and then issues the copies of tile j. Its copies
+ * signal `full` themselves when they land (cp.async.mbarrier.arrive.noinc), so the producer never
+ * waits for its own copies on the consumers' behalf; it converts a tile's scales kLag tiles later
+ * (by then the copies have usually landed), stores the pairs and arrives a second time. So the only
  * waits that can hold the producer are for free slots, and the consumers find each tile published
  * STAGES - 1 - kLag tiles before they need it. (Waiting for tile j's copies before issuing tile
  * j + STAGES - 1 made producer and consumers take turns, one tile per round trip: 190 TFLOP/s at
- * 128x256, M = 4096.) */
+ * 128x256, M = 4096.) The last kLag tiles are published before the function returns, so the next
+ * output tile's copies start from a drained lag. */
 template <class G, int STAGES, class P, class Copier>
 __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, uint8_t *ring, uint64_t *full,
-                                             uint64_t *empty, int kb, int kts, int pt) {
-  /* ring slots of tiles j and t = j - kLag, and the parity of slot js's previous release, carried
-   * from iteration to iteration instead of divided out of j */
-  int js = 0, ts = STAGES - kLag;
-  uint32_t release_parity = 1;
+                                             uint64_t *empty, int kb, int kts, int pt, wgra_producer_ring &r) {
 #pragma unroll 1
   for (int j = 0; j < kts + kLag; j++) {
     if (j >= kLag) {
-      uint8_t *sl = ring + ts * G::SLOT;
+      uint8_t *sl = ring + r.ts * G::SLOT;
       uint4 *pairs = reinterpret_cast<uint4 *>(sl + G::ACT_BYTES + G::W_BYTES + pt * 16);
       if (copier.raw_async) {
         cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
@@ -569,50 +575,51 @@ __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, u
       } else {
         *pairs = copier.loaded_pairs(p, kb + j - kLag, pt);
       }
-      mbar_arrive(&full[ts]); /* release: the pairs are visible to the consumers' loads */
+      mbar_arrive(&full[r.ts]); /* release: the pairs are visible to the consumers' loads */
+      if (++r.ts == STAGES) r.ts = 0;
     }
     if (j < kts) {
-      /* slot js last held tile j - STAGES: wait until both consumers released it */
-      if (j >= STAGES) mbar_wait(&empty[js], release_parity);
-      copier.load(p, ring + js * G::SLOT, kb + j, pt);
-      cp_async_arrive_noinc(&full[js]);
+      /* slot js last held the tile copied STAGES tiles ago: wait until both consumers released it */
+      if (r.issued >= STAGES) mbar_wait(&empty[r.js], r.release_parity);
+      copier.load(p, ring + r.js * G::SLOT, kb + j, pt);
+      cp_async_arrive_noinc(&full[r.js]);
+      r.issued++;
+      if (++r.js == STAGES) r.js = 0, r.release_parity ^= 1u;
     }
     cp_async_commit(); /* one group per iteration, empty past the last tile: wait_group counts stay uniform */
-    if (++js == STAGES) js = 0, release_parity ^= 1u;
-    if (++ts == STAGES) ts = 0;
   }
-  cp_async_wait<0>();
 }
 
-/* The consumer warpgroups: warpgroup cw (1 or 2) computes weight rows 64 (cw - 1) .. + 63 of the
- * tile over kts K tiles, then both stage the FP32 result in the ring as [token][weight row] (rows
- * kStageLd floats apart) and return it. Register 4j + 2h + e (weight row wr + 8h, token 8j + 2q + e)
- * goes to stage[token][row]; the padding makes a warp's 32 stores of one register hit 32 banks.
- * Writing the output from there in a loop over token rows keeps the code short: the unrolled
- * per-register stores it replaces took about 230 KB of SASS, and the instruction fetches of that
- * one-time code took a third of the kernel's warp time at M = 4096. */
+/* The consumer warpgroups: warpgroup cw (1 or 2) computes weight rows 64 (cw - 1) .. + 63 of an
+ * output tile over kts K tiles, whose first lies at ring position g0, into acc (register 4j + 2h + e:
+ * weight row wr + 8h, token 8j + 2q + e, the wgmma D layout), and releases the last tile's slot. */
 template <class G, int BT>
-__device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *full, uint64_t *empty, int kts,
-                                                    const uint32_t *tables) {
-  const int cw = threadIdx.x / kWgraWg - 1, lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, g = lane >> 2,
-            q = lane & 3;
-  const int wr = cw * 64 + w * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
-  const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
-  float acc[BT / 2];
+__device__ __forceinline__ void wgra_mainloop(uint8_t *ring, uint64_t *full, uint64_t *empty, int g0, int kts, int wr,
+                                              uint32_t sel, const rd_tables &tb, float (&acc)[BT / 2]) {
+  constexpr int S = G::D + 1;
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) acc[i] = 0.0f;
   uint32_t fa[4][4], fb[4][4];
-  const rd_tables tb = rd_lane_tables<G::F16>(tables, lane);
-  wgra_fetch<G>(ring, full, 0, wr, sel, fa, tb);
+  wgra_fetch<G>(ring, full, g0, wr, sel, fa, tb);
 #pragma unroll 1
   for (int kt = 0; kt < kts; kt += 2) {
-    wgra_step<G, BT>(ring, full, empty, kt, kts, wr, sel, acc, fa, fb, tb);
-    if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, kt + 1, kts, wr, sel, acc, fb, fa, tb);
+    wgra_step<G, BT>(ring, full, empty, g0, kt, kts, wr, sel, acc, fa, fb, tb);
+    if (kt + 1 < kts) wgra_step<G, BT>(ring, full, empty, g0, kt + 1, kts, wr, sel, acc, fb, fa, tb);
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
-  fp4_pdl_launch_dependents();
+  mbar_arrive(&empty[(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
+}
+
+/* Both consumers stage the FP32 tile in the ring as [token][weight row] (rows kStageLd floats apart)
+ * and return it; only once the producer has copied its last tile (the CTA's last output tile).
+ * Register 4j + 2h + e goes to stage[token][row]; the padding makes a warp's 32 stores of one
+ * register hit 32 banks. Writing the output from there in a loop over token rows keeps the code
+ * short: the unrolled per-register stores it replaces took about 230 KB of SASS, and the
+ * instruction fetches of that one-time code took a third of the kernel's warp time at M = 4096. */
+template <int BT>
+__device__ __forceinline__ const float *wgra_stage(uint8_t *ring, const float (&acc)[BT / 2], int wr, int q) {
   consumer_sync(); /* both consumers are done with the ring */
   float *stage = reinterpret_cast<float *>(ring);
 #pragma unroll
@@ -624,35 +631,103 @@ __device__ __forceinline__ const float *wgra_consume(uint8_t *ring, uint64_t *fu
   consumer_sync();
   return stage;
 }
+
+/* The consumers' tile straight from the registers, where the ring may hold the CTA's next output
+ * tile: lanes g and g ^ 1 (weight rows wr and wr ^ 1) swap one value per register pair so that each
+ * stores two adjacent outputs of one token row (even g token 2q, odd g token 2q + 1). */
+template <int BT>
+__device__ __forceinline__ void wgra_store_registers(const lm_params &p, const float (&acc)[BT / 2], int64_t m0,
+                                                     int64_t n0, int wr, int g, int q) {
+  const float scale = lm_out_scale(p);
+  const bool odd = g & 1;
+#pragma unroll
+  for (int j = 0; j < BT / 8; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      const float got = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
+      store_pair(p, scale, m0 + 8 * j + 2 * q + odd, n0 + wr + 8 * h - odd, odd ? got : v0, odd ? v1 : got);
+    }
+}
 #endif
 
-/* Split-K: `splits` CTAs share an output tile, each taking a contiguous part of its K tiles, where
- * the grid would otherwise leave SMs idle (fp4_dense_wgra_splits). Each writes its FP32 partial tile to ws;
- * the last to arrive on the tile's counter sums the partials in split order (so the result does not
- * depend on which finishes first) and writes the output. */
-struct wgra_split {
-  int splits;         /* CTAs per output tile; 1: no split, ws and counters unused */
-  float *ws;          /* [tile][split][BT][128] partial tiles */
-  unsigned *counters; /* per output tile, zero before the launch */
+/* The CTAs' work (fp4_dense_wgra_ctas): the grid's `tiles` output tiles of `kall` K tiles each, in
+ * tile-major order. With `ctas` == `tiles` CTA c computes tile c. Otherwise (stream-K, where one
+ * tile per CTA would leave CTA slots idle in the last wave) CTA c walks iterations
+ * [c I / ctas, (c + 1) I / ctas) of the I = tiles x kall (tile, K tile) pairs: the end of one
+ * tile, whole tiles, the start of another; with `ctas` a multiple of `tiles` (a split) the CTAs of a
+ * tile walk equal parts of it. A whole tile is stored from the CTA; a part writes its FP32 partial
+ * (the accumulator layout) to ws, slot c for the CTA's first part and ctas + c for its last, and the
+ * last CTA to arrive on the tile's counter adds the parts in K order (so the result does not depend
+ * on which finishes first) and stores the tile. */
+struct wgra_sched {
+  int64_t tiles;
+  int kall;
+  int ctas;
+  float *ws;          /* [2 ctas][BT / 8][256 consumer threads] float4 partials (a split: [ctas]) */
+  unsigned *counters; /* per output tile, zero before the launch (stream-K only) */
 };
 
-template <int BT, int STAGES, int FMT, int ACT>
-__global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_kernel(lm_params p, wgra_split sk) {
+/* First (tile, K tile) iteration of CTA c, and the CTA whose range holds iteration x (stream-K). */
+__device__ __forceinline__ int64_t wgra_begin(const wgra_sched &sk, int64_t c) {
+  return c * (sk.tiles * sk.kall) / sk.ctas;
+}
+__device__ __forceinline__ int64_t wgra_cta_of(const wgra_sched &sk, int64_t x) {
+  return ((x + 1) * sk.ctas - 1) / (sk.tiles * sk.kall);
+}
+
+#if FP4_SM90A_BODY
+/* The producer's copies of K tiles kb .. kb + kts - 1 of output tile `tile`: wgra_copier for the
+ * one-CTA tiles inside A and W; the row-address copier for the two-CTA tiles (register budget) and
+ * for edge tiles, which wgra_copier's bounds-checked copies made twice as slow (the 128-token tile
+ * at M = 96: 613 against 316 us at M = 128, 57344 x 8192; bench/results/h200/2026-12-02-batched-decode/). */
+template <class G, int BT, int STAGES>
+__device__ __forceinline__ void wgra_produce_tile(const lm_params &p, uint8_t *ring, uint64_t *full, uint64_t *empty,
+                                                  int64_t tile, int kb, int kts, int pt, wgra_producer_ring &r) {
+  int64_t m0, n0; /* tokens m0 .., weight rows n0 .. */
+  lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
+  if (wgra_ctas_per_sm(BT) == 2 && p.k % kWgraBK == 0 && wgra_raw_async(p.C, p.b_scales)) {
+    const wgra_lean_copier<G, BT> copier(p, m0, n0, pt);
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt, r);
+  } else if (wgra_ctas_per_sm(BT) == 2 || m0 + BT > p.m || n0 + kWgraRows > p.n) {
+    const wgra_rows_copier<G, BT> copier(p, m0, n0, pt);
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt, r);
+  } else {
+    const wgra_copier<G, BT> copier(p, m0, n0, pt);
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt, r);
+  }
+}
+
+/* Both consumers store the tile through the staging tile (wgra_stage), whole token rows per warp. */
+template <int BT>
+__device__ __forceinline__ void wgra_store_staged(const lm_params &p, uint8_t *ring, const float (&acc)[BT / 2],
+                                                  int64_t tile, int wr, int lane, int cwarp) {
+  int64_t m0, n0;
+  lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
+  const float *stage = wgra_stage<BT>(ring, acc, wr, lane & 3);
+  const float scale = lm_out_scale(p);
+#pragma unroll 1
+  for (int t = cwarp; t < BT; t += 8) {
+    const float4 v = *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
+    store_pair(p, scale, m0 + t, n0 + 4 * lane, v.x, v.y);
+    store_pair(p, scale, m0 + t, n0 + 4 * lane + 2, v.z, v.w);
+  }
+}
+#endif
+
+/* STREAM: stream-K (wgra_sched), CTAs that may walk several parts; a separate instantiation, so that
+ * the one-part kernel (a whole tile or a split's part per CTA) keeps the K loop whose ring position
+ * starts at 0: with the position carried from part to part the 32-token consumer's loop takes 345
+ * instead of 311 SASS instructions per two K tiles. */
+template <int BT, int STAGES, int FMT, int ACT, bool STREAM>
+__global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_kernel(lm_params p, wgra_sched sk) {
 #if FP4_SM90A_BODY
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
-  __shared__ unsigned last_split;
+  __shared__ unsigned last_part;
   __shared__ uint32_t tables[kRdTableWords]; /* the decode's lookup words (rd_lane_tables) */
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t *ring = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-
-  int64_t m0, n0; /* tokens m0 .., weight rows n0 .. */
-  const int split = (int)(blockIdx.x % (unsigned)sk.splits);
-  const int64_t tile = blockIdx.x / (unsigned)sk.splits;
-  lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
-  const int kall = (int)((p.k + kWgraBK - 1) / kWgraBK);
-  const int kb = (int)((int64_t)split * kall / sk.splits); /* this CTA's K tiles: kb .. kb + kts - 1 */
-  const int kts = (int)((int64_t)(split + 1) * kall / sk.splits) - kb;
   const int wg = threadIdx.x / kWgraWg;
 
   if (threadIdx.x == 0) {
@@ -665,60 +740,107 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   __syncthreads(); /* barriers initialized before anyone arrives or waits */
   fp4_pdl_wait();  /* nothing is read before the producers of A, W and the scales have finished */
 
+  /* this CTA's iterations begin .. begin + rem0 - 1 of the tile-major (tile, K tile) sequence */
+  const bool whole = sk.ctas == sk.tiles;
+  const int64_t begin = whole ? (int64_t)blockIdx.x * sk.kall : wgra_begin(sk, blockIdx.x);
+  const int rem0 = whole ? sk.kall : (int)(wgra_begin(sk, blockIdx.x + 1) - begin);
+
   if (wg == 0) {
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
-    /* wgra_copier for the one-CTA tiles inside A and W; the row-address copier for the two-CTA
-     * tiles (register budget) and for edge tiles, which wgra_copier's bounds-checked copies made
-     * twice as slow (the 128-token tile at M = 96: 613 against 316 us at M = 128, 57344 x 8192;
-     * bench/results/h200/2026-12-02-batched-decode/) */
-    if (wgra_ctas_per_sm(BT) == 2 && p.k % kWgraBK == 0 && wgra_raw_async(p.C, p.b_scales)) {
-      const wgra_lean_copier<G, BT> copier(p, m0, n0, pt);
-      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
-    } else if (wgra_ctas_per_sm(BT) == 2 || m0 + BT > p.m || n0 + kWgraRows > p.n) {
-      const wgra_rows_copier<G, BT> copier(p, m0, n0, pt);
-      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
+    wgra_producer_ring ring_pos;
+    if (!STREAM) {
+      const int64_t tile = begin / sk.kall;
+      wgra_produce_tile<G, BT, STAGES>(p, ring, full, empty, tile, (int)(begin - tile * sk.kall), rem0, pt, ring_pos);
     } else {
-      const wgra_copier<G, BT> copier(p, m0, n0, pt);
-      wgra_produce<G, STAGES>(p, copier, ring, full, empty, kb, kts, pt);
-    }
-    fp4_pdl_launch_dependents();
-  } else {
-    /* ---- consumers, then the epilogue from the staged tile ---- */
-    setmaxnreg_inc<wgra_consumer_regs(BT)>();
-    float *stage = const_cast<float *>(wgra_consume<G, BT>(ring, full, empty, kts, tables));
-    const int lane = threadIdx.x & 31;
-    const int cwarp = (threadIdx.x - kWgraWg) >> 5;
-    if (sk.splits > 1) {
-      float *part = sk.ws + (size_t)tile * sk.splits * BT * kWgraRows;
+      int64_t tile = begin / sk.kall;
+      int kb = (int)(begin - tile * sk.kall);
 #pragma unroll 1
-      for (int t = cwarp; t < BT; t += 8)
-        *reinterpret_cast<float4 *>(part + ((size_t)split * BT + t) * kWgraRows + 4 * lane) =
-            *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
-      __threadfence(); /* this thread's partial is visible GPU-wide before the tile's counter moves */
-      consumer_sync();
-      if (threadIdx.x == kWgraWg) last_split = atomicAdd(&sk.counters[tile], 1u) == (unsigned)sk.splits - 1;
-      consumer_sync();
-      if (!last_split) return;
-      __threadfence(); /* the other splits' partials, published before their counter increments */
-#pragma unroll 1
-      for (int t = cwarp; t < BT; t += 8) {
-        float4 v = __ldcg(reinterpret_cast<const float4 *>(part + (size_t)t * kWgraRows + 4 * lane));
-        for (int s2 = 1; s2 < sk.splits; s2++) {
-          const float4 w = __ldcg(reinterpret_cast<const float4 *>(part + ((size_t)s2 * BT + t) * kWgraRows + 4 * lane));
-          v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
-        }
-        *reinterpret_cast<float4 *>(stage + t * kStageLd + 4 * lane) = v;
+      for (int rem = rem0; rem > 0; tile++, kb = 0) {
+        const int kts = min(sk.kall - kb, rem);
+        wgra_produce_tile<G, BT, STAGES>(p, ring, full, empty, tile, kb, kts, pt, ring_pos);
+        rem -= kts;
       }
     }
-    const float scale = lm_out_scale(p);
+    cp_async_wait<0>();
+    fp4_pdl_launch_dependents();
+    return;
+  }
+  /* ---- consumers: per output tile (part) the K loop, then its store or its partial ---- */
+  setmaxnreg_inc<wgra_consumer_regs(BT)>();
+  const int ct = threadIdx.x - kWgraWg, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int cwarp = ct >> 5;
+  const int wr = cwarp * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
+  const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
+  const rd_tables tb = rd_lane_tables<G::F16>(tables, lane);
+  if (!STREAM) {
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, 0, sk.kall, wr, sel, tb, acc);
+    fp4_pdl_launch_dependents();
+    wgra_store_staged<BT>(p, ring, acc, blockIdx.x, wr, lane, cwarp);
+    return;
+  }
+  /* Part kts K tiles of `tile` (its first at ring position g0): stored from the CTA when whole;
+   * else published (slot c for the CTA's first part, ctas + c for its last), and the last part to
+   * arrive adds them all, in K order, from the workspace and stores the tile. */
+  const auto finish = [&](float (&acc)[BT / 2], int64_t tile, int kts, bool first, bool last) {
+    if (last) fp4_pdl_launch_dependents();
+    if (kts < sk.kall) {
+      float4 *const parts = reinterpret_cast<float4 *>(sk.ws) + ct;
+      float4 *mine = parts + (size_t)((first ? 0 : sk.ctas) + blockIdx.x) * (BT / 8) * 256;
+#pragma unroll
+      for (int i = 0; i < BT / 8; i++)
+        __stcg(mine + i * 256, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+      __threadfence(); /* this thread's partial is visible GPU-wide before the tile's counter moves */
+      const int64_t t0 = tile * sk.kall;
+      const int c_first = (int)wgra_cta_of(sk, t0), c_last = (int)wgra_cta_of(sk, t0 + sk.kall - 1);
+      consumer_sync();
+      if (ct == 0) last_part = atomicAdd(&sk.counters[tile], 1u) == (unsigned)(c_last - c_first);
+      consumer_sync();
+      if (!last_part) return;
+      __threadfence(); /* the other parts, published before their counter increments */
+      /* CTA c_first holds the tile's start in its last part unless it begins there; every later
+       * CTA begins inside the tile */
+      const int slot0 = (wgra_begin(sk, c_first) == t0 ? 0 : sk.ctas) + c_first;
+      /* NB float4 loads in flight per part: more spill next to the accumulators (ptxas) */
+      constexpr int NB = BT == 128 ? 16 : BT == 256 ? 8 : 4;
+#pragma unroll
+      for (int i0 = 0; i0 < BT / 8; i0 += NB) {
 #pragma unroll 1
-    for (int t = cwarp; t < BT; t += 8) {
-      const float4 v = *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane);
-      store_pair(p, scale, m0 + t, n0 + 4 * lane, v.x, v.y);
-      store_pair(p, scale, m0 + t, n0 + 4 * lane + 2, v.z, v.w);
+        for (int c = c_first, slot = slot0; c <= c_last; c++, slot = c) {
+          const float4 *src = parts + (size_t)slot * (BT / 8) * 256;
+#pragma unroll
+          for (int i = i0; i < i0 + NB; i++) {
+            const float4 w = __ldcg(src + i * 256);
+            if (c == c_first) acc[4 * i] = w.x, acc[4 * i + 1] = w.y, acc[4 * i + 2] = w.z, acc[4 * i + 3] = w.w;
+            else acc[4 * i] += w.x, acc[4 * i + 1] += w.y, acc[4 * i + 2] += w.z, acc[4 * i + 3] += w.w;
+          }
+        }
+      }
     }
+    if (last) {
+      wgra_store_staged<BT>(p, ring, acc, tile, wr, lane, cwarp);
+    } else {
+      int64_t m0, n0;
+      lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
+      wgra_store_registers<BT>(p, acc, m0, n0, wr, g, q);
+    }
+  };
+  int64_t tile = begin / sk.kall;
+  if (!STREAM) { /* one part, at ring position 0: a whole tile, or a split's part */
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, 0, rem0, wr, sel, tb, acc);
+    finish(acc, tile, rem0, true, true);
+    return;
+  }
+  /* the CTA's parts, each from where the last one left the ring */
+  int kts = min(sk.kall - (int)(begin - tile * sk.kall), rem0);
+#pragma unroll 1
+  for (int rem = rem0, g0 = 0; rem > 0; rem -= kts, g0 += kts, tile++, kts = min(sk.kall, rem)) {
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, g0, kts, wr, sel, tb, acc);
+    finish(acc, tile, kts, g0 == 0, kts == rem);
   }
 #elif defined(__CUDA_ARCH__)
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
@@ -790,12 +912,19 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
     setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
     const wgra_gather_copier<G, BT> copier(p, tile_info[0], n0, row_off, pt);
-    wgra_produce<G, STAGES>(p, copier, ring, full, empty, 0, kts, pt);
+    wgra_producer_ring ring_pos;
+    wgra_produce<G, STAGES>(p, copier, ring, full, empty, 0, kts, pt, ring_pos);
+    cp_async_wait<0>();
     fp4_pdl_launch_dependents();
   } else {
     setmaxnreg_inc<wgra_consumer_regs(BT)>();
-    const float *stage = wgra_consume<G, BT>(ring, full, empty, kts, tables);
-    const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5;
+    const int lane = threadIdx.x & 31, cwarp = (threadIdx.x - kWgraWg) >> 5, q = lane & 3;
+    const int wr = cwarp * 16 + (lane >> 2); /* this thread's fragment rows: wr and wr + 8 */
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, 0, kts, wr, (uint32_t)(q | ((q + 4) << 4)),
+                         rd_lane_tables<G::F16>(tables, lane), acc);
+    fp4_pdl_launch_dependents();
+    const float *stage = wgra_stage<BT>(ring, acc, wr, q);
     const volatile long long *info = tile_info; /* re-read after the loop: nothing held across it */
     const int64_t m0 = info[1], hi = info[2], col = n0 + 4 * lane;
     const out_scale scale = make_out_scale(*static_cast<const volatile double *>(&tile_scale));
@@ -857,8 +986,8 @@ __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out
 /* 128 weight rows x 32 tokens (8 stages), 64 (6 stages), both two CTAs per SM (batched decode), 128
  * tokens (8 stages) or 256 tokens (5 stages: 5 x 38 KiB). A prologue config
  * takes W4A4 only: the FP4 activations are dequantized to bf16 once per GEMM (lm_run_with_dequant_a,
- * as the large-m.rd.pro.* configs), then the tile runs as W4A16. The split-K choice and its
- * workspace are the chooser's (fp4_dense_wgra_splits, fp4_dense_wgra_split_bytes). */
+ * as the large-m.rd.pro.* configs), then the tile runs as W4A16. The grid (one output tile per CTA or
+ * stream-K) and its workspace are the chooser's (fp4_dense_wgra_ctas, fp4_dense_wgra_sched_bytes). */
 
 /* setmaxnreg.inc waits until the CTA's register pool holds what it claims, so the launch must
  * allocate at least what the producer and the consumers claim together, or the consumers wait
@@ -871,31 +1000,38 @@ bool wgra_register_pool_ok(const void *kernel) {
   return fa.numRegs * kWgraThreads >= kWgraWg * wgra_producer_regs(BT) + 2 * kWgraWg * wgra_consumer_regs(BT);
 }
 
-/* ws: the split-K part of the context workspace (fp4_dense_wgra_split_bytes; unused without a split). */
+/* ws: the stream-K part of the context workspace (fp4_dense_wgra_sched_bytes; unused with one output
+ * tile per CTA). */
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
-  auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT>;
-  static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
+  auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, false>;
+  auto stream_kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, true>;
+  static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel)) &&
+                              wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(stream_kernel));
   if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
-  /* CTAs over (token tiles of BT) x (weight tiles of 128), times the split */
+  /* output tiles: (token tiles of BT) x (weight tiles of 128) */
   const int64_t tiles = ((p.m + BT - 1) / BT) * ((p.n + kWgraRows - 1) / kWgraRows);
-  wgra_split sk = {fp4_dense_wgra_splits(tiles, (p.k + kWgraBK - 1) / kWgraBK, sms * G::CTAS_PER_SM), NULL, NULL};
-  if (tiles * sk.splits > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
-  if (sk.splits == 1)
-    return fp4_cuda_launch(kernel, dim3((unsigned)tiles), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
+  const int64_t kall = (p.k + kWgraBK - 1) / kWgraBK;
+  const int64_t ctas = fp4_dense_wgra_ctas(tiles, kall, sms, BT);
+  if (ctas > 0x7FFFFFFF || kall > 0x7FFFFFFF) return cudaErrorInvalidConfiguration;
+  wgra_sched sk = {tiles, (int)kall, (int)ctas, NULL, NULL};
+  if (ctas == tiles)
+    return fp4_cuda_launch(kernel, dim3((unsigned)ctas), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p, sk);
   if (!ws) return cudaErrorInvalidValue;
   /* the partial tiles and the counters, zeroed in stream order (a memset node under capture) */
   size_t part_bytes = 0;
-  fp4_dense_wgra_split_bytes(p.m, p.n, p.k, BT, sms, &part_bytes);
+  fp4_dense_wgra_sched_bytes(p.m, p.n, p.k, BT, sms, &part_bytes);
   sk.ws = static_cast<float *>(ws);
   sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + part_bytes);
   e = cudaMemsetAsync(sk.counters, 0, (size_t)tiles * sizeof(unsigned), stream);
   if (e != cudaSuccess) return e;
-  return fp4_cuda_launch(kernel, dim3((unsigned)(tiles * sk.splits)), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl,
-                         p, sk);
+  /* a split (every CTA one part of one tile) runs on the one-part kernel */
+  return fp4_cuda_launch(ctas % tiles ? stream_kernel : kernel, dim3((unsigned)ctas), dim3(kWgraThreads),
+                         (size_t)G::SMEM, stream, pdl, p, sk);
 }
 
 template <int FMT, int ACT>
@@ -953,7 +1089,7 @@ int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) { /* M tiles: 
 
 int wgra_image_ok(int device, char *why, size_t why_size) {
   static lm_sm90a_probe_cache cache;
-  return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>),
+  return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16, false>),
                            "wgra", device, &cache, why, why_size);
 }
 
@@ -969,7 +1105,7 @@ extern "C" int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *a, const fp4_dense_c
     return (int)cudaErrorInvalidValue;
   cudaStream_t s = (cudaStream_t)stream;
   const bool nv = a->format == FP4_FORMAT_NVFP4;
-  if (c->prologue) { /* the split-K part of the workspace follows the bf16 activations */
+  if (c->prologue) { /* the stream-K part of the workspace follows the bf16 activations */
     void *ws = a->workspace ? static_cast<char *>(a->workspace) + fp4_cuda_bf16_a_bytes(a->m, a->k) : NULL;
     if (nv)
       return (int)lm_run_with_dequant_a<FP4_FORMAT_NVFP4>(a, s, pdl, [&](const lm_params &p) {

@@ -447,17 +447,29 @@ static int rd_configs(const fp4_dense_shape *s, const fp4_dense_arch *a, const c
  * of them per SM take longer per tile than one 128-token tile. */
 static double wgra_cta_cost(int bt) { return bt <= 32 ? 0.9 : bt <= 64 ? 1.1 : bt <= 128 ? 0.73 : 1.0; }
 
-/* Estimated time of the register-A tile c on s: waves of the grid over the SMs' CTA slots, times
- * the K tiles each CTA walks plus its fixed cost (fp4_dense_wgra_splits), times the CTA cost. A
- * two-CTA tile whose grid leaves each CTA an SM of its own decodes about 1.7x as fast (0.6 of the
- * cost: the small weights of the same results at M = 48-256). */
+typedef struct wgra_grid {
+  int64_t ctas; /* CTAs of the launch */
+  int split;    /* CTAs per output tile (1: one tile per CTA), 0: stream-K over the CTA slots */
+} wgra_grid;
+static wgra_grid wgra_grid_of(int64_t tiles, int64_t kall, int sms, int bt);
+
+/* Estimated time of the register-A tile c on s, in K-tile times of one CTA of c: the waves of the
+ * grid over the SMs' CTA slots times the K tiles each CTA walks plus its fixed cost (4 for the
+ * pipeline fill and the epilogue, 16 for a split's partial tile: wgra_grid_of), or with stream-K the
+ * K tiles of one CTA + 30; times the CTA cost. A two-CTA tile whose grid leaves each CTA an SM of its
+ * own decodes about 1.7x as fast (0.6 of the cost: the small weights of the same results at M =
+ * 48-256). The stream-K constant: with every SM busy a CTA's K tile takes longer than in a sparse
+ * last wave, so the 128-token tile's stream-K grids took what 30 more K tiles per CTA would
+ * (17408 x 4096 at M = 128: 59.8 us against 82.6 for two waves; 6144 x 4096 at M = 64: 31.2 us,
+ * behind the 64-token tile's split at 25.3; bench/results/h200/2026-12-03-wgra-stream-k/). */
 static double wgra_estimate(const fp4_dense_shape *s, const fp4_dense_config *c, int sms) {
-  const int64_t slots = (int64_t)sms * FP4_DENSE_WGRA_CTAS_PER_SM(c->bm);
   const int64_t tiles = cdiv(s->m, c->bm) * cdiv(s->n, 128), kall = cdiv(s->k, 64);
-  const int splits = fp4_dense_wgra_splits(tiles, kall, (int)slots);
-  const double waves = (double)cdiv(tiles * splits, slots);
-  const double alone = FP4_DENSE_WGRA_CTAS_PER_SM(c->bm) == 2 && tiles * splits <= sms ? 0.6 : 1.0;
-  return waves * ((double)kall / splits + (splits > 1 ? 16.0 : 4.0)) * wgra_cta_cost(c->bm) * alone;
+  const int64_t slots = (int64_t)sms * FP4_DENSE_WGRA_CTAS_PER_SM(c->bm);
+  const wgra_grid g = wgra_grid_of(tiles, kall, sms, c->bm);
+  if (!g.split) return ((double)cdiv(tiles * kall, g.ctas) + 30.0) * wgra_cta_cost(c->bm);
+  const double alone = FP4_DENSE_WGRA_CTAS_PER_SM(c->bm) == 2 && g.ctas <= sms ? 0.6 : 1.0;
+  return (double)cdiv(g.ctas, slots) * ((double)kall / g.split + (g.split > 1 ? 16.0 : 4.0)) *
+         wgra_cta_cost(c->bm) * alone;
 }
 
 /* Within the family, the tiles that take s's activations and fit (W4A4: the prologue configs), by
@@ -581,8 +593,7 @@ int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *a, cons
  * with a cost of 8 and a 10% margin three points came out 6-31% slower than unsplit
  * (4096 x 1024, 10240 x 8192 and 20480 x 4096 at M = 256); with these, the choice is the faster of
  * the two measured on 20 of the 22 points and 6-7% behind on two. */
-int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int slots) {
-  if (slots < 1) slots = 1;
+static int wgra_split(int64_t tiles, int64_t kall, int64_t slots) {
 #define WAVES(ctas) ((double)(((ctas) + slots - 1) / slots))
   int best = 1;
   double best_t = 0.0;
@@ -595,17 +606,35 @@ int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int slots) {
   return split;
 }
 
-size_t fp4_dense_wgra_split_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes) {
+/* The grid: the split of wgra_split, or stream-K over the CTA slots where that grid's last wave
+ * leaves more than 12% of the slots idle (the 32-, 64- and 128-token tiles; the 256-token tile was
+ * slower with stream-K at every measured point, its partially filled last wave running faster per
+ * CTA). On the H200 (bench/results/h200/2026-12-03-wgra-stream-k/) stream-K won at slot use 0.52-0.85
+ * and lost at 0.91 and more. */
+static wgra_grid wgra_grid_of(int64_t tiles, int64_t kall, int sms, int bt) {
+  const int64_t slots = (int64_t)(sms < 1 ? 1 : sms) * FP4_DENSE_WGRA_CTAS_PER_SM(bt);
+  const int split = wgra_split(tiles, kall, slots);
+  const int64_t ctas = tiles * split, iters = tiles * kall;
+  const double use = (double)ctas / (double)(((ctas + slots - 1) / slots) * slots);
+  if (iters > slots && bt <= 128 && use < 0.88) return (wgra_grid){slots, 0};
+  return (wgra_grid){ctas, split};
+}
+
+int64_t fp4_dense_wgra_ctas(int64_t tiles, int64_t kall, int sms, int bt) { return wgra_grid_of(tiles, kall, sms, bt).ctas; }
+
+size_t fp4_dense_wgra_sched_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes) {
   const int64_t tiles = cdiv(m, bt) * cdiv(n, 128);
-  const int splits = fp4_dense_wgra_splits(tiles, cdiv(k, 64), sms * FP4_DENSE_WGRA_CTAS_PER_SM(bt));
-  const size_t part = splits > 1 ? (size_t)tiles * (size_t)splits * (size_t)bt * 128 * sizeof(float) : 0;
+  const wgra_grid g = wgra_grid_of(tiles, cdiv(k, 64), sms, bt);
+  /* a partial tile per CTA of a split, two per stream-K CTA (the end of one tile, the start of another) */
+  const int64_t ctas = g.ctas, slots = g.split ? ctas : 2 * ctas;
+  const size_t part = ctas != tiles ? (size_t)slots * (size_t)bt * 128 * sizeof(float) : 0;
   if (part_bytes) *part_bytes = part;
-  return splits > 1 ? part + (size_t)tiles * sizeof(unsigned) : 0;
+  return ctas != tiles ? part + (size_t)tiles * sizeof(unsigned) : 0;
 }
 
 size_t fp4_dense_workspace(const fp4_dense_shape *s, const fp4_dense_arch *a, const fp4_dense_config *c) {
   if (!c) return 0;
   const size_t bf16 = c->prologue ? fp4_cuda_bf16_a_bytes(s->m, s->k) : 0;
-  if (c->family == FP4_DENSE_LARGE_M_WGRA) return bf16 + fp4_dense_wgra_split_bytes(s->m, s->n, s->k, c->bm, a->sms, NULL);
+  if (c->family == FP4_DENSE_LARGE_M_WGRA) return bf16 + fp4_dense_wgra_sched_bytes(s->m, s->n, s->k, c->bm, a->sms, NULL);
   return bf16;
 }

@@ -103,17 +103,19 @@ const char *fp4_dense_default(const fp4_dense_shape *s, const fp4_dense_arch *ar
 /* The configs a tuner may time for s on arch (NULL: facts unknown, small-M only), the default first. */
 int fp4_dense_candidates(const fp4_dense_shape *s, const fp4_dense_arch *arch, const char **names, int max);
 /* Device workspace config c takes for s on arch: the prologue configs' bf16 activations (M x K x 2,
- * rounded up to 256), then the register-A tiles' split-K partial tiles and counters. */
+ * rounded up to 256), then the register-A tiles' stream-K partial tiles and counters. */
 size_t fp4_dense_workspace(const fp4_dense_shape *s, const fp4_dense_arch *arch, const fp4_dense_config *c);
 /* Bytes of shared memory a block of c takes for the activation kind act. */
 int fp4_dense_smem(const fp4_dense_config *c, int act);
 
-/* Split-K of the register-A tiles: CTAs per output tile for `tiles` output tiles walking `kall` K
- * tiles of 64 on `slots` resident CTAs (SMs x FP4_DENSE_WGRA_CTAS_PER_SM; 1: no split), and the
- * workspace it takes for the tile of bt tokens on sms SMs (partial tiles of bt x 128 FP32 and a
- * counter per output tile; part_bytes: where the counters start). */
-int fp4_dense_wgra_splits(int64_t tiles, int64_t kall, int slots);
-size_t fp4_dense_wgra_split_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes);
+/* The register-A grid: CTAs for `tiles` output tiles of `kall` K tiles of 64 for the tile of bt
+ * tokens on sms SMs: `tiles` (one output tile per CTA), `tiles` x a split (the CTAs of an output
+ * tile walk equal parts of its K tiles) or the CTA slots (sms x FP4_DENSE_WGRA_CTAS_PER_SM(bt), each
+ * walking an equal share of the (tile, K tile) pairs: stream-K); and the workspace that takes on
+ * sms SMs (two partial tiles of bt x 128 FP32 per CTA and a counter per output tile where the grid
+ * is not one tile per CTA; part_bytes: where the counters start). */
+int64_t fp4_dense_wgra_ctas(int64_t tiles, int64_t kall, int sms, int bt);
+size_t fp4_dense_wgra_sched_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes);
 
 #ifdef __cplusplus
 }
