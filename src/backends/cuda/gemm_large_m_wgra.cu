@@ -74,7 +74,8 @@
  * Epilogue: accumulator register 4 j + 2 h + e holds (weight row 16 w + g + 8 h, token 8 j + 2 q + e)
  * (the wgmma D layout); the consumers stage the tile in the ring as [token][weight row] and then
  * write whole token rows with store_pair (alpha * multiplier applied there, bf16/f16/f32, masked at
- * M and N).
+ * M and N). A stream-K CTA (wgra_sched) stores the tiles it finishes before its last from the
+ * registers, its producer already copying the next tile into the ring.
  */
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
