@@ -511,9 +511,10 @@ template <class G>
 __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt, int wr, uint32_t sel,
                                            uint32_t (&a)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
-  mbar_wait(&full[kt % S], (kt / S) & 1);
+  const unsigned pos = (unsigned)kt; /* ring positions count up from 0: unsigned, no sign fix-ups */
+  mbar_wait(&full[pos % S], (pos / S) & 1);
   fence_proxy_async(); /* the activation tile's cp.async writes, seen by this thread, reach wgmma's async-proxy reads */
-  const uint8_t *sl = ring + (kt % S) * G::SLOT;
+  const uint8_t *sl = ring + (pos % S) * G::SLOT;
   const uint8_t *wt = sl + G::ACT_BYTES, *sc = wt + G::W_BYTES;
   const uint4 lo0 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 0));
   const uint4 lo1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 1));
@@ -532,13 +533,13 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
                                           int wr, uint32_t sel, float *acc, const uint32_t (&cur)[4][4],
                                           uint32_t (&nxt)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
-  const uint64_t db = sw128_desc(ring + ((g0 + kt) % S) * G::SLOT);
+  const uint64_t db = sw128_desc(ring + ((unsigned)(g0 + kt) % S) * G::SLOT);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; s++) wgmma_rs_k16<BT, G::F16>(acc, cur[s], db + 2 * s);
   wgmma_commit();
   wgmma_wait<1>();
-  if (kt > 0) mbar_arrive(&empty[(g0 + kt - 1) % S]);
+  if (kt > 0) mbar_arrive(&empty[(unsigned)(g0 + kt - 1) % S]);
   if (kt + 1 < kts) wgra_fetch<G>(ring, full, g0 + kt + 1, wr, sel, nxt, tb);
 }
 
@@ -610,7 +611,7 @@ __device__ __forceinline__ void wgra_mainloop(uint8_t *ring, uint64_t *full, uin
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
-  mbar_arrive(&empty[(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
+  mbar_arrive(&empty[(unsigned)(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
 }
 
 /* Both consumers stage the FP32 tile in the ring as [token][weight row] (rows kStageLd floats apart)
@@ -666,7 +667,7 @@ struct wgra_sched {
   int kall;
   int ctas;
   float *ws;          /* [2 ctas][BT / 8][256 consumer threads] float4 partials (a split: [ctas]) */
-  unsigned *counters; /* per output tile, zero before the launch (stream-K only) */
+  unsigned *counters; /* per output tile, zero before the launch (unused with one tile per CTA) */
 };
 
 /* First (tile, K tile) iteration of CTA c, and the CTA whose range holds iteration x (stream-K). */
