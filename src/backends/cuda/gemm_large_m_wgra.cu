@@ -670,6 +670,7 @@ struct wgra_sched {
   unsigned *counters; /* per output tile, zero before the launch (unused with one tile per CTA) */
 };
 
+#if FP4_SM90A_BODY
 /* First (tile, K tile) iteration of CTA c, and the CTA whose range holds iteration x (stream-K). */
 __device__ __forceinline__ int64_t wgra_begin(const wgra_sched &sk, int64_t c) {
   return c * (sk.tiles * sk.kall) / sk.ctas;
@@ -678,7 +679,6 @@ __device__ __forceinline__ int64_t wgra_cta_of(const wgra_sched &sk, int64_t x) 
   return ((x + 1) * sk.ctas - 1) / (sk.tiles * sk.kall);
 }
 
-#if FP4_SM90A_BODY
 /* The producer's copies of K tiles kb .. kb + kts - 1 of output tile `tile`: wgra_copier for the
  * one-CTA tiles inside A and W; the row-address copier for the two-CTA tiles (register budget) and
  * for edge tiles, which wgra_copier's bounds-checked copies made twice as slow (the 128-token tile
