@@ -20,7 +20,8 @@
  *                                registers; ".pro": W4A4 through the bf16 prologue
  *   large-m.wgra[.pro].128x<BT>  sm_90a register-A wgmma tiles (gemm_large_m_wgra.cu): 128 weight rows
  *                                (the wgmma M side) x BT tokens (32, 64: batched decode, two CTAs per
- *                                SM; 128, 256: prefill), split-K where the grid is small
+ *                                SM; 128, 256: prefill), a split or stream-K grid where one tile
+ *                                per CTA would leave SMs idle
  *
  * A named config runs or is refused with the rule it needs; it is never replaced by another.
  */
@@ -82,7 +83,7 @@ enum { FP4_DENSE_SMALL_M_MAX_M = 64, FP4_DENSE_K_SLAB = 128 };
   ((stages) * (((fp4) ? (bm) * 32 : (bm) * 128) + (bn) * 32) + (bn) * 128 + ((fp4) ? (bm) * 128 : 0))
 #define FP4_DENSE_RD_SMEM(bm, bn, stages) ((stages) * ((bm) * 128 + (bn) * 32) + 2 * (bn) * 16)
 #define FP4_DENSE_WGRA_SMEM(bt, stages) (1024 + (stages) * ((bt) * 128 + 128 * 32 + 128 * 16 + 1024))
-/* Resident CTAs per SM of the register-A tile of bt tokens (the split-K choice counts CTA slots). */
+/* Resident CTAs per SM of the register-A tile of bt tokens (the grid choice counts CTA slots). */
 #define FP4_DENSE_WGRA_CTAS_PER_SM(bt) ((bt) <= 64 ? 2 : 1)
 
 /* The config of that name, or NULL. */
