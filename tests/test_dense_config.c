@@ -265,7 +265,57 @@ static void test_rules_and_workspace(void) {
   b.act = FP4_CUDA_ACT_BF16;
 }
 
+/* The parts of the register-A grids that are not one tile per CTA, walked as the kernel walks them
+ * (gemm_large_m_wgra.cu: a CTA's range from fp4_dense_wgra_begin, cut at tile ends; its first part
+ * to slot c, a later one to ctas + c): every tile's parts cover its K tiles once, in K order, from
+ * the CTAs fp4_dense_wgra_cta_of names; the slots the tile's last CTA reads (fp4_dense_wgra_part_slot
+ * for the first CTA, c after it) are the ones written; no slot is written twice; a split's parts
+ * fit its workspace of `ctas` slots. */
+static void test_wgra_parts(void) {
+  enum { MAX_TILES = 24, MAX_KALL = 12, MAX_PARTS = MAX_TILES * MAX_KALL };
+  int64_t checked = 0, bad = 0;
+  for (int64_t tiles = 1; tiles <= MAX_TILES; tiles++)
+    for (int64_t kall = 1; kall <= MAX_KALL; kall++)
+      for (int64_t ctas = 1; ctas <= tiles * kall; ctas++) {
+        if (ctas == tiles) continue; /* one tile per CTA: no parts */
+        int64_t kb_of[MAX_PARTS], kts_of[MAX_PARTS], cta_of[MAX_PARTS], slot_of[MAX_PARTS], tile_of[MAX_PARTS];
+        int used[2 * MAX_PARTS] = {0};
+        int parts = 0, ok = 1;
+        for (int64_t c = 0; c < ctas; c++) {
+          const int64_t begin = fp4_dense_wgra_begin(tiles, kall, ctas, c);
+          int64_t rem = fp4_dense_wgra_begin(tiles, kall, ctas, c + 1) - begin, tile = begin / kall;
+          int64_t kb = begin - tile * kall;
+          ok &= rem > 0;
+          for (int first = 1; rem > 0; tile++, kb = 0, first = 0) {
+            const int64_t kts = kall - kb < rem ? kall - kb : rem;
+            tile_of[parts] = tile, kb_of[parts] = kb, kts_of[parts] = kts, cta_of[parts] = c;
+            slot_of[parts] = (first ? 0 : ctas) + c;
+            if (kts < kall) ok &= !used[slot_of[parts]]++; /* whole tiles are stored, not published */
+            ok &= ctas % tiles || (slot_of[parts] < ctas && kts < kall); /* a split: one part per CTA */
+            parts++;
+            rem -= kts;
+          }
+        }
+        for (int64_t t = 0; t < tiles; t++) {
+          const int64_t c_first = fp4_dense_wgra_cta_of(tiles, kall, ctas, t * kall);
+          const int64_t c_last = fp4_dense_wgra_cta_of(tiles, kall, ctas, t * kall + kall - 1);
+          int64_t next = 0, c_want = c_first;
+          for (int i = 0; i < parts; i++) {
+            if (tile_of[i] != t) continue;
+            const int64_t read = c_want == c_first ? fp4_dense_wgra_part_slot(tiles, kall, ctas, c_want, t) : c_want;
+            ok &= kb_of[i] == next && cta_of[i] == c_want && (kts_of[i] == kall || slot_of[i] == read);
+            next += kts_of[i], c_want++;
+          }
+          ok &= next == kall && c_want == c_last + 1;
+        }
+        checked++, bad += !ok;
+        if (!ok && bad <= 3) fprintf(stderr, "wgra parts: tiles %lld kall %lld ctas %lld\n", (long long)tiles, (long long)kall, (long long)ctas);
+      }
+  CHECK(checked > 10000 && bad == 0, "register-A parts: %lld grids, %lld wrong", (long long)checked, (long long)bad);
+}
+
 int main(void) {
+  test_wgra_parts();
   test_rules_and_workspace();
   test_candidates();
   test_recorded();

@@ -670,12 +670,13 @@ struct wgra_sched {
 };
 
 #if FP4_SM90A_BODY
-/* First (tile, K tile) iteration of CTA c, and the CTA whose range holds iteration x (stream-K). */
+/* First (tile, K tile) iteration of CTA c, and the CTA whose range holds iteration x
+ * (config/dense_config.h, whose test checks that the parts cover every tile once). */
 __device__ __forceinline__ int64_t wgra_begin(const wgra_sched &sk, int64_t c) {
-  return c * (sk.tiles * sk.kall) / sk.ctas;
+  return fp4_dense_wgra_begin(sk.tiles, sk.kall, sk.ctas, c);
 }
 __device__ __forceinline__ int64_t wgra_cta_of(const wgra_sched &sk, int64_t x) {
-  return ((x + 1) * sk.ctas - 1) / (sk.tiles * sk.kall);
+  return fp4_dense_wgra_cta_of(sk.tiles, sk.kall, sk.ctas, x);
 }
 
 /* The producer's copies of K tiles kb .. kb + kts - 1 of output tile `tile`: wgra_copier for the
@@ -811,7 +812,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
       __threadfence(); /* the other parts, published before their counter increments */
       /* CTA c_first holds the tile's start in its last part unless it begins there; every later
        * CTA begins inside the tile */
-      const int slot0 = (wgra_begin(sk, c_first) == t0 ? 0 : sk.ctas) + c_first;
+      const int slot0 = (int)fp4_dense_wgra_part_slot(sk.tiles, sk.kall, sk.ctas, c_first, tile);
       /* NB float4 loads in flight per part: more spill next to the accumulators (ptxas) */
       constexpr int NB = BT == 128 ? 16 : BT == 256 ? 8 : 4;
 #pragma unroll

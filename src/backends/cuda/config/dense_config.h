@@ -116,6 +116,27 @@ int fp4_dense_smem(const fp4_dense_config *c, int act);
  * sms SMs (two partial tiles of bt x 128 FP32 per CTA and a counter per output tile where the grid
  * is not one tile per CTA; part_bytes: where the counters start). */
 int64_t fp4_dense_wgra_ctas(int64_t tiles, int64_t kall, int sms, int bt);
+
+/* The parts of a grid of `ctas` CTAs that is not one tile per CTA (the kernel's and the tests'
+ * arithmetic, gemm_large_m_wgra.cu): CTA c walks iterations [begin(c), begin(c + 1)) of the
+ * tiles x kall tile-major (tile, K tile) pairs; iteration x lies in CTA cta_of(x)'s range; a CTA's
+ * first part goes to workspace slot c, a later one to ctas + c. */
+#if defined(__CUDACC__)
+#define FP4_DENSE_HD __host__ __device__ __forceinline__
+#else
+#define FP4_DENSE_HD static inline
+#endif
+FP4_DENSE_HD int64_t fp4_dense_wgra_begin(int64_t tiles, int64_t kall, int64_t ctas, int64_t c) {
+  return c * (tiles * kall) / ctas;
+}
+FP4_DENSE_HD int64_t fp4_dense_wgra_cta_of(int64_t tiles, int64_t kall, int64_t ctas, int64_t x) {
+  return ((x + 1) * ctas - 1) / (tiles * kall);
+}
+/* The slot holding the part of tile t that CTA c (c_first(t) <= c <= c_last(t)) walks: its first
+ * part unless c is the tile's first CTA and began in an earlier tile. */
+FP4_DENSE_HD int64_t fp4_dense_wgra_part_slot(int64_t tiles, int64_t kall, int64_t ctas, int64_t c, int64_t t) {
+  return (fp4_dense_wgra_begin(tiles, kall, ctas, c) >= t * kall ? 0 : ctas) + c;
+}
 size_t fp4_dense_wgra_sched_bytes(int64_t m, int64_t n, int64_t k, int bt, int sms, size_t *part_bytes);
 
 #ifdef __cplusplus
