@@ -284,11 +284,31 @@ static double num(const cJSON *o, const char *key) {
 
 /* A two-layer step end to end through the fp4kit command: every point ok, bytes as planned. */
 static void cli_step(const char *args, int64_t layer_bytes_dense, int types) {
-  char full[400], path[128];
+  char full[400], path[128], csv_path[128];
   snprintf(path, sizeof path, "%s/step.json", dir);
-  snprintf(full, sizeof full, "bench %s --layers 2 --rounds 3 --json %s", args, path);
+  snprintf(csv_path, sizeof csv_path, "%s/step.csv", dir);
+  snprintf(full, sizeof full, "bench %s --layers 2 --rounds 3 --json %s --csv %s", args, path, csv_path);
   const int rc = cli_run("", full, "step");
-  char *err = cli_slurp("step.err"), *text = cli_slurp("step.json");
+  char *err = cli_slurp("step.err"), *text = cli_slurp("step.json"), *csv = cli_slurp("step.csv");
+  /* the CSV carries the read-only chain too: its column is filled on every whole-step row */
+  int chain_col = -1, step_rows = 0, chain_rows = 0;
+  for (char *line = csv, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    int col = 0;
+    const char *field = line;
+    for (const char *c = line;; c++)
+      if (*c == ',' || !*c) {
+        const size_t len = (size_t)(c - field);
+        if (line == csv && len == strlen("read_chain_graph_us") && !strncmp(field, "read_chain_graph_us", len)) chain_col = col;
+        if (line != csv && col == chain_col && strstr(line, ",step,")) step_rows++, chain_rows += len > 0 && atof(field) > 0;
+        if (!*c) break;
+        col++, field = c + 1;
+      }
+  }
+  CHECK(chain_col >= 0 && step_rows == 2 && chain_rows == 2, "'%s': CSV read-chain column %d, %d step rows, %d with a time",
+        full, chain_col, step_rows, chain_rows);
+  free(csv);
   CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
   cJSON *root = text ? cJSON_Parse(text) : NULL;
   CHECK(root != NULL, "'fp4kit %s': no JSON record", full);

@@ -661,8 +661,8 @@ static void csv_num(FILE *f, bv v, const char *fmt) {
 
 static void write_csv(FILE *f, const step_report *r) {
   fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
-             "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,bf16_cublas_graph_us,"
-             "speedup_vs_bf16,gpus,collectives,collective_ring_bytes_per_rank,collectives_alone_us,status\n");
+             "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,read_chain_graph_us,"
+             "read_chain_frac_read_ceiling,read_chain_over_copy_floor,bf16_cublas_graph_us,speedup_vs_bf16,gpus,collectives,collective_ring_bytes_per_rank,collectives_alone_us,status\n");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
     for (int t = -1; t < r->plan.ntypes; t++) {
@@ -681,6 +681,9 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, y ? (fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : none) : frac_read(r, x), "%.4f");
       csv_num(f, y ? none : over_copy(r, x), "%.4f");
       csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
+      csv_num(f, y ? none : x->reads_us, "%.2f");
+      csv_num(f, y || !fl.ok || !x->reads_us.ok ? none : (bv){1, fl.v / x->reads_us.v}, "%.4f");
+      csv_num(f, y ? none : chain_over_copy(r, x), "%.4f");
       csv_num(f, y ? none : x->bf16_us, "%.2f");
       csv_num(f, y ? none : bf16_speedup(x), "%.3f");
       fprintf(f, "%d,", r->gpus);
