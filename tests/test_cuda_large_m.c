@@ -386,11 +386,13 @@ static void test_family_configs(fp4_context *ctx, int first, int count, const ch
 /* The batched-decode register-A tiles (the first NUM_BATCH_WGRA register-A configs), the wide ones
  * at M below or between their multiples (their edge copies), and the default choice, on every
  * variant at M = 17 .. 256: odd M, N not a multiple of the 128-row tile, one 128-element K shard
- * and a K-tile tail (K = 160), narrow weights with long K (the split-K grids); f32 output (the 1e-5 check) and, rotating, bf16/f16 outputs, every weight
- * scale layout and edge-value data. */
+ * and a K-tile tail (K = 160), narrow weights with long K (the split-K grids), 1536 x 2048 (at M = 17
+ * the 12 tiles of 32 tokens get the 264 CTA slots of a stream-K grid, 22 CTAs a tile: the one-part
+ * kernel); f32 output (the 1e-5 check) and, rotating, bf16/f16 outputs, every weight scale layout
+ * and edge-value data. */
 static void test_batched_decode(fp4_context *ctx, uint64_t seed) {
   static const int64_t ms[] = {17, 33, 64, 100, 255, 256};
-  static const int64_t nks[][2] = {{1003, 128}, {200, 4096}, {4096, 160}, {2048, 1024}};
+  static const int64_t nks[][2] = {{1003, 128}, {200, 4096}, {4096, 160}, {2048, 1024}, {1536, 2048}};
   static const fp4_dtype outs[] = {FP4_DTYPE_F32, FP4_DTYPE_BF16, FP4_DTYPE_F16};
   static const fp4_scale_layout lbs[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR};
   static const fp4_scale_layout las[] = {FP4_LAYOUT_128X4, FP4_LAYOUT_LINEAR, FP4_LAYOUT_8X4};

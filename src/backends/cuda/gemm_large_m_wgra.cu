@@ -511,9 +511,10 @@ template <class G>
 __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt, int wr, uint32_t sel,
                                            uint32_t (&a)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
-  mbar_wait(&full[kt % S], (kt / S) & 1);
+  const unsigned pos = (unsigned)kt; /* ring positions count up from 0: unsigned, no sign fix-ups */
+  mbar_wait(&full[pos % S], (pos / S) & 1);
   fence_proxy_async(); /* the activation tile's cp.async writes, seen by this thread, reach wgmma's async-proxy reads */
-  const uint8_t *sl = ring + (kt % S) * G::SLOT;
+  const uint8_t *sl = ring + (pos % S) * G::SLOT;
   const uint8_t *wt = sl + G::ACT_BYTES, *sc = wt + G::W_BYTES;
   const uint4 lo0 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 0));
   const uint4 lo1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr, 1));
@@ -532,13 +533,13 @@ __device__ __forceinline__ void wgra_step(uint8_t *ring, uint64_t *full, uint64_
                                           int wr, uint32_t sel, float *acc, const uint32_t (&cur)[4][4],
                                           uint32_t (&nxt)[4][4], const rd_tables &tb) {
   constexpr int S = G::D + 1;
-  const uint64_t db = sw128_desc(ring + ((g0 + kt) % S) * G::SLOT);
+  const uint64_t db = sw128_desc(ring + ((unsigned)(g0 + kt) % S) * G::SLOT);
   wgmma_fence();
 #pragma unroll
   for (int s = 0; s < 4; s++) wgmma_rs_k16<BT, G::F16>(acc, cur[s], db + 2 * s);
   wgmma_commit();
   wgmma_wait<1>();
-  if (kt > 0) mbar_arrive(&empty[(g0 + kt - 1) % S]);
+  if (kt > 0) mbar_arrive(&empty[(unsigned)(g0 + kt - 1) % S]);
   if (kt + 1 < kts) wgra_fetch<G>(ring, full, g0 + kt + 1, wr, sel, nxt, tb);
 }
 
@@ -610,7 +611,7 @@ __device__ __forceinline__ void wgra_mainloop(uint8_t *ring, uint64_t *full, uin
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
-  mbar_arrive(&empty[(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
+  mbar_arrive(&empty[(unsigned)(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
 }
 
 /* Both consumers stage the FP32 tile in the ring as [token][weight row] (rows kStageLd floats apart)
@@ -717,11 +718,15 @@ __device__ __forceinline__ void wgra_store_staged(const lm_params &p, uint8_t *r
 }
 #endif
 
-/* STREAM: any grid but one output tile per CTA (a split, stream-K: wgra_sched); a separate
- * instantiation, so that the one-tile kernel keeps the K loop whose ring position starts at 0: with
- * the position carried from part to part the 32-token consumer's loop takes 345 instead of 311 SASS
- * instructions per two K tiles. */
-template <int BT, int STAGES, int FMT, int ACT, bool STREAM>
+/* The grids (wgra_sched), each its own instantiation: one whole tile per CTA; one part of a tile per
+ * CTA (a split, or a stream-K grid whose CTAs divide the tiles evenly), whose consumers also publish
+ * and add the parts; stream-K, whose CTAs may walk several parts. The first two keep the K loop whose
+ * ring position starts at 0: with the position carried from part to part the 32-token consumer's
+ * loop takes 333 instead of 308 SASS instructions per two K tiles, and splits on the stream-K
+ * instantiation ran 2-5% slower (bench/results/h200/2026-12-03-wgra-split-one-part/). The whole-tile
+ * kernel leaves out the part code: with it, the 256-token tile ran 1.5% slower on 57344 x 8192. */
+enum { kWgraWhole = 0, kWgraPart = 1, kWgraStream = 2 };
+template <int BT, int STAGES, int FMT, int ACT, int MODE>
 __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_kernel(lm_params p, wgra_sched sk) {
 #if FP4_SM90A_BODY
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
@@ -743,16 +748,18 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   fp4_pdl_wait();  /* nothing is read before the producers of A, W and the scales have finished */
 
   /* this CTA's iterations begin .. begin + rem0 - 1 of the tile-major (tile, K tile) sequence */
-  const int64_t begin = STREAM ? wgra_begin(sk, blockIdx.x) : (int64_t)blockIdx.x * sk.kall;
-  const int rem0 = STREAM ? (int)(wgra_begin(sk, blockIdx.x + 1) - begin) : sk.kall;
+  constexpr bool whole = MODE == kWgraWhole;
+  const int64_t begin = whole ? (int64_t)blockIdx.x * sk.kall : wgra_begin(sk, blockIdx.x);
+  const int rem0 = whole ? sk.kall : (int)(wgra_begin(sk, blockIdx.x + 1) - begin);
 
   if (wg == 0) {
     /* ---- producer: thread pt also converts the scales of weight row pt ---- */
     setmaxnreg_dec<wgra_producer_regs(BT)>();
     const int pt = threadIdx.x;
     wgra_producer_ring ring_pos;
-    if (!STREAM) {
-      wgra_produce_tile<G, BT, STAGES>(p, ring, full, empty, blockIdx.x, 0, sk.kall, pt, ring_pos);
+    if constexpr (MODE != kWgraStream) {
+      const int64_t tile = begin / sk.kall;
+      wgra_produce_tile<G, BT, STAGES>(p, ring, full, empty, tile, (int)(begin - tile * sk.kall), rem0, pt, ring_pos);
     } else {
       int64_t tile = begin / sk.kall;
       int kb = (int)(begin - tile * sk.kall);
@@ -774,29 +781,19 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   const int wr = cwarp * 16 + g; /* this thread's fragment rows: wr and wr + 8 */
   const uint32_t sel = (uint32_t)(q | ((q + 4) << 4));
   const rd_tables tb = rd_lane_tables<G::F16>(tables, lane);
-  if (!STREAM) {
+  if constexpr (whole) {
     float acc[BT / 2];
     wgra_mainloop<G, BT>(ring, full, empty, 0, sk.kall, wr, sel, tb, acc);
     fp4_pdl_launch_dependents();
     wgra_store_staged<BT>(p, ring, acc, blockIdx.x, wr, lane, cwarp);
     return;
   }
-  /* the CTA's parts: tile, its first K tile kb, the iterations left, the ring position */
-  int64_t tile = begin / sk.kall;
-  int kb = (int)(begin - tile * sk.kall), g0 = 0;
-#pragma unroll 1
-  for (int rem = rem0; rem > 0; tile++, kb = 0) {
-    const int kts = min(sk.kall - kb, rem);
-    float acc[BT / 2];
-    wgra_mainloop<G, BT>(ring, full, empty, g0, kts, wr, sel, tb, acc);
-    const bool first = g0 == 0;
-    g0 += kts;
-    rem -= kts;
-    const bool last = rem == 0;
+  /* Part kts K tiles of `tile` (its first at ring position g0): stored from the CTA when whole;
+   * else published (slot c for the CTA's first part, ctas + c for its last), and the last part to
+   * arrive adds them all, in K order, from the workspace and stores the tile. */
+  const auto finish = [&](float (&acc)[BT / 2], int64_t tile, int kts, bool first, bool last) {
     if (last) fp4_pdl_launch_dependents();
     if (kts < sk.kall) {
-      /* a part of the tile: publish it (slot c for the CTA's first part, ctas + c for its last);
-       * the last part to arrive adds them all, in K order, from the workspace */
       float4 *const parts = reinterpret_cast<float4 *>(sk.ws) + ct;
       float4 *mine = parts + (size_t)((first ? 0 : sk.ctas) + blockIdx.x) * (BT / 8) * 256;
 #pragma unroll
@@ -808,7 +805,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
       consumer_sync();
       if (ct == 0) last_part = atomicAdd(&sk.counters[tile], 1u) == (unsigned)(c_last - c_first);
       consumer_sync();
-      if (!last_part) continue;
+      if (!last_part) return;
       __threadfence(); /* the other parts, published before their counter increments */
       /* CTA c_first holds the tile's start in its last part unless it begins there; every later
        * CTA begins inside the tile */
@@ -836,6 +833,21 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
       lm_tile_origin(p, BT, kWgraRows, tile, &m0, &n0);
       wgra_store_registers<BT>(p, acc, m0, n0, wr, g, q);
     }
+  };
+  int64_t tile = begin / sk.kall;
+  if constexpr (MODE == kWgraPart) { /* one part, at ring position 0 */
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, 0, rem0, wr, sel, tb, acc);
+    finish(acc, tile, rem0, true, true);
+    return;
+  }
+  /* the CTA's parts, each from where the last one left the ring */
+  int kts = min(sk.kall - (int)(begin - tile * sk.kall), rem0);
+#pragma unroll 1
+  for (int rem = rem0, g0 = 0; rem > 0; rem -= kts, g0 += kts, tile++, kts = min(sk.kall, rem)) {
+    float acc[BT / 2];
+    wgra_mainloop<G, BT>(ring, full, empty, g0, kts, wr, sel, tb, acc);
+    finish(acc, tile, kts, g0 == 0, kts == rem);
   }
 #elif defined(__CUDA_ARCH__)
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
@@ -1000,12 +1012,15 @@ bool wgra_register_pool_ok(const void *kernel) {
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t stream, int pdl) {
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
-  auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, false>;
-  auto stream_kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, true>;
+  auto kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, kWgraWhole>;
+  auto part_kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, kWgraPart>;
+  auto stream_kernel = gemm_wgra_kernel<BT, STAGES, FMT, ACT, kWgraStream>;
   static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel)) &&
+                              wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(part_kernel)) &&
                               wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(stream_kernel));
   if (!pool_ok) return cudaErrorInvalidConfiguration;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(part_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM);
   if (e != cudaSuccess) return e;
   /* output tiles: (token tiles of BT) x (weight tiles of 128) */
@@ -1024,8 +1039,9 @@ cudaError_t wgra_launch_tile(const lm_params &p, int sms, void *ws, cudaStream_t
   sk.counters = reinterpret_cast<unsigned *>(static_cast<char *>(ws) + part_bytes);
   e = cudaMemsetAsync(sk.counters, 0, (size_t)tiles * sizeof(unsigned), stream);
   if (e != cudaSuccess) return e;
-  return fp4_cuda_launch(stream_kernel, dim3((unsigned)ctas), dim3(kWgraThreads), (size_t)G::SMEM, stream, pdl, p,
-                         sk);
+  /* a grid whose CTAs divide the tiles evenly (every CTA one part of one tile) runs on the one-part kernel */
+  return fp4_cuda_launch(ctas % tiles ? stream_kernel : part_kernel, dim3((unsigned)ctas), dim3(kWgraThreads),
+                         (size_t)G::SMEM, stream, pdl, p, sk);
 }
 
 template <int FMT, int ACT>
@@ -1083,7 +1099,7 @@ int64_t grouped_wgra_ctas(const fp4_cuda_grouped_args *a, int bt) { /* M tiles: 
 
 int wgra_image_ok(int device, char *why, size_t why_size) {
   static lm_sm90a_probe_cache cache;
-  return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16, false>),
+  return lm_sm90a_image_ok(reinterpret_cast<const void *>(gemm_wgra_kernel<128, 8, FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16, kWgraWhole>),
                            "wgra", device, &cache, why, why_size);
 }
 
