@@ -504,7 +504,11 @@ static bv over_copy(const step_report *r, const step_point *p) {
   return r->copy_bps.ok && p->pdl_us.ok && p->bytes > 0 ? (bv){1, p->pdl_us.v / (p->bytes / r->copy_bps.v * 1e6)}
                                                         : (bv){0, 0};
 }
-/* The read-only chain's time over the copy floor (the MoE target's measure, applied to the chain). */
+/* The read-only chain's fraction of the read ceiling, and its time over the copy floor (the MoE
+ * target's measure, applied to the chain). */
+static bv chain_frac_read(const step_report *r, const step_point *p) {
+  return r->read_bps.ok && p->reads_us.ok ? (bv){1, p->bytes / r->read_bps.v * 1e6 / p->reads_us.v} : (bv){0, 0};
+}
 static bv chain_over_copy(const step_report *r, const step_point *p) {
   return r->copy_bps.ok && p->reads_us.ok && p->bytes > 0 ? (bv){1, p->reads_us.v / (p->bytes / r->copy_bps.v * 1e6)}
                                                           : (bv){0, 0};
@@ -613,8 +617,7 @@ static cJSON *record_json(const step_report *r) {
     jnum(o, "time_over_copy_floor", over_copy(r, x));
     jnum(o, "tokens_per_s_bound", tokens_bound(r, x));
     jnum(o, "read_chain_graph_us", x->reads_us);
-    const bv rfl = read_floor_us(r, x->bytes);
-    jnum(o, "read_chain_frac_read_ceiling", rfl.ok && x->reads_us.ok ? (bv){1, rfl.v / x->reads_us.v} : (bv){0, 0});
+    jnum(o, "read_chain_frac_read_ceiling", chain_frac_read(r, x));
     jnum(o, "read_chain_over_copy_floor", chain_over_copy(r, x));
     cJSON_AddStringToObject(o, "read_chain_note", x->reads_note);
     jnum(o, "bf16_cublas_graph_us", x->bf16_us);
@@ -682,7 +685,7 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, y ? none : over_copy(r, x), "%.4f");
       csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
       csv_num(f, y ? none : x->reads_us, "%.2f");
-      csv_num(f, y || !fl.ok || !x->reads_us.ok ? none : (bv){1, fl.v / x->reads_us.v}, "%.4f");
+      csv_num(f, y ? none : chain_frac_read(r, x), "%.4f");
       csv_num(f, y ? none : chain_over_copy(r, x), "%.4f");
       csv_num(f, y ? none : x->bf16_us, "%.2f");
       csv_num(f, y ? none : bf16_speedup(x), "%.3f");
@@ -805,12 +808,11 @@ static void print_table(FILE *f, const step_report *r) {
     }
     if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
     if (x->reads_us.ok) {
-      const bv fl = read_floor_us(r, x->bytes);
-      const bv oc = chain_over_copy(r, x);
+      const bv fr = chain_frac_read(r, x), oc = chain_over_copy(r, x);
       fprintf(f,
               "      read-only chain (each call one read of its weight bytes, in a graph): %.1f us, %.3f of the read "
               "ceiling, %.2fx the copy floor\n",
-              x->reads_us.v, fl.ok ? fl.v / x->reads_us.v : 0.0, oc.ok ? oc.v : 0.0);
+              x->reads_us.v, fr.ok ? fr.v : 0.0, oc.ok ? oc.v : 0.0);
     } else if (x->reads_note[0]) {
       fprintf(f, "      read-only chain: %s\n", x->reads_note);
     }
