@@ -251,6 +251,11 @@ static void test_options(void) {
       {"--step deepseek-r1", "not one repeated layer"},
       {"--step llama-3.1-8b --gpus 0", "--gpus takes an integer in [1, 64]"},
       {"--step llama-3.3-70b --tp 8 --gpus 4", "--gpus 4 runs one rank of the shard per GPU, but --tp 8 x --ep 1 is 8 ranks"},
+      {"--step llama-3.1-8b --sweep small-m.w8,,small-m.w4", "--sweep 'small-m.w8,,small-m.w4': an empty config name"},
+      {"--step llama-3.1-8b --sweep small-m.w8,", "ends with a comma"},
+      {"--step llama-3.1-8b --sweep a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,A,B,C,D,E,F,G", "at most 32 configs"},
+      {"--step llama-3.1-8b --sweep 0123456789012345678901234567890123456789012345678901234567890123", "over 63 characters"},
+      {"--step llama-3.3-70b --tp 8 --gpus 8 --sweep small-m.w8", "--sweep times one rank; run it without --gpus 8"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -369,6 +374,42 @@ static void cli_step_one_rank(void) {
   free(text);
 }
 
+/* --sweep: every dense type timed again with each named config; one that cannot run is refused with
+ * the library's reason, the others have a time and its ratio to the default's. */
+static void cli_step_sweep(void) {
+  char full[400], path[128];
+  snprintf(path, sizeof path, "%s/sweep.json", dir);
+  snprintf(full, sizeof full,
+           "bench --step llama-3.1-8b --tp 8 --batch 1 --layers 2 --rounds 3 --no-peers --sweep small-m.w8,no-such-config "
+           "--json %s",
+           path);
+  const int rc = cli_run("", full, "sweep");
+  char *err = cli_slurp("sweep.err"), *text = cli_slurp("sweep.json"), *out = cli_slurp("sweep");
+  CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
+  CHECK(out && cli_count(out, "(fastest named)") == 4 && cli_count(out, "no-such-config             refused: ") == 4,
+        "'%s': the table names no fastest config or no refusal per type: '%s'", full, out ? out : "");
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  const cJSON *pts = root ? cJSON_GetObjectItemCaseSensitive(root, "points") : NULL, *pt, *ty;
+  int types = 0;
+  cJSON_ArrayForEach(pt, pts) {
+    cJSON_ArrayForEach(ty, cJSON_GetObjectItemCaseSensitive(pt, "per_type")) {
+      const cJSON *sw = cJSON_GetObjectItemCaseSensitive(ty, "sweep");
+      const cJSON *a = cJSON_GetArrayItem(sw, 0), *b = cJSON_GetArrayItem(sw, 1);
+      const cJSON *bn = b ? cJSON_GetObjectItemCaseSensitive(b, "note") : NULL;
+      CHECK(cJSON_GetArraySize(sw) == 2 && num(a, "graph_pdl_us") > 0 && num(a, "over_default") > 0 &&
+                cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(b, "graph_pdl_us")) && cJSON_IsString(bn) &&
+                strstr(bn->valuestring, "no-such-config"),
+            "'%s': a type's sweep is not [time, refusal naming the config]", full);
+      types++;
+    }
+  }
+  CHECK(types == 4, "'%s': %d types with a sweep", full, types);
+  cJSON_Delete(root);
+  free(err);
+  free(text);
+  free(out);
+}
+
 static void test_device(int gpus) {
   if (!gpus) {
     printf("SKIP the end-to-end steps on the device: no CUDA device visible (the plan, options and no-GPU path ran)\n");
@@ -388,6 +429,7 @@ static void test_device(int gpus) {
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8", 0, 1);
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8 --mode w4a4 --no-peers", 0, 1);
   cli_step_one_rank();
+  cli_step_sweep();
 }
 
 /* The ranks' agreement of --gpus: every thread gets each round's minimum, rounds never mix (a

@@ -54,7 +54,7 @@
 #include <cuda_runtime.h>
 #endif
 
-enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096, STEP_MAX_GPUS = 64 };
+enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096, STEP_MAX_GPUS = 64, STEP_MAX_SWEEP = 32 };
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_ERROR = 3 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -242,13 +242,15 @@ typedef struct step_opts {
   int nbatches;
   uint64_t seed;
   const char *json, *csv, *html;
+  char sweep[STEP_MAX_SWEEP][64]; /* --sweep: configs each dense layer type is timed with */
+  int nsweep;
 } step_opts;
 
 static void step_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit bench --step MODEL [--tp N] [--ep N] [--batch 1,8,64] [--layers N] [--mode w4a16|w4a4]\n"
           "                    [--device N] [--gpus N] [--rounds N] [--seed N] [--no-peers] [--plan]\n"
-          "                    [--json PATH] [--csv PATH] [--html PATH]\n"
+          "                    [--sweep CONFIG[,CONFIG...]] [--json PATH] [--csv PATH] [--html PATH]\n"
           "\n"
           "Times the FP4 part of one rank's decode step of MODEL on the device: every NVFP4 linear of every\n"
           "layer of the rank's shard, with weights of its own per layer, chained on the device (each call\n"
@@ -288,9 +290,14 @@ static void step_usage(FILE *f) {
           "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
           "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
+          "  --sweep LIST   also time every dense layer type with each named config of the cuda backend\n"
+          "                 (fp4kit bench --config names, comma-separated, at most %d), as the per-type\n"
+          "                 graph with PDL: which config is fastest inside the step, beside the default.\n"
+          "                 A config that cannot run a type is reported refused with the reason (text and\n"
+          "                 JSON; one rank only, not with --gpus 2 or more)\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor\n",
-          STEP_MAX_BATCH, STEP_MAX_GPUS);
+          STEP_MAX_BATCH, STEP_MAX_GPUS, STEP_MAX_SWEEP);
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
@@ -326,10 +333,35 @@ static int parse_batches(const char *s, step_opts *o) {
   return o->nbatches > 0;
 }
 
+static int parse_sweep(const char *s, step_opts *o) {
+  o->nsweep = 0;
+  for (const char *p = s; *p;) {
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (!len || len >= sizeof o->sweep[0]) {
+      fprintf(stderr, "fp4kit bench --step: --sweep '%s': %s\n", s, len ? "a config name over 63 characters" : "an empty config name");
+      return 0;
+    }
+    if (o->nsweep == STEP_MAX_SWEEP) {
+      fprintf(stderr, "fp4kit bench --step: --sweep takes at most %d configs\n", STEP_MAX_SWEEP);
+      return 0;
+    }
+    memcpy(o->sweep[o->nsweep], p, len);
+    o->sweep[o->nsweep++][len] = '\0';
+    p += len + (end ? 1 : 0);
+    if (end && !*p) {
+      fprintf(stderr, "fp4kit bench --step: --sweep '%s' ends with a comma\n", s);
+      return 0;
+    }
+  }
+  if (!o->nsweep) fprintf(stderr, "fp4kit bench --step: --sweep names no config\n");
+  return o->nsweep > 0;
+}
+
 /* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
 static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
-         O_CSV, O_HTML, O_GPUS };
+         O_CSV, O_HTML, O_GPUS, O_SWEEP };
   static const struct option longs[] = {
       {"step", required_argument, NULL, O_STEP},     {"tp", required_argument, NULL, O_TP},
       {"ep", required_argument, NULL, O_EP},         {"batch", required_argument, NULL, O_BATCH},
@@ -339,6 +371,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       {"plan", no_argument, NULL, O_PLAN},           {"json", required_argument, NULL, O_JSON},
       {"csv", required_argument, NULL, O_CSV},       {"html", required_argument, NULL, O_HTML},
       {"gpus", required_argument, NULL, O_GPUS},     {"help", no_argument, NULL, 'h'},
+      {"sweep", required_argument, NULL, O_SWEEP},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->tp = o->ep = 1;
@@ -363,6 +396,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       case O_TP: ok = parse_int("--tp", optarg, 1, 4096, &v) && (o->tp = (int)v); break;
       case O_EP: ok = parse_int("--ep", optarg, 1, 4096, &v) && (o->ep = (int)v); break;
       case O_BATCH: ok = parse_batches(optarg, o); break;
+      case O_SWEEP: ok = parse_sweep(optarg, o); break;
       case O_LAYERS: ok = parse_int("--layers", optarg, 1, 1 << 20, &v) && (o->layers = v); break;
       case O_DEVICE: ok = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
       case O_ROUNDS: ok = parse_int("--rounds", optarg, 3, 10000, &v) && (o->rounds = (int)v); break;
@@ -400,6 +434,10 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   if (o->gpus > 1 && (int64_t)o->gpus != (int64_t)o->tp * o->ep) {
     fprintf(stderr, "fp4kit bench --step: --gpus %d runs one rank of the shard per GPU, but --tp %d x --ep %d is %lld ranks\n",
             o->gpus, o->tp, o->ep, (long long)o->tp * o->ep);
+    return EXIT_USAGE;
+  }
+  if (o->nsweep && o->gpus > 1) {
+    fprintf(stderr, "fp4kit bench --step: --sweep times one rank; run it without --gpus %d\n", o->gpus);
     return EXIT_USAGE;
   }
   const char *outs[] = {o->json, o->csv, o->html};
@@ -454,6 +492,8 @@ typedef struct type_result {
   bv us;             /* a graph (PDL) of those calls alone */
   char ran[128];     /* backend:config of its first call, and whether PDL was honoured */
   char note[200];
+  bv sweep_us[STEP_MAX_SWEEP];        /* --sweep: the same graph with each config (dense types) */
+  char sweep_note[STEP_MAX_SWEEP][160]; /* why a config did not run */
 } type_result;
 
 typedef struct step_point {
@@ -650,6 +690,17 @@ static cJSON *record_json(const step_report *r) {
       jnum(q, "frac_read_ceiling", fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : (bv){0, 0});
       cJSON_AddStringToObject(q, "ran", y->ran);
       cJSON_AddStringToObject(q, "note", y->note);
+      if (r->o->nsweep && p->types[t].kind == STEP_DENSE) {
+        cJSON *sw = cJSON_AddArrayToObject(q, "sweep");
+        for (int k = 0; k < r->o->nsweep; k++) {
+          cJSON *e = cJSON_CreateObject();
+          cJSON_AddStringToObject(e, "config", r->o->sweep[k]);
+          jnum(e, "graph_pdl_us", y->sweep_us[k]);
+          jnum(e, "over_default", y->sweep_us[k].ok && y->us.ok ? (bv){1, y->sweep_us[k].v / y->us.v} : (bv){0, 0});
+          cJSON_AddStringToObject(e, "note", y->sweep_note[k]);
+          cJSON_AddItemToArray(sw, e);
+        }
+      }
       cJSON_AddItemToArray(tl, q);
     }
     cJSON_AddItemToArray(pts, o);
@@ -805,6 +856,17 @@ static void print_table(FILE *f, const step_report *r) {
       fprintf(f, "      %-28s %5d calls %10.1f MB %10.1f us  floor %9.1f us  %.3f  %s%s%s\n", p->types[t].name, y->calls,
               y->bytes / 1e6, y->us.v, fl.v, fl.ok && y->us.ok && y->us.v > 0 ? fl.v / y->us.v : 0.0, y->ran,
               y->note[0] ? "; " : "", y->note);
+      if (!r->o->nsweep || p->types[t].kind != STEP_DENSE) continue;
+      int best = -1;
+      for (int k = 0; k < r->o->nsweep; k++)
+        if (y->sweep_us[k].ok && (best < 0 || y->sweep_us[k].v < y->sweep_us[best].v)) best = k;
+      for (int k = 0; k < r->o->nsweep; k++) {
+        if (y->sweep_us[k].ok)
+          fprintf(f, "        %-26s %10.1f us  %.3f of the default's time%s\n", r->o->sweep[k], y->sweep_us[k].v,
+                  y->us.ok && y->us.v > 0 ? y->sweep_us[k].v / y->us.v : 0.0, k == best ? "  (fastest named)" : "");
+        else
+          fprintf(f, "        %-26s refused: %s\n", r->o->sweep[k], y->sweep_note[k]);
+      }
     }
     if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
     if (x->reads_us.ok) {
@@ -895,6 +957,8 @@ typedef struct gpu_step {
   step_comms *comm;         /* --gpus: this rank's communicator set, else NULL */
   int rank, nranks;
   void *sink; /* the read-only chain's kernels write here (4096 words) */
+  int config_type;        /* --sweep: the dense type whose calls run config_name (-1: none) */
+  const char *config_name;
 } gpu_step;
 
 /* Whether every rank is still fine: each rank's thread calls this at the same points in the same
@@ -1167,6 +1231,7 @@ static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, i
   }
   fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld == ty->k ? 0 : c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   const fp4_qmatrix *w = &g->L[c->layer].w[c->type];
+  if (c->type == g->config_type) o.config = g->config_name;
   if (!g->o->w4a4) {
     o.alpha_device = g->scalars + 4 + c->type;
     return fp4_mm_w4a16(g->ctx, &a, w, 1.0f, &out, &o);
@@ -1490,6 +1555,19 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
     if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].us))
       snprintf(pt->types[t].note, sizeof pt->types[t].note, "graph of this type alone: %s", fp4_last_error());
   }
+  /* --sweep: each dense type's graph again with each named config (a refusal is that config's note). */
+  for (int t = 0; t < p->ntypes && g->o->nsweep; t++) {
+    if (p->types[t].kind != STEP_DENSE || !way_ok(g, pt, ok)) continue;
+    for (int k = 0; k < g->o->nsweep; k++) {
+      g->config_type = t;
+      g->config_name = g->o->sweep[k];
+      timed_step one = {g, calls, pt->calls, t, B, 1, NULL};
+      if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].sweep_us[k]))
+        snprintf(pt->types[t].sweep_note[k], sizeof pt->types[t].sweep_note[k], "%s", fp4_last_error());
+      g->config_type = -1;
+      g->config_name = NULL;
+    }
+  }
   /* The bound of one kernel per layer: the same calls as plain reads of their weight bytes in a graph
    * (no PDL: the read kernel has nothing to wait for). */
   if (way_ok(g, pt, ok)) {
@@ -1785,6 +1863,7 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
   g.comm = comm;
   g.rank = rank;
   g.nranks = nranks;
+  g.config_type = -1;
   const int device = o->device + rank;
   for (int i = 0; i < o->nbatches; i++)
     if (o->batches[i] > g.bmax) g.bmax = o->batches[i];
