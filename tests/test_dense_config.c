@@ -38,7 +38,7 @@ static const int acts[] = {FP4_CUDA_ACT_BF16, FP4_CUDA_ACT_F16, FP4_CUDA_ACT_F32
 
 static void test_recorded(void) {
   const int n = (int)(sizeof recorded / sizeof *recorded);
-  int64_t points = 0, wrong = 0, batched = 0, ksplit = 0;
+  int64_t points = 0, wrong = 0, batched = 0, ksplit = 0, shortk = 0;
   for (int i = 0; i < n; i++) {
     const fp4_dense_arch a = arch_of(recorded[i].arch);
     for (int64_t m = recorded[i].from; m <= recorded[i].to; m++) {
@@ -73,6 +73,19 @@ static void test_recorded(void) {
                   (long long)m, got ? got : "(none)");
         continue;
       }
+      /* Short K with one to two 32-row CTAs per SM, up to 16 tokens of bf16/f16 rows, where the
+       * table enables it (newer than the record): small-m.r32.w8 leads. */
+      const int64_t ctas32 = (s.n + 31) / 32, slabs = s.k / 128;
+      if (r->short_k_r32_max_slabs && m <= 16 && (s.act == FP4_CUDA_ACT_BF16 || s.act == FP4_CUDA_ACT_F16) &&
+          slabs >= 4 && slabs <= r->short_k_r32_max_slabs && 16 * ctas32 >= 15 * (int64_t)a.sms &&
+          ctas32 <= 2 * (int64_t)a.sms) {
+        shortk++;
+        if ((!got || strcmp(got, "small-m.r32.w8")) && wrong++ < 10)
+          fprintf(stderr, "%s %lldx%lld fmt %d act %d M=%lld: chooser %s, not small-m.r32.w8 (short K)\n",
+                  recorded_archs[recorded[i].arch].name, (long long)s.n, (long long)s.k, s.format, recorded[i].act,
+                  (long long)m, got ? got : "(none)");
+        continue;
+      }
       const int narrow_out = m <= r->wgra_narrow_to_m && s.n < r->wgra_narrow_min_n &&
                              s.n * s.k < ((int64_t)1 << r->wgra_narrow_min_log2_weights);
       if (r->wgra_from_m && m >= r->wgra_from_m && (m > r->wgra_lead_to_m || !narrow_out) && got && a.sm90a &&
@@ -90,9 +103,10 @@ static void test_recorded(void) {
                 (long long)m, got ? got : "(none)", want);
     }
   }
-  printf("recorded default configs: %lld points (%lld of them register-A batched decode, %lld cluster K split), "
-         "%lld differ\n",
-         (long long)points, (long long)batched, (long long)ksplit, (long long)wrong);
+  printf("recorded default configs: %lld points (%lld of them register-A batched decode, %lld cluster K split, %lld "
+         "short-K small-m.r32.w8), %lld differ\n",
+         (long long)points, (long long)batched, (long long)ksplit, (long long)shortk, (long long)wrong);
+  CHECK(shortk > 50, "%lld short-K points", (long long)shortk);
   CHECK(batched > 10000, "%lld batched-decode points", (long long)batched);
   CHECK(ksplit > 100, "%lld cluster K split points", (long long)ksplit);
   CHECK(points > 1000000 && wrong == 0, "%lld of %lld recorded choices differ", (long long)wrong, (long long)points);

@@ -272,6 +272,18 @@ static const fp4_dense_config *ksplit_default(const fp4_dense_rules *r, const fp
   return fp4_dense_config_find("small-m.w4.k4");
 }
 
+/* Short K (4 to short_k_r32_max_slabs slabs) with one to two 32-row CTAs per SM: small-m.r32.w8,
+ * although its warps keep fewer than two slabs each. Inside the decode step (graph with PDL, the
+ * per-type graphs of bench/results/h200/2026-12-03-step-config-sweep/) it was the fastest or within
+ * 4% of the fastest config on 4096 x 512, 8192 x 1024 and 4096 x 1792 at batch 1 and 8, where the
+ * warp-halving rule below took 1.10-1.24x its time (4096 x 1792 at batch 1: 4.74 against 3.83 us
+ * per call). */
+static int short_k_r32(const fp4_dense_rules *r, const fp4_dense_shape *s, int sms) {
+  const int64_t slabs = s->k / FP4_DENSE_K_SLAB, ctas32 = cdiv(s->n, 32);
+  return r->short_k_r32_max_slabs && s->m <= 16 && act16(s->act) && slabs >= 4 && slabs <= r->short_k_r32_max_slabs &&
+         16 * ctas32 >= 15 * (int64_t)sms && ctas32 <= 2 * (int64_t)sms;
+}
+
 /* W4A4 runs the W4A16 choice through the bf16 prologue (its ".pro" twin) once the weight is large
  * enough to hide the extra decode launch; bf16/f16 activations of sa_min_m .. sa_max_m tokens take
  * the shared-activation kernel where it gets 1.2 CTAs per SM (dense_sm80.h). */
@@ -281,6 +293,7 @@ static const fp4_dense_config *small_m_default(const fp4_dense_rules *r, const f
     return fp4_dense_config_find("small-m.sa.r64.w8");
   const fp4_dense_config *ks = ksplit_default(r, s, sms);
   if (ks) return ks;
+  if (short_k_r32(r, s, sms)) return fp4_dense_config_find("small-m.r32.w8");
   const fp4_dense_config *c = small_m_w4a16_default(r, s->m, s->n, s->k, sms);
   if (s->act != FP4_CUDA_ACT_FP4 || s->n * s->k < ((int64_t)1 << r->prologue_min_log2_weights)) return c;
   static const char in_loop[] = "small-m.", pro[] = "small-m.pro."; /* twin: same suffix */

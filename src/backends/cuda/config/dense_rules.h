@@ -19,6 +19,8 @@ typedef struct fp4_dense_rules {
   int wgra_narrow_min_log2_weights;        /* ...or on 2^this weights                                 */
   int ksplit_max_m;   /* tokens up to which the cluster K split (small-m.w<W>.k<S>) may lead; 0: never */
   int ksplit_min_log2_weights; /* ...on weights of at least 2^this elements (N x K)                   */
+  int short_k_r32_max_slabs; /* 0, or: up to this many 128-K slabs (from 4), bf16/f16 activations of
+                              * up to 16 tokens and 15/16 to 2 of small-m.r32.w8's CTAs per SM, it leads */
 } fp4_dense_rules;
 
 /* The table of the device's architecture (major, minor). */

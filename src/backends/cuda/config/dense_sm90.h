@@ -14,7 +14,11 @@
  * 14.2 against 16.0 us; bench/results/h200/2026-12-02-batched-decode/). On 2^25 weights the 32-token
  * tile with its lean producer leads from 17 tokens: 1.02-1.36x at M = 17-24 on 8192 x 28672,
  * 4096 x 14336, 7168 x 8192, 8192 x 8192 and 4096 x 8192, against 0.97-1.01x on 8192 x 4096
- * (bench/results/h200/2026-12-03-wgra-lean-producer/, m17-24.json; before it, from 25 tokens). */
+ * (bench/results/h200/2026-12-03-wgra-lean-producer/, m17-24.json; before it, from 25 tokens).
+ * Short K (short_k_r32_max_slabs): up to 16 tokens, 512 <= K <= 1920 and one to two 32-row CTAs per
+ * SM, small-m.r32.w8 leads (dense_config.c, short_k_r32): inside the PDL graph of the decode step it
+ * took 0.80-0.90x the time of the 16-row kernels it replaced (Llama-3.1-8B TP8 step 1.066x faster at
+ * batch 1; bench/results/h200/2026-12-03-step-config-sweep/). */
 #ifndef FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 #define FP4_BACKENDS_CUDA_CONFIG_DENSE_SM90_H
 
@@ -29,6 +33,7 @@ static const fp4_dense_rules fp4_dense_rules_sm90 = {.arch = "sm90",
                                                      .wgra_lead_to_m = 256,
                                                      .wgra_narrow_to_m = 32,
                                                      .wgra_narrow_min_n = 10240,
-                                                     .wgra_narrow_min_log2_weights = 25};
+                                                     .wgra_narrow_min_log2_weights = 25,
+                                                     .short_k_r32_max_slabs = 15};
 
 #endif
