@@ -374,19 +374,19 @@ static void cli_step_one_rank(void) {
   free(text);
 }
 
-/* --sweep: every dense type timed again with each named config; one that cannot run is refused with
- * the library's reason, the others have a time and its ratio to the default's. */
-static void cli_step_sweep(void) {
+/* --sweep: every layer type timed again with each named config; one that cannot run is refused with
+ * the library's reason (naming the config), the others have a time and its ratio to the default's. */
+static void cli_step_sweep(const char *step, const char *good, const char *bad, int want_types) {
   char full[400], path[128];
   snprintf(path, sizeof path, "%s/sweep.json", dir);
-  snprintf(full, sizeof full,
-           "bench --step llama-3.1-8b --tp 8 --batch 1 --layers 2 --rounds 3 --no-peers --sweep small-m.w8,no-such-config "
-           "--json %s",
-           path);
+  snprintf(full, sizeof full, "bench %s --batch 1 --layers 2 --rounds 3 --no-peers --sweep %s,%s --json %s", step, good,
+           bad, path);
   const int rc = cli_run("", full, "sweep");
   char *err = cli_slurp("sweep.err"), *text = cli_slurp("sweep.json"), *out = cli_slurp("sweep");
+  char refused[96];
+  snprintf(refused, sizeof refused, "%-26s refused: ", bad);
   CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
-  CHECK(out && cli_count(out, "(fastest named)") == 4 && cli_count(out, "no-such-config             refused: ") == 4,
+  CHECK(out && cli_count(out, "(fastest named)") == want_types && cli_count(out, refused) == want_types,
         "'%s': the table names no fastest config or no refusal per type: '%s'", full, out ? out : "");
   cJSON *root = text ? cJSON_Parse(text) : NULL;
   const cJSON *pts = root ? cJSON_GetObjectItemCaseSensitive(root, "points") : NULL, *pt, *ty;
@@ -398,12 +398,12 @@ static void cli_step_sweep(void) {
       const cJSON *bn = b ? cJSON_GetObjectItemCaseSensitive(b, "note") : NULL;
       CHECK(cJSON_GetArraySize(sw) == 2 && num(a, "graph_pdl_us") > 0 && num(a, "over_default") > 0 &&
                 cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(b, "graph_pdl_us")) && cJSON_IsString(bn) &&
-                strstr(bn->valuestring, "no-such-config"),
-            "'%s': a type's sweep is not [time, refusal naming the config]", full);
+                strstr(bn->valuestring, bad),
+            "'%s': a type's sweep is not [time, refusal naming %s]", full, bad);
       types++;
     }
   }
-  CHECK(types == 4, "'%s': %d types with a sweep", full, types);
+  CHECK(types == want_types, "'%s': %d types with a sweep", full, types);
   cJSON_Delete(root);
   free(err);
   free(text);
@@ -429,7 +429,9 @@ static void test_device(int gpus) {
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8", 0, 1);
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8 --mode w4a4 --no-peers", 0, 1);
   cli_step_one_rank();
-  cli_step_sweep();
+  cli_step_sweep("--step llama-3.1-8b --tp 8", "small-m.w8", "no-such-config", 4);
+  cli_step_sweep("--step llama-3.1-8b --tp 8 --mode w4a4", "small-m.pro.w8", "moe.streaming", 4);
+  cli_step_sweep("--step qwen3.5-397b-a17b --ep 8", "moe.streaming", "small-m.w8", 1);
 }
 
 /* The ranks' agreement of --gpus: every thread gets each round's minimum, rounds never mix (a

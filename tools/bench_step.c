@@ -290,11 +290,13 @@ static void step_usage(FILE *f) {
           "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
           "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
-          "  --sweep LIST   also time every dense layer type with each named config of the cuda backend\n"
-          "                 (fp4kit bench --config names, comma-separated, at most %d), as the per-type\n"
-          "                 graph with PDL: which config is fastest inside the step, beside the default.\n"
-          "                 A config that cannot run a type is reported refused with the reason (text and\n"
-          "                 JSON; one rank only, not with --gpus 2 or more)\n"
+          "  --sweep LIST   also time every layer type with each named config of the cuda backend\n"
+          "                 (comma-separated, at most %d: small-m.* / large-m.* names for the dense GEMMs,\n"
+          "                 as fp4kit bench --config takes them; moe.* names for the MoE layer, as fp4kit\n"
+          "                 bench --moe --config takes them), as the per-type graph with PDL: which config\n"
+          "                 is fastest inside the step, beside the default. A config that cannot run a\n"
+          "                 type is reported refused with the reason (text and JSON; one rank only, not\n"
+          "                 with --gpus 2 or more)\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor\n",
           STEP_MAX_BATCH, STEP_MAX_GPUS, STEP_MAX_SWEEP);
@@ -492,7 +494,7 @@ typedef struct type_result {
   bv us;             /* a graph (PDL) of those calls alone */
   char ran[128];     /* backend:config of its first call, and whether PDL was honoured */
   char note[200];
-  bv sweep_us[STEP_MAX_SWEEP];        /* --sweep: the same graph with each config (dense types) */
+  bv sweep_us[STEP_MAX_SWEEP];        /* --sweep: the same graph with each config */
   char sweep_note[STEP_MAX_SWEEP][160]; /* why a config did not run */
 } type_result;
 
@@ -690,7 +692,7 @@ static cJSON *record_json(const step_report *r) {
       jnum(q, "frac_read_ceiling", fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : (bv){0, 0});
       cJSON_AddStringToObject(q, "ran", y->ran);
       cJSON_AddStringToObject(q, "note", y->note);
-      if (r->o->nsweep && p->types[t].kind == STEP_DENSE) {
+      if (r->o->nsweep) {
         cJSON *sw = cJSON_AddArrayToObject(q, "sweep");
         for (int k = 0; k < r->o->nsweep; k++) {
           cJSON *e = cJSON_CreateObject();
@@ -856,7 +858,7 @@ static void print_table(FILE *f, const step_report *r) {
       fprintf(f, "      %-28s %5d calls %10.1f MB %10.1f us  floor %9.1f us  %.3f  %s%s%s\n", p->types[t].name, y->calls,
               y->bytes / 1e6, y->us.v, fl.v, fl.ok && y->us.ok && y->us.v > 0 ? fl.v / y->us.v : 0.0, y->ran,
               y->note[0] ? "; " : "", y->note);
-      if (!r->o->nsweep || p->types[t].kind != STEP_DENSE) continue;
+      if (!r->o->nsweep) continue;
       int best = -1;
       for (int k = 0; k < r->o->nsweep; k++)
         if (y->sweep_us[k].ok && (best < 0 || y->sweep_us[k].v < y->sweep_us[best].v)) best = k;
@@ -957,7 +959,7 @@ typedef struct gpu_step {
   step_comms *comm;         /* --gpus: this rank's communicator set, else NULL */
   int rank, nranks;
   void *sink; /* the read-only chain's kernels write here (4096 words) */
-  int config_type;        /* --sweep: the dense type whose calls run config_name (-1: none) */
+  int config_type;        /* --sweep: the type whose calls run config_name (-1: none) */
   const char *config_name;
 } gpu_step;
 
@@ -1218,6 +1220,7 @@ static void moe_args(const gpu_step *g, const step_call *c, int64_t B, fp4_moe_l
 static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
   const step_type *ty = &g->plan->types[c->type];
   fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .info = info};
+  if (c->type == g->config_type) o.config = g->config_name; /* --sweep */
   fp4_matrix out = {c->out, B, out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   if (ty->kind == STEP_MOE) {
     fp4_moe_layer layer;
@@ -1231,7 +1234,6 @@ static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, i
   }
   fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld == ty->k ? 0 : c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   const fp4_qmatrix *w = &g->L[c->layer].w[c->type];
-  if (c->type == g->config_type) o.config = g->config_name;
   if (!g->o->w4a4) {
     o.alpha_device = g->scalars + 4 + c->type;
     return fp4_mm_w4a16(g->ctx, &a, w, 1.0f, &out, &o);
@@ -1240,6 +1242,7 @@ static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, i
   fp4_options q = o;
   q.global_scale_device = g->scalars + 1;
   q.info = NULL;
+  q.config = NULL; /* a swept config names the GEMM's kernel, not the quantize's */
   fp4_status st = fp4_quantize(g->ctx, &a, 1.0f, &xq, &q);
   if (st) return st;
   o.alpha_device = g->scalars + 4 + STEP_MAX_TYPES + c->type;
@@ -1261,17 +1264,21 @@ static fp4_status reserve(gpu_step *g, const step_call *calls, int ncalls, int64
     const step_call *c = &calls[i];
     const step_type *ty = &g->plan->types[c->type];
     if (ty->kind != STEP_DENSE) continue;
-    for (int pdl = 0; pdl < 2; pdl++) {
-      fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .alpha_device = g->scalars + 4};
-      fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-      fp4_matrix out = {c->out, B, ty->n, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
-      fp4_qmatrix xq = {g->xq, g->xq_scales, B, ty->k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
-      size_t bytes = 0;
-      fp4_status st = g->o->w4a4 ? fp4_mm_workspace_size(g->ctx, &xq, &g->L[0].w[c->type], &out, &o, &bytes)
-                                 : fp4_mm_w4a16_workspace_size(g->ctx, &a, &g->L[0].w[c->type], &out, &o, &bytes);
-      if (st) return st;
-      if (bytes > most) most = bytes;
-    }
+    /* the default config, then each --sweep config (one the problem refuses needs nothing: its
+     * refusal is reported when it is timed) */
+    for (int k = -1; k < g->o->nsweep; k++)
+      for (int pdl = 0; pdl < 2; pdl++) {
+        fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .alpha_device = g->scalars + 4,
+                         .config = k < 0 ? NULL : g->o->sweep[k]};
+        fp4_matrix a = {(void *)c->in, B, ty->k, c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+        fp4_matrix out = {c->out, B, ty->n, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+        fp4_qmatrix xq = {g->xq, g->xq_scales, B, ty->k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_DEVICE};
+        size_t bytes = 0;
+        fp4_status st = g->o->w4a4 ? fp4_mm_workspace_size(g->ctx, &xq, &g->L[0].w[c->type], &out, &o, &bytes)
+                                   : fp4_mm_w4a16_workspace_size(g->ctx, &a, &g->L[0].w[c->type], &out, &o, &bytes);
+        if (st && k < 0) return st;
+        if (!st && bytes > most) most = bytes;
+      }
   }
   return most ? fp4_context_reserve_workspace(g->ctx, most) : FP4_OK;
 }
@@ -1555,9 +1562,9 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
     if (time_graph(&one, g->o->rounds, NULL, &pt->types[t].us))
       snprintf(pt->types[t].note, sizeof pt->types[t].note, "graph of this type alone: %s", fp4_last_error());
   }
-  /* --sweep: each dense type's graph again with each named config (a refusal is that config's note). */
+  /* --sweep: each type's graph again with each named config (a refusal is that config's note). */
   for (int t = 0; t < p->ntypes && g->o->nsweep; t++) {
-    if (p->types[t].kind != STEP_DENSE || !way_ok(g, pt, ok)) continue;
+    if (!way_ok(g, pt, ok)) continue;
     for (int k = 0; k < g->o->nsweep; k++) {
       g->config_type = t;
       g->config_name = g->o->sweep[k];
@@ -1939,11 +1946,15 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
     size_t most = 0, bytes = 0;
     for (int i = 0; i < o->nbatches && !st; i++) {
       moe_args(&g, &c, o->batches[i], &layer, &shared, &rt);
-      for (int pdl = 0; pdl < 2 && !st; pdl++) {
-        fp4_options op = {.backend = "cuda", .enable_pdl = pdl, .stream = g.s, .alpha_device = g.scalars};
-        st = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
-        if (bytes > most) most = bytes;
-      }
+      for (int k = -1; k < o->nsweep && !st; k++) /* the default, then each --sweep config it takes */
+        for (int pdl = 0; pdl < 2 && !st; pdl++) {
+          fp4_options op = {.backend = "cuda", .enable_pdl = pdl, .stream = g.s, .alpha_device = g.scalars,
+                            .config = k < 0 ? NULL : o->sweep[k]};
+          bytes = 0;
+          const fp4_status ws = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
+          if (k < 0) st = ws;
+          if (!ws && bytes > most) most = bytes;
+        }
     }
     g.moe_ws_bytes = most;
     if (!st && most) st = cu(cudaMalloc(&g.moe_ws, most), "the MoE workspace");
