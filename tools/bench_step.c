@@ -539,6 +539,10 @@ static double scale_to_model(const step_report *r) {
   return r->layers_built > 0 ? (double)r->plan.layers / (double)r->layers_built : 0.0;
 }
 static bv div_bv(double num, bv den) { return den.ok && den.v > 0 ? (bv){1, num / den.v} : (bv){0, 0}; }
+/* --sweep: config k's time over the default's for a type (JSON and text). */
+static bv sweep_over_default(const type_result *y, int k) {
+  return y->sweep_us[k].ok ? div_bv(y->sweep_us[k].v, y->us) : (bv){0, 0};
+}
 static bv frac_read(const step_report *r, const step_point *p) {
   return r->read_bps.ok && p->pdl_us.ok ? (bv){1, p->bytes / r->read_bps.v * 1e6 / p->pdl_us.v} : (bv){0, 0};
 }
@@ -698,7 +702,7 @@ static cJSON *record_json(const step_report *r) {
           cJSON *e = cJSON_CreateObject();
           cJSON_AddStringToObject(e, "config", r->o->sweep[k]);
           jnum(e, "graph_pdl_us", y->sweep_us[k]);
-          jnum(e, "over_default", y->sweep_us[k].ok && y->us.ok ? (bv){1, y->sweep_us[k].v / y->us.v} : (bv){0, 0});
+          jnum(e, "over_default", sweep_over_default(y, k));
           cJSON_AddStringToObject(e, "note", y->sweep_note[k]);
           cJSON_AddItemToArray(sw, e);
         }
@@ -865,7 +869,7 @@ static void print_table(FILE *f, const step_report *r) {
       for (int k = 0; k < r->o->nsweep; k++) {
         if (y->sweep_us[k].ok)
           fprintf(f, "        %-26s %10.1f us  %.3f of the default's time%s\n", r->o->sweep[k], y->sweep_us[k].v,
-                  y->us.ok && y->us.v > 0 ? y->sweep_us[k].v / y->us.v : 0.0, k == best ? "  (fastest named)" : "");
+                  sweep_over_default(y, k).v, k == best ? "  (fastest named)" : "");
         else
           fprintf(f, "        %-26s refused: %s\n", r->o->sweep[k], y->sweep_note[k]);
       }
