@@ -223,6 +223,15 @@ static void test_moe_qwen(fp4_context *ctx) {
   run_case(ctx, &c, seed++);
   c = fp4h_moe_case(2, 1024, 4096, 12, 10, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_SKEWED, FP4_DTYPE_BF16);
   run_case(ctx, &c, seed++);
+  /* 10-11 routed rows per expert slot (520 pairs over 48 experts): on SM90 the lean kernel past one
+   * token tile of rows, uniform and skewed (expert 0 in every other token: 26 rows, more row chunks
+   * than the launch's splits), W4A16 and W4A4 */
+  for (int w4a4 = 0; w4a4 < 2; w4a4++)
+    for (int routing = 0; routing < 2; routing++) {
+      c = fp4h_moe_case(52, 128, 512, 48, 10, w4a4, FP4_FORMAT_NVFP4, routing,
+                        routing ? FP4H_ROUTE_SKEWED : FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+      run_case(ctx, &c, seed++);
+    }
   /* the same in the 128x4 layout, 1 and 8 tokens: the compile-time K walk, SiLU*up in the gate_up
    * epilogue and the shared expert in the routed launches (the library's rule) */
   for (int t = 0; t < 2; t++) {

@@ -13,7 +13,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "moe_recorded_choices.h"
 
-static int g_checks, g_failures;
+static int g_checks, g_failures, g_lean_rows;
 
 #define EXPECT(cond, ...)                 \
   do {                                    \
@@ -70,9 +70,22 @@ static void test_recorded(void) {
            "%s E=%lld B=%lld: shared expert fused %d (expected %d), SiLU*up fused %d %d (expected %d %d)", c->device,
            (long long)c->experts, (long long)c->tokens, plan.shared_fused, shared_fused, plan.silu_fused[0],
            plan.silu_fused[1], silu0, silu1);
+    /* The recorded choices also predate the lean kernel at 9-11 routed rows per expert slot on SM90
+     * (NVFP4; bf16 rows, W4A4 through them): there the routed GEMMs recorded on the tensor-core
+     * kernel must now be on the two-tile lean one; its K split and span follow the rules recorded
+     * at other points. */
+    const int64_t slots = P < c->experts ? P : c->experts, mean = (P + slots - 1) / slots;
+    const int lean_rows = c->major >= 9 && !c->mxfp4 && mean >= 9 && mean <= 11;
     for (int g = 0; rc == 0 && g < FP4_MOE_GEMMS; g++) {
       const char *got = fp4_moe_variant_name(&plan.variant[g]);
       const char *want = shared_fused && g >= FP4_MOE_SHARED_GATE_UP ? c->variant[g - 2] : c->variant[g];
+      if (lean_rows && g < FP4_MOE_SHARED_GATE_UP && !strncmp(want, "moe.mma.", 8)) {
+        EXPECT(is_lean(got, 32), "%s E=%lld %s B=%lld GEMM %d: %.1f rows per slot chose %s, not the lean kernel",
+               c->device, (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", (long long)c->tokens, g,
+               (double)P / (double)slots, got);
+        g_lean_rows++;
+        continue;
+      }
       EXPECT(!strcmp(got, want), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s (expected %s)", c->device,
              (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", c->mxfp4 ? "mxfp4" : "nvfp4",
              (long long)c->tokens, g, got, c->variant[g], want);
@@ -219,8 +232,32 @@ static void test_silu_fusion(void) {
          "prefill fused (%s)", why);
 }
 
+/* The lean kernel's row limit at its edges: 11 and 12 routed rows per slot of a Qwen3.5 gate_up on
+ * the H200 (SM90 table), 9 rows in MXFP4, in f32 rows and on the A100 (SM80 table: 8). */
+static void test_lean_rows(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
+  fp4_moe_gemm_shape s = {.n = 2048, .k = 4096, .rows = 563 * 10, .experts = 512, .act = FP4_CUDA_ACT_BF16,
+                          .format = FP4_FORMAT_NVFP4, .w_layout = FP4_LAYOUT_128X4, .aligned = 1};
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &h200).kernel == FP4_MOE_KERNEL_LEAN, "11 rows per slot: not the lean kernel");
+  s.rows = 614 * 10;
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &h200).kernel == FP4_MOE_KERNEL_MMA, "12 rows per slot: not the tensor-core kernel");
+  s.rows = 461 * 10;
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &a100).kernel == FP4_MOE_KERNEL_MMA, "9 rows per slot on SM80: lean");
+  s.format = FP4_FORMAT_MXFP4;
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &h200).kernel == FP4_MOE_KERNEL_MMA, "9 MXFP4 rows per slot: lean");
+  s.format = FP4_FORMAT_NVFP4;
+  s.act = FP4_CUDA_ACT_F32;
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &h200).kernel == FP4_MOE_KERNEL_MMA, "9 f32 rows per slot: lean");
+  s.act = FP4_CUDA_ACT_BF16;
+  s.rows = 400 * 10; /* 8 rows: the lean kernel on every table */
+  EXPECT(fp4_moe_choose_gemm(&s, 0, &a100).kernel == FP4_MOE_KERNEL_LEAN, "8 rows per slot on SM80: not lean");
+}
+
 int main(void) {
   test_recorded();
+  EXPECT(g_lean_rows == 4, "%d routed GEMMs moved to the lean kernel at 9-11 rows, expected 4 (Qwen3.5 B = 512)",
+         g_lean_rows);
+  test_lean_rows();
   test_names();
   test_refusals();
   test_silu_fusion();

@@ -145,9 +145,12 @@ static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_m
     return v;
   }
   const int64_t slots = slots_of(s->rows, s->experts), tiles16 = cdiv(s->n, 16), nslabs = s->k / 128;
-  const int nt = mma_token_tiles(cdiv(s->rows, slots));
+  const int64_t mean = cdiv(s->rows, slots);
+  const int nt = mma_token_tiles(mean);
   const int64_t splits = row_splits(s->rows, slots, nt);
-  if (nt == 1 && act16(s->act)) {
+  /* The lean kernel up to 8 rows per slot; NVFP4 up to lean_max_rows (moe_sm90.h), where it beat the
+   * tensor-core kernel's two token tiles. Above 8 rows its splits are those of the launch (nt = 2). */
+  if (act16(s->act) && (nt == 1 || (s->format == FP4_FORMAT_NVFP4 && mean <= r->lean_max_rows))) {
     /* The lean decode kernel: K split over 2 warps, over 4 when 2 would fill less than half a wave;
      * two spans per CTA when a span holds under 64 KiB of codes and the grid still has 8 waves of
      * row groups (docs/moe.md). NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4. */

@@ -13,6 +13,7 @@ typedef struct fp4_moe_width_cost {
 
 typedef struct fp4_moe_rules {
   int prefill_min_rows;    /* mean rows per active expert from which the prefill tiles run       */
+  int lean_max_rows;       /* NVFP4, bf16/f16 rows: the lean kernel up to this mean per slot      */
   int lean_wave_ctas;      /* two-tile lean CTAs per SM counted in a wave (K split, span rules)  */
   int lean_span_max_bytes; /* NVFP4: two spans per CTA only under this many code bytes a span    */
   int lean_span_waves;     /* ... and with at least this many waves of row groups                 */

@@ -10,11 +10,14 @@
  * lean_wave_ctas: the two-tile lean kernel's CTAs per SM under its sm_90a launch bounds (4 on other
  * targets, moe_lean_blocks_here; the rules were fitted with 5 on the H200).
  * lean_span_*: docs/moe.md (bench/results/h200/2026-11-30-moe-decode/README.md, per-GEMM table).
- * mma_min_ctas_per_sm: fewer than 3 CTAs of 8 warps per SM leave the tensor-core kernel latency-bound. */
+ * mma_min_ctas_per_sm: fewer than 3 CTAs of 8 warps per SM leave the tensor-core kernel latency-bound.
+ * lean_max_rows (each table its own): 8 here, where the tensor-core kernel takes two token tiles
+ * per row chunk; moe_sm90.h raises it where measured. */
 #define FP4_MOE_RULES_SM80_INIT                                                                          \
   .prefill_min_rows = 16, .lean_wave_ctas = 5, .lean_span_max_bytes = 64 << 10, .lean_span_waves = 8,   \
   .mma_min_ctas_per_sm = 3
 
-static const fp4_moe_rules fp4_moe_rules_sm80 = {FP4_MOE_RULES_SM80_INIT, .prefill_wgra = 0, .widths = 0};
+static const fp4_moe_rules fp4_moe_rules_sm80 = {FP4_MOE_RULES_SM80_INIT, .lean_max_rows = 8, .prefill_wgra = 0,
+                                                .widths = 0};
 
 #endif

@@ -9,8 +9,12 @@
  * B = 1024 and 4096 for Qwen3.5 and DeepSeek-R1 with each width forced): the narrow tiles run two
  * CTAs per SM, so 32 tokens take 0.87 of 64's time, 128 tokens 1.5 and 256 tokens 1.85; 160 and
  * 192 (experts of about 130-190 rows) interpolated between 128 and 256. */
+/* lean_max_rows: at 9-11 NVFP4 rows per expert slot (Qwen3.5 at B = 448-563) the lean kernel took
+ * 0.88-0.97x the tensor-core kernel's layer time and 0.99x on DeepSeek-R1 at 10 rows; from 12 rows
+ * it took 1.00-1.04x (bench/results/h200/2026-12-03-moe-lean-to-11-rows/). */
 static const fp4_moe_rules fp4_moe_rules_sm90 = {
     FP4_MOE_RULES_SM80_INIT,
+    .lean_max_rows = 11,
     .prefill_wgra = 1,
     .widths = 6,
     .width_cost = {{32, 0.87}, {64, 1.0}, {128, 1.5}, {160, 1.59}, {192, 1.68}, {256, 1.85}},
