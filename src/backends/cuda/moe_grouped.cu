@@ -22,10 +22,10 @@
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
  * The CUDA-core kernel in detail, for the decode regime (a few rows per expert):
- * blockIdx.x = a 32-row tile of N, blockIdx.y = an expert slot (the j-th expert that has rows),
- * blockIdx.z = a split of that expert's row chunks. A CTA streams its slab of the expert's weights
- * once per chunk of up to 8 rows, so in decode (1-5 rows) every active expert's weights are read
- * exactly once, and experts without rows launch no work: the grid's y extent is the host-known
+ * blockIdx.x = a 32-row tile of N, blockIdx.z = an expert slot (the j-th expert that has rows),
+ * blockIdx.y = a split of that expert's row chunks (cta_slot, cta_split). A CTA streams its slab
+ * of the expert's weights once per chunk of up to 8 rows, so in decode (1-5 rows) every active
+ * expert's weights are read exactly once, and experts without rows launch no work: the grid's z extent is the host-known
  * bound min(E, rows) and slots past the active count exit after one read.
  *
  * Numerics: weights and FP4 activations are dequantized exactly to f32 (e2m1 times an E4M3 or
@@ -107,13 +107,22 @@ __device__ int64_t find_expert(const grouped_params &p, int64_t slot) {
   return found;
 }
 
-/* The expert of this CTA's slot (blockIdx.y), or -1 (the CTA has nothing to do): from the active
- * list when the routing kernel built one, else by scanning offsets. Uniform across the CTA. */
+/* The streaming kernels' grid: x a tile (or group of tiles) of N, y a split of the expert's row
+ * chunks, z an expert slot. The splits of a slot are next to each other in launch order, so a CTA
+ * streaming a later chunk of the expert's rows finds its weights in L2, brought in by the CTAs of the
+ * first chunk running beside it, instead of reading them from DRAM again after every other expert
+ * (bench/results/h200/2026-12-03-moe-splits-beside-slots/). */
+__device__ __forceinline__ int64_t cta_slot() { return blockIdx.z; }
+__device__ __forceinline__ int64_t cta_split() { return blockIdx.y; }
+__device__ __forceinline__ int64_t cta_splits() { return gridDim.y; }
+
+/* The expert of this CTA's slot, or -1 (the CTA has nothing to do): from the active list when the
+ * routing kernel built one, else by scanning offsets. Uniform across the CTA. */
 __device__ int64_t slot_expert(const grouped_params &p) {
-  if (!p.a.active) return find_expert(p, blockIdx.y);
+  if (!p.a.active) return find_expert(p, cta_slot());
   const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
-  if ((int64_t)blockIdx.y >= count) return -1;
-  const int64_t e = p.a.active[blockIdx.y];
+  if (cta_slot() >= count) return -1;
+  const int64_t e = p.a.active[cta_slot()];
   return e < 0 || e >= p.a.experts ? -1 : e;
 }
 
@@ -257,7 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_kernel(grouped_params p) 
   double scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.w_mult ? p.a.w_mult[e] : 1.0f);
   scale *= (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device);
   const int64_t n0 = (int64_t)blockIdx.x * kTileN;
-  for (int64_t r0 = lo + (int64_t)blockIdx.z * kMaxRows; r0 < hi; r0 += (int64_t)gridDim.z * kMaxRows) {
+  for (int64_t r0 = lo + cta_split() * kMaxRows; r0 < hi; r0 += cta_splits() * kMaxRows) {
     const int nr = (int)min((int64_t)kMaxRows, hi - r0);
     if (nr <= 1) row_chunk<FMT, ACT, 1>(p, sm, e, r0, nr, n0, scale);
     else if (nr <= 2) row_chunk<FMT, ACT, 2>(p, sm, e, r0, nr, n0, scale);
@@ -321,7 +330,7 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
 template <bool NV, bool F16, bool EXTRA>
 __device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, bool *extra, int64_t *e,
                                                   int64_t *lo, int64_t *hi, double *scale) {
-  *extra = EXTRA && p.a.extra_rows > 0 && blockIdx.y == gridDim.y - 1;
+  *extra = EXTRA && p.a.extra_rows > 0 && blockIdx.z == gridDim.z - 1; /* the last slot */
   if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, scale);
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
@@ -358,7 +367,7 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   const int64_t row_bytes = ACT == FP4_CUDA_ACT_FP4 ? K / 2 : p.a.lda * act_walk<ACT>::kElem;
   constexpr int kChunkRows = 8 * NT;
 
-  for (int64_t r0 = lo + (int64_t)blockIdx.z * kChunkRows; r0 < hi; r0 += (int64_t)gridDim.z * kChunkRows) {
+  for (int64_t r0 = lo + cta_split() * kChunkRows; r0 < hi; r0 += cta_splits() * kChunkRows) {
     const char *rowp[NT];
     scale_walk asw[NT];
     bool valid[NT];
@@ -483,7 +492,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
     const lean_weights<NV, R> lw(x ? p.a.extra_w : p.a.w + e * p.w_expert_bytes,
                                  x ? p.a.extra_w_scales : p.a.w_scales + e * p.a.w_scale_stride, p.a.w_layout, p.wC,
                                  p.a.n, K, row0, slab0, KW, g, t, tile_stride);
-    for (int64_t r0 = lo + (int64_t)blockIdx.z * 8; r0 < hi; r0 += (int64_t)gridDim.z * 8) {
+    for (int64_t r0 = lo + cta_split() * 8; r0 < hi; r0 += cta_splits() * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
       const int64_t arow = !x && p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
       const char *act[1] = {static_cast<const char *>(x ? p.a.extra_a : p.a.a) + arow * row_bytes + t * (kSlab / 4) +
@@ -724,8 +733,8 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
                                                       !a->extra_out)) ||
           a->slots + 1 > 65535)
         return (int)cudaErrorInvalidValue;
-      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)(a->slots + (a->extra_rows > 0)),
-                      (unsigned)zsplits);
+      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)zsplits,
+                      (unsigned)(a->slots + (a->extra_rows > 0)));
       return (int)(a->format == FP4_FORMAT_NVFP4
                        ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
                        : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));
@@ -736,14 +745,14 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
     if ((wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) || wpt > a->k / 128) return (int)cudaErrorInvalidValue;
     p.warps_per_tile = wpt;
     const int64_t ctas_x = (tiles16 + kMmaMaxWarps / wpt - 1) / (kMmaMaxWarps / wpt);
-    const dim3 grid((unsigned)ctas_x, (unsigned)a->slots, (unsigned)splits);
+    const dim3 grid((unsigned)ctas_x, (unsigned)splits, (unsigned)a->slots);
     return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_mma_fmt<FP4_FORMAT_NVFP4>(p, grid, kMmaMaxWarps, nt, s, pdl)
                                                : launch_mma_fmt<FP4_FORMAT_MXFP4>(p, grid, kMmaMaxWarps, nt, s, pdl));
   }
   if (v.kernel != FP4_MOE_KERNEL_FMA || a->silu_out || a->extra_rows) return (int)cudaErrorInvalidValue;
   const int64_t tiles = (a->n + kTileN - 1) / kTileN;
   if (tiles > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
-  const dim3 grid((unsigned)tiles, (unsigned)a->slots, (unsigned)a->splits);
+  const dim3 grid((unsigned)tiles, (unsigned)a->splits, (unsigned)a->slots);
   return (int)(a->format == FP4_FORMAT_NVFP4 ? launch_fmt<FP4_FORMAT_NVFP4>(p, grid, s, pdl)
                                              : launch_fmt<FP4_FORMAT_MXFP4>(p, grid, s, pdl));
 }
