@@ -406,7 +406,7 @@ static void test_invalid_ids(fp4_context *ctx) {
     }
 }
 
-/* The path is chosen from the mean rows per expert slot (config/moe_sm80.h, prefill_min_rows = 16)
+/* The path is chosen from the mean rows per expert slot (prefill_min_rows: 16, 13 on SM90)
  * and named in the run info (config moe.default, the variants in the note): T = 1024, top-4 over 32
  * experts (128 rows each) runs the prefill tiles; T = 64 (8 rows each) the streaming kernels. Every
  * output is finite (NaN-prefilled). */

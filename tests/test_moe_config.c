@@ -232,9 +232,10 @@ static void test_silu_fusion(void) {
          "prefill fused (%s)", why);
 }
 
-/* The lean kernel's row limit at its edges: 11 and 12 routed rows per slot of a Qwen3.5 gate_up on
- * the H200 (SM90 table), 9 rows in MXFP4, in f32 rows and on the A100 (SM80 table: 8). */
-static void test_lean_rows(void) {
+/* The row limits at their edges: the lean kernel at 11 and 12 routed rows per slot of a Qwen3.5
+ * gate_up on the H200 (SM90 table), 9 rows in MXFP4, in f32 rows and on the A100 (SM80 table: 8);
+ * the prefill tiles from 13 rows per slot on the H200 and from 16 on the A100. */
+static void test_row_limits(void) {
   const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
   fp4_moe_gemm_shape s = {.n = 2048, .k = 4096, .rows = 563 * 10, .experts = 512, .act = FP4_CUDA_ACT_BF16,
                           .format = FP4_FORMAT_NVFP4, .w_layout = FP4_LAYOUT_128X4, .aligned = 1};
@@ -251,13 +252,17 @@ static void test_lean_rows(void) {
   s.act = FP4_CUDA_ACT_BF16;
   s.rows = 400 * 10; /* 8 rows: the lean kernel on every table */
   EXPECT(fp4_moe_choose_gemm(&s, 0, &a100).kernel == FP4_MOE_KERNEL_LEAN, "8 rows per slot on SM80: not lean");
+  EXPECT(!fp4_moe_prefill_wanted(512 * 12, 512, &h200) && fp4_moe_prefill_wanted(512 * 12 + 1, 512, &h200),
+         "SM90: the prefill tiles not from 13 rows per slot");
+  EXPECT(!fp4_moe_prefill_wanted(512 * 15, 512, &a100) && fp4_moe_prefill_wanted(512 * 15 + 1, 512, &a100),
+         "SM80: the prefill tiles not from 16 rows per slot");
 }
 
 int main(void) {
   test_recorded();
   EXPECT(g_lean_rows == 4, "%d routed GEMMs moved to the lean kernel at 9-11 rows, expected 4 (Qwen3.5 B = 512)",
          g_lean_rows);
-  test_lean_rows();
+  test_row_limits();
   test_names();
   test_refusals();
   test_silu_fusion();

@@ -11,13 +11,12 @@
  * targets, moe_lean_blocks_here; the rules were fitted with 5 on the H200).
  * lean_span_*: docs/moe.md (bench/results/h200/2026-11-30-moe-decode/README.md, per-GEMM table).
  * mma_min_ctas_per_sm: fewer than 3 CTAs of 8 warps per SM leave the tensor-core kernel latency-bound.
- * lean_max_rows (each table its own): 8 here, where the tensor-core kernel takes two token tiles
- * per row chunk; moe_sm90.h raises it where measured. */
-#define FP4_MOE_RULES_SM80_INIT                                                                          \
-  .prefill_min_rows = 16, .lean_wave_ctas = 5, .lean_span_max_bytes = 64 << 10, .lean_span_waves = 8,   \
-  .mma_min_ctas_per_sm = 3
+ * lean_max_rows: 8, where the tensor-core kernel takes two token tiles per row chunk.
+ * prefill_min_rows and lean_max_rows are set per table (moe_sm90.h: 13 and 11, measured there). */
+#define FP4_MOE_RULES_SM80_INIT                                                                      \
+  .lean_wave_ctas = 5, .lean_span_max_bytes = 64 << 10, .lean_span_waves = 8, .mma_min_ctas_per_sm = 3
 
-static const fp4_moe_rules fp4_moe_rules_sm80 = {FP4_MOE_RULES_SM80_INIT, .lean_max_rows = 8, .prefill_wgra = 0,
-                                                .widths = 0};
+static const fp4_moe_rules fp4_moe_rules_sm80 = {FP4_MOE_RULES_SM80_INIT, .prefill_min_rows = 16, .lean_max_rows = 8,
+                                                .prefill_wgra = 0, .widths = 0};
 
 #endif

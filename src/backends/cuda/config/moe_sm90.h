@@ -12,8 +12,12 @@
 /* lean_max_rows: at 9-11 NVFP4 rows per expert slot (Qwen3.5 at B = 448-563) the lean kernel took
  * 0.88-0.97x the tensor-core kernel's layer time and 0.99x on DeepSeek-R1 at 10 rows; from 12 rows
  * it took 1.00-1.04x (bench/results/h200/2026-12-03-moe-lean-to-11-rows/). */
+/* prefill_min_rows: the register-A prefill tiles took 0.84-0.96x the streaming kernels' layer time at
+ * 13-15 routed rows per slot (Qwen3.5 B = 666-768, DeepSeek-R1 B = 416-480, W4A16 and W4A4) and
+ * 0.995-1.01x at 12 (bench/results/h200/2026-12-03-moe-prefill-from-13-rows/). */
 static const fp4_moe_rules fp4_moe_rules_sm90 = {
     FP4_MOE_RULES_SM80_INIT,
+    .prefill_min_rows = 13,
     .lean_max_rows = 11,
     .prefill_wgra = 1,
     .widths = 6,
