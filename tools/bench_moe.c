@@ -48,6 +48,8 @@ typedef struct moe_point {
   double layer_us, touched_bytes, gbps, floor_ratio, flops, tflops;
   double cublas_us, cublas_tflops, speedup;
   int cublas_ok;
+  double rows_per_slot; /* routed rows over the expert slots, min(experts, rows): what the chooser reads */
+  char variants[160];   /* the run info's note: each GEMM's kernel variant under moe.default */
 } moe_point;
 
 static void bench_moe_usage(FILE *f) {
@@ -60,7 +62,10 @@ static void bench_moe_usage(FILE *f) {
              "{1, 8, 64, 256, 1024, 4096} tokens (--m), uniform random routing, bf16 hidden states.\n"
              "Per point: layer time (median), touched expert bytes of the actual routing, effective bandwidth,\n"
              "the time over the same-run copy floor (touched bytes / copy bandwidth) and the same-run loop\n"
-             "over active experts calling cuBLAS BF16 (its time and our speedup over it).\n"
+             "over active experts calling cuBLAS BF16 (its time and our speedup over it); under moe.default\n"
+             "the kernel variant each GEMM ran (the table's last column; \"variants\" in JSON and CSV), and in\n"
+             "JSON and CSV the routed rows per expert slot, B x top-k / min(experts, B x top-k), which the\n"
+             "default choice reads.\n"
              "--runs (default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its timed loop\n"
              "lasts about --budget seconds (default 2); the runs used are reported. Progress goes to stderr.\n"
              "--config: the cuda backend's MoE config (default moe.default: the library's choice per GEMM;\n"
@@ -216,6 +221,7 @@ static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_m
   for (int64_t i = 0; i < B * k; i++) counts[ids[i]]++;
   for (int64_t e = 0; e < E; e++) pt->active += counts[e] > 0;
   pt->touched_bytes = (double)pt->active * (expert_bytes(bs->w1) + expert_bytes(bs->w2));
+  pt->rows_per_slot = (double)(B * k) / (double)(B * k < E ? B * k : E);
   pt->flops = 2.0 * (double)(B * k) * (double)(2 * I * H + H * I);
   if ((st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, (size_t)(B * k) * sizeof *ids, &d_ids)) ||
       (st = fp4_copy(ctx, d_ids, FP4_MEMORY_DEVICE, ids, FP4_MEMORY_HOST, (size_t)(B * k) * sizeof *ids)) ||
@@ -234,8 +240,16 @@ static void run_point(fp4_context *ctx, const moe_model *m, int64_t B, fp4_moe_m
     goto done;
   layer_call call = {ctx, &layer, &xm, &om, &rt, ws, bytes, &opts};
   fp4_timing t;
-  /* One call first (it also warms up): its time sets the runs that fit the budget. */
-  if ((st = fp4_time(ctx, NULL, call_layer, &call, 1, 1, &t))) goto done;
+  /* One call first (it also warms up): its time sets the runs that fit the budget, and its run
+   * info names the kernel variant of each GEMM. */
+  fp4_run_info info;
+  memset(&info, 0, sizeof info);
+  fp4_options first_opts = opts;
+  first_opts.info = &info;
+  layer_call first = call;
+  first.opts = &first_opts;
+  if ((st = fp4_time(ctx, NULL, call_layer, &first, 1, 1, &t))) goto done;
+  snprintf(pt->variants, sizeof pt->variants, "%s", info.note);
   pt->runs = bs->runs;
   if (t.median_us * 1e-6 * bs->runs > bs->budget_s) {
     const double fit = bs->budget_s / (t.median_us * 1e-6);
@@ -309,6 +323,8 @@ static void write_json(FILE *f, const bench_origin *origin, const fp4_device_inf
             config, x->model, x->mode, (long long)x->batch, (long long)x->active, x->runs, x->status);
     str(f, "reason", x->reason);
     const int ok = !strcmp(x->status, "ok");
+    num(f, "rows_per_slot", x->rows_per_slot, 1, ", ");
+    str(f, "variants", x->variants);
     num(f, "layer_us", x->layer_us, ok, ", ");
     num(f, "touched_bytes", x->touched_bytes, 1, ", ");
     num(f, "effective_gbps", x->gbps, ok, ", ");
@@ -326,14 +342,16 @@ static void write_json(FILE *f, const bench_origin *origin, const fp4_device_inf
 
 static void write_csv(FILE *f, double copy_bps, const moe_point *p, int n) {
   fprintf(f, "model,mode,batch,active_experts,status,layer_us,touched_bytes,effective_gbps,copy_gbps,"
-             "time_over_copy_floor,tflops,cublas_bf16_loop_us,cublas_bf16_loop_tflops,speedup_vs_cublas_bf16_loop,runs\n");
+             "time_over_copy_floor,tflops,cublas_bf16_loop_us,cublas_bf16_loop_tflops,speedup_vs_cublas_bf16_loop,runs,"
+             "rows_per_slot,variants\n");
   for (int i = 0; i < n; i++) {
     const moe_point *x = &p[i];
     fprintf(f, "%s,%s,%lld,%lld,%s,%.3f,%.0f,%.1f,%.1f,%.3f,%.2f,", x->model, x->mode, (long long)x->batch,
             (long long)x->active, x->status, x->layer_us, x->touched_bytes, x->gbps, copy_bps / 1e9, x->floor_ratio,
             x->tflops);
-    if (x->cublas_ok) fprintf(f, "%.3f,%.2f,%.2f,%d\n", x->cublas_us, x->cublas_tflops, x->speedup, x->runs);
-    else fprintf(f, ",,,%d\n", x->runs);
+    if (x->cublas_ok) fprintf(f, "%.3f,%.2f,%.2f,%d,", x->cublas_us, x->cublas_tflops, x->speedup, x->runs);
+    else fprintf(f, ",,,%d,", x->runs);
+    fprintf(f, "%.3f,\"%s\"\n", x->rows_per_slot, x->variants); /* the note has commas, never quotes */
   }
 }
 
@@ -460,7 +478,8 @@ int bench_moe_main(int argc, char **argv) {
         }
         fprintf(tab, "%-13s %-5s %5lld %6lld %10.1f %10.1f %8.0f %6.2f %8.2f %10.1f %7.2f %5d  %s %s\n", p->model,
                 p->mode, (long long)p->batch, (long long)p->active, p->layer_us, p->touched_bytes / 1e6, p->gbps,
-                p->floor_ratio, p->tflops, p->cublas_us, p->speedup, p->runs, p->status, p->reason);
+                p->floor_ratio, p->tflops, p->cublas_us, p->speedup, p->runs, p->status,
+                p->reason[0] ? p->reason : p->variants);
         fflush(tab);
       }
     free_experts(ctx, &w1);
