@@ -11,8 +11,9 @@
  * (in half an MXFP4 block), and the four vectors of one "map" (a 32-byte half of a 128-element
  * chunk and the lo/hi unpack) share the lane-to-block assignment, so a map's products are summed
  * per lane and the block scales applied with one FMA per map: per 128 weights 16 multiply-adds,
- * 4 scale FMAs and one scale conversion (E4M3 via fp16, 2^-8 folded into the output scale, as in
- * kernels_avx512.c). A is packed in that order, so the hot loop never moves activations.
+ * 4 scale FMAs and half a scale conversion (two chunks' scales at once; E4M3 via fp16, 2^-8 folded
+ * into the output scale, as in kernels_avx512.c). A is packed in that order, so the hot loop never
+ * moves activations.
  */
 #include "backends/cpu/cpu_kernels.h"
 
@@ -71,27 +72,61 @@ T2 INLINE void map_vectors(const lut2 *t, __m256i w0, __m256i w1, __m256 v[4]) {
 
 /* Scales of a 128-element chunk as 8 lanes f, from which map_scale() spreads the lane scales of
  * each map. NVFP4: the 8 E4M3 bytes are g0[0..3], g1[0..3] (two groups of 4 columns), f =
- * [s0 s1 s4 s5 | s2 s3 s6 s7] times 2^-8 (E4M3 to fp16 by moving the sign up a bit and shifting
- * left by 7, exact for subnormals too); MXFP4: the 4 UE8M0 bytes g0[0..3], f = [m0 m0 m2 m2 |
- * m1 m1 m3 m3], exact. NaN codes are not decoded but folded into the returned track (max of the
- * bytes, sign cleared for E4M3), which the caller tests once per row. */
+ * [s0 s1 s4 s5 | s2 s3 s6 s7] (g0 and g1 interleaved in byte pairs) times 2^-8: a byte
+ * sign-extended to 16 bits and shifted left by 7 has the sign in bits 15 and 14 and the code in
+ * bits 13-7, and with bit 14 cleared it is the fp16 pattern of the value times 2^-8 (exact for
+ * subnormals too). MXFP4: the 4 UE8M0 bytes g0[0..3], f = [m0 m0 m2 m2 | m1 m1 m3 m3], exact (the
+ * code shifted into the exponent; the max with the f32 subnormal 2^-127 turns code 0 into 2^-127
+ * and leaves every other code as it is). NaN codes are not decoded but folded into the returned
+ * track (max of the bytes; E4M3 bytes doubled, so that 0x7F and 0xFF both become 0xFE, the
+ * largest), which the caller tests once per row with nan_seen(). */
 T2 INLINE __m128i chunk_scales(const uint8_t *g0, const uint8_t *g1, const int MX, __m128i track, __m256 *f) {
   uint32_t l0, l1;
   memcpy(&l0, g0, 4);
   if (MX) {
     const __m128i x = _mm_cvtsi32_si128((int)l0);
-    track = _mm_max_epu8(track, x);
+    track = _mm_max_epu8(x, track);
     const __m256i d = _mm256_cvtepu8_epi32(_mm_shuffle_epi8(x, _mm_setr_epi8(0, 0, 2, 2, 1, 1, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1)));
-    const __m256i e = _mm256_slli_epi32(d, 23);
-    *f = _mm256_castsi256_ps(_mm256_or_si256(e, _mm256_and_si256(_mm256_cmpeq_epi32(d, _mm256_setzero_si256()),
-                                                                 _mm256_set1_epi32(0x00400000)))); /* 2^-127 */
+    *f = _mm256_max_ps(_mm256_castsi256_ps(_mm256_slli_epi32(d, 23)), _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000)));
   } else {
     memcpy(&l1, g1, 4);
-    const __m128i x = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)l0), _mm_cvtsi32_si128((int)l1));
-    track = _mm_max_epu8(track, _mm_and_si128(x, _mm_set1_epi8(0x7F)));
-    __m128i h = _mm_shuffle_epi8(x, _mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 2, -1, 3, -1, 6, -1, 7, -1));
-    h = _mm_slli_epi16(_mm_add_epi16(h, _mm_and_si128(h, _mm_set1_epi16(0x80))), 7);
+    const __m128i x = _mm_unpacklo_epi16(_mm_cvtsi32_si128((int)l0), _mm_cvtsi32_si128((int)l1)); /* s0 s1 s4 s5 s2 s3 s6 s7 */
+    track = _mm_max_epu8(_mm_add_epi8(x, x), track);
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(x), 7), _mm_set1_epi16((short)0xBFFF));
     *f = _mm256_cvtph_ps(h);
+  }
+  return track;
+}
+
+/* chunk_scales() for two consecutive chunks (fa: the chunk whose scales start at g, fb: the next),
+ * so that one load-combine-convert sequence and one NaN track update serve 256 weights: NVFP4 one
+ * 16-byte sign extension, shift and mask for both, then one vcvtph2ps per chunk; MXFP4 one byte
+ * shuffle per chunk puts each code in the top byte of its lanes and one shift right by 1 makes it
+ * the f32 exponent. */
+T2 INLINE __m128i chunk_scales2(const uint8_t *g, int64_t gs, const int MX, __m128i track, __m256 *fa, __m256 *fb) {
+  uint32_t l0, l1, l2, l3;
+  memcpy(&l0, g, 4);
+  memcpy(&l1, g + gs, 4);
+  if (MX) {
+    const __m128i x = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)l0), _mm_cvtsi32_si128((int)l1));
+    track = _mm_max_epu8(x, track);
+    const __m256i xb = _mm256_broadcastq_epi64(x);
+    const __m256i ca = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 0, -1, -1, -1, 2, -1, -1, -1, 2, /* m0 m0 m2 m2 */
+                                        -1, -1, -1, 1, -1, -1, -1, 1, -1, -1, -1, 3, -1, -1, -1, 3); /* m1 m1 m3 m3 */
+    const __m256i cb = _mm256_setr_epi8(-1, -1, -1, 4, -1, -1, -1, 4, -1, -1, -1, 6, -1, -1, -1, 6,
+                                         -1, -1, -1, 5, -1, -1, -1, 5, -1, -1, -1, 7, -1, -1, -1, 7);
+    const __m256 sub = _mm256_castsi256_ps(_mm256_set1_epi32(0x00400000)); /* 2^-127 */
+    *fa = _mm256_max_ps(_mm256_castsi256_ps(_mm256_srli_epi32(_mm256_shuffle_epi8(xb, ca), 1)), sub);
+    *fb = _mm256_max_ps(_mm256_castsi256_ps(_mm256_srli_epi32(_mm256_shuffle_epi8(xb, cb), 1)), sub);
+  } else {
+    memcpy(&l2, g + 2 * gs, 4);
+    memcpy(&l3, g + 3 * gs, 4);
+    const __m128i x = _mm_unpacklo_epi64(_mm_unpacklo_epi16(_mm_cvtsi32_si128((int)l0), _mm_cvtsi32_si128((int)l1)),
+                                         _mm_unpacklo_epi16(_mm_cvtsi32_si128((int)l2), _mm_cvtsi32_si128((int)l3)));
+    track = _mm_max_epu8(_mm_add_epi8(x, x), track);
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), _mm256_set1_epi16((short)0xBFFF));
+    *fa = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *fb = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
   return track;
 }
@@ -107,9 +142,9 @@ T2 INLINE __m256 map_scale(__m256 f, int h, int m) {
   }
 }
 
-/* 1 when a tracked scale byte was a NaN code (E4M3 0x7F/0xFF, UE8M0 0xFF). */
+/* 1 when a tracked scale byte was a NaN code (E4M3 0x7F/0xFF, tracked doubled as 0xFE; UE8M0 0xFF). */
 T2 INLINE int nan_seen(__m128i track, const int MX) {
-  return _mm_movemask_epi8(_mm_cmpeq_epi8(track, _mm_set1_epi8(MX ? (char)0xFF : 0x7F))) != 0;
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(track, _mm_set1_epi8(MX ? (char)0xFF : (char)0xFE))) != 0;
 }
 
 /* acc[i][.] += per-lane scaled products of one 128-element chunk (64 weight bytes at w) with the
@@ -117,7 +152,11 @@ T2 INLINE int nan_seen(__m128i track, const int MX) {
  * is expanded to f32 at a time (its 4 vectors, the other map's 2 words kept): expanding both maps
  * first left four rows' 8 accumulators too few of the 16 vector registers, and the spills took
  * 0.567 instructions per weight-row product at M = 4 against 0.431 now
- * (bench/results/cpu/2026-12-02-quiet-machine/instructions.csv). */
+ * (bench/results/cpu/2026-12-02-quiet-machine/instructions.csv).
+ * Folding the four map sums into one vector of block sums with three vhaddps (one scale FMA per
+ * chunk instead of 4 vpermilps + 4 FMAs) takes fewer instructions (0.617 a weight at M = 1 against
+ * 0.644) but ran 12-16% slower in cache on Zen 4, where this loop is bound by the shuffle and FMA
+ * pipes rather than by instruction count (bench/results/cpu/2026-12-03-avx2-scale-pairs/in_cache.csv). */
 T2 INLINE void chunk_dot(const lut2 *t, const uint8_t *w, __m256 f, const float *a, int64_t lda, const int MR,
                          __m256 acc[][2]) {
   for (int h = 0; h < 2; h++) {
@@ -126,14 +165,13 @@ T2 INLINE void chunk_dot(const lut2 *t, const uint8_t *w, __m256 f, const float 
     for (int m = 0; m < 2; m++) {
       __m256 v[4];
       map_vectors(t, words[2 * m], words[2 * m + 1], v);
-      const __m256 sc = map_scale(f, h, m);
       for (int i = 0; i < MR; i++) {
         const float *ap = a + i * lda + 64 * h + 32 * m;
         __m256 p = _mm256_mul_ps(v[0], _mm256_loadu_ps(ap));
         p = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(ap + 8), p);
         p = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(ap + 16), p);
         p = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(ap + 24), p);
-        acc[i][m] = _mm256_fmadd_ps(p, sc, acc[i][m]);
+        acc[i][m] = _mm256_fmadd_ps(p, map_scale(f, h, m), acc[i][m]);
       }
     }
   }
@@ -172,11 +210,24 @@ T2 INLINE void gemv_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1,
     __m256 acc[FP4_CPU_GEMV_MAX_M][2];
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     __m128i track = _mm_setzero_si128();
-    for (int64_t ch = 0; ch < nfull; ch++) {
-      _mm_prefetch((const char *)(w + ch * 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
+    /* Two chunks per iteration (one scale conversion for both, see chunk_scales2(); one loop test),
+     * indexed by one weight-byte offset o: chunk o / 64 reads A from a + 2 * o. 76 instructions per
+     * 128 weights at M = 1 against 83 one chunk at a time; the same speed streaming from memory and
+     * 1.04x in cache (bench/results/cpu/2026-12-03-avx2-scale-pairs/README.md). */
+    const uint8_t *gp = sp;
+    int64_t o = 0;
+    for (; o + 128 <= 64 * nfull; o += 128, gp += 2 * gstep) {
+      _mm_prefetch((const char *)(w + o + FP4_CPU_PREFETCH), _MM_HINT_T0);
+      _mm_prefetch((const char *)(w + o + 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
+      __m256 fa, fb;
+      track = chunk_scales2(gp, g->gstride, MX, track, &fa, &fb);
+      chunk_dot(&t, w + o, fa, a + 2 * o, g->lda, MR, acc);
+      chunk_dot(&t, w + o + 64, fb, a + 2 * o + 128, g->lda, MR, acc);
+    }
+    if (o < 64 * nfull) {
       __m256 f;
-      track = chunk_scales(sp + ch * gstep, sp + ch * gstep + g->gstride, MX, track, &f);
-      chunk_dot(&t, w + ch * 64, f, a + ch * 128, g->lda, MR, acc);
+      track = chunk_scales(gp, gp + g->gstride, MX, track, &f);
+      chunk_dot(&t, w + o, f, a + 2 * o, g->lda, MR, acc);
     }
     if (nfull < nchunks) {
       _Alignas(32) uint8_t wb[64] = {0};
