@@ -99,7 +99,7 @@ static void stage_free(stage *s) {
 static fp4_status put_grouped(stage *s, const fp4_grouped_qmatrix *h, fp4_grouped_qmatrix *d) {
   size_t sb = 0;
   fp4_scales_size(h->format, h->layout, h->rows, h->cols, &sb);
-  void *data, *scales, *mult;
+  void *data = NULL, *scales = NULL, *mult = NULL; /* copied into d even when a put failed */
   fp4_status st = put(s, h->data, (size_t)(h->experts * h->rows * h->cols / 2), &data);
   if (!st) st = put(s, h->scales, (size_t)h->experts * sb, &scales);
   if (!st) st = put(s, h->multipliers, h->multipliers ? (size_t)h->experts * sizeof(float) : 0, &mult);
