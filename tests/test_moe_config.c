@@ -1,8 +1,9 @@
 /*
  * The cuda backend's MoE config chooser (src/backends/cuda/config/moe_config.h) without a GPU: the
  * default variant of every GEMM of the Qwen3.5-397B and DeepSeek-R1 layers at B = 1-4096 equals the
- * choice recorded from the rules it replaced (moe_recorded_choices.h); every name parses back to
- * itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced; SiLU*up
+ * choice recorded from the rules it replaced (moe_recorded_choices.h), but where a later rule moved
+ * it (the lean kernel at 9-11 rows per slot on SM90); the later rules' thresholds (the lean kernel's
+ * rows, the prefill tiles' rows on SM90 and SM80) at their edges; every name parses back to itself; a forced variant that cannot run a GEMM is refused with the rule, never replaced; SiLU*up
  * is fused into the gate_up GEMM exactly where its epilogue can run, and the shared expert into the
  * routed launches exactly where the rule allows.
  */
