@@ -113,6 +113,7 @@ __device__ int64_t find_expert(const grouped_params &p, int64_t slot) {
  * first chunk running beside it, instead of reading them from DRAM again after every other expert
  * (bench/results/h200/2026-12-03-moe-splits-beside-slots/). */
 __device__ __forceinline__ int64_t cta_slot() { return blockIdx.z; }
+__device__ __forceinline__ int64_t cta_slots() { return gridDim.z; }
 __device__ __forceinline__ int64_t cta_split() { return blockIdx.y; }
 __device__ __forceinline__ int64_t cta_splits() { return gridDim.y; }
 
@@ -330,7 +331,7 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
 template <bool NV, bool F16, bool EXTRA>
 __device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, bool *extra, int64_t *e,
                                                   int64_t *lo, int64_t *hi, double *scale) {
-  *extra = EXTRA && p.a.extra_rows > 0 && blockIdx.z == gridDim.z - 1; /* the last slot */
+  *extra = EXTRA && p.a.extra_rows > 0 && cta_slot() == cta_slots() - 1;
   if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, scale);
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
