@@ -464,6 +464,15 @@ FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer,
                                    const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,
                                    fp4_matrix *out, const fp4_options *options);
 
+/* Device workspace (fp4_context_reserve_workspace) fp4_moe_forward with these operands and options
+ * takes from the context besides the caller's workspace (0: none; on the cuda backend a shared
+ * expert run on the dense GEMM kernels may take some, docs/moe.md): reserve it before capturing the
+ * layer in a CUDA graph, as for fp4_mm_workspace_size. The operands are validated as for the call;
+ * their data is not read. */
+FP4_API fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer *layer,
+                                                  const fp4_matrix *hidden, const fp4_moe_routing *routing,
+                                                  const fp4_matrix *out, const fp4_options *options, size_t *bytes);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Architectures, capability probe, auto selection and tuning (src/dispatch/arch.c, probe.c,     */
 /* src/tune/tuner.c)                                                                           */

@@ -326,8 +326,11 @@ static void *to_device(fp4_context *ctx, const void *host, size_t bytes) {
 
 /* Runs one W4A16 layer (random NVFP4 experts, f32 hidden states and output, routing ids as given,
  * weights 0.5) on the device; out receives [T, H], info what ran. */
+/* shared: expert 0's weights are also the shared expert; hidden states f32 or (bf16) their bf16
+ * roundings; ctx_ws: the context workspace fp4_moe_context_workspace_size names for the call. */
 static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64_t E, int64_t H, int64_t I,
-                                   const int32_t *ids, float *out, fp4_run_info *info) {
+                                   const int32_t *ids, float *out, fp4_run_info *info, int shared, int bf16,
+                                   size_t *ctx_ws) {
   fp4h_rng g = {99};
   fp4_grouped_qmatrix w1, w2;
   fp4_status st = fp4h_grouped_make(&g, &w1, E, 2 * I, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4);
@@ -340,6 +343,8 @@ static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64
   if (!tw || !hid) st = FP4_ERR_OUT_OF_MEMORY;
   for (int64_t i = 0; !st && i < T * K; i++) tw[i] = 0.5f;
   if (!st) fp4h_fill(&g, hid, T * H, FP4H_DATA_NORMAL, 16);
+  if (!st && bf16) /* the first T * H * 2 bytes of hid become bf16 values, in place */
+    for (int64_t i = 0; i < T * H; i++) ((uint16_t *)hid)[i] = fp4_bf16_from_f32(hid[i]);
   size_t wb1 = (size_t)(E * 2 * I * H / 2), wb2 = (size_t)(E * H * I / 2), sb1 = 0, sb2 = 0;
   fp4_scales_size(w1.format, w1.layout, w1.rows, w1.cols, &sb1);
   fp4_scales_size(w2.format, w2.layout, w2.rows, w2.cols, &sb2);
@@ -358,18 +363,21 @@ static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64
     d1.memory = d2.memory = FP4_MEMORY_DEVICE;
     d_ids = to_device(ctx, ids, (size_t)(T * K) * sizeof *ids);
     d_tw = to_device(ctx, tw, (size_t)(T * K) * sizeof *tw);
-    d_hid = to_device(ctx, hid, (size_t)(T * H) * sizeof *hid);
+    d_hid = to_device(ctx, hid, (size_t)(T * H) * (bf16 ? sizeof(uint16_t) : sizeof *hid));
     d_out = to_device(ctx, out, ob);
     if (!d1.data || !d1.scales || !d1.multipliers || !d2.data || !d2.scales || !d2.multipliers || !d_ids || !d_tw ||
         !d_hid || !d_out)
       st = FP4_ERR_OUT_OF_MEMORY;
   }
-  fp4_moe_layer layer = {FP4_MOE_W4A16, {d1, d2, 1.0f, 1.0f}, NULL};
+  fp4_moe_experts se = {d1, d2, 1.0f, 1.0f, NULL};
+  se.gate_up.experts = se.down.experts = 1;
+  fp4_moe_layer layer = {FP4_MOE_W4A16, {d1, d2, 1.0f, 1.0f}, shared ? &se : NULL};
   fp4_moe_routing rt = {d_ids, T, K, {d_tw, T, K, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
-  fp4_matrix xm = {d_hid, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, om = {d_out, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
+  fp4_matrix xm = {d_hid, T, H, 0, bf16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, om = {d_out, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
   const fp4_options opts = {.backend = "cuda", .info = info};
   size_t bytes = 0;
   if (!st) st = fp4_moe_workspace_size(&layer, T, K, &opts, &bytes);
+  if (!st && ctx_ws) st = fp4_moe_context_workspace_size(ctx, &layer, &xm, &rt, &om, &opts, ctx_ws);
   if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws);
   if (!st) st = fp4_moe_forward(ctx, &layer, &xm, &rt, ws, bytes, &om, &opts);
   if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, ob);
@@ -391,7 +399,7 @@ static void test_invalid_ids(fp4_context *ctx) {
   int32_t ids[T * K] = {0, 1, 2, E, -5, 3, 4, 5}; /* token 1: E, token 2: -5 */
   float out[T * H];
   for (int i = 0; i < T * H; i++) out[i] = 0.0f;
-  fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, NULL);
+  fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, NULL, 0, 0, NULL);
   EXPECT(st == FP4_OK, "fp4_moe_forward: %s", fp4_last_error());
   if (!st)
     for (int t = 0; t < T; t++) {
@@ -427,7 +435,7 @@ static void test_path_selection(fp4_context *ctx) {
       fp4h_rng g = {7};
       fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
       for (int64_t i = 0; i < T * H; i++) out[i] = NAN;
-      st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info);
+      st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 0, 0, NULL);
     }
     EXPECT(st == FP4_OK, "T = %lld: fp4_moe_forward: %s", (long long)T, fp4_last_error());
     if (!st) {
@@ -445,6 +453,60 @@ static void test_path_selection(fp4_context *ctx) {
     free(tw);
     free(out);
   }
+}
+
+/* A shared expert of T >= 13 rows on its own (not in the routed launches) runs on the dense kernels
+ * in W4A16 (fp4_moe_shared_dense), whose config names the run info shows; bf16 and f32 hidden
+ * states; fp4_moe_context_workspace_size names the context workspace it takes. The numbers are
+ * checked against the reference by the harness cases of test_moe_qwen and test_shared_dense_cases. */
+static int dense_name(const char *note, const char *gemm) {
+  const char *at = strstr(note, gemm);
+  if (!at) return 0;
+  at += strlen(gemm);
+  return !strncmp(at, "small-m.", 8) || !strncmp(at, "large-m.", 8);
+}
+
+static void test_shared_dense_info(fp4_context *ctx) {
+  enum { T = 64, K = 2, E = 32, H = 512, I = 128 };
+  int32_t ids[T * K];
+  float tw[T * K];
+  float *out = malloc((size_t)T * H * sizeof *out);
+  fp4h_rng g = {11};
+  fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
+  for (int bf16 = 1; out && bf16 >= 0; bf16--) {
+    const char *what = bf16 ? "bf16" : "f32";
+    fp4_run_info info;
+    memset(&info, 0, sizeof info);
+    for (int64_t i = 0; i < (int64_t)T * H; i++) out[i] = NAN;
+    size_t ws = 0;
+    const fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 1, bf16, &ws);
+    EXPECT(st == FP4_OK, "shared expert, %s hidden: fp4_moe_forward: %s", what, fp4_last_error());
+    if (st) continue;
+    EXPECT(dense_name(info.note, "shared gate_up ") && dense_name(info.note, "shared down "),
+           "shared expert, %s hidden: not on the dense kernels: '%s'", what, info.note);
+    /* the context holds what the query named (the call grew it outside capture) */
+    EXPECT(fp4_context_workspace_bytes(ctx) >= ws, "shared expert, %s hidden: the query named %zu context bytes, the "
+           "context holds %zu", what, ws, fp4_context_workspace_bytes(ctx));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < (int64_t)T * H; i++) bad += !isfinite(out[i]);
+    EXPECT(bad == 0, "shared expert, %s hidden: %lld outputs not finite", what, (long long)bad);
+  }
+  free(out);
+}
+
+/* The layer with a shared expert on the dense kernels against the reference: one rank of an
+ * EP-sharded layer (top-2 of 32, T = 16, 64 and 300; the shared set from 13 rows), bf16 and f16
+ * hidden states, uniform and skewed routing, NVFP4 and MXFP4. */
+static void test_shared_dense_cases(fp4_context *ctx) {
+  static const int64_t kT[] = {16, 64, 300};
+  uint64_t seed = 7000;
+  for (size_t t = 0; t < sizeof kT / sizeof *kT; t++)
+    for (int f = 0; f < 2; f++) {
+      const int rot = (int)t + f;
+      fp4h_case c = fp4h_moe_case(kT[t], 128, 512, 32, 2, 0, (fp4_format)f, 1, rot % 2 ? FP4H_ROUTE_SKEWED : FP4H_ROUTE_UNIFORM,
+                                  f == FP4_FORMAT_NVFP4 && rot % 2 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16);
+      run_case(ctx, &c, seed++);
+    }
 }
 
 #if FP4KIT_HAVE_CUDA
@@ -1160,6 +1222,9 @@ int main(int argc, char **argv) {
 #endif
   test_path_selection(ctx);
   printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
+  test_shared_dense_info(ctx);
+  test_shared_dense_cases(ctx);
+  printf("+ the shared expert on the dense kernels: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);
   printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);

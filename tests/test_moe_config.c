@@ -71,6 +71,10 @@ static void test_recorded(void) {
            "%s E=%lld B=%lld: shared expert fused %d (expected %d), SiLU*up fused %d %d (expected %d %d)", c->device,
            (long long)c->experts, (long long)c->tokens, plan.shared_fused, shared_fused, plan.silu_fused[0],
            plan.silu_fused[1], silu0, silu1);
+    /* and predate the shared expert on the dense kernels: wanted wherever W4A16 put it on the prefill tiles */
+    const int shared_dense = c->mode == FP4_MOE_W4A16 && shared_prefill;
+    EXPECT(rc == 0 && plan.shared_dense == shared_dense, "%s E=%lld B=%lld: shared expert on the dense kernels %d (expected %d)",
+           c->device, (long long)c->experts, (long long)c->tokens, plan.shared_dense, shared_dense);
     /* The recorded choices also predate the lean kernel at 9-11 routed rows per expert slot on SM90
      * (NVFP4; bf16 rows, W4A4 through them): there the routed GEMMs recorded on the tensor-core
      * kernel must now be on the two-tile lean one; its K split and span follow the rules recorded
@@ -160,15 +164,21 @@ static void test_refusals(void) {
          fp4_moe_variant_name(&plan.variant[FP4_MOE_GATE_UP]));
 }
 
+/* Qwen3.5's layer (H 4096, I 1024, a shared expert of the same width; W4A16, NVFP4 128x4, bf16
+ * hidden states) at T tokens, top_k of experts. */
+static fp4_moe_layer_shape qwen_layer(int64_t tokens, int64_t top_k, int64_t experts) {
+  return (fp4_moe_layer_shape){.tokens = tokens, .top_k = top_k, .experts = experts, .hidden = 4096, .inter = 1024,
+                               .shared_inter = 1024, .mode = FP4_MOE_W4A16, .format = FP4_FORMAT_NVFP4,
+                               .layout = FP4_LAYOUT_128X4, .shared_format = FP4_FORMAT_NVFP4,
+                               .shared_layout = FP4_LAYOUT_128X4, .hidden_dtype = FP4_DTYPE_BF16,
+                               .hidden_aligned = 1, .workspace_aligned = 1};
+}
+
 /* SiLU*up in the gate_up epilogue: forced variants are fused only as they are; W4A4, MXFP4, f16
  * hidden states, f32 SiLU*up rows and an I that is not a multiple of 16 are never fused. */
 static void test_silu_fusion(void) {
   const fp4_moe_arch h200 = {9, 0, 132, 232448, 1};
-  const fp4_moe_layer_shape qwen = {.tokens = 1, .top_k = 10, .experts = 512, .hidden = 4096, .inter = 1024,
-                                    .shared_inter = 1024, .mode = FP4_MOE_W4A16, .format = FP4_FORMAT_NVFP4,
-                                    .layout = FP4_LAYOUT_128X4, .shared_format = FP4_FORMAT_NVFP4,
-                                    .shared_layout = FP4_LAYOUT_128X4, .hidden_dtype = FP4_DTYPE_BF16,
-                                    .hidden_aligned = 1, .workspace_aligned = 1};
+  const fp4_moe_layer_shape qwen = qwen_layer(1, 10, 512);
   fp4_moe_layer_plan plan;
   fp4_moe_variant v;
   char why[320] = "";
@@ -259,6 +269,48 @@ static void test_row_limits(void) {
          "SM80: the prefill tiles not from 16 rows per slot");
 }
 
+/* The shared expert on the dense kernels: on the default path in W4A16 where its T rows would put it
+ * on the prefill tiles (from 13 rows on SM90, 16 on SM80), never where it joins the routed launches,
+ * in W4A4, or under a forced variant or path. */
+static void test_shared_dense(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
+  /* one rank of Qwen3.5 at EP8: 64 experts, 2 of them per token, the shared expert of the same width */
+  const fp4_moe_layer_shape ep8 = qwen_layer(64, 2, 64);
+  fp4_moe_layer_plan plan;
+  fp4_moe_variant v;
+  char why[320] = "";
+  EXPECT(fp4_moe_plan_layer(&ep8, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 &&
+             plan.shared_dense && !plan.shared_fused && plan.prefill[1] && !plan.prefill[0],
+         "EP8 rank, 64 tokens: shared expert dense %d fused %d (%s)", plan.shared_dense, plan.shared_fused, why);
+  fp4_moe_layer_shape L = ep8;
+  for (int64_t t = 1; t <= 1024; t++) {
+    L.tokens = t;
+    for (int sm = 0; sm < 2; sm++) {
+      const fp4_moe_arch *arch = sm ? &a100 : &h200;
+      const int64_t from = sm ? 16 : 13;
+      const int rc = fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, arch, &plan, why, sizeof why);
+      EXPECT(rc == 0 && plan.shared_dense == (t >= from) && (!plan.shared_dense || !plan.shared_fused),
+             "SM%d0 T = %lld: shared expert dense %d fused %d (expected dense from %lld rows)", arch->major,
+             (long long)t, plan.shared_dense, plan.shared_fused, (long long)from);
+    }
+  }
+  L = ep8;
+  L.mode = FP4_MOE_W4A4;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.shared_dense,
+         "W4A4: shared expert on the dense kernels (%s)", why);
+  EXPECT(fp4_moe_plan_layer(&ep8, NULL, FP4_MOE_PATH_PREFILL, &h200, &plan, why, sizeof why) == 0 && !plan.shared_dense,
+         "moe.prefill: shared expert on the dense kernels (%s)", why);
+  EXPECT(fp4_moe_plan_layer(&ep8, NULL, FP4_MOE_PATH_STREAMING, &h200, &plan, why, sizeof why) == 0 && !plan.shared_dense,
+         "moe.streaming: shared expert on the dense kernels (%s)", why);
+  fp4_moe_variant_parse("moe.prefill.wgra64", &v);
+  EXPECT(fp4_moe_plan_layer(&ep8, &v, 0, &h200, &plan, why, sizeof why) == 0 && !plan.shared_dense,
+         "forced moe.prefill.wgra64: shared expert on the dense kernels (%s)", why);
+  L = ep8;
+  L.shared_inter = 0;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.shared_dense,
+         "no shared expert, yet shared_dense (%s)", why);
+}
+
 int main(void) {
   test_recorded();
   EXPECT(g_lean_rows == 4, "%d routed GEMMs moved to the lean kernel at 9-11 rows, expected 4 (Qwen3.5 B = 512)",
@@ -267,6 +319,7 @@ int main(void) {
   test_names();
   test_refusals();
   test_silu_fusion();
+  test_shared_dense();
   printf("test_moe_config: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -165,11 +165,9 @@ fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, in
   return workspace_need(fn, layer, tokens, top_k, options, bytes);
 }
 
-fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
-                           const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes, fp4_matrix *out,
-                           const fp4_options *options) {
-  fp4_clear_error();
-  static const char fn[] = "fp4_moe_forward";
+/* The operand checks of a layer call (fp4_moe_forward and its context-workspace query). */
+static fp4_status check_layer_call(const char *fn, fp4_context *ctx, const fp4_moe_layer *layer,
+                                   const fp4_matrix *hidden, const fp4_moe_routing *routing, const fp4_matrix *out) {
   fp4_status st = fp4_check_moe_layer(fn, layer);
   if (st) return st;
   const fp4_moe_experts *r = &layer->routed;
@@ -189,7 +187,32 @@ fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const f
   if ((st = fp4_check_moe_routing(fn, routing, T, r->gate_up.experts, mem))) return st;
   if (routing->shared_weights && !layer->shared)
     return BAD("%s: routing->shared_weights is set but the layer has no shared expert", fn);
-  if ((st = check_device_context(fn, ctx, mem))) return st;
+  return check_device_context(fn, ctx, mem);
+}
+
+fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
+                                          const fp4_moe_routing *routing, const fp4_matrix *out,
+                                          const fp4_options *options, size_t *bytes) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_moe_context_workspace_size";
+  if (!bytes) return BAD("%s: bytes is NULL", fn);
+  *bytes = 0;
+  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out);
+  if (st || hidden->rows == 0) return st;
+  fp4_problem p = {.op = FP4_OP_MOE, .a = hidden, .out = (fp4_matrix *)out /* not written: a size query */,
+                   .memory = layer->routed.gate_up.memory, .moe = layer, .routing = routing};
+  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+}
+
+fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
+                           const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes, fp4_matrix *out,
+                           const fp4_options *options) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_moe_forward";
+  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out);
+  if (st) return st;
+  const int64_t T = hidden->rows;
+  const fp4_memory mem = layer->routed.gate_up.memory;
   size_t need = 0;
   if ((st = workspace_need(fn, layer, T, routing->top_k, options, &need))) return st;
   if (T == 0) return FP4_OK;

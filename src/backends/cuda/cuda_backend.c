@@ -307,6 +307,30 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
   return FP4_OK;
 }
 
+/* The dense chooser's default config for the GEMM a on ctx's device, and the context workspace it
+ * takes: for the MoE layer's shared expert on its own (moe_host.c). 0, or -1 with the rule a breaks
+ * in why. Sets a->sms. */
+int fp4_cuda_dense_default(fp4_context *ctx, fp4_cuda_gemm_args *a, const fp4_dense_config **config,
+                           size_t *workspace, char *why, size_t why_size) {
+  const cuda_state *st = cuda_get_state(ctx, why, why_size);
+  if (!st) return -1;
+  a->sms = st->sms;
+  const fp4_dense_shape shape = cuda_shape_of(a);
+  const char *name = fp4_dense_default(&shape, &st->arch);
+  if (!name) {
+    fp4_reason(why, why_size, "no dense tile fits device %d", st->device);
+    return -1;
+  }
+  if (fp4_dense_check(fp4_dense_family_of(name), &shape, &st->arch, name, why, why_size) != 1) return -1;
+  *config = fp4_dense_config_find(name);
+  *workspace = fp4_dense_workspace(&shape, &st->arch, *config);
+  return 0;
+}
+
+int fp4_cuda_dense_launch(const fp4_cuda_gemm_args *a, const fp4_dense_config *c, void *stream, int pdl) {
+  return cuda_family_launch[c->family](a, c, stream, pdl);
+}
+
 /* Context workspace run() takes (fp4_context_workspace) for p with config (NULL: the default):
  * the grouped GEMMs' (moe_host.c), or the dense GEMM config's. */
 static size_t cuda_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {

@@ -248,8 +248,10 @@ static int grouped_launch_variant(const fp4_cuda_grouped_args *g, void *stream, 
   return fp4_cuda_grouped_gemm(g, stream, pdl);
 }
 
+static size_t shared_dense_workspace(fp4_context *ctx, const fp4_problem *p, const char *config);
+
 size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, const char *config) {
-  if (p->op == FP4_OP_MOE) return 0;
+  if (p->op == FP4_OP_MOE) return shared_dense_workspace(ctx, p, config);
   fp4_moe_arch arch;
   fp4_cuda_grouped_args a;
   fp4_moe_variant v;
@@ -302,6 +304,11 @@ typedef struct moe_launch {
   const int32_t *tile_starts; /* the routing kernel's dense M tile numbering, or NULL */
   int64_t tile_rows;
   int hidden_bf16_done; /* W4A4 decode: the routing launch also wrote the routed set's bf16 rows */
+  /* plan.shared_dense: the shared expert's two GEMMs on the dense kernels, their configs and the
+   * context workspace they take (NULL configs: on the grouped tiles, dense_why says why) */
+  const fp4_dense_config *shared_dense[2];
+  fp4_cuda_gemm_args shared_args[2];
+  char dense_why[200];
 } moe_launch;
 
 static void *at(const moe_launch *m, size_t off) { return m->base + off; }
@@ -485,6 +492,114 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   return grouped_launch_variant(&g, p->stream, m->pdl);
 }
 
+/* The shared expert's gate_up (which 0) or down (1) as a dense GEMM (fp4_moe_shared_dense): T rows
+ * of the hidden states (gate_up) or of SiLU*up in the act section (down: bf16 where the dense
+ * kernels can read it, as on the grouped path), f32 out into the sections run_set fills, the
+ * expert's decode multiplier read on the device. 0, or -1 with the rule broken in why. */
+static int shared_dense_args(const fp4_problem *p, uintptr_t base, const fp4_moe_ws_layout *ws, int which,
+                             fp4_cuda_gemm_args *a, char *why, size_t why_size) {
+  const fp4_moe_experts *set = p->moe->shared;
+  const fp4_grouped_qmatrix *w = which ? &set->down : &set->gate_up;
+  const int64_t T = p->a->rows, H = set->gate_up.cols, I = set->gate_up.rows / 2;
+  memset(a, 0, sizeof *a);
+  a->format = (int)w->format;
+  a->b = (const uint8_t *)w->data;
+  a->b_scales = (const uint8_t *)w->scales;
+  a->b_layout = (int)w->layout;
+  a->m = T;
+  a->n = w->rows;
+  a->k = w->cols;
+  a->scale = 1.0f;
+  a->alpha_device = w->multipliers;
+  a->out_dtype = (int)FP4_DTYPE_F32;
+  if (which == 0) {
+    a->act = act_kind(p->a->dtype);
+    a->a = p->a->data;
+    a->lda = p->a->ld ? p->a->ld : H;
+    a->out = (void *)(base + ws->gate_up_out);
+    a->ldo = 2 * I;
+    if (!rows_aligned(p->a)) {
+      fp4_reason(why, why_size, "the hidden rows are not 16-byte aligned with a 16-byte row stride");
+      return -1;
+    }
+  } else {
+    void *act = (void *)(base + ws->act);
+    a->act = fp4_moe_bf16_rows_possible(I, ws_aligned(act)) ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
+    a->a = act;
+    a->lda = I;
+    a->out = (void *)(base + ws->shared_out);
+    a->ldo = H;
+  }
+  if ((uintptr_t)w->data % 16 || (w->format == FP4_FORMAT_NVFP4 && (uintptr_t)w->scales % 2)) {
+    fp4_reason(why, why_size, "the shared expert's weights are not 16-byte aligned (or its NVFP4 scales 2-byte)");
+    return -1;
+  }
+  return 0;
+}
+
+/* The shared expert on the dense kernels (arguments and configs from fp4_cuda_moe_run): gate_up,
+ * SiLU*up in a kernel of its own, down. */
+static int run_shared_dense(const moe_launch *m) {
+  const fp4_problem *p = m->p;
+  const fp4_cuda_gemm_args *gu = &m->shared_args[0], *dn = &m->shared_args[1];
+  int e;
+  if ((e = fp4_cuda_dense_launch(gu, m->shared_dense[0], p->stream, m->pdl))) return e;
+  if ((e = fp4_cuda_moe_silu_mul((const float *)gu->out, (void *)dn->a, dn->act, gu->m, gu->n / 2, p->stream, m->pdl)))
+    return e;
+  return fp4_cuda_dense_launch(dn, m->shared_dense[1], p->stream, m->pdl);
+}
+
+/* Whether the shared expert runs on the dense kernels (plan.shared_dense and the dense rules take
+ * both GEMMs): their arguments, configs and context workspace into m, or m->dense_why. The
+ * workspace is taken before any launch, so a capture that cannot have it queues nothing. */
+static fp4_status plan_shared_dense(fp4_context *ctx, moe_launch *m) {
+  size_t bytes[2] = {0, 0};
+  for (int which = 0; which < 2; which++) {
+    char why[160];
+    if (shared_dense_args(m->p, (uintptr_t)m->base, &m->ws, which, &m->shared_args[which], why, sizeof why) ||
+        fp4_cuda_dense_default(ctx, &m->shared_args[which], &m->shared_dense[which], &bytes[which], why, sizeof why)) {
+      snprintf(m->dense_why, sizeof m->dense_why, "%s: %s", which ? "down" : "gate_up", why);
+      m->shared_dense[0] = m->shared_dense[1] = NULL;
+      fp4_clear_error();
+      return FP4_OK;
+    }
+  }
+  const size_t need = bytes[0] > bytes[1] ? bytes[0] : bytes[1];
+  void *ws = NULL;
+  fp4_status st = fp4_context_workspace(ctx, need, m->p->stream, "cuda MoE shared expert on the dense kernels", &ws);
+  if (st) return st;
+  for (int which = 0; which < 2; which++) m->shared_args[which].workspace = bytes[which] ? ws : NULL;
+  return FP4_OK;
+}
+
+static fp4_moe_layer_shape layer_shape_of(const fp4_problem *p);
+
+/* The context workspace a layer call takes: its shared expert's on the dense kernels, else 0. */
+static size_t shared_dense_workspace(fp4_context *ctx, const fp4_problem *p, const char *config) {
+  fp4_moe_arch arch;
+  const fp4_moe_variant *forced;
+  fp4_moe_variant v;
+  fp4_moe_layer_plan plan;
+  fp4_moe_ws_layout ws;
+  int path;
+  char why[320];
+  const fp4_moe_layer_shape L = layer_shape_of(p);
+  size_t need = 0;
+  if (!moe_arch(ctx, &arch, why, sizeof why) && !parse_config(config, &forced, &path, &v) &&
+      !fp4_moe_plan_layer(&L, forced, path, &arch, &plan, why, sizeof why) && plan.shared_dense &&
+      !fp4_moe_ws_layout_make("cuda", p->moe, p->a->rows, p->routing->top_k, &ws))
+    for (int which = 0; which < 2; which++) {
+      fp4_cuda_gemm_args a;
+      const fp4_dense_config *c;
+      size_t bytes = 0;
+      if (!shared_dense_args(p, (uintptr_t)p->workspace, &ws, which, &a, why, sizeof why) &&
+          !fp4_cuda_dense_default(ctx, &a, &c, &bytes, why, sizeof why) && bytes > need)
+        need = bytes;
+    }
+  fp4_clear_error(); /* a size query: the call itself will say what is wrong */
+  return need;
+}
+
 /* The layer as the chooser sees it. */
 static fp4_moe_layer_shape layer_shape_of(const fp4_problem *p) {
   const fp4_moe_layer *L = p->moe;
@@ -535,7 +650,9 @@ static int moe_launch_layer(moe_launch *m) {
   }
   if (e) return e;
   if ((e = run_set(m, &L->routed, 0, at(m, m->ws.down_out)))) return e;
-  if (L->shared && !m->plan.shared_fused && (e = run_set(m, L->shared, 1, at(m, m->ws.shared_out)))) return e;
+  if (L->shared && !m->plan.shared_fused &&
+      (e = m->shared_dense[0] ? run_shared_dense(m) : run_set(m, L->shared, 1, at(m, m->ws.shared_out))))
+    return e;
   const fp4_matrix *w = &rt->topk_weights;
   fp4_cuda_combine_args c = {.down = at(m, m->ws.down_out), .inverse = at(m, m->ws.inverse), .weights = w->data,
                              .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(m, m->ws.shared_out) : NULL,
@@ -580,26 +697,33 @@ int fp4_cuda_moe_configs(fp4_context *ctx, const fp4_problem *p, const char **na
   return count;
 }
 
-/* info: the backend, the config, PDL, and for the layer's default which variant ran each GEMM. */
+/* info: the backend, the config, PDL, and for the layer's default (m) which variant ran each GEMM. */
 static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_arch *arch, const char *config, int pdl,
-                      const fp4_moe_layer_plan *plan) {
+                      const moe_launch *m) {
   if (!info) return;
   snprintf(info->backend, sizeof info->backend, "cuda");
   snprintf(info->config, sizeof info->config, "%s", config);
   info->pdl = pdl;
   info->note[0] = 0;
-  if (plan) {
+  char *n = info->note;
+  const size_t size = sizeof info->note;
+  if (m) {
+    const fp4_moe_layer_plan *plan = &m->plan;
     static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "shared gate_up", "shared down"};
-    for (int g = 0; g < (plan->shared_fused ? 2 : 2 * plan->sets); g++)
-      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%s%s %s%s", g ? ", " : "",
-               what[g], fp4_moe_variant_name(&plan->variant[g]),
-               g % 2 == 0 && plan->silu_fused[g / 2] ? "+SiLU" : "");
-    if (plan->shared_fused)
-      snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), ", the shared expert in both");
+    for (int g = 0; g < (plan->shared_fused ? 2 : 2 * plan->sets); g++) {
+      const int dense = g >= 2 && m->shared_dense[0];
+      snprintf(n + strlen(n), size - strlen(n), "%s%s %s%s", g ? ", " : "", what[g],
+               dense ? m->shared_dense[g - 2]->name : fp4_moe_variant_name(&plan->variant[g]),
+               g % 2 == 0 && !dense && plan->silu_fused[g / 2] ? "+SiLU" : "");
+    }
+    if (plan->shared_fused) snprintf(n + strlen(n), size - strlen(n), ", the shared expert in both");
+    /* a shared GEMM on the dense kernels shows its dense config's name (small-m.* / large-m.*) */
+    if (plan->shared_dense && !m->shared_dense[0])
+      snprintf(n + strlen(n), size - strlen(n), "; shared not dense: %s", m->dense_why);
   }
   if (p->enable_pdl && !pdl)
-    snprintf(info->note + strlen(info->note), sizeof info->note - strlen(info->note), "%sPDL needs SM90+, device is SM%d%d",
-             info->note[0] ? "; " : "", arch->major, arch->minor);
+    snprintf(n + strlen(n), size - strlen(n), "%sPDL needs SM90+, device is SM%d%d", n[0] ? "; " : "", arch->major,
+             arch->minor);
 }
 
 static fp4_status launch_failed(int e, const char *what, const fp4_context *ctx) {
@@ -641,9 +765,10 @@ fp4_status fp4_cuda_moe_run(fp4_context *ctx, const fp4_problem *p, const char *
   if (p->workspace_bytes < m.x.total) /* the dispatcher asked fp4_cuda_moe_workspace_size: never */
     return fp4_fail(FP4_ERR_INTERNAL, "cuda: the MoE workspace holds %zu bytes, the layer needs %zu",
                     p->workspace_bytes, m.x.total);
+  if (m.plan.shared_dense && (st = plan_shared_dense(ctx, &m))) return st;
   const int e = moe_launch_layer(&m);
   if (e) return launch_failed(e, forced ? config : "the MoE layer", ctx);
-  fill_info(info, p, &arch, config ? config : "moe.default", pdl, forced ? NULL : &m.plan);
+  fill_info(info, p, &arch, config ? config : "moe.default", pdl, forced ? NULL : &m);
   return FP4_OK;
 }
 

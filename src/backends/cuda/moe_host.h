@@ -24,4 +24,13 @@ size_t fp4_cuda_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, i
  * caller's). */
 size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, const char *config);
 
+/* From cuda_backend.c, for a layer's shared expert on the dense kernels (fp4_moe_shared_dense): the
+ * dense chooser's default config of the GEMM a on ctx's device and the context workspace it takes
+ * (0, or -1 with the rule a breaks in why; sets a->sms), and its launch (a cudaError_t). */
+struct fp4_cuda_gemm_args;
+struct fp4_dense_config;
+int fp4_cuda_dense_default(fp4_context *ctx, struct fp4_cuda_gemm_args *a, const struct fp4_dense_config **config,
+                           size_t *workspace, char *why, size_t why_size);
+int fp4_cuda_dense_launch(const struct fp4_cuda_gemm_args *a, const struct fp4_dense_config *c, void *stream, int pdl);
+
 #endif

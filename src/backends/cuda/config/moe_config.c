@@ -380,7 +380,14 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
     plan->variant[FP4_MOE_SHARED_DOWN] = plan->variant[FP4_MOE_DOWN];
     plan->silu_fused[1] = 1;
   }
+  plan->shared_dense = fp4_moe_shared_dense(plan, L, forced, path);
   return 0;
+}
+
+int fp4_moe_shared_dense(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
+                         int path) {
+  return plan->sets == 2 && !plan->shared_fused && plan->prefill[1] && !forced && path == FP4_MOE_PATH_DEFAULT &&
+         L->mode == FP4_MOE_W4A16;
 }
 
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,

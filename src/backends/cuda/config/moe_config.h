@@ -132,6 +132,8 @@ typedef struct fp4_moe_layer_plan {
                                           (fp4_moe_silu_fusable), no kernel of its own      */
   int shared_fused;                    /* the shared expert's GEMMs run as one more slot of
                                           the routed experts' launches (their variants)     */
+  int shared_dense;                    /* the shared expert's GEMMs want the dense kernels'
+                                          default configs (fp4_moe_shared_dense)            */
   fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
@@ -147,6 +149,17 @@ int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gat
  * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). In W4A16
  * decode on the lean kernel with SiLU*up fused, a shared expert of the routed experts' shapes runs in
  * the routed launches (shared_fused; its GEMMs then take the routed variants). */
+/* 1 when the shared expert of a layer plan wants the dense GEMM kernels (the dense chooser's default
+ * config for each of its GEMMs, SiLU*up in a kernel of its own) instead of the grouped tiles: the
+ * default path, W4A16, the shared set on its own (not in the routed launches) and on the prefill
+ * tiles. One expert of T rows there is a grid of (2I / 128) x ceil(T / tile) CTAs (32 for Qwen3.5's
+ * shared expert at T = 64: 11% of the H200's SM cycles active, ncu-ep8-b64.csv of
+ * bench/results/h200/2026-12-03-moe-shared-expert-dense/), where the dense kernels split K or stream
+ * it over every SM. The variants the plan names for the shared set run where the dense kernels
+ * refuse its operands (moe_host.c says why in the run info). */
+int fp4_moe_shared_dense(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
+                         int path);
+
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
