@@ -1159,8 +1159,10 @@ static void test_graph_capture(fp4_context *ctx) { (void)ctx; }
 #endif
 
 int main(int argc, char **argv) {
-  /* --library-tiles-only: skip the passes that force each prefill tile (for a quick run) */
+  /* --library-tiles-only: skip the passes that force each prefill tile (for a quick run);
+   * --shared-dense-only: only the shared expert on the dense kernels */
   const int forced_passes = !(argc > 1 && !strcmp(argv[1], "--library-tiles-only"));
+  const int shared_dense_only = argc > 1 && !strcmp(argv[1], "--shared-dense-only");
   fp4_context *ctx = NULL;
   char reason[256];
   if (fp4_context_create(&ctx, 0) != FP4_OK) {
@@ -1171,6 +1173,13 @@ int main(int argc, char **argv) {
     printf("SKIP: the cuda backend cannot run here: %s\n", reason);
     fp4_context_destroy(ctx);
     return 77;
+  }
+  if (shared_dense_only) {
+    test_shared_dense_info(ctx);
+    test_shared_dense_cases(ctx);
+    printf("test_cuda_moe --shared-dense-only: %d checks, %d failures\n", g_runs, g_failures);
+    fp4_context_destroy(ctx);
+    return g_failures ? 1 : 0;
   }
   /* The streaming kernels first, on every batch size, including those whose mean rows per expert
    * would take the prefill tiles by default: that path must stay covered. */
