@@ -169,6 +169,16 @@ static void moe_rules(void) {
   CHECK_ERROR(fp4_moe_workspace_size(&l, -1, K2, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "tokens (-1)");
   CHECK_ERROR(fp4_moe_workspace_size(&l, 1, K2, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
   CHECK_ERROR(fp4_moe_workspace_size(&l, (int64_t)1 << 30, 8, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "T * top_k below 2^31");
+
+  /* context workspace query: validated as the call; host backends take none */
+  size_t cb = 1;
+  CHECK(fp4_moe_context_workspace_size(NULL, &l, &h, &r, &o, NULL, &cb) == FP4_OK && cb == 0,
+        "host layer: context workspace %zu (%s)", cb, fp4_last_error());
+  CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &l, &h, &r, &o, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
+  CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &l, &h0, &r, &o, NULL, &cb), FP4_ERR_INVALID_ARGUMENT,
+              "hidden has 80 columns");
+  CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &l, &h, &r, &o, &(fp4_options){.backend = "nope"}, &cb),
+              FP4_ERR_NOT_FOUND, "nope");
 }
 
 static void grouped_rules(void) {
