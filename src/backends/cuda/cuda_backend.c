@@ -315,14 +315,11 @@ int fp4_cuda_dense_default(fp4_context *ctx, fp4_cuda_gemm_args *a, const fp4_de
   const cuda_state *st = cuda_get_state(ctx, why, why_size);
   if (!st) return -1;
   a->sms = st->sms;
-  const fp4_dense_shape shape = cuda_shape_of(a);
-  const char *name = fp4_dense_default(&shape, &st->arch);
-  if (!name) {
-    fp4_reason(why, why_size, "no dense tile fits device %d", st->device);
+  if (cuda_dense_config(st, a, NULL, config)) { /* the rule it breaks is the last error's message */
+    fp4_reason(why, why_size, "%s", fp4_last_error());
     return -1;
   }
-  if (fp4_dense_check(fp4_dense_family_of(name), &shape, &st->arch, name, why, why_size) != 1) return -1;
-  *config = fp4_dense_config_find(name);
+  const fp4_dense_shape shape = cuda_shape_of(a);
   *workspace = fp4_dense_workspace(&shape, &st->arch, *config);
   return 0;
 }
