@@ -179,6 +179,77 @@ static void test_grouped(fp4_context *ctx) {
     }
 }
 
+/* The cluster K split of the lean kernel (moe.lean.r32.k4.s1.c2 / .c4): every compile-time K it is
+ * built for, alone and in the layer's fused forms (gate_up with SiLU*up, the shared expert as the
+ * extra slot of gate_up and down), against the reference, at token counts that give one and several
+ * row chunks per expert. A K too short for the split (fewer than one slab per warp) and a device
+ * without clusters (below SM90) are refused, never run another way. */
+static int device_major(fp4_context *ctx) {
+  int major = 0;
+#if FP4KIT_HAVE_CUDA
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, fp4_context_device(ctx));
+#else
+  (void)ctx;
+#endif
+  return major;
+}
+
+static void run_cluster_case(fp4_context *ctx, fp4h_case *c, int kparts, int64_t k, int major, uint64_t seed) {
+  const int refused = major < 9 || k < 512 * kparts;
+  if (!refused) {
+    run_case(ctx, c, seed);
+    return;
+  }
+  fp4h_result r;
+  fp4h_run(ctx, "cuda", FP4_MEMORY_DEVICE, c, seed, &r);
+  g_runs++;
+  if (r.status == FP4_ERR_UNSUPPORTED && (strstr(r.message, "cluster") || strstr(r.message, "slab"))) return;
+  g_failures++;
+  printf("FAIL %s [%s] K=%lld: expected a refusal naming the rule, got %s: %s\n", c->name, c->config, (long long)k,
+         fp4_status_str(r.status), r.message);
+}
+
+static void test_cluster_k_split(fp4_context *ctx) {
+  uint64_t seed = 1500;
+  const int major = device_major(ctx);
+  static const char *const kCluster[] = {"moe.lean.r32.k4.s1.c2", "moe.lean.r32.k4.s1.c4"};
+#define K_ITEM(v) v,
+  static const int64_t kFixedK[] = {FP4_MOE_FIXED_K_LIST(K_ITEM)};
+#undef K_ITEM
+  static const int64_t kClusterTokens[] = {1, 8, 40};
+  for (int ci = 0; ci < 2; ci++)
+    for (size_t ki = 0; ki < sizeof kFixedK / sizeof *kFixedK; ki++)
+      for (size_t t = 0; t < sizeof kClusterTokens / sizeof *kClusterTokens; t++) {
+        fp4h_case c = grouped_case("grouped_lean_cluster", FP4_FORMAT_NVFP4, 0, 1, kClusterTokens[t], t == 2 ? 384 : 256,
+                                   kFixedK[ki], t == 2 ? 4 : 16, FP4_DTYPE_BF16, t == 1 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32,
+                                   FP4H_DATA_NORMAL);
+        c.config = kCluster[ci];
+        run_cluster_case(ctx, &c, 2 << ci, kFixedK[ki], major, seed++);
+      }
+  /* The layer: W4A16, NVFP4, bf16 hidden states; gate_up's K is the hidden size (2048, 4096), down's
+   * the expert width (1024: refused at c4; 2048), with and without the shared expert. */
+  static const struct { int64_t T, I, H, E; int shared; } kLayers[] = {
+      {1, 1024, 2048, 8, 1}, {3, 2048, 4096, 4, 1}, {16, 2048, 2048, 4, 0}, {1, 2048, 4096, 4, 0}, {24, 1024, 4096, 6, 1}};
+  for (int ci = 0; ci < 2; ci++)
+    for (size_t l = 0; l < sizeof kLayers / sizeof *kLayers; l++) {
+      fp4h_case c = fp4h_moe_case(kLayers[l].T, kLayers[l].I, kLayers[l].H, kLayers[l].E, 2, 0, FP4_FORMAT_NVFP4,
+                                  kLayers[l].shared, (int)(l % 2), FP4_DTYPE_BF16);
+      c.config = kCluster[ci];
+      c.layout_b = FP4_LAYOUT_128X4; /* the compile-time K walk's layout, for the shared expert too */
+      const int64_t kmin = kLayers[l].I < kLayers[l].H ? kLayers[l].I : kLayers[l].H;
+      run_cluster_case(ctx, &c, 2 << ci, kmin, major, seed++);
+    }
+  /* The default rule's own choice (moe_config.c: the split where the doubled grid still fits a wave
+   * and every warp keeps 4 slabs): W4A16 (gate_up with SiLU*up and the shared expert in the routed
+   * launches) and W4A4 (the shared expert's gate_up on its own), K 4096. */
+  for (int w4a4 = 0; w4a4 < 2; w4a4++) {
+    fp4h_case c = fp4h_moe_case(2, 1024, 4096, 4, 2, w4a4, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+    c.layout_b = FP4_LAYOUT_128X4;
+    c.config = "moe.default";
+    run_case(ctx, &c, seed++);
+  }
+}
+
 static void test_moe_small(fp4_context *ctx) {
   uint64_t seed = 2000;
   for (int f = 0; f < 2; f++)
@@ -1174,6 +1245,12 @@ int main(int argc, char **argv) {
     fp4_context_destroy(ctx);
     return 77;
   }
+  if (argc > 1 && !strcmp(argv[1], "--cluster-only")) { /* the lean kernel's cluster K split alone */
+    test_cluster_k_split(ctx);
+    printf("test_cuda_moe --cluster-only: %d checks, %d failures\n", g_runs, g_failures);
+    fp4_context_destroy(ctx);
+    return g_failures ? 1 : 0;
+  }
   if (shared_dense_only) {
     test_shared_dense_info(ctx);
     test_shared_dense_cases(ctx);
@@ -1186,6 +1263,8 @@ int main(int argc, char **argv) {
   g_config = "moe.streaming";
   test_grouped(ctx);
   printf("grouped GEMM: %d cases, %d failures\n", g_runs, g_failures);
+  test_cluster_k_split(ctx);
+  printf("+ the lean kernel's cluster K split: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_small(ctx);
   printf("+ MoE layer: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_qwen(ctx);

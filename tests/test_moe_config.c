@@ -14,7 +14,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "moe_recorded_choices.h"
 
-static int g_checks, g_failures, g_lean_rows;
+static int g_checks, g_failures, g_lean_rows, g_clustered;
 
 #define EXPECT(cond, ...)                 \
   do {                                    \
@@ -25,6 +25,18 @@ static int g_checks, g_failures, g_lean_rows;
       printf("\n");                       \
     }                                     \
   } while (0)
+
+/* The cluster K split the default adds to a recorded moe.lean.r32.k4.s1 choice (0: none), from the
+ * rule as stated: SM90, the compile-time K walk, one wave (5 two-tile CTAs per SM) holding the CTAs
+ * of the unsplit grid C times over and K leaving every warp 4 slabs of its CTA's part. */
+static int cluster_expected(const fp4_moe_gemm_shape *s, const fp4_moe_arch *arch) {
+  const int64_t slots = s->rows < s->experts ? s->rows : s->experts, mean = (s->rows + slots - 1) / slots;
+  const int64_t ctas = (s->n + 31) / 32 * slots * ((mean + 7) / 8), wave = 5 * (int64_t)arch->sms;
+  if (arch->major != 9 || s->format != FP4_FORMAT_NVFP4 || s->act != FP4_CUDA_ACT_BF16) return 0;
+  for (int c = 4; c >= 2; c /= 2)
+    if (ctas * c <= wave && s->k / 128 >= 16 * c) return c;
+  return 0;
+}
 
 static fp4_moe_layer_shape layer_of(const struct moe_recorded_choice *c) {
   const int format = c->mxfp4 ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
@@ -90,6 +102,16 @@ static void test_recorded(void) {
                (double)P / (double)slots, got);
         g_lean_rows++;
         continue;
+      }
+      /* The recorded choices predate the cluster K split: a recorded moe.lean.r32.k4.s1 takes the
+       * clusters the rule gives it. */
+      char clustered[64];
+      const int src = shared_fused && g >= FP4_MOE_SHARED_GATE_UP ? g - 2 : g; /* the GEMM whose variant g runs */
+      const int kparts = !strcmp(want, "moe.lean.r32.k4.s1") ? cluster_expected(&plan.gemm[src], &arch) : 0;
+      if (kparts) {
+        snprintf(clustered, sizeof clustered, "%s.c%d", want, kparts);
+        want = clustered;
+        g_clustered++;
       }
       EXPECT(!strcmp(got, want), "%s E=%lld %s %s B=%lld GEMM %d: chose %s, recorded %s (expected %s)", c->device,
              (long long)c->experts, c->mode == FP4_MOE_W4A4 ? "w4a4" : "w4a16", c->mxfp4 ? "mxfp4" : "nvfp4",
@@ -311,8 +333,56 @@ static void test_shared_dense(void) {
          "no shared expert, yet shared_dense (%s)", why);
 }
 
+/* The cluster K split's rule at its edges, on one rank of Qwen3.5 at EP8 (64 experts; gate_up 2048 x
+ * 4096, down 4096 x 1024) and DeepSeek-R1's gate_up (4096 x 7168): two CTAs per cluster on gate_up
+ * while the doubled grid fits a wave (5 x 132 CTAs), none on down (8 slabs), none past the wave, on
+ * SM80, on MXFP4 or on the run-time K walk; four CTAs nowhere below K = 8192. */
+static void test_cluster_rule(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
+  static const struct {
+    int64_t n, k, rows;
+    int format, sm80;
+    const char *want;
+  } cases[] = {
+      {2048, 4096, 2, FP4_FORMAT_NVFP4, 0, "moe.lean.r32.k4.s1.c2"},  /* 128 CTAs -> 256 */
+      {2048, 4096, 5, FP4_FORMAT_NVFP4, 0, "moe.lean.r32.k4.s1.c2"},  /* 320 -> 640 <= 660 */
+      {2048, 4096, 6, FP4_FORMAT_NVFP4, 0, "moe.lean.r32.k4.s1"},     /* 384 -> 768 > 660 */
+      {4096, 1024, 2, FP4_FORMAT_NVFP4, 0, "moe.lean.r32.k4.s1"},     /* down: 2 slabs per warp at c2 */
+      {4096, 7168, 1, FP4_FORMAT_NVFP4, 0, "moe.lean.r32.k4.s1.c2"},  /* 56 slabs: c4 would leave 3.5 */
+      {2048, 4096, 2, FP4_FORMAT_NVFP4, 1, "moe.lean.r32.k4.s1"},     /* SM80 */
+      {2048, 4096, 2, FP4_FORMAT_MXFP4, 0, "moe.lean.generic-k.r32.k4.s1"},
+      {2048, 8192, 2, FP4_FORMAT_NVFP4, 0, "moe.lean.generic-k.r32.k4.s1"}, /* no compile-time walk */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const fp4_moe_gemm_shape s = {cases[i].n, cases[i].k, cases[i].rows, 64, FP4_CUDA_ACT_BF16, cases[i].format,
+                                  FP4_LAYOUT_128X4, 1};
+    const fp4_moe_arch *arch = cases[i].sm80 ? &a100 : &h200;
+    const fp4_moe_variant v = fp4_moe_choose_gemm(&s, 0, arch);
+    const char *got = fp4_moe_variant_name(&v);
+    EXPECT(!strcmp(got, cases[i].want), "%lld x %lld, %lld rows, %s, SM%d: chose %s, expected %s", (long long)s.n,
+           (long long)s.k, (long long)s.rows, cases[i].format == FP4_FORMAT_NVFP4 ? "NVFP4" : "MXFP4", arch->major * 10,
+           got, cases[i].want);
+    char why[320] = "";
+    EXPECT(fp4_moe_variant_check(&v, &s, arch, why, sizeof why) == 0, "the chosen %s is refused: %s", got, why);
+  }
+  /* forced: refused below SM90 and where a warp would get no slab, with the rule */
+  fp4_moe_variant c4;
+  fp4_moe_variant_parse("moe.lean.r32.k4.s1.c4", &c4);
+  const fp4_moe_gemm_shape down = {4096, 1024, 2, 64, FP4_CUDA_ACT_BF16, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1};
+  fp4_moe_gemm_shape up = down;
+  up.n = 2048, up.k = 4096;
+  char why[320];
+  EXPECT(fp4_moe_variant_check(&c4, &down, &h200, why, sizeof why) == -1 && strstr(why, "K >= 2048"),
+         "c4 on K = 1024: %s", why);
+  EXPECT(fp4_moe_variant_check(&c4, &up, &a100, why, sizeof why) == -1 && strstr(why, "SM90"), "c4 on SM80: %s", why);
+  EXPECT(fp4_moe_variant_check(&c4, &up, &h200, why, sizeof why) == 0, "c4 on K = 4096, SM90: %s", why);
+}
+
 int main(void) {
+  test_cluster_rule();
   test_recorded();
+  EXPECT(g_clustered > 0, "no recorded choice took the cluster K split");
+  printf("(%d recorded GEMM choices take the cluster K split)\n", g_clustered);
   EXPECT(g_lean_rows == 4, "%d routed GEMMs moved to the lean kernel at 9-11 rows, expected 4 (Qwen3.5 B = 512)",
          g_lean_rows);
   test_row_limits();

@@ -17,7 +17,8 @@
  *
  *    Decode with bf16/f16 activations (one token tile per chunk) runs the lean variant instead
  *    (grouped_lean_kernel): the dense lean kernel's loop, 4 warps splitting the K of two 16-row
- *    tiles.
+ *    tiles; on SM90+ optionally with the K slabs split over a thread block cluster of 2 or 4 CTAs
+ *    (KS), the cluster's rank 0 adding the ranks' sums in rank order.
  *
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
@@ -59,6 +60,7 @@ struct grouped_params {
   int64_t wC, aC;         /* scale columns of W and of A (K / block)  */
   int warps_per_tile;     /* tensor-core kernel: warps splitting one 16-row tile's K (1-8) */
   int lean_span;          /* lean decode kernel: consecutive R-tile groups of N per CTA */
+  int kparts;             /* lean decode kernel: CTAs of a cluster splitting the K slabs (1: none) */
 };
 
 __device__ __forceinline__ int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -454,14 +456,23 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
  * are at the launch). Rows past the chunk read the chunk's last row (valid memory; an MMA output
  * column depends only on its own activation row) and are never stored. The warps' partial sums are
  * added in a fixed order (deterministic). */
-template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0, bool SILU = false, bool EXTRA = false>
+template <int FMT, int ACT, int U, int MINB, int R, int KW = kLeanWarps, int KC = 0, bool SILU = false, bool EXTRA = false,
+          bool KS = false>
 __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)) grouped_lean_kernel(grouped_params p) {
   static_assert(ACT == FP4_CUDA_ACT_BF16 || ACT == FP4_CUDA_ACT_F16, "the lean decode kernel takes bf16/f16 rows");
   constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   constexpr int kSlab = act_walk<ACT>::kSlab;
   static_assert(KW == 1 || KW == 2 || KW == kLeanWarps, "KW warps split a group's K");
+  static_assert(!KS || KW == kLeanWarps, "the cluster K split is built on the four-warp K split");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (KS) { /* clusters are SM90+; the host refuses the ".c<C>" variants below */
+    __trap();
+    return;
+  }
+#endif
   constexpr int kGroups = kLeanWarps / KW;          /* groups of R tiles per CTA step */
   __shared__ float red[KW == 1 ? 1 : kLeanWarps * R * 128];
+  __shared__ float sums[KS ? kGroups * R * 128 : 1]; /* KS: this CTA's sums, read by the cluster's rank 0 */
   __shared__ uint32_t table[NV ? 256 : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -476,7 +487,13 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int nslabs = (int)(K >> 7);
   const int64_t row_bytes = p.a.lda * act_walk<ACT>::kElem;
   const int span = R == 2 ? p.lean_span : 1; /* the one-tile variant has no registers to spare */
-  const int slab0 = warp % KW; /* slabs slab0, slab0 + KW, ... of the warp's group */
+  /* KS: the kparts CTAs of a cluster (consecutive in x; the rank is blockIdx.x % kparts) take
+   * contiguous parts [s_begin, s_end) of the K slabs of the same row groups. */
+  const int kpart = KS ? (int)(blockIdx.x % (unsigned)p.kparts) : 0;
+  const int64_t xblock = KS ? blockIdx.x / (unsigned)p.kparts : blockIdx.x;
+  const int s_begin = KS ? (int)((int64_t)kpart * nslabs / p.kparts) : 0;
+  const int s_end = KS ? (int)((int64_t)(kpart + 1) * nslabs / p.kparts) : nslabs;
+  const int slab0 = s_begin + warp % KW; /* slabs slab0, slab0 + KW, ... (< s_end) of the warp's group */
   /* SILU (p.a.silu_out; R = 2): a group is gate tile rows [row0, row0 + 16) and the up rows I
    * further on, so the CTAs cover the I gate rows, with as many groups as the plain walk has over 2I
    * rows. A template flag: the run-time form spilled the MXFP4 instantiations. */
@@ -484,7 +501,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   constexpr bool silu = SILU;
   const int64_t rows_out = silu ? p.a.n / 2 : p.a.n, tile_stride = silu ? rows_out : 16;
   const int64_t group_rows = silu ? 16 : 16 * R, step_rows = group_rows * kGroups;
-  const int64_t first = (int64_t)blockIdx.x * span * step_rows;
+  const int64_t first = xblock * span * step_rows;
   for (int64_t n0 = first; n0 < rows_out && n0 < first + span * step_rows; n0 += step_rows) {
     const int64_t row0 = n0 + (warp / KW) * group_rows; /* this warp's group's first weight row */
     /* A group wholly past N: with KW = 1 the warp stops (no barrier follows); with KW = 2 it
@@ -503,10 +520,10 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r][0][0] = acc[r][0][1] = acc[r][0][2] = acc[r][0][3] = 0.0f;
       if constexpr (KC != 0) /* the host checked K == KC, the 128x4 layout and whole 32-row groups */
-        lean_stream_fixed_k<ACT, R, true, KW, KC, SILU>(lw.wa[0], lw.sa[0], act[0], slab0, nslabs, table, acc,
+        lean_stream_fixed_k<ACT, R, true, KW, KC, SILU>(lw.wa[0], lw.sa[0], act[0], slab0, s_end, table, acc,
                                                         rows_out * (KC / 2), rows_out * (KC / 16));
       else
-        lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, nslabs, table,
+        lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, s_end, table,
                                                 acc);
       void *const out = x ? p.a.extra_out : p.a.out;
       if (KW == 1) { /* the warp summed all of K: its results are final */
@@ -534,15 +551,47 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
               vg = __fadd_rn(vg, red[(gi * KW + kw) * R * 128 + in]);
               vu = __fadd_rn(vu, red[(gi * KW + kw) * R * 128 + (R - 1) * 128 + in]);
             }
-            silu_store(p, out, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
+            if (KS) {
+              sums[gi * R * 128 + in] = vg;
+              sums[gi * R * 128 + (R - 1) * 128 + in] = vu;
+            } else {
+              silu_store(p, out, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
+            }
           }
         } else {
           for (int idx = threadIdx.x; idx < kGroups * R * 128; idx += blockDim.x) {
             const int gi = idx / (R * 128), in = idx % (R * 128); /* group; (r, c, lane) of a warp's layout */
             float v = 0.0f;
             for (int kw = 0; kw < KW; kw++) v = __fadd_rn(v, red[(gi * KW + kw) * R * 128 + in]);
-            mma_store(p, out, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
+            if (KS) sums[idx] = v;
+            else mma_store(p, out, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
           }
+        }
+        if constexpr (KS) {
+          /* The cluster's rank 0 adds the ranks' sums in rank order (the result does not depend on
+           * which CTA finishes first) and stores them; the second barrier keeps every CTA's shared
+           * memory alive until rank 0 has read it. Every CTA of a cluster has the same expert and
+           * row chunks, so all of them reach both barriers. */
+          fp4_cluster_barrier();
+          if (kpart == 0) {
+            for (int idx = threadIdx.x; idx < kGroups * (silu ? 128 : R * 128); idx += blockDim.x) {
+              if (silu) {
+                const int gi = idx / 128, in = idx % 128;
+                float vg = 0.0f, vu = 0.0f;
+                for (int k = 0; k < p.kparts; k++) {
+                  vg = __fadd_rn(vg, fp4_cluster_ld_f32(sums + gi * R * 128 + in, (unsigned)k));
+                  vu = __fadd_rn(vu, fp4_cluster_ld_f32(sums + gi * R * 128 + (R - 1) * 128 + in, (unsigned)k));
+                }
+                silu_store(p, out, r0, hi, n0 + gi * 16, rows_out, (in >> 5) & 3, in & 31, scale, vg, vu);
+              } else {
+                const int gi = idx / (R * 128), in = idx % (R * 128);
+                float v = 0.0f;
+                for (int k = 0; k < p.kparts; k++) v = __fadd_rn(v, fp4_cluster_ld_f32(sums + idx, (unsigned)k));
+                mma_store(p, out, r0, hi, n0 + gi * 16 * R + 16 * (in >> 7), 0, (in >> 5) & 3, in & 31, scale, v);
+              }
+            }
+          }
+          fp4_cluster_barrier();
         }
         __syncthreads(); /* red is reused by the next chunk */
       }
@@ -581,11 +630,47 @@ cudaError_t launch_mma_act(const grouped_params &p, dim3 grid, int warps, int nt
  * lean_wave_ctas). */
 constexpr int kLeanTwoTileBlocks = 5;
 
+/* The cluster K split (p.kparts CTAs per cluster, consecutive in x): the two-tile kernel with four
+ * warps sharing a group's K on the compile-time K walk, NVFP4 and bf16 rows, plain or in the fused
+ * forms (the host's rules for the ".c<C>" variants, fp4_moe_variant_check). */
+cudaError_t launch_lean_cluster(const grouped_params &p, dim3 grid, cudaStream_t s, int pdl) {
+  constexpr int FMT = FP4_FORMAT_NVFP4, ACT = FP4_CUDA_ACT_BF16, B = kLeanTwoTileBlocks;
+  const dim3 block(32 * kLeanWarps), cluster((unsigned)p.kparts, 1, 1);
+#define LEAN_CLUSTER(KC_, SILU_, EXTRA_)                                                                          \
+  if (p.a.k == KC_)                                                                                              \
+    return fp4_cuda_launch_cluster(grouped_lean_kernel<FMT, ACT, 1, B, 2, kLeanWarps, KC_, SILU_, EXTRA_, true>, grid, \
+                                   block, cluster, 0, s, pdl, p);
+#define LEAN_CLUSTER_PLAIN(KC_) LEAN_CLUSTER(KC_, false, false)
+#define LEAN_CLUSTER_SILU(KC_) LEAN_CLUSTER(KC_, true, false)
+#define LEAN_CLUSTER_SILU_EXTRA(KC_) LEAN_CLUSTER(KC_, true, true)
+#define LEAN_CLUSTER_DOWN_EXTRA(KC_) LEAN_CLUSTER(KC_, false, true)
+  if (p.a.silu_out && p.a.extra_rows) {
+    FP4_MOE_SILU_K_LIST(LEAN_CLUSTER_SILU_EXTRA)
+  } else if (p.a.silu_out) {
+    FP4_MOE_SILU_K_LIST(LEAN_CLUSTER_SILU)
+  } else if (p.a.extra_rows) {
+    FP4_MOE_EXTRA_DOWN_K_LIST(LEAN_CLUSTER_DOWN_EXTRA)
+  } else {
+    FP4_MOE_FIXED_K_LIST(LEAN_CLUSTER_PLAIN)
+  }
+#undef LEAN_CLUSTER_DOWN_EXTRA
+#undef LEAN_CLUSTER_SILU_EXTRA
+#undef LEAN_CLUSTER_SILU
+#undef LEAN_CLUSTER_PLAIN
+#undef LEAN_CLUSTER
+  return cudaErrorInvalidValue;
+}
+
 template <int FMT, int ACT>
 cudaError_t launch_lean_one(const grouped_params &p, int rows, int kw, bool fixed_k, dim3 grid, cudaStream_t s,
                             int pdl) {
   const dim3 block(32 * kLeanWarps);
   constexpr int B = kLeanTwoTileBlocks;
+  if (p.kparts > 1) {
+    if constexpr (FMT == FP4_FORMAT_NVFP4 && ACT == FP4_CUDA_ACT_BF16)
+      if (rows == 32 && kw == kLeanWarps && fixed_k) return launch_lean_cluster(p, grid, s, pdl);
+    return cudaErrorInvalidValue;
+  }
   if (p.a.silu_out || p.a.extra_rows) { /* the fused forms: NVFP4, bf16 rows, two tiles */
     if constexpr (FMT == FP4_FORMAT_NVFP4 && ACT == FP4_CUDA_ACT_BF16) {
       if (rows != 32) return cudaErrorInvalidValue;
@@ -694,6 +779,7 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
   p.aC = a->k / bs;
   p.warps_per_tile = 1;
   p.lean_span = 1;
+  p.kparts = 1;
   cudaStream_t s = (cudaStream_t)stream;
   if (a->slots > 65535 || a->splits > 65535) return (int)cudaErrorInvalidConfiguration;
   const fp4_moe_variant &v = a->variant;
@@ -724,6 +810,12 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
                           a->ldo < a->n / 2 || a->format != FP4_FORMAT_NVFP4 || a->act != FP4_CUDA_ACT_BF16))
         return (int)cudaErrorInvalidValue;
       p.lean_span = v.span;
+      /* The cluster K split: kparts CTAs per cluster (2 or 4), every warp at least one slab of its
+       * CTA's part, one group per CTA (the host's rules; clusters are SM90+). */
+      p.kparts = v.kparts > 1 ? v.kparts : 1;
+      if (p.kparts > 1 && (p.kparts > 4 || kw != kLeanWarps || v.span != 1 || !v.fixed_k ||
+                           a->k / 128 < (int64_t)kLeanWarps * p.kparts))
+        return (int)cudaErrorInvalidValue;
       const int64_t groups = a->silu_out ? a->n / 32 : (tiles16 + rows / 16 - 1) / (rows / 16);
       const int64_t per_cta = (int64_t)(kLeanWarps / kw) * p.lean_span; /* groups */
       /* the extra expert: one more slot, its row chunks split like a routed expert's */
@@ -734,8 +826,9 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
                                                       !a->extra_out)) ||
           a->slots + 1 > 65535)
         return (int)cudaErrorInvalidValue;
-      const dim3 grid((unsigned)((groups + per_cta - 1) / per_cta), (unsigned)zsplits,
-                      (unsigned)(a->slots + (a->extra_rows > 0)));
+      const int64_t ctas_x = (groups + per_cta - 1) / per_cta * p.kparts;
+      if (ctas_x > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
+      const dim3 grid((unsigned)ctas_x, (unsigned)zsplits, (unsigned)(a->slots + (a->extra_rows > 0)));
       return (int)(a->format == FP4_FORMAT_NVFP4
                        ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
                        : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));

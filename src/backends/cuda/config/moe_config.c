@@ -27,6 +27,8 @@ static const struct {
     {"moe.lean.r32.k4.s2", {FP4_MOE_KERNEL_LEAN, 32, 4, 2, 1, 0, 0, 0}},
     {"moe.lean.r32.k4.s3", {FP4_MOE_KERNEL_LEAN, 32, 4, 3, 1, 0, 0, 0}},
     {"moe.lean.r32.k4.s4", {FP4_MOE_KERNEL_LEAN, 32, 4, 4, 1, 0, 0, 0}},
+    {"moe.lean.r32.k4.s1.c2", {FP4_MOE_KERNEL_LEAN, 32, 4, 1, 1, 0, 0, 0, 2}},
+    {"moe.lean.r32.k4.s1.c4", {FP4_MOE_KERNEL_LEAN, 32, 4, 1, 1, 0, 0, 0, 4}},
     {"moe.lean.generic-k.r32.k1.s1", {FP4_MOE_KERNEL_LEAN, 32, 1, 1, 0, 0, 0, 0}},
     {"moe.lean.generic-k.r32.k1.s2", {FP4_MOE_KERNEL_LEAN, 32, 1, 2, 0, 0, 0, 0}},
     {"moe.lean.generic-k.r32.k1.s3", {FP4_MOE_KERNEL_LEAN, 32, 1, 3, 0, 0, 0, 0}},
@@ -163,6 +165,14 @@ static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_m
     const int64_t span_bytes = (int64_t)(4 / v.ksplit) * 32 * (s->k / 2);
     v.span = (!nv || span_bytes < r->lean_span_max_bytes) && groups * slots * splits >= r->lean_span_waves * wave ? 2 : 1;
     v.fixed_k = lean_fixed_k_possible(s);
+    /* The cluster K split (moe_sm90.h, measured on SM90 only) where the four-warp CTAs of one group
+     * each fill at most half a wave: the most CTAs per cluster (4, 2) that still fit one wave and
+     * leave every warp lean_cluster_slabs slabs of its CTA's part. */
+    if (r->lean_cluster_slabs && arch->major == 9 && v.ksplit == 4 && v.span == 1 && v.fixed_k) {
+      const int64_t ctas = groups * slots * splits;
+      for (int c = 4; c >= 2 && !v.kparts; c /= 2)
+        if (ctas * c <= wave && nslabs >= 4 * c * (int64_t)r->lean_cluster_slabs) v.kparts = c;
+    }
     return v;
   }
   /* One warp per 16-row tile unless that leaves fewer than mma_min_ctas_per_sm CTAs per SM. */
@@ -286,6 +296,14 @@ int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s,
                       "one of" FP4_MOE_FIXED_K_LIST(K_TEXT) " (here N = %lld, K = %lld); the moe.lean.generic-k forms "
                       "take any K",
                       name, (long long)s->n, (long long)s->k), -1;
+    if (v->kparts > 1) {
+      if (arch->major < 9)
+        return snprintf(why, why_size, "%s splits K over a thread block cluster, which needs SM90 or newer; the device is SM%d%d",
+                        name, arch->major, arch->minor), -1;
+      if (s->k / 128 < 4 * (int64_t)v->kparts)
+        return snprintf(why, why_size, "%s gives each of its %d CTAs' 4 warps a 128-element slab of K: K >= %d (K = %lld)",
+                        name, v->kparts, 512 * v->kparts, (long long)s->k), -1;
+    }
     return 0;
   case FP4_MOE_KERNEL_PREFILL_MMA:
     if (prefill_common(s, arch, rule, sizeof rule)) return snprintf(why, why_size, "%s: %s", name, rule), -1;

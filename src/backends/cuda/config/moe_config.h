@@ -10,6 +10,9 @@
  *                                     compile-time trip count (K 1024 / 2048 / 4096 / 7168, NVFP4 in
  *                                     the 128x4 layout, bf16 rows, N % 128 == 0)
  *   moe.lean.generic-k.r32.k<W>.s<S>  the same with the run-time K walk (any K % 128 == 0)
+ *   moe.lean.r32.k4.s1.c<C>           the same (four warps sharing a group's K, one group per CTA)
+ *                                     with the K slabs split over a thread block cluster of C CTAs
+ *                                     (2 or 4; SM90+), whose rank 0 adds the C sums in rank order
  *   moe.lean.generic-k.r16.k4.s1      one 16-row tile per CTA (kept for measuring)
  *   moe.mma.w<W>                      streaming tensor-core kernel (grouped_mma_kernel), W warps per
  *                                     16-row weight tile splitting its K (token tiles follow the rows)
@@ -67,6 +70,7 @@ typedef struct fp4_moe_variant {
   int warps_per_tile; /* mma: warps splitting one 16-row tile's K (1, 2, 4, 8)         */
   int tile_m;         /* prefill: tokens per tile (mma 64 / 128; wgra 32 .. 256)       */
   int bound_tiles;    /* prefill wgra: M tiles numbered from a bound, never densely    */
+  int kparts;         /* lean: CTAs of a cluster splitting K (2, 4; 0: no cluster)     */
 } fp4_moe_variant;
 
 /* Facts of the device the chooser and the rules need (gathered once per device). */

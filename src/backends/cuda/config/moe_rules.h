@@ -18,6 +18,8 @@ typedef struct fp4_moe_rules {
   int lean_span_max_bytes; /* NVFP4: two spans per CTA only under this many code bytes a span    */
   int lean_span_waves;     /* ... and with at least this many waves of row groups                 */
   int mma_min_ctas_per_sm; /* tensor-core streaming kernel: split K over warps below this         */
+  int lean_cluster_slabs;  /* the lean kernel's cluster K split only where every warp keeps at
+                              least this many slabs of its CTA's part (0: never)                  */
   int prefill_wgra;        /* 1: the register-A wgmma tiles are the prefill default (when present) */
   int widths;              /* entries of width_cost                                               */
   fp4_moe_width_cost width_cost[8];

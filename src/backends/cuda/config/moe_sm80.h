@@ -17,6 +17,6 @@
   .lean_wave_ctas = 5, .lean_span_max_bytes = 64 << 10, .lean_span_waves = 8, .mma_min_ctas_per_sm = 3
 
 static const fp4_moe_rules fp4_moe_rules_sm80 = {FP4_MOE_RULES_SM80_INIT, .prefill_min_rows = 16, .lean_max_rows = 8,
-                                                .prefill_wgra = 0, .widths = 0};
+                                                .prefill_wgra = 0, .lean_cluster_slabs = 0, .widths = 0};
 
 #endif

@@ -15,8 +15,14 @@
 /* prefill_min_rows: the register-A prefill tiles took 0.84-0.96x the streaming kernels' layer time at
  * 13-15 routed rows per slot (Qwen3.5 B = 666-768, DeepSeek-R1 B = 416-480, W4A16 and W4A4) and
  * 0.995-1.01x at 12 (bench/results/h200/2026-12-03-moe-prefill-from-13-rows/). */
+/* lean_cluster_slabs: in the Qwen3.5 EP8 decode step (64 experts per rank; graph with PDL) the
+ * routed gate_up GEMM (K 4096) split over clusters of 2 CTAs, 4 slabs per warp, took the step from
+ * 385.8-389.1 to 364.5-365.1 us at batch 1 and from 454.6-455.3 to 435.5-435.6 at batch 2; over 4
+ * CTAs (2 slabs per warp) it took 418 us at batch 1, and the down GEMM (K 1024) over 2 CTAs (1 slab
+ * per warp) added 4.5 us a layer (bench/results/h200/2026-12-04-moe-lean-cluster-k-split/). */
 static const fp4_moe_rules fp4_moe_rules_sm90 = {
     FP4_MOE_RULES_SM80_INIT,
+    .lean_cluster_slabs = 4,
     .prefill_min_rows = 13,
     .lean_max_rows = 11,
     .prefill_wgra = 1,
