@@ -123,9 +123,12 @@ __device__ __forceinline__ int64_t cta_splits() { return gridDim.y; }
  * routing kernel built one, else by scanning offsets. Uniform across the CTA. */
 __device__ int64_t slot_expert(const grouped_params &p) {
   if (!p.a.active) return find_expert(p, cta_slot());
-  const int64_t count = clamp64(*p.a.active_count, 0, p.a.experts);
-  if (cta_slot() >= count) return -1;
-  const int64_t e = p.a.active[cta_slot()];
+  /* The count and the slot's entry are loaded together, one memory latency instead of two in a row:
+   * the entry is read within the list's experts entries whatever the count, and used only below it. */
+  const int64_t slot = cta_slot();
+  const int32_t count = *p.a.active_count;
+  const int64_t e = p.a.active[slot < p.a.experts ? slot : p.a.experts - 1];
+  if (slot >= clamp64(count, 0, p.a.experts)) return -1;
   return e < 0 || e >= p.a.experts ? -1 : e;
 }
 
@@ -309,13 +312,31 @@ __device__ __forceinline__ void silu_store(const grouped_params &p, void *out, i
   }
 }
 
+/* The FP32 -> output scale of a CTA's expert, alpha * w_mult[e] * a_mult (times 2^8 for NVFP4
+ * weights, which decode as e2m1 * scale * 2^-8), from the device scalars loaded at the kernel's
+ * start: value() does the arithmetic where the scale is used, so the kernel's first weight loads do
+ * not wait for these loads (the lean kernel calls it after its K walk). */
+struct out_scale {
+  float alpha_dev, a_dev, w; /* *alpha_device, *a_scale_device (0 when absent), the expert's multiplier */
+  template <bool NV> __device__ __forceinline__ double value(const grouped_params &p) const {
+    return (double)(p.a.alpha_device ? __fmul_rn(p.a.alpha, alpha_dev) : p.a.alpha) * (double)w *
+           (double)(p.a.a_scale_device ? __fdiv_rn(1.0f, a_dev) : p.a.a_mult) * (NV ? 256.0 : 1.0);
+  }
+};
+__device__ __forceinline__ out_scale load_out_scale(const grouped_params &p, const float *w_mult) {
+  out_scale s;
+  s.alpha_dev = p.a.alpha_device ? *p.a.alpha_device : 0.0f;
+  s.a_dev = p.a.a_scale_device ? *p.a.a_scale_device : 0.0f;
+  s.w = w_mult ? *w_mult : 1.0f;
+  return s;
+}
+
 /* The tensor-core kernels' common start: the NVFP4 weight scale table (scale byte -> 16-bit
  * multiplier pair, nv_weight_scale_pair), the PDL wait, this CTA's expert (false: nothing to do,
- * uniform across the CTA), its rows [lo, hi) and the FP32 -> output scale. NVFP4 weights decode as
- * e2m1 * scale * 2^-8: the 2^8 goes into that scale. */
+ * uniform across the CTA), its rows [lo, hi) and the device scalars of its output scale. */
 template <bool NV, bool F16>
 __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *table, int64_t *e, int64_t *lo,
-                                             int64_t *hi, double *scale) {
+                                             int64_t *hi, out_scale *sc) {
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
   fp4_pdl_wait(); /* offsets, the active list and the activations come from earlier kernels */
@@ -323,8 +344,7 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
   if (*e < 0) return false;
   __syncthreads(); /* the table is written */
   expert_rows(p, *e, lo, hi);
-  *scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.w_mult ? p.a.w_mult[*e] : 1.0f) *
-           (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device) * (NV ? 256.0 : 1.0);
+  *sc = load_out_scale(p, p.a.w_mult ? p.a.w_mult + *e : NULL);
   return true;
 }
 
@@ -332,16 +352,15 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
  * (extra: set; its rows [0, extra_rows), its multiplier; e = 0). */
 template <bool NV, bool F16, bool EXTRA>
 __device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, bool *extra, int64_t *e,
-                                                  int64_t *lo, int64_t *hi, double *scale) {
+                                                  int64_t *lo, int64_t *hi, out_scale *sc) {
   *extra = EXTRA && p.a.extra_rows > 0 && cta_slot() == cta_slots() - 1;
-  if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, scale);
+  if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, sc);
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
   fp4_pdl_wait(); /* the extra expert's activations come from earlier kernels too */
   __syncthreads();
   *e = 0, *lo = 0, *hi = p.a.extra_rows;
-  *scale = (double)moe_alpha(p.a.alpha, p.a.alpha_device) * (double)(p.a.extra_w_mult ? p.a.extra_w_mult[0] : 1.0f) *
-           (double)moe_a_mult(p.a.a_mult, p.a.a_scale_device) * (NV ? 256.0 : 1.0);
+  *sc = load_out_scale(p, p.a.extra_w_mult);
   return true;
 }
 
@@ -356,8 +375,9 @@ __global__ void __launch_bounds__(kMmaMaxWarps * 32) grouped_mma_kernel(grouped_
   /* Warps [tile * wpt, tile * wpt + wpt) share one 16-row weight tile and split its K slabs. */
   const int wpt = p.warps_per_tile, kw = warp % wpt;
   int64_t e, lo, hi;
-  double scale;
-  if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &scale)) return;
+  out_scale sc;
+  if (!expert_start<NV, ACT == FP4_CUDA_ACT_F16>(p, table, &e, &lo, &hi, &sc)) return;
+  const double scale = sc.value<NV>(p);
   const int64_t K = p.a.k, n0 = ((int64_t)blockIdx.x * (warps / wpt) + warp / wpt) * 16;
   const bool tile_in_n = n0 < p.a.n; /* the last CTA's spare tiles load nothing and store nothing */
   const int nslabs = (int)(K >> 7);
@@ -477,11 +497,14 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   int64_t e, lo, hi;
-  double scale;
+  out_scale sc;
   bool extra;
   /* EXTRA: the grid's last slot runs the extra expert (a template flag: the pointer selects spill
    * the 96-register forms that do not need them) */
-  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA>(p, table, &extra, &e, &lo, &hi, &scale)) return;
+  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA>(p, table, &extra, &e, &lo, &hi, &sc)) return;
+  /* The run-time K walk takes its output scale here: the three scalars kept past its loop spill
+   * registers in some of its forms (sm_90a); the compile-time walk takes it after its loop, below. */
+  const double scale_now = KC == 0 ? sc.value<NV>(p) : 0.0;
   const bool x = EXTRA && extra; /* without EXTRA the expressions below are the plain forms, read where used */
   const int64_t K = p.a.k;
   const int nslabs = (int)(K >> 7);
@@ -525,6 +548,13 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
       else
         lean_stream<FMT, ACT, 1, R, U, true, KW>(lw.wa, lw.wb, lw.sa, lw.sb, lw.sstep, act, asw, slab0, s_end, table,
                                                 acc);
+      /* The output scale: on the compile-time K walk the empty asm keeps its arithmetic after the
+       * walk (not hoisted to the kernel's start, where it would wait for the scalars' loads). */
+      double scale = scale_now;
+      if constexpr (KC != 0) {
+        asm volatile("" : "+f"(sc.alpha_dev), "+f"(sc.a_dev), "+f"(sc.w));
+        scale = sc.value<NV>(p);
+      }
       void *const out = x ? p.a.extra_out : p.a.out;
       if (KW == 1) { /* the warp summed all of K: its results are final */
         if (silu) {
