@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "bench_step.h"
+#include "step_trace.h"
 #include "cli_testing.h"
 #include "fp4kit.h"
 #include "step_comm.h"
@@ -256,6 +257,7 @@ static void test_options(void) {
       {"--step llama-3.1-8b --sweep a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,A,B,C,D,E,F,G", "at most 32 configs"},
       {"--step llama-3.1-8b --sweep 0123456789012345678901234567890123456789012345678901234567890123", "over 63 characters"},
       {"--step llama-3.3-70b --tp 8 --gpus 8 --sweep small-m.w8", "--sweep times one rank; run it without --gpus 8"},
+      {"--step llama-3.3-70b --tp 8 --gpus 8 --trace", "--trace records one rank; run it without --gpus 8"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -410,6 +412,40 @@ static void cli_step_sweep(const char *step, const char *good, const char *bad, 
   free(out);
 }
 
+/* --trace on the device: the Qwen3.5 EP8 layer's kernels in one replay (route, gate_up, down,
+ * combine: 4 per layer), the span at least the busy time, the kernels' sum at least the busy time; or,
+ * where CUPTI cannot record, the reason and no numbers. */
+static void cli_step_trace(void) {
+  char full[300], path[128];
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  snprintf(full, sizeof full, "bench --step qwen3.5-397b-a17b --ep 8 --batch 1 --layers 2 --rounds 3 --no-peers --trace --json %s",
+           path);
+  const int rc = cli_run("", full, "trace");
+  char *err = cli_slurp("trace.err"), *text = cli_slurp("trace.json");
+  CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  const cJSON *pt = cJSON_GetArrayItem(root ? cJSON_GetObjectItemCaseSensitive(root, "points") : NULL, 0);
+  const cJSON *tr = pt ? cJSON_GetObjectItemCaseSensitive(pt, "trace") : NULL;
+  const cJSON *note = tr ? cJSON_GetObjectItemCaseSensitive(tr, "note") : NULL;
+  const cJSON *slots = tr ? cJSON_GetObjectItemCaseSensitive(tr, "per_layer_position") : NULL;
+  if (cJSON_IsString(note) && note->valuestring[0]) {
+    CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(tr, "span_us")) && cJSON_GetArraySize(slots) == 0,
+          "--trace not run ('%s') but numbers reported", note->valuestring);
+    printf("SKIP the --trace numbers: %s\n", note->valuestring);
+  } else {
+    const double span = num(tr, "span_us"), busy = num(tr, "busy_us"), sum = num(tr, "kernel_sum_us");
+    const cJSON *first = cJSON_GetArrayItem(slots, 0);
+    const cJSON *fname = first ? cJSON_GetObjectItemCaseSensitive(first, "kernel") : NULL;
+    CHECK(num(tr, "kernels") == 8 && cJSON_GetArraySize(slots) == 4 && busy > 0 && span >= busy && sum >= busy * 0.999 &&
+              cJSON_IsString(fname) && !strcmp(fname->valuestring, "route_kernel"),
+          "--trace of 2 Qwen3.5 EP8 layers: %g kernels, %d positions (first %s), span %g busy %g sum %g", num(tr, "kernels"),
+          cJSON_GetArraySize(slots), cJSON_IsString(fname) ? fname->valuestring : "?", span, busy, sum);
+  }
+  cJSON_Delete(root);
+  free(err);
+  free(text);
+}
+
 static void test_device(int gpus) {
   if (!gpus) {
     printf("SKIP the end-to-end steps on the device: no CUDA device visible (the plan, options and no-GPU path ran)\n");
@@ -432,6 +468,7 @@ static void test_device(int gpus) {
   cli_step_sweep("--step llama-3.1-8b --tp 8", "small-m.w8", "no-such-config", 4);
   cli_step_sweep("--step llama-3.1-8b --tp 8 --mode w4a4", "small-m.pro.w8", "moe.streaming", 4);
   cli_step_sweep("--step qwen3.5-397b-a17b --ep 8", "moe.streaming", "small-m.w8", 1);
+  cli_step_trace();
 }
 
 /* The ranks' agreement of --gpus: every thread gets each round's minimum, rounds never mix (a
@@ -478,6 +515,49 @@ static void test_agreement(void) {
         "ring all-reduce bytes per rank: %g over 8, %g over 1", step_comm_ring_bytes(1000.0, 8), step_comm_ring_bytes(1000.0, 1));
 }
 
+/* --trace's host side: kernel names as CUPTI gives them, and the summary of a made-up replay of two
+ * layers of three kernels, given out of order: B overlaps A (PDL), C starts after a hole. */
+static void test_trace_summary(void) {
+  static const struct {
+    const char *name, *want;
+  } names[] = {
+      {"_ZN12_GLOBAL__N_112route_kernelILb1EEEv17fp4_cuda_route_args", "route_kernel"},
+      {"_Z14combine_kernel20fp4_cuda_combine_args", "combine_kernel"},
+      {"void <unnamed>::grouped_lean_kernel<0, 0, 1, 5, 2, 4, 4096, 1, 1, 1>(<unnamed>::grouped_params)",
+       "grouped_lean_kernel"},
+      {"(anonymous namespace)::silu_mul_kernel(float const*, void*)", "silu_mul_kernel"},
+      {"plain_kernel", "plain_kernel"},
+  };
+  char out[STEP_TRACE_NAME];
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    step_trace_short_name(names[i].name, out, sizeof out);
+    CHECK(!strcmp(out, names[i].want), "short name of '%s': '%s', want '%s'", names[i].name, out, names[i].want);
+  }
+  step_trace_kernel k[] = {
+      {"_Z1Cv", 7000, 7600}, {"_Z1Av", 0, 1000},    {"_Z1Bv", 900, 3000},
+      {"_Z1Cv", 3500, 4000}, {"_Z1Av", 4200, 5000}, {"_Z1Bv", 4800, 7000},
+  };
+  step_trace_summary t;
+  step_trace_summarize(k, 6, 2, &t);
+  const double eps = 1e-9;
+  CHECK(t.kernels == 6 && fabs(t.span_us - 7.6) < eps && fabs(t.busy_us - 6.9) < eps && fabs(t.sum_us - 7.2) < eps &&
+            t.period == 3,
+        "summary: %d kernels, span %.4f busy %.4f sum %.4f period %d; want 6, 7.6, 6.9, 7.2, 3", t.kernels, t.span_us,
+        t.busy_us, t.sum_us, t.period);
+  static const struct {
+    const char *name;
+    int count;
+    double mean, gap;
+  } want[] = {{"A", 2, 0.9, 0.2}, {"B", 2, 2.15, -0.15}, {"C", 2, 0.55, 0.25}};
+  for (int s = 0; s < 3 && t.period == 3; s++)
+    CHECK(!strcmp(t.slots[s].name, want[s].name) && t.slots[s].count == want[s].count &&
+              fabs(t.slots[s].mean_us - want[s].mean) < eps && fabs(t.slots[s].gap_us - want[s].gap) < eps,
+          "slot %d: %s x%d, %.4f us, gap %.4f; want %s x%d, %.4f, %.4f", s, t.slots[s].name, t.slots[s].count,
+          t.slots[s].mean_us, t.slots[s].gap_us, want[s].name, want[s].count, want[s].mean, want[s].gap);
+  step_trace_summarize(k, 5, 2, &t); /* 5 kernels over 2 layers: no repeating pattern */
+  CHECK(t.kernels == 5 && t.period == 0, "5 kernels over 2 layers: period %d, want 0", t.period);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/fp4kit_step_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -489,6 +569,7 @@ int main(void) {
   test_plan_errors();
   test_routing();
   test_options();
+  test_trace_summary();
   test_agreement();
   const int gpus = fp4_probe_device_count();
   test_no_gpu(gpus);

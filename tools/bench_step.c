@@ -48,6 +48,7 @@
 #include "fp4kit_bench.h"
 #include "provenance.h"
 #include "step_comm.h"
+#include "step_trace.h"
 
 #if FP4KIT_HAVE_CUDA
 #include <cublas_v2.h>
@@ -244,6 +245,7 @@ typedef struct step_opts {
   const char *json, *csv, *html;
   char sweep[STEP_MAX_SWEEP][64]; /* --sweep: configs each dense layer type is timed with */
   int nsweep;
+  int trace; /* --trace: the kernel timeline of one replay of the graph with PDL (CUPTI) */
 } step_opts;
 
 static void step_usage(FILE *f) {
@@ -297,6 +299,11 @@ static void step_usage(FILE *f) {
           "                 is fastest inside the step, beside the default. A config that cannot run a\n"
           "                 type is reported refused with the reason (text and JSON; one rank only, not\n"
           "                 with --gpus 2 or more)\n"
+          "  --trace        after the timings, replay the step's graph with PDL under CUPTI (libcupti,\n"
+          "                 loaded when run) and report its kernel timeline: the replay's span, the time\n"
+          "                 some kernel runs, and per position in a layer (route, gate_up, ...) the mean\n"
+          "                 kernel time and how long after the end of the kernels before it each starts\n"
+          "                 (negative: it overlaps them, as PDL lets it); text and JSON, one rank only\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor\n",
           STEP_MAX_BATCH, STEP_MAX_GPUS, STEP_MAX_SWEEP);
@@ -363,7 +370,7 @@ static int parse_sweep(const char *s, step_opts *o) {
 /* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
 static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
-         O_CSV, O_HTML, O_GPUS, O_SWEEP };
+         O_CSV, O_HTML, O_GPUS, O_SWEEP, O_TRACE };
   static const struct option longs[] = {
       {"step", required_argument, NULL, O_STEP},     {"tp", required_argument, NULL, O_TP},
       {"ep", required_argument, NULL, O_EP},         {"batch", required_argument, NULL, O_BATCH},
@@ -373,7 +380,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       {"plan", no_argument, NULL, O_PLAN},           {"json", required_argument, NULL, O_JSON},
       {"csv", required_argument, NULL, O_CSV},       {"html", required_argument, NULL, O_HTML},
       {"gpus", required_argument, NULL, O_GPUS},     {"help", no_argument, NULL, 'h'},
-      {"sweep", required_argument, NULL, O_SWEEP},
+      {"sweep", required_argument, NULL, O_SWEEP},     {"trace", no_argument, NULL, O_TRACE},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->tp = o->ep = 1;
@@ -413,6 +420,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
         }
         break;
       case O_NO_PEERS: o->peers = 0; break;
+      case O_TRACE: o->trace = 1; break;
       case O_PLAN: o->plan_only = 1; break;
       case O_JSON: o->json = optarg; break;
       case O_CSV: o->csv = optarg; break;
@@ -440,6 +448,10 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   }
   if (o->nsweep && o->gpus > 1) {
     fprintf(stderr, "fp4kit bench --step: --sweep times one rank; run it without --gpus %d\n", o->gpus);
+    return EXIT_USAGE;
+  }
+  if (o->trace && o->gpus > 1) {
+    fprintf(stderr, "fp4kit bench --step: --trace records one rank; run it without --gpus %d\n", o->gpus);
     return EXIT_USAGE;
   }
   const char *outs[] = {o->json, o->csv, o->html};
@@ -519,6 +531,10 @@ typedef struct step_point {
    * weight bytes (a MoE layer: its touched experts'), in a CUDA graph; reads_note says why not */
   bv reads_us;
   char reads_note[160];
+  /* --trace: the kernel timeline of one replay of the graph with PDL; trace_note says why not */
+  int traced;
+  step_trace_summary trace;
+  char trace_note[320];
 } step_point;
 
 typedef struct step_report {
@@ -669,6 +685,24 @@ static cJSON *record_json(const step_report *r) {
     jnum(o, "bf16_cublas_graph_us", x->bf16_us);
     jnum(o, "speedup_vs_bf16", bf16_speedup(x));
     cJSON_AddStringToObject(o, "bf16_note", x->bf16_note);
+    if (r->o->trace) {
+      cJSON *tr = cJSON_AddObjectToObject(o, "trace");
+      const step_trace_summary *t = &x->trace;
+      jnum(tr, "kernels", (bv){x->traced, t->kernels});
+      jnum(tr, "span_us", (bv){x->traced, t->span_us});
+      jnum(tr, "busy_us", (bv){x->traced, t->busy_us});
+      jnum(tr, "kernel_sum_us", (bv){x->traced, t->sum_us});
+      cJSON *sl = cJSON_AddArrayToObject(tr, "per_layer_position");
+      for (int q = 0; x->traced && q < t->period; q++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "kernel", t->slots[q].name);
+        cJSON_AddNumberToObject(e, "count", t->slots[q].count);
+        cJSON_AddNumberToObject(e, "mean_us", t->slots[q].mean_us);
+        cJSON_AddNumberToObject(e, "mean_start_after_previous_end_us", t->slots[q].gap_us);
+        cJSON_AddItemToArray(sl, e);
+      }
+      cJSON_AddStringToObject(tr, "note", x->trace_note);
+    }
     if (r->gpus) {
       cJSON *c = cJSON_AddObjectToObject(o, "collectives");
       cJSON_AddNumberToObject(c, "count", x->coll_count);
@@ -883,6 +917,18 @@ static void print_table(FILE *f, const step_report *r) {
               x->reads_us.v, fr.ok ? fr.v : 0.0, oc.ok ? oc.v : 0.0);
     } else if (x->reads_note[0]) {
       fprintf(f, "      read-only chain: %s\n", x->reads_note);
+    }
+    if (x->traced) {
+      const step_trace_summary *t = &x->trace;
+      fprintf(f,
+              "      trace (one replay of the graph with PDL, CUPTI): %d kernels over %.1f us, some kernel running %.1f "
+              "us (%.0f%%), the kernels' times added %.1f us\n",
+              t->kernels, t->span_us, t->busy_us, t->span_us > 0 ? 100.0 * t->busy_us / t->span_us : 0.0, t->sum_us);
+      for (int q = 0; q < t->period; q++)
+        fprintf(f, "        %2d %-30s %4d x %8.2f us, start %+8.2f us after the end of those before\n", q,
+                t->slots[q].name, t->slots[q].count, t->slots[q].mean_us, t->slots[q].gap_us);
+    } else if (x->trace_note[0]) {
+      fprintf(f, "      trace: not run: %s\n", x->trace_note);
     }
     if (r->gpus) {
       const bv fl = read_floor_us(r, x->bytes);
@@ -1588,6 +1634,21 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
     if (st) snprintf(pt->reads_note, sizeof pt->reads_note, "%s", fp4_last_error());
     cudaFree(g->sink);
     g->sink = NULL;
+  }
+  /* --trace: one replay of the graph with PDL under CUPTI, after every timing (the trace's own
+   * overhead touches no number above). */
+  if (g->o->trace && way_ok(g, pt, ok)) {
+    timed_step tr = {g, calls, pt->calls, ONLY_ALL, B, 1, NULL};
+    step_trace_kernel *k = NULL;
+    int n = 0;
+    fp4_status st = capture(&tr, NULL);
+    if (st) snprintf(pt->trace_note, sizeof pt->trace_note, "%s", fp4_last_error());
+    else if (step_trace_graph(tr.exec, g->s, &k, &n, pt->trace_note, sizeof pt->trace_note) == FP4_OK) {
+      step_trace_summarize(k, n, g->layers, &pt->trace);
+      pt->traced = 1;
+    }
+    free(k);
+    if (tr.exec) cudaGraphExecDestroy(tr.exec);
   }
   /* --gpus: the collectives of the step alone, a graph of only them. */
   if (g->comm && way_ok(g, pt, ok) && pt->coll_count) {
