@@ -23,8 +23,10 @@
  * launch against launches of its own, bit for bit; the
  * W4A4 decode inputs' one-kernel quantize to bf16 against quantize + dequantize, bit for bit; which
  * variants run (the run info's note); and the device contract for invalid expert ids (a NaN output
- * row, nothing read or written out of bounds). `test_cuda_moe --library-tiles-only` skips the
- * forced-width passes.
+ * row, nothing read or written out of bounds); the lean kernel's cluster K split against the
+ * reference. `test_cuda_moe --library-tiles-only` skips the forced-width passes; `--cluster-only`
+ * and `--shared-dense-only` run just the cluster split's cases or the shared expert's on the dense
+ * kernels.
  */
 #include <math.h>
 #include <stdio.h>
