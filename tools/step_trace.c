@@ -190,7 +190,9 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
       g_rec.cap = cap;
     }
     step_trace_kernel *d = &g_rec.k[g_rec.n];
-    snprintf(d->name, sizeof d->name, "%s", kr->name ? kr->name : "?");
+    /* shortened here, not in the summary: nvcc's mangled names run past STEP_TRACE_NAME (its
+     * anonymous namespaces carry the file's name and a hash) */
+    step_trace_short_name(kr->name ? kr->name : "?", d->name, sizeof d->name);
     d->start_ns = kr->start;
     d->end_ns = kr->end;
     g_rec.corr[g_rec.n++] = kr->correlationId;
