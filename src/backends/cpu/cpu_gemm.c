@@ -59,7 +59,7 @@ static void pack_unit(void *arg, int64_t unit, int thread) {
   (void)thread;
   gemm_job *j = arg;
   const fp4_problem *p = j->p;
-  const int64_t K = j->g.k, lda = j->g.lda;
+  const int64_t K = j->g.k, kp = j->g.kp, lda = j->g.lda;
   float *row = (float *)(j->scratch + (size_t)thread * j->scratch_stride);
   int64_t r0 = unit * j->rows_per_pack_unit;
   int64_t r1 = r0 + j->rows_per_pack_unit < j->g.m ? r0 + j->rows_per_pack_unit : j->g.m;
@@ -79,16 +79,16 @@ static void pack_unit(void *arg, int64_t unit, int thread) {
         for (int64_t k = 0; k < K; k++) row[k] = fp4_f16_to_f32_inline(s[k]);
       }
     }
-    for (int64_t k = K; k < lda; k++) row[k] = 0.0f;
+    for (int64_t k = K; k < kp; k++) row[k] = 0.0f;
     if (j->bf16) {
       /* Exact: bf16 activations round-trip, and dequantized E2M1 x E4M3/UE8M0 values need at most
        * 6 significant bits. */
       uint16_t *d = (uint16_t *)j->a_packed + r * lda;
-      for (int64_t c = 0; c < lda; c += FP4_CPU_KALIGN)
+      for (int64_t c = 0; c < kp; c += FP4_CPU_KALIGN)
         for (int q = 0; q < FP4_CPU_KALIGN; q++) d[c + q] = fp4_bf16_from_f32_inline(row[c + j->src[q]]);
     } else {
       float *d = (float *)j->a_packed + r * lda;
-      for (int64_t c = 0; c < lda; c += FP4_CPU_KALIGN)
+      for (int64_t c = 0; c < kp; c += FP4_CPU_KALIGN)
         for (int q = 0; q < FP4_CPU_KALIGN; q++) d[c + q] = row[c + j->src[q]];
     }
   }
@@ -105,6 +105,21 @@ static void gemv_unit(void *arg, int64_t unit, int thread) {
   }
 }
 
+/* Asks for the weight bytes of elements [k0, k1) of panel pi's rows ahead of their decode. The
+ * panel path's weight reads hop between rows (a K block of six rows, then the next panel's), which
+ * the hardware prefetchers did not follow: one thread at M = 16 on 28672 x 4096 ran 30 Gprod/s
+ * against 37 with the weights in cache (bench/results/cpu/2026-12-04-avx2-m4-m16). */
+static void prefetch_panel(const fp4_cpu_gemm *g, int64_t pi, int64_t k0, int64_t k1) {
+#if defined(__GNUC__)
+  const int64_t row_bytes = g->k / 2, b0 = k0 / 2, b1 = (k1 < g->k ? k1 : g->k) / 2;
+  const int64_t n0 = pi * FP4_CPU_NR, n1 = n0 + FP4_CPU_NR < g->n ? n0 + FP4_CPU_NR : g->n;
+  for (int64_t n = n0; n < n1; n++)
+    for (int64_t o = b0; o < b1; o += 64) __builtin_prefetch(g->b + n * row_bytes + o, 0, 3);
+#else
+  (void)g, (void)pi, (void)k0, (void)k1;
+#endif
+}
+
 static void panel_unit(void *arg, int64_t unit, int thread) {
   gemm_job *j = arg;
   const int64_t ngroups = (j->npanels + FP4_CPU_PANELS - 1) / FP4_CPU_PANELS;
@@ -119,17 +134,20 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
   /* K blocks outermost: each K block of the group's panels is decoded, then the tile's A slice
    * (in L2) passes over every panel slice (in L1) in turn, so A is read from memory once per
    * group rather than once per panel. */
-  for (int64_t k0 = 0; k0 < j->g.lda; k0 += FP4_CPU_KC) {
-    int64_t k1 = k0 + FP4_CPU_KC < j->g.lda ? k0 + FP4_CPU_KC : j->g.lda;
+  for (int64_t k0 = 0; k0 < j->g.kp; k0 += FP4_CPU_KC) {
+    int64_t k1 = k0 + FP4_CPU_KC < j->g.kp ? k0 + FP4_CPU_KC : j->g.kp;
     for (int64_t pi = p0; pi < p1; pi++) {
       int64_t n0 = pi * FP4_CPU_NR, nr = j->g.n - n0 < FP4_CPU_NR ? j->g.n - n0 : FP4_CPU_NR;
       float *panel = panels + (size_t)(pi - p0) * panel_floats;
       float *acc = accs + (size_t)(pi - p0) * acc_floats;
+      /* the weights decoded next: the next panel's K block, or the group's first at the next one */
+      if (pi + 1 < p1) prefetch_panel(&j->g, pi + 1, k0, k1);
+      else if (k1 < j->g.kp) prefetch_panel(&j->g, p0, k1, k1 + FP4_CPU_KC < j->g.kp ? k1 + FP4_CPU_KC : j->g.kp);
       j->k->panel_f32(&j->g, n0, nr, k0, k1, panel);
       for (int64_t m = m0; m < m1; m += FP4_CPU_MR) {
         int64_t mr = m1 - m < FP4_CPU_MR ? m1 - m : FP4_CPU_MR;
         float *a = acc + (m - m0) * FP4_CPU_NR * FP4_CPU_ACC;
-        j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.lda);
+        j->k->micro_f32(&j->g, panel, m, mr, n0, nr, k0, k1, a, k0 == 0, k1 == j->g.kp);
       }
     }
   }
@@ -146,7 +164,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->m = fp4_problem_m(p);
   g->n = b->rows;
   g->k = b->cols;
-  g->lda = fp4_round_up(g->k, FP4_CPU_KALIGN);
+  g->kp = fp4_round_up(g->k, FP4_CPU_KALIGN);
   g->b = b->data;
   g->bs = b->scales;
   g->mx = b->format == FP4_FORMAT_MXFP4;
@@ -159,12 +177,15 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->out = p->out;
 
   j.small = g->m <= FP4_CPU_GEMV_MAX_M;
+  /* The streaming kernels read at most 4 rows of A at once and ran 0.80-0.97x as fast with
+   * padded rows (bench/results/cpu/2026-12-04-avx2-m4-m16): only the panel path pads. */
+  g->lda = j.small ? g->kp : g->kp + FP4_CPU_ROWPAD;
   int bf16_input = p->op == FP4_OP_MM || p->a->dtype == FP4_DTYPE_BF16;
   j.bf16 = bf16_input && j.small && k->gemv_bf16 != NULL;
   j.order = j.bf16 ? k->order_gemv_bf16 : k->order_f32;
 
   /* Scratch per thread: one f32 row of A while packing; for the panel path, FP4_CPU_PANELS decoded
-   * panels (FP4_CPU_NR rows of lda each; only the current K block of each is touched) and their
+   * panels (FP4_CPU_NR rows lda apart; only the current K block of each is touched) and their
    * accumulators for a tile. */
   const size_t one_panel = ((size_t)FP4_CPU_NR * (size_t)g->lda * sizeof(float) + 63) & ~(size_t)63;
   j.panel_bytes = j.small ? one_panel : FP4_CPU_PANELS * one_panel;

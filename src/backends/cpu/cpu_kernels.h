@@ -41,6 +41,13 @@ typedef enum fp4_cpu_level_id {
 #define FP4_CPU_NR 6         /* weight rows per decoded panel                            */
 #define FP4_CPU_MTILE 64     /* rows of A per work unit of the panel path (fits L2)      */
 #define FP4_CPU_KALIGN 128   /* packed rows are padded with zeros to a multiple of this  */
+#define FP4_CPU_ROWPAD 32    /* elements from the end of one packed (or panel) row of the
+                              * panel path to the start of the next: K of 4096, 8192 or 14336
+                              * f32 is a multiple of 4 KiB, so unpadded rows all fall into the
+                              * same L1 sets and the 4 x 3 micro-kernel's 7 row streams thrash
+                              * them (M = 16 in cache: 31 Gprod/s at K = 4096 against 38 at
+                              * K = 4224, bench/results/cpu/2026-12-04-avx2-m4-m16); 32 keeps
+                              * rows 64-byte aligned in bf16 and f32                        */
 #define FP4_CPU_KC 512       /* K block of the micro-kernels: A and panel slices stay in L1/L2 */
 #define FP4_CPU_ACC 16       /* floats of accumulator state per output in a micro-kernel  */
 #define FP4_CPU_PANELS 8     /* panels per work unit of the panel path: each K block of the
@@ -78,8 +85,12 @@ static inline int64_t fp4_cpu_order_source(fp4_cpu_order order, int64_t k) {
 
 /* A GEMM as the kernels see it: packed A, raw FP4 weights and scale bytes, the output. */
 typedef struct fp4_cpu_gemm {
-  const void *a;        /* packed A: M rows of lda elements (float or bf16 bits)            */
-  int64_t lda;          /* elements per packed row: K rounded up to FP4_CPU_KALIGN          */
+  const void *a;        /* packed A: M rows, lda elements apart (float or bf16 bits)         */
+  int64_t kp;           /* packed elements per row: K rounded up to FP4_CPU_KALIGN (zeros
+                         * past K)                                                           */
+  int64_t lda;          /* elements from one packed row (and one decoded panel row) to the
+                         * next: kp on the streaming path, kp + FP4_CPU_ROWPAD on the
+                         * panel path                                                        */
   const uint8_t *b;     /* weights [N, K/2]                                                 */
   const uint8_t *bs;    /* weight scale bytes in their layout                               */
   int64_t m, n, k;
@@ -120,8 +131,8 @@ typedef struct fp4_cpu_kernels {
   /* Streaming kernel for mr <= FP4_CPU_GEMV_MAX_M rows of A starting at m0, weight rows [n0, n1). */
   void (*gemv_f32)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
   void (*gemv_bf16)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
-  /* Decodes elements [k0, k1) (multiples of FP4_CPU_KALIGN, k1 <= lda) of weight rows [n0, n0+nr)
-   * (nr <= FP4_CPU_NR), scales applied, into the same elements of FP4_CPU_NR rows of lda elements
+  /* Decodes elements [k0, k1) (multiples of FP4_CPU_KALIGN, k1 <= kp) of weight rows [n0, n0+nr)
+   * (nr <= FP4_CPU_NR), scales applied, into the same elements of FP4_CPU_NR rows lda elements apart
    * (rows past nr and elements past K are zero). The panel path is f32 at every level. */
   void (*panel_f32)(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel);
   /* Elements [k0, k1) of out[m0..m0+mr, n0..n0+nr) from a decoded panel; mr <= FP4_CPU_MR. The

@@ -195,51 +195,109 @@ static void tail_scale_bytes(const fp4_cpu_gemm *g, const uint8_t *sp, int64_t c
   }
 }
 
+/* Chunks [c0, c1) of one weight row (full chunks only) into acc: pairs of chunks with one scale
+ * conversion for both (chunk_scales2()), then a single one. pf: the bytes to prefetch along with
+ * them (c1 - c0 chunks' worth), the weights this thread reads FP4_CPU_PREFETCH bytes later. */
+T2 INLINE __m128i row_chunks(const fp4_cpu_gemm *g, const lut2 *t, const uint8_t *w, const uint8_t *sp, const float *a,
+                             int64_t c0, int64_t c1, const uint8_t *pf, __m128i track, const int MR, const int MX,
+                             __m256 acc[][2]) {
+  const int64_t gstep = MX ? g->gstride : 2 * g->gstride; /* scale bytes per chunk */
+  /* Two chunks per iteration (one scale conversion for both, see chunk_scales2(); one loop test),
+   * indexed by one weight-byte offset o: chunk o / 64 reads A from a + 2 * o. 76 instructions per
+   * 128 weights at M = 1 against 83 one chunk at a time; the same speed streaming from memory and
+   * 1.04x in cache (bench/results/cpu/2026-12-03-avx2-scale-pairs/README.md). */
+  const uint8_t *gp = sp + c0 * gstep;
+  int64_t o = 64 * c0;
+  pf -= o;
+  for (; o + 128 <= 64 * c1; o += 128, gp += 2 * gstep) {
+    _mm_prefetch((const char *)(pf + o), _MM_HINT_T0);
+    _mm_prefetch((const char *)(pf + o + 64), _MM_HINT_T0);
+    __m256 fa, fb;
+    track = chunk_scales2(gp, g->gstride, MX, track, &fa, &fb);
+    chunk_dot(t, w + o, fa, a + 2 * o, g->lda, MR, acc);
+    chunk_dot(t, w + o + 64, fb, a + 2 * o + 128, g->lda, MR, acc);
+  }
+  if (o < 64 * c1) {
+    _mm_prefetch((const char *)(pf + o), _MM_HINT_T0);
+    __m256 f;
+    track = chunk_scales(gp, gp + g->gstride, MX, track, &f);
+    chunk_dot(t, w + o, f, a + 2 * o, g->lda, MR, acc);
+  }
+  return track;
+}
+
+/* The last, partial chunk of a row (K not a multiple of 128), copied into zero-filled buffers
+ * first (A is zero there: packed rows are padded with zeros), and the row's outputs. */
+T2 INLINE void row_finish(const fp4_cpu_gemm *g, const lut2 *t, const uint8_t *w, const uint8_t *sp, const float *a,
+                          int64_t m0, int64_t n, __m128i track, const int MR, const int MX, __m256 acc[][2]) {
+  const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64, nchunks = g->kp / 128;
+  const float fix = MX ? 1.0f : 256.0f; /* NVFP4 lane scales are 2^-8 times the value */
+  if (nfull < nchunks) {
+    _Alignas(32) uint8_t wb[64] = {0};
+    uint8_t gb[8];
+    memcpy(wb, w + nfull * 64, (size_t)(row_bytes - nfull * 64));
+    tail_scale_bytes(g, sp, nfull, gb);
+    __m256 f;
+    track = chunk_scales(gb, gb + 4, MX, track, &f);
+    chunk_dot(t, wb, f, a + nfull * 128, g->lda, MR, acc);
+  }
+  const int has_nan = nan_seen(track, MX);
+  for (int i = 0; i < MR; i++) fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : hsum8(_mm256_add_ps(acc[i][0], acc[i][1])) * fix);
+}
+
+/* Rows per group and chunks per K block of the blocked streaming kernel (2 to 4 rows of A). */
+#define GEMV_ROWS 8
+#define GEMV_KCHUNKS 8
+
 /* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
- * registers. Full chunks run with direct loads; a last partial chunk (K not a multiple of 128) is
- * copied into zero-filled buffers first (A is zero there: packed rows are padded with zeros). */
+ * registers. One row of A (M = 1) streams each weight row from start to end. With 2-4 rows the
+ * whole of A (up to 128 KiB at K = 8192) does not stay in L1, and each weight row read it again
+ * from L2: in cache, M = 4 ran 30 Gprod/s with A in L1 (K = 1152) against 24 with it in L2
+ * (K = 4224). So GEMV_ROWS weight rows are walked together, GEMV_KCHUNKS chunks (1024 elements,
+ * 16 KiB of A at M = 4) of each in turn, their accumulators kept in memory between K blocks.
+ * Every output still takes its chunks in order into the same accumulators: the bits do not
+ * change (bench/results/cpu/2026-12-04-avx2-m4-m16). */
 T2 INLINE void gemv_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
   const lut2 t = lut2_make();
-  const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64, nchunks = g->lda / 128;
-  const int64_t gstep = MX ? g->gstride : 2 * g->gstride; /* scale bytes per chunk */
-  const float fix = MX ? 1.0f : 256.0f;                   /* NVFP4 lane scales are 2^-8 times the value */
+  const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64;
   const float *a = (const float *)g->a + m0 * g->lda;
-  for (int64_t n = n0; n < n1; n++) {
-    const uint8_t *w = g->b + n * row_bytes;
-    const uint8_t *sp = g->bs + fp4_cpu_scale_base(g, n);
-    __m256 acc[FP4_CPU_GEMV_MAX_M][2];
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    __m128i track = _mm_setzero_si128();
-    /* Two chunks per iteration (one scale conversion for both, see chunk_scales2(); one loop test),
-     * indexed by one weight-byte offset o: chunk o / 64 reads A from a + 2 * o. 76 instructions per
-     * 128 weights at M = 1 against 83 one chunk at a time; the same speed streaming from memory and
-     * 1.04x in cache (bench/results/cpu/2026-12-03-avx2-scale-pairs/README.md). */
-    const uint8_t *gp = sp;
-    int64_t o = 0;
-    for (; o + 128 <= 64 * nfull; o += 128, gp += 2 * gstep) {
-      _mm_prefetch((const char *)(w + o + FP4_CPU_PREFETCH), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w + o + 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
-      __m256 fa, fb;
-      track = chunk_scales2(gp, g->gstride, MX, track, &fa, &fb);
-      chunk_dot(&t, w + o, fa, a + 2 * o, g->lda, MR, acc);
-      chunk_dot(&t, w + o + 64, fb, a + 2 * o + 128, g->lda, MR, acc);
+  if (MR == 1) {
+    for (int64_t n = n0; n < n1; n++) {
+      const uint8_t *w = g->b + n * row_bytes;
+      const uint8_t *sp = g->bs + fp4_cpu_scale_base(g, n);
+      __m256 acc[1][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()}};
+      __m128i track = row_chunks(g, &t, w, sp, a, 0, nfull, w + FP4_CPU_PREFETCH, _mm_setzero_si128(), 1, MX, acc);
+      row_finish(g, &t, w, sp, a, m0, n, track, 1, MX, acc);
     }
-    if (o < 64 * nfull) {
-      __m256 f;
-      track = chunk_scales(gp, gp + g->gstride, MX, track, &f);
-      chunk_dot(&t, w + o, f, a + 2 * o, g->lda, MR, acc);
+    return;
+  }
+  __m256 accs[GEMV_ROWS][FP4_CPU_GEMV_MAX_M][2];
+  __m128i tracks[GEMV_ROWS];
+  const uint8_t *end = g->b + n1 * row_bytes;
+  for (int64_t r0 = n0; r0 < n1; r0 += GEMV_ROWS) {
+    const int64_t nr = n1 - r0 < GEMV_ROWS ? n1 - r0 : GEMV_ROWS;
+    const uint8_t *sps[GEMV_ROWS];
+    for (int64_t r = 0; r < nr; r++) {
+      sps[r] = g->bs + fp4_cpu_scale_base(g, r0 + r);
+      tracks[r] = _mm_setzero_si128();
+      for (int i = 0; i < MR; i++) accs[r][i][0] = accs[r][i][1] = _mm256_setzero_ps();
     }
-    if (nfull < nchunks) {
-      _Alignas(32) uint8_t wb[64] = {0};
-      uint8_t gb[8];
-      memcpy(wb, w + nfull * 64, (size_t)(row_bytes - nfull * 64));
-      tail_scale_bytes(g, sp, nfull, gb);
-      __m256 f;
-      track = chunk_scales(gb, gb + 4, MX, track, &f);
-      chunk_dot(&t, wb, f, a + nfull * 128, g->lda, MR, acc);
+    const uint8_t *w0 = g->b + r0 * row_bytes;
+    for (int64_t c0 = 0; c0 < nfull; c0 += GEMV_KCHUNKS) {
+      const int64_t c1 = c0 + GEMV_KCHUNKS < nfull ? c0 + GEMV_KCHUNKS : nfull;
+      for (int64_t r = 0; r < nr; r++) {
+        /* The weights read next after this group: the same K block of the rows FP4_CPU_PREFETCH
+         * bytes further on while they are in the group, else the start of the next group. */
+        const uint8_t *w = w0 + r * row_bytes;
+        const uint8_t *pf = w + 64 * c0 + FP4_CPU_PREFETCH;
+        if (pf + 64 * (c1 - c0) > end) pf = w + 64 * c0;
+        __m256 acc[FP4_CPU_GEMV_MAX_M][2];
+        for (int i = 0; i < MR; i++) acc[i][0] = accs[r][i][0], acc[i][1] = accs[r][i][1];
+        tracks[r] = row_chunks(g, &t, w, sps[r], a, c0, c1, pf, tracks[r], MR, MX, acc);
+        for (int i = 0; i < MR; i++) accs[r][i][0] = acc[i][0], accs[r][i][1] = acc[i][1];
+      }
     }
-    const int has_nan = nan_seen(track, MX);
-    for (int i = 0; i < MR; i++) fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : hsum8(_mm256_add_ps(acc[i][0], acc[i][1])) * fix);
+    for (int64_t r = 0; r < nr; r++) row_finish(g, &t, w0 + r * row_bytes, sps[r], a, m0, r0 + r, tracks[r], MR, MX, accs[r]);
   }
 }
 

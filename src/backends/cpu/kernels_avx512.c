@@ -183,7 +183,7 @@ T512BF INLINE void chunk_dot(__m512i x, __m512i lut, __m512 s, const uint16_t *a
  * chunk (K not a multiple of 128) takes the general loads with its lanes zeroed. */
 T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
   const __m512i lut = _mm512_loadu_si512((const void *)e2m1_bf16);
-  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128, nfull = row_bytes / 64;
+  const int64_t row_bytes = g->k / 2, nchunks = g->kp / 128, nfull = row_bytes / 64;
   const int64_t gstep = MX ? g->gstride : 2 * g->gstride; /* scale bytes per chunk */
   /* fast_scales returns E4M3 values times 2^-8 */
   const float fast_fix = MX ? 1.0f : 256.0f;
@@ -249,7 +249,7 @@ T512 INLINE __m512 sub_scales(__m512 s16, int q) {
 
 T512 INLINE void gemv_f32_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR) {
   const __m512 lut = _mm512_loadu_ps(fp4_cpu_e2m1_values);
-  const int64_t row_bytes = g->k / 2, nchunks = g->lda / 128;
+  const int64_t row_bytes = g->k / 2, nchunks = g->kp / 128;
   const float *a = (const float *)g->a + m0 * g->lda;
   for (int64_t n = n0; n < n1; n++) {
     const uint8_t *w = g->b + n * row_bytes;
