@@ -319,12 +319,45 @@ T2 static void gemv_f32(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n
   }
 }
 
+/* The 8 lane scales of a chunk (chunk_scales()' lanes) decoded one by one from the table, NaN
+ * codes included: the rare path of a chunk with a NaN scale (the panel path has no NaN track). */
+T2 static __m256 exact_scales(const fp4_cpu_gemm *g, const uint8_t *g0, const uint8_t *g1) {
+  static const int lane_nv[8] = {0, 1, 4, 5, 2, 3, 6, 7}, lane_mx[8] = {0, 0, 2, 2, 1, 1, 3, 3};
+  uint8_t sb[8] = {0};
+  memcpy(sb, g0, 4);
+  if (!g->mx) memcpy(sb + 4, g1, 4);
+  const float *stab = g->mx ? fp4_cpu_ue8m0_table() : fp4_cpu_e4m3_table();
+  float fl[8];
+  for (int i = 0; i < 8; i++) fl[i] = stab[sb[g->mx ? lane_mx[i] : lane_nv[i]]];
+  return _mm256_loadu_ps(fl);
+}
+
+/* The 128 weights of one chunk (64 bytes at wp) times their lane scales f (the values), at d. */
+T2 INLINE void panel_chunk(const lut2 *t, const uint8_t *wp, __m256 f, float *d) {
+  for (int h = 0; h < 2; h++) {
+    __m256i words[4];
+    decode32_words(t, wp + 32 * h, words);
+    for (int m = 0; m < 2; m++) {
+      __m256 v[4];
+      map_vectors(t, words[2 * m], words[2 * m + 1], v);
+      const __m256 sc = map_scale(f, h, m);
+      for (int q = 0; q < 4; q++) _mm256_storeu_ps(d + 64 * h + 32 * m + 8 * q, _mm256_mul_ps(v[q], sc));
+    }
+  }
+}
+
 /* Decoded weights with scales applied (exact: at most 6 significant bits), LUT128 order. NaN
- * scale codes decode to NaN here (the panel path has no separate tracking). */
-T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
+ * scale codes decode to NaN here (the panel path has no separate tracking). Full chunks go in
+ * pairs with one scale conversion and one NaN test for both (as in the streaming kernel), MX a
+ * compile-time constant: 1.07 instructions a weight one chunk at a time with the format tested
+ * per chunk, a fifth of the time at M = 16 (bench/results/cpu/2026-12-04-avx2-m4-m16). */
+T2 INLINE void panel_t(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel,
+                       const int MX) {
   const lut2 t = lut2_make();
   const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64;
-  const int64_t gstep = g->mx ? g->gstride : 2 * g->gstride;
+  const int64_t gstep = MX ? g->gstride : 2 * g->gstride;
+  const int64_t ce = k1 / 128, cf = ce < nfull ? ce : nfull;
+  const __m256 fix = _mm256_set1_ps(256.0f); /* NVFP4: exact, (value * 2^-8) * 2^8 */
   for (int64_t r = 0; r < FP4_CPU_NR; r++) {
     float *d = panel + r * g->lda;
     if (r >= nr) {
@@ -333,9 +366,22 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t 
     }
     const uint8_t *w = g->b + (n0 + r) * row_bytes;
     const uint8_t *sp = g->bs + fp4_cpu_scale_base(g, n0 + r);
-    _Alignas(32) uint8_t wb[64];
-    uint8_t gb[8];
-    for (int64_t ch = k0 / 128; ch < k1 / 128; ch++) {
+    int64_t ch = k0 / 128;
+    for (; ch + 2 <= cf; ch += 2) {
+      const uint8_t *g0 = sp + ch * gstep;
+      __m256 fa, fb;
+      if (nan_seen(chunk_scales2(g0, g->gstride, MX, _mm_setzero_si128(), &fa, &fb), MX)) {
+        fa = exact_scales(g, g0, g0 + g->gstride);
+        fb = exact_scales(g, g0 + gstep, g0 + gstep + g->gstride);
+      } else if (!MX) {
+        fa = _mm256_mul_ps(fa, fix), fb = _mm256_mul_ps(fb, fix);
+      }
+      panel_chunk(&t, w + ch * 64, fa, d + ch * 128);
+      panel_chunk(&t, w + ch * 64 + 64, fb, d + ch * 128 + 128);
+    }
+    for (; ch < ce; ch++) {
+      _Alignas(32) uint8_t wb[64];
+      uint8_t gb[8];
       const uint8_t *wp = w + ch * 64, *g0 = sp + ch * gstep, *g1 = g0 + g->gstride;
       if (ch >= nfull) {
         memset(wb, 0, sizeof wb);
@@ -344,31 +390,16 @@ T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t 
         wp = wb, g0 = gb, g1 = gb + 4;
       }
       __m256 f;
-      if (nan_seen(chunk_scales(g0, g1, g->mx, _mm_setzero_si128(), &f), g->mx)) {
-        /* rare: decode the scales one by one, NaN included */
-        static const int lane_nv[8] = {0, 1, 4, 5, 2, 3, 6, 7}, lane_mx[8] = {0, 0, 2, 2, 1, 1, 3, 3};
-        uint8_t sb[8] = {0};
-        memcpy(sb, g0, 4);
-        if (!g->mx) memcpy(sb + 4, g1, 4);
-        const float *stab = g->mx ? fp4_cpu_ue8m0_table() : fp4_cpu_e4m3_table();
-        float fl[8];
-        for (int i = 0; i < 8; i++) fl[i] = stab[sb[g->mx ? lane_mx[i] : lane_nv[i]]];
-        f = _mm256_loadu_ps(fl);
-      } else if (!g->mx) {
-        f = _mm256_mul_ps(f, _mm256_set1_ps(256.0f)); /* exact: (value * 2^-8) * 2^8 */
-      }
-      for (int h = 0; h < 2; h++) {
-        __m256i words[4];
-        decode32_words(&t, wp + 32 * h, words);
-        for (int m = 0; m < 2; m++) {
-          __m256 v[4];
-          map_vectors(&t, words[2 * m], words[2 * m + 1], v);
-          for (int q = 0; q < 4; q++)
-            _mm256_storeu_ps(d + ch * 128 + 64 * h + 32 * m + 8 * q, _mm256_mul_ps(v[q], map_scale(f, h, m)));
-        }
-      }
+      if (nan_seen(chunk_scales(g0, g1, MX, _mm_setzero_si128(), &f), MX)) f = exact_scales(g, g0, g1);
+      else if (!MX) f = _mm256_mul_ps(f, fix);
+      panel_chunk(&t, wp, f, d + ch * 128);
     }
   }
+}
+
+T2 static void panel_f32(const fp4_cpu_gemm *g, int64_t n0, int64_t nr, int64_t k0, int64_t k1, float *panel) {
+  if (g->mx) panel_t(g, n0, nr, k0, k1, panel, 1);
+  else panel_t(g, n0, nr, k0, k1, panel, 0);
 }
 
 /* MR x 3 register block (16 ymm registers at MR = 4: 12 accumulators, 3 B vectors, 1 A vector), run
