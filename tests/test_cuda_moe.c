@@ -24,9 +24,10 @@
  * W4A4 decode inputs' one-kernel quantize to bf16 against quantize + dequantize, bit for bit; which
  * variants run (the run info's note); and the device contract for invalid expert ids (a NaN output
  * row, nothing read or written out of bounds); the lean kernel's cluster K split against the
- * reference. `test_cuda_moe --library-tiles-only` skips the forced-width passes; `--cluster-only`
- * and `--shared-dense-only` run just the cluster split's cases or the shared expert's on the dense
- * kernels.
+ * reference; the routing in the gate_up launch against the routing kernel's layer, bit for bit.
+ * `test_cuda_moe --library-tiles-only` skips the forced-width passes; `--cluster-only`,
+ * `--shared-dense-only` and `--route-fused-only` run just the cluster split's cases, the shared
+ * expert's on the dense kernels or the routing in gate_up.
  */
 #include <math.h>
 #include <stdio.h>
@@ -401,9 +402,52 @@ static void *to_device(fp4_context *ctx, const void *host, size_t bytes) {
  * weights 0.5) on the device; out receives [T, H], info what ran. */
 /* shared: expert 0's weights are also the shared expert; hidden states f32 or (bf16) their bf16
  * roundings; ctx_ws: the context workspace fp4_moe_context_workspace_size names for the call. */
+/* The layer call of run_device_layer captured in a CUDA graph (global capture mode, PDL) on a stream
+ * of its own and replayed `replays` times, out NaN-filled before each: FP4_OK when every replay wrote
+ * the same bits (left in out), else FP4_ERR_INTERNAL (a differing replay is printed). */
+static fp4_status replay_layer(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *xm,
+                               const fp4_moe_routing *rt, void *ws, size_t bytes, fp4_matrix *om, fp4_options opts,
+                               int replays, float *out, size_t ob) {
+#if FP4KIT_HAVE_CUDA
+  cudaStream_t s = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  float *first = malloc(ob);
+  fp4_status st = first && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? FP4_OK : FP4_ERR_INTERNAL;
+  opts.stream = s;
+  opts.enable_pdl = 1;
+  if (!st && cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) st = FP4_ERR_INTERNAL;
+  if (!st) {
+    st = fp4_moe_forward(ctx, layer, xm, rt, ws, bytes, om, &opts);
+    if (cudaStreamEndCapture(s, &graph) != cudaSuccess && !st) st = FP4_ERR_INTERNAL;
+  }
+  if (!st && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) st = FP4_ERR_INTERNAL;
+  for (int r = 0; !st && r < replays; r++) {
+    if (cudaMemsetAsync(om->data, 0xFF, ob, s) != cudaSuccess || cudaGraphLaunch(exec, s) != cudaSuccess ||
+        cudaStreamSynchronize(s) != cudaSuccess)
+      st = FP4_ERR_INTERNAL;
+    if (!st) st = fp4_copy(ctx, r ? out : first, FP4_MEMORY_HOST, om->data, FP4_MEMORY_DEVICE, ob);
+    if (!st && r && memcmp(out, first, ob)) {
+      printf("graph replay %d of the layer differs from replay 0\n", r);
+      st = FP4_ERR_INTERNAL;
+    }
+  }
+  if (!st && replays == 1) memcpy(out, first, ob);
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (s) cudaStreamDestroy(s);
+  free(first);
+  return st;
+#else
+  (void)ctx, (void)layer, (void)xm, (void)rt, (void)ws, (void)bytes, (void)om, (void)opts, (void)replays, (void)out, (void)ob;
+  return FP4_ERR_UNSUPPORTED;
+#endif
+}
+
+/* replays > 0: the call through replay_layer instead of once on the legacy stream. */
 static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64_t E, int64_t H, int64_t I,
                                    const int32_t *ids, float *out, fp4_run_info *info, int shared, int bf16,
-                                   size_t *ctx_ws) {
+                                   size_t *ctx_ws, const char *config, int replays) {
   fp4h_rng g = {99};
   fp4_grouped_qmatrix w1, w2;
   fp4_status st = fp4h_grouped_make(&g, &w1, E, 2 * I, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4);
@@ -447,13 +491,17 @@ static fp4_status run_device_layer(fp4_context *ctx, int64_t T, int64_t K, int64
   fp4_moe_layer layer = {FP4_MOE_W4A16, {d1, d2, 1.0f, 1.0f}, shared ? &se : NULL};
   fp4_moe_routing rt = {d_ids, T, K, {d_tw, T, K, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
   fp4_matrix xm = {d_hid, T, H, 0, bf16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, om = {d_out, T, H, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE};
-  const fp4_options opts = {.backend = "cuda", .info = info};
+  const fp4_options opts = {.backend = "cuda", .config = config, .info = info};
   size_t bytes = 0;
   if (!st) st = fp4_moe_workspace_size(&layer, T, K, &opts, &bytes);
   if (!st && ctx_ws) st = fp4_moe_context_workspace_size(ctx, &layer, &xm, &rt, &om, &opts, ctx_ws);
   if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, bytes, &ws);
-  if (!st) st = fp4_moe_forward(ctx, &layer, &xm, &rt, ws, bytes, &om, &opts);
-  if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, ob);
+  if (!st && replays > 0) {
+    st = replay_layer(ctx, &layer, &xm, &rt, ws, bytes, &om, opts, replays, out, ob);
+  } else {
+    if (!st) st = fp4_moe_forward(ctx, &layer, &xm, &rt, ws, bytes, &om, &opts);
+    if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, ob);
+  }
   void *bufs[] = {d1.data, d1.scales, (void *)d1.multipliers, d2.data, d2.scales, (void *)d2.multipliers,
                   d_ids, d_tw, d_hid, d_out, ws};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
@@ -472,7 +520,7 @@ static void test_invalid_ids(fp4_context *ctx) {
   int32_t ids[T * K] = {0, 1, 2, E, -5, 3, 4, 5}; /* token 1: E, token 2: -5 */
   float out[T * H];
   for (int i = 0; i < T * H; i++) out[i] = 0.0f;
-  fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, NULL, 0, 0, NULL);
+  fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, NULL, 0, 0, NULL, NULL, 0);
   EXPECT(st == FP4_OK, "fp4_moe_forward: %s", fp4_last_error());
   if (!st)
     for (int t = 0; t < T; t++) {
@@ -485,6 +533,71 @@ static void test_invalid_ids(fp4_context *ctx) {
       EXPECT(bad ? nan == H : finite == H, "token %d (%s id): %d NaN, %d finite of %d", t, bad ? "invalid" : "valid",
              nan, finite, H);
     }
+}
+
+/* The routing in the routed gate_up launch (fp4_moe_route_fusable: the default path, W4A16 with
+ * SiLU*up fused on the lean kernel's compile-time K walk (H 2048), tokens * top_k <= 32) against
+ * the routing kernel's layer ("moe.streaming": the same GEMM kernels), bit for bit, NaN-prefilled:
+ * top-10 at 1-3 tokens and
+ * top-8 at 4 (32 pairs, every lane), with and without the shared expert (in the routed launches at
+ * I 1024, on its own at I 128), 12 experts and 300 (the first CTA writes offsets for all),
+ * an id twice in a token, invalid ids (a NaN row in both) and a token with none valid; 40 pairs keep
+ * the routing kernel. The first two also captured in a CUDA graph and replayed. The run info says
+ * where the routing ran. */
+static void test_route_fused(fp4_context *ctx) {
+  static const struct {
+    int64_t T, K, E, H, I;
+    int shared, ids; /* ids: 0 uniform, 1 a repeated and an invalid id, 2 none valid */
+  } kCases[] = {{1, 10, 12, 2048, 1024, 1, 0}, {2, 10, 12, 2048, 1024, 0, 0}, {3, 10, 12, 2048, 1024, 1, 1},
+                {4, 8, 12, 2048, 1024, 1, 0},  {1, 10, 12, 2048, 1024, 1, 2}, {3, 10, 300, 2048, 128, 1, 1},
+                {4, 10, 12, 2048, 1024, 1, 0}};
+  for (size_t c = 0; c < sizeof kCases / sizeof *kCases; c++) {
+    const int64_t T = kCases[c].T, K = kCases[c].K, E = kCases[c].E, H = kCases[c].H, I = kCases[c].I;
+    const int fused = T * K <= FP4_MOE_ROUTE_FUSED_PAIRS;
+    int32_t ids[64];
+    float tw[64];
+    fp4h_rng g = {(uint64_t)(500 + c)};
+    fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
+    if (kCases[c].ids == 1) {
+      ids[1] = ids[0];                 /* token 0 names one expert twice */
+      ids[K + 2] = (int32_t)E;         /* token 1 has an invalid id: a NaN row */
+    } else if (kCases[c].ids == 2) {
+      for (int64_t i = 0; i < T * K; i++) ids[i] = i % 2 ? -1 : (int32_t)(E + i);
+    }
+    const size_t n = (size_t)(T * H);
+    float *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
+    if (!got || !want) {
+      free(got);
+      free(want);
+      EXPECT(0, "routing in gate_up: out of host memory");
+      return;
+    }
+    for (size_t i = 0; i < n; i++) got[i] = want[i] = NAN;
+    fp4_run_info info;
+    memset(&info, 0, sizeof info);
+    /* the first cases' routed layer as a CUDA graph replayed 20 times (PDL: the routing reads the ids
+     * after the launch's wait), the others eagerly */
+    fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, got, &info, kCases[c].shared, 1, NULL, NULL, c < 2 ? 20 : 0);
+    if (!st) st = run_device_layer(ctx, T, K, E, H, I, ids, want, NULL, kCases[c].shared, 1, NULL, "moe.streaming", 0);
+    EXPECT(st == FP4_OK, "routing in gate_up T=%lld k=%lld E=%lld: %s", (long long)T, (long long)K, (long long)E,
+           fp4_last_error());
+    if (!st) {
+      EXPECT(!strstr(info.note, "+SiLU+routing") == !fused, "T=%lld k=%lld E=%lld: the routing %s in gate_up: '%s'",
+             (long long)T, (long long)K, (long long)E, fused ? "should run" : "should not run", info.note);
+      size_t bad = 0, first = 0, nan_rows = 0;
+      for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got) && bad++ == 0) first = i;
+      for (int64_t t = 0; t < T; t++) nan_rows += isnan(want[t * H]) != 0;
+      const size_t want_nan = kCases[c].ids == 2 ? (size_t)T : kCases[c].ids == 1 ? 1 : 0;
+      EXPECT(bad == 0 && nan_rows == want_nan,
+             "T=%lld k=%lld E=%lld shared %d: %zu of %zu outputs differ from the routing kernel's layer (first %zu: "
+             "%a against %a); %zu NaN rows, want %zu",
+             (long long)T, (long long)K, (long long)E, kCases[c].shared, bad, n, first, got[first], want[first], nan_rows,
+             want_nan);
+    }
+    free(got);
+    free(want);
+  }
 }
 
 /* The path is chosen from the mean rows per expert slot (prefill_min_rows: 16, 13 on SM90)
@@ -508,7 +621,7 @@ static void test_path_selection(fp4_context *ctx) {
       fp4h_rng g = {7};
       fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
       for (int64_t i = 0; i < T * H; i++) out[i] = NAN;
-      st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 0, 0, NULL);
+      st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 0, 0, NULL, NULL, 0);
     }
     EXPECT(st == FP4_OK, "T = %lld: fp4_moe_forward: %s", (long long)T, fp4_last_error());
     if (!st) {
@@ -552,7 +665,7 @@ static void test_shared_dense_info(fp4_context *ctx) {
     memset(&info, 0, sizeof info);
     for (int64_t i = 0; i < (int64_t)T * H; i++) out[i] = NAN;
     size_t ws = 0;
-    const fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 1, bf16, &ws);
+    const fp4_status st = run_device_layer(ctx, T, K, E, H, I, ids, out, &info, 1, bf16, &ws, NULL, 0);
     EXPECT(st == FP4_OK, "shared expert, %s hidden: fp4_moe_forward: %s", what, fp4_last_error());
     if (st) continue;
     EXPECT(dense_name(info.note, "shared gate_up ") && dense_name(info.note, "shared down "),
@@ -1253,6 +1366,12 @@ int main(int argc, char **argv) {
     fp4_context_destroy(ctx);
     return g_failures ? 1 : 0;
   }
+  if (argc > 1 && !strcmp(argv[1], "--route-fused-only")) { /* the routing in the gate_up launch alone */
+    test_route_fused(ctx);
+    printf("test_cuda_moe --route-fused-only: %d checks, %d failures\n", g_runs, g_failures);
+    fp4_context_destroy(ctx);
+    return g_failures ? 1 : 0;
+  }
   if (shared_dense_only) {
     test_shared_dense_info(ctx);
     test_shared_dense_cases(ctx);
@@ -1316,6 +1435,8 @@ int main(int argc, char **argv) {
   test_shared_dense_cases(ctx);
   printf("+ the shared expert on the dense kernels: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);
+  test_route_fused(ctx);
+  printf("+ the routing in the gate_up launch: %d checks, %d failures\n", g_runs, g_failures);
   printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);
   return g_failures ? 1 : 0;

@@ -14,7 +14,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "moe_recorded_choices.h"
 
-static int g_checks, g_failures, g_lean_rows, g_clustered;
+static int g_checks, g_failures, g_lean_rows, g_clustered, g_route_fused;
 
 #define EXPECT(cond, ...)                 \
   do {                                    \
@@ -83,6 +83,13 @@ static void test_recorded(void) {
            "%s E=%lld B=%lld: shared expert fused %d (expected %d), SiLU*up fused %d %d (expected %d %d)", c->device,
            (long long)c->experts, (long long)c->tokens, plan.shared_fused, shared_fused, plan.silu_fused[0],
            plan.silu_fused[1], silu0, silu1);
+    /* and predate the routing in the gate_up launch: wherever W4A16 fuses SiLU*up there on the
+     * compile-time K walk, up to 32 pairs */
+    const int route_fused = c->mode == FP4_MOE_W4A16 && silu0 && !strstr(c->variant[FP4_MOE_GATE_UP], "generic-k") &&
+                            P <= FP4_MOE_ROUTE_FUSED_PAIRS;
+    EXPECT(rc == 0 && plan.route_fused == route_fused, "%s E=%lld B=%lld: routing in gate_up %d (expected %d)", c->device,
+           (long long)c->experts, (long long)c->tokens, plan.route_fused, route_fused);
+    g_route_fused += route_fused;
     /* and predate the shared expert on the dense kernels: wanted wherever W4A16 put it on the prefill tiles */
     const int shared_dense = c->mode == FP4_MOE_W4A16 && shared_prefill;
     EXPECT(rc == 0 && plan.shared_dense == shared_dense, "%s E=%lld B=%lld: shared expert on the dense kernels %d (expected %d)",
@@ -333,6 +340,43 @@ static void test_shared_dense(void) {
          "no shared expert, yet shared_dense (%s)", why);
 }
 
+/* The routing in the routed gate_up launch: on the default path in W4A16 where gate_up runs the lean
+ * kernel with SiLU*up fused, up to 32 pairs (Qwen3.5 top-10: 1-3 tokens; DeepSeek-R1 top-8: 1-4),
+ * with or without a shared expert; never in W4A4, on the prefill tiles, or under a forced path or
+ * variant. */
+static void test_route_rule(void) {
+  const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
+  fp4_moe_layer_shape L = qwen_layer(1, 10, 64);
+  fp4_moe_layer_plan plan;
+  char why[320] = "";
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && plan.route_fused,
+         "EP8 rank, 1 token: no routing in gate_up (%s)", why);
+  for (int64_t k = 8; k <= 10; k += 2)
+    for (int64_t t = 1; t <= 8; t++)
+      for (int sm = 0; sm < 2; sm++)
+        for (int shared = 0; shared < 2; shared++) {
+          L.tokens = t, L.top_k = k, L.shared_inter = shared ? L.inter : 0;
+          const int rc = fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, sm ? &a100 : &h200, &plan, why, sizeof why);
+          EXPECT(rc == 0 && plan.silu_fused[0] && plan.route_fused == (t * k <= 32),
+                 "SM%d0 top-%lld T = %lld shared %d: routing in gate_up %d, SiLU*up fused %d (%s)", sm ? 8 : 9,
+                 (long long)k, (long long)t, shared, plan.route_fused, plan.silu_fused[0], why);
+        }
+  L = qwen_layer(1, 10, 64); /* 10 pairs: the routing in gate_up on the default path */
+  L.mode = FP4_MOE_W4A4;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
+         "W4A4: routing in gate_up (%s)", why);
+  L.mode = FP4_MOE_W4A16;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_STREAMING, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
+         "moe.streaming: routing in gate_up (%s)", why);
+  fp4_moe_variant v;
+  fp4_moe_variant_parse("moe.lean.r32.k4.s1", &v);
+  EXPECT(fp4_moe_plan_layer(&L, &v, 0, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
+         "forced moe.lean.r32.k4.s1: routing in gate_up (%s)", why);
+  L.hidden_dtype = FP4_DTYPE_F32; /* f32 hidden states: no SiLU*up in the lean kernel's epilogue */
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
+         "f32 hidden states: routing in gate_up (%s)", why);
+}
+
 /* The cluster K split's rule at its edges, on one rank of Qwen3.5 at EP8 (64 experts; gate_up 2048 x
  * 4096, down 4096 x 1024) and DeepSeek-R1's gate_up (4096 x 7168): two CTAs per cluster on gate_up
  * while the doubled grid fits a wave (5 x 132 CTAs), none on down (8 slabs), none past the wave, on
@@ -390,6 +434,8 @@ int main(void) {
   test_refusals();
   test_silu_fusion();
   test_shared_dense();
+  test_route_rule();
+  EXPECT(g_route_fused > 0, "no recorded choice has the routing in gate_up");
   printf("test_moe_config: %d checks, %d failures\n", g_checks, g_failures);
   return g_failures ? 1 : 0;
 }

@@ -18,7 +18,8 @@
  *    Decode with bf16/f16 activations (one token tile per chunk) runs the lean variant instead
  *    (grouped_lean_kernel): the dense lean kernel's loop, 4 warps splitting the K of two 16-row
  *    tiles; on SM90+ optionally with the K slabs split over a thread block cluster of 2 or 4 CTAs
- *    (KS), the cluster's rank 0 adding the ranks' sums in rank order.
+ *    (KS), the cluster's rank 0 adding the ranks' sums in rank order. Its gate_up forms with
+ *    SiLU*up on the compile-time K walk can also do the layer's routing (up to 32 pairs: route_warp).
  *
  * 2. CUDA-core FMAs (any K % 32 == 0), described below; kept for K not a multiple of 128.
  *
@@ -348,12 +349,116 @@ __device__ __forceinline__ bool expert_start(const grouped_params &p, uint32_t *
   return true;
 }
 
+/* The routing of fp4_cuda_moe_route in a launch that does it itself (fp4_cuda_grouped_args.route: at
+ * most FP4_MOE_ROUTE_FUSED_PAIRS pairs): warp 0 of every CTA sorts the pairs, pair i in lane i, into
+ * shared memory, and the grid's first CTA writes the routing outputs the later launches read. A
+ * decode layer's routing kernel was a one-CTA launch in the chain of dependent launches, and the
+ * gate_up CTAs then loaded the active list, the offsets and a_rows from memory one after another;
+ * here the ids are the only load. */
+struct route_smem {
+  int32_t sorted[FP4_MOE_ROUTE_FUSED_PAIRS]; /* row -> pair: this launch's a_rows                  */
+  int32_t place[FP4_MOE_ROUTE_FUSED_PAIRS];  /* pair -> row, or -1 (an id outside [0, E))         */
+  int32_t active[FP4_MOE_ROUTE_FUSED_PAIRS]; /* the experts with pairs, ascending                 */
+  int32_t first[FP4_MOE_ROUTE_FUSED_PAIRS];  /* the first row of each                             */
+  int32_t actives, valid, e, lo, hi;         /* counts; this CTA's slot: its expert (-1: none), rows */
+};
+
+/* Warp 0: a pair's row is the valid pairs of lower experts plus the pairs of its expert before it
+ * (an expert's pairs stay in pair order, which no value depends on; the routing kernel's order
+ * follows its atomics), an expert's place in the active list the lower experts with pairs. The
+ * lanes compare ids bit by bit from the top with one ballot per bit (few registers: a loop over the
+ * other lanes' ids made the lean kernels spill). */
+__device__ __forceinline__ void route_warp(const grouped_params &p, route_smem *rs) {
+  const int lane = threadIdx.x & 31;
+  const int pairs = (int)(p.a.route.tokens * p.a.route.top_k); /* <= 32: the host's rule, checked at the launch */
+  const int id = lane < pairs ? p.a.route.ids[lane] : -1;
+  const bool valid = lane < pairs && id >= 0 && id < p.a.experts;
+  const unsigned vmask = __ballot_sync(0xFFFFFFFFu, valid);
+  /* eq: the valid lanes whose id agrees with this one's on the bits so far; less: those below it */
+  unsigned eq = vmask, less = 0;
+  const int bits = p.a.experts > 1 ? 32 - __clz((int)(p.a.experts - 1)) : 0;
+#pragma unroll 1
+  for (int b = bits - 1; b >= 0; b--) {
+    const bool one = (id >> b) & 1;
+    const unsigned ones = __ballot_sync(0xFFFFFFFFu, valid && one);
+    less |= one ? eq & ~ones : 0u;
+    eq &= one ? ones : ~ones;
+  }
+  const int before = __popc(eq & ((1u << lane) - 1u)), below = __popc(less);
+  const bool leader = valid && before == 0;
+  const unsigned lmask = __ballot_sync(0xFFFFFFFFu, leader);
+  const int lower = __popc(less & lmask);
+  const int row = below + before;
+  if (valid) rs->sorted[row] = lane;
+  if (lane < pairs) rs->place[lane] = valid ? row : -1;
+  if (leader) {
+    rs->active[lower] = id;
+    rs->first[lower] = below;
+  }
+  const int64_t slot = cta_slot();
+  const unsigned hit = __ballot_sync(0xFFFFFFFFu, leader && lower == slot);
+  const int src = hit ? __ffs(hit) - 1 : 0;
+  const int e = __shfl_sync(0xFFFFFFFFu, id, src), lo = __shfl_sync(0xFFFFFFFFu, below, src);
+  const unsigned rows = __shfl_sync(0xFFFFFFFFu, eq, src);
+  if (lane == 0) {
+    rs->actives = __popc(lmask);
+    rs->valid = __popc(vmask);
+    rs->e = hit ? e : -1;
+    rs->lo = lo;
+    rs->hi = lo + __popc(rows);
+  }
+}
+
+/* The grid's first CTA, all threads: route's outputs from rs (offsets[x] = the valid pairs with an id
+ * below x: the first row of the first active expert from x on). */
+__device__ __forceinline__ void route_publish(const grouped_params &p, const route_smem *rs) {
+  const fp4_cuda_route_args &r = p.a.route;
+  const int tid = threadIdx.x, nt = blockDim.x, pairs = (int)(r.tokens * r.top_k);
+  for (int64_t x = tid; x <= r.experts; x += nt) {
+    int k = 0;
+    while (k < rs->actives && rs->active[k] < x) k++;
+    r.offsets[x] = k < rs->actives ? rs->first[k] : rs->valid;
+  }
+  if (tid < pairs) {
+    r.inverse[tid] = rs->place[tid];
+    if (rs->place[tid] >= 0) r.sorted[rs->place[tid]] = tid;
+  }
+  if (tid < rs->actives) r.active[tid] = rs->active[tid];
+  if (tid == 0) {
+    *r.active_count = rs->actives;
+    if (r.shared_offsets) {
+      r.shared_offsets[0] = 0;
+      r.shared_offsets[1] = r.tokens;
+    }
+  }
+}
+
+/* expert_start with the routing in the launch: the slot's expert and rows from route_warp. */
+template <bool NV, bool F16>
+__device__ __forceinline__ bool routed_expert_start(const grouped_params &p, uint32_t *table, route_smem *rs,
+                                                    int64_t *e, int64_t *lo, int64_t *hi, out_scale *sc) {
+  if (NV)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
+  fp4_pdl_wait(); /* the ids and the activations come from earlier kernels */
+  if (threadIdx.x < 32) route_warp(p, rs);
+  __syncthreads(); /* rs and the table are written */
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) route_publish(p, rs);
+  if (rs->e < 0) return false;
+  *e = rs->e, *lo = rs->lo, *hi = rs->hi;
+  *sc = load_out_scale(p, p.a.w_mult ? p.a.w_mult + *e : NULL);
+  return true;
+}
+
 /* expert_start for the lean kernel, whose grid's last slot runs the extra expert when there is one
- * (extra: set; its rows [0, extra_rows), its multiplier; e = 0). */
-template <bool NV, bool F16, bool EXTRA>
-__device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, bool *extra, int64_t *e,
-                                                  int64_t *lo, int64_t *hi, out_scale *sc) {
+ * (extra: set; its rows [0, extra_rows), its multiplier; e = 0), and whose gate_up forms on the
+ * compile-time K walk (ROUTE: SiLU*up in the epilogue, the only ones the host's rule gives the
+ * routing; in the other forms the code made ptxas spill on sm_90a) can do the routing themselves
+ * (p.a.route.ids: their a_rows are then rs->sorted). */
+template <bool NV, bool F16, bool EXTRA, bool ROUTE>
+__device__ __forceinline__ bool lean_expert_start(const grouped_params &p, uint32_t *table, route_smem *rs, bool *extra,
+                                                  int64_t *e, int64_t *lo, int64_t *hi, out_scale *sc) {
   *extra = EXTRA && p.a.extra_rows > 0 && cta_slot() == cta_slots() - 1;
+  if (ROUTE && !*extra && p.a.route.ids) return routed_expert_start<NV, F16>(p, table, rs, e, lo, hi, sc);
   if (!*extra) return expert_start<NV, F16>(p, table, e, lo, hi, sc);
   if (NV)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = nv_weight_scale_pair<F16>(i);
@@ -501,7 +606,9 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
   bool extra;
   /* EXTRA: the grid's last slot runs the extra expert (a template flag: the pointer selects spill
    * the 96-register forms that do not need them) */
-  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA>(p, table, &extra, &e, &lo, &hi, &sc)) return;
+  __shared__ route_smem rs; /* p.a.route.ids: the routing of this launch */
+  constexpr bool kRoute = SILU && KC != 0; /* the forms that can do the routing (lean_expert_start) */
+  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA, kRoute>(p, table, &rs, &extra, &e, &lo, &hi, &sc)) return;
   /* The run-time K walk takes its output scale here: the three scalars kept past its loop spill
    * registers in some of its forms (sm_90a); the compile-time walk takes it after its loop, below. */
   const double scale_now = KC == 0 ? sc.value<NV>(p) : 0.0;
@@ -535,7 +642,11 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
                                  p.a.n, K, row0, slab0, KW, g, t, tile_stride);
     for (int64_t r0 = lo + cta_split() * 8; r0 < hi; r0 += cta_splits() * 8) {
       const int64_t pr = min(r0 + g, hi - 1);
-      const int64_t arow = !x && p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div) : pr;
+      const int64_t arow = x ? pr
+                           : kRoute && p.a.route.ids
+                               ? (int64_t)(rs.sorted[pr & (FP4_MOE_ROUTE_FUSED_PAIRS - 1)] / p.a.a_div)
+                           : p.a.a_rows ? (int64_t)(p.a.a_rows[pr] / p.a.a_div)
+                                        : pr;
       const char *act[1] = {static_cast<const char *>(x ? p.a.extra_a : p.a.a) + arow * row_bytes + t * (kSlab / 4) +
                             slab0 * kSlab};
       const scale_walk asw[1] = {{NULL, 0}}; /* activation scales: FP4 rows only */
@@ -800,6 +911,14 @@ cudaError_t launch_fmt(const grouped_params &p, dim3 grid, cudaStream_t s, int p
 
 extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *stream, int pdl) {
   if (a->k % 32 || a->k < 32 || a->n < 1 || a->experts < 1 || a->a_div < 1 || a->splits < 1 || a->slots < 1)
+    return (int)cudaErrorInvalidValue;
+  /* The routing in the launch: the lean kernel's SiLU*up form on the compile-time K walk, its pairs
+   * one warp's lanes, the launch's rows */
+  const fp4_cuda_route_args &r = a->route;
+  if (r.ids && (a->variant.kernel != FP4_MOE_KERNEL_LEAN || !a->silu_out || !a->variant.fixed_k || r.top_k < 1 ||
+                r.tokens < 1 || r.tokens * r.top_k > FP4_MOE_ROUTE_FUSED_PAIRS || r.tokens * r.top_k != a->rows ||
+                r.top_k != a->a_div || r.experts != a->experts || !r.offsets || !r.sorted || !r.inverse ||
+                !r.active || !r.active_count))
     return (int)cudaErrorInvalidValue;
   grouped_params p;
   p.a = *a;

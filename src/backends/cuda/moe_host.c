@@ -5,7 +5,7 @@
  * src/dispatch/moe_workspace.h plus routing scratch after it) and the launch sequence of a layer:
  * route -> [quantize] -> gate_up -> SiLU*up -> [quantize] -> down, again for the shared expert,
  * then the combine (W4A4 decode: each quantize writes bf16 values in one kernel, the second one
- * computing SiLU*up itself). Nothing here reads device data, allocates, synchronizes or queries
+ * computing SiLU*up itself; W4A16 decode of up to 32 pairs: the routing in the gate_up launch). Nothing here reads device data, allocates, synchronizes or queries
  * the device per call (its facts are gathered once per device), so a layer call can be captured in
  * a CUDA graph; device scalars (fp4_options.alpha_device, act_scales_device) are passed to the
  * kernels as pointers.
@@ -304,6 +304,7 @@ typedef struct moe_launch {
   const int32_t *tile_starts; /* the routing kernel's dense M tile numbering, or NULL */
   int64_t tile_rows;
   int hidden_bf16_done; /* W4A4 decode: the routing launch also wrote the routed set's bf16 rows */
+  fp4_cuda_route_args route; /* plan.route_fused: the routing the routed gate_up launch does */
   /* plan.shared_dense: the shared expert's two GEMMs on the dense kernels, their configs and the
    * context workspace they take (NULL configs: on the grouped tiles, dense_why says why) */
   const fp4_dense_config *shared_dense[2];
@@ -442,7 +443,9 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
   g.ldo = silu_fused ? I : 2 * I;
   g.out_dtype = (int)(silu_fused ? FP4_DTYPE_BF16 : FP4_DTYPE_F32);
   g.silu_out = silu_fused;
+  if (!shared && m->plan.route_fused) g.route = m->route; /* the routing in this launch */
   if ((e = grouped_launch_variant(&g, p->stream, m->pdl))) return e;
+  memset(&g.route, 0, sizeof g.route); /* down reads what gate_up's first CTA wrote */
   g.silu_out = 0;
   g.out_dtype = (int)FP4_DTYPE_F32; /* the down GEMM's f32 rows for the combine */
   /* W4A4 quantizes the f32 act (in decode straight from gate_up: quantize_as_bf16). W4A16: SiLU*up
@@ -639,7 +642,10 @@ static int moe_launch_layer(moe_launch *m) {
    * run_set's for that form. */
   const int64_t H = L->routed.gate_up.cols, ld = p->a->ld ? p->a->ld : H;
   void *hidden_bf16 = at(m, m->x.hidden_bf16);
-  if (L->mode == FP4_MOE_W4A4 && !m->plan.prefill[0] && fp4_moe_bf16_rows_possible(H, ws_aligned(hidden_bf16))) {
+  if (m->plan.route_fused) { /* in the routed gate_up launch (fp4_moe_route_fusable): no kernel here */
+    m->route = r;
+    e = 0;
+  } else if (L->mode == FP4_MOE_W4A4 && !m->plan.prefill[0] && fp4_moe_bf16_rows_possible(H, ws_aligned(hidden_bf16))) {
     const fp4_grouped_qmatrix *w = &L->routed.gate_up;
     e = fp4_cuda_moe_route_quantize_bf16(&r, p->a->data, (int)p->a->dtype, ld, p->a->rows, H, (int)w->format,
                                          input_gsf(w, L->routed.gate_up_act_scale),
@@ -712,9 +718,10 @@ static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_ar
     static const char *const what[FP4_MOE_GEMMS] = {"gate_up", "down", "shared gate_up", "shared down"};
     for (int g = 0; g < (plan->shared_fused ? 2 : 2 * plan->sets); g++) {
       const int dense = g >= 2 && m->shared_dense[0];
-      snprintf(n + strlen(n), size - strlen(n), "%s%s %s%s", g ? ", " : "", what[g],
+      snprintf(n + strlen(n), size - strlen(n), "%s%s %s%s%s", g ? ", " : "", what[g],
                dense ? m->shared_dense[g - 2]->name : fp4_moe_variant_name(&plan->variant[g]),
-               g % 2 == 0 && !dense && plan->silu_fused[g / 2] ? "+SiLU" : "");
+               g % 2 == 0 && !dense && plan->silu_fused[g / 2] ? "+SiLU" : "",
+               g == FP4_MOE_GATE_UP && plan->route_fused ? "+routing" : "");
     }
     if (plan->shared_fused) snprintf(n + strlen(n), size - strlen(n), ", the shared expert in both");
     /* a shared GEMM on the dense kernels shows its dense config's name (small-m.* / large-m.*) */

@@ -13,6 +13,20 @@
 extern "C" {
 #endif
 
+/* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
+ * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
+ * shared_offsets = {0, T}. counts is int32 [E] scratch. With tile_starts (and tile_rows > 0) also
+ * the dense M tile numbering of fp4_cuda_grouped_args.tile_starts: [E+1]. */
+typedef struct fp4_cuda_route_args {
+  const int32_t *ids;
+  int64_t tokens, top_k, experts;
+  int64_t *offsets;
+  int32_t *sorted, *inverse, *counts, *active, *active_count;
+  int64_t *shared_offsets;
+  int32_t *tile_starts;
+  int64_t tile_rows;
+} fp4_cuda_route_args;
+
 /* out[p, n] = scale_e * A[row(p)] . dq(W_e)[n]^T for the rows p of every expert e, where
  * row(p) = a_rows ? a_rows[p] / a_div : p and scale_e = alpha * w_mult[e] * a_mult (in double;
  * alpha times *alpha_device in f32 when alpha_device is set, a_mult = 1 / *a_scale_device in f32 when
@@ -74,6 +88,13 @@ typedef struct fp4_cuda_grouped_args {
   int64_t extra_rows;
   const void *extra_a;
   void *extra_out;
+  /* The routing in this launch instead of fp4_cuda_moe_route's (route.ids set; the two-tile lean
+   * kernel with silu_out on the compile-time K walk, at most FP4_MOE_ROUTE_FUSED_PAIRS tokens *
+   * top_k pairs: fp4_moe_plan_layer's route_fused): every CTA sorts the pairs itself after its PDL wait, so offsets, active,
+   * active_count and a_rows are not read (a_div stays top_k), and the grid's first CTA writes the
+   * routing outputs for the launches after it (route's fields, tile_starts and counts unused): the
+   * same offsets, active list and count, with the pairs of an expert in pair order. */
+  fp4_cuda_route_args route;
 } fp4_cuda_grouped_args;
 
 /* The streaming kernels (variant.kernel FMA, MMA or LEAN) of moe_grouped.cu. */
@@ -92,20 +113,7 @@ int fp4_cuda_grouped_gemm_large(const fp4_cuda_grouped_args *args, void *stream,
 int fp4_cuda_grouped_wgra_supported(const fp4_cuda_grouped_args *args, int device);
 int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *args, void *stream, int pdl);
 
-/* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
- * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
- * shared_offsets = {0, T}. counts is int32 [E] scratch. With tile_starts (and tile_rows > 0) also
- * the dense M tile numbering of fp4_cuda_grouped_args.tile_starts: [E+1]. */
-typedef struct fp4_cuda_route_args {
-  const int32_t *ids;
-  int64_t tokens, top_k, experts;
-  int64_t *offsets;
-  int32_t *sorted, *inverse, *counts, *active, *active_count;
-  int64_t *shared_offsets;
-  int32_t *tile_starts;
-  int64_t tile_rows;
-} fp4_cuda_route_args;
-
+/* The counting sort above, on one CTA. */
 int fp4_cuda_moe_route(const fp4_cuda_route_args *args, void *stream, int pdl);
 /* Device scalars of the layer (fp4_options.alpha_device, fp4_moe_experts.act_scales_device): the
  * kernels below read them after their PDL wait. */

@@ -399,7 +399,15 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
     plan->silu_fused[1] = 1;
   }
   plan->shared_dense = fp4_moe_shared_dense(plan, L, forced, path);
+  plan->route_fused = fp4_moe_route_fusable(plan, L, forced, path);
   return 0;
+}
+
+int fp4_moe_route_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
+                          int path) {
+  return !forced && path == FP4_MOE_PATH_DEFAULT && L->mode == FP4_MOE_W4A16 && !plan->prefill[0] &&
+         plan->silu_fused[0] && plan->variant[FP4_MOE_GATE_UP].kernel == FP4_MOE_KERNEL_LEAN &&
+         plan->variant[FP4_MOE_GATE_UP].fixed_k && L->tokens * L->top_k <= FP4_MOE_ROUTE_FUSED_PAIRS;
 }
 
 int fp4_moe_shared_dense(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,

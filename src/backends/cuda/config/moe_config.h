@@ -138,6 +138,8 @@ typedef struct fp4_moe_layer_plan {
                                           the routed experts' launches (their variants)     */
   int shared_dense;                    /* the shared expert's GEMMs want the dense kernels'
                                           default configs (fp4_moe_shared_dense)            */
+  int route_fused;                     /* the routing runs in the routed gate_up launch, no
+                                          kernel of its own (fp4_moe_route_fusable)         */
   fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
@@ -148,11 +150,6 @@ typedef struct fp4_moe_layer_plan {
 int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gate_up, const fp4_moe_gemm_shape *down,
                          int w4a4);
 
-/* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
- * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. SiLU*up
- * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). In W4A16
- * decode on the lean kernel with SiLU*up fused, a shared expert of the routed experts' shapes runs in
- * the routed launches (shared_fused; its GEMMs then take the routed variants). */
 /* 1 when the shared expert of a layer plan wants the dense GEMM kernels (the dense chooser's default
  * config for each of its GEMMs, SiLU*up in a kernel of its own) instead of the grouped tiles: the
  * default path, W4A16, the shared set on its own (not in the routed launches) and on the prefill
@@ -164,6 +161,23 @@ int fp4_moe_silu_fusable(const fp4_moe_variant *v, const fp4_moe_gemm_shape *gat
 int fp4_moe_shared_dense(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
                          int path);
 
+/* Pairs (tokens * top_k) up to which the routed gate_up launch can do the routing itself: one warp
+ * of every CTA sorts them, a pair per lane. */
+enum { FP4_MOE_ROUTE_FUSED_PAIRS = 32 };
+
+/* 1 when the routing of a layer plan runs in its routed gate_up launch instead of a kernel of its
+ * own (one dependent launch fewer in the decode chain): the default path, W4A16, gate_up on the lean
+ * kernel's compile-time K walk with SiLU*up fused, at most FP4_MOE_ROUTE_FUSED_PAIRS pairs. "moe.streaming" and forced
+ * variants keep the routing kernel (the same GEMM kernels, for comparing the two). */
+int fp4_moe_route_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
+                          int path);
+
+/* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
+ * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. SiLU*up
+ * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). In W4A16
+ * decode on the lean kernel with SiLU*up fused, a shared expert of the routed experts' shapes runs in
+ * the routed launches (shared_fused; its GEMMs then take the routed variants). The
+ * routing runs in the routed gate_up launch where fp4_moe_route_fusable says so. */
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
