@@ -665,9 +665,10 @@ FP4_API fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int coun
  * "gemm_bf16"); NULL past the end. gemv_* run for M <= 4, gemm_* above; *_bf16 serve bf16
  * activations and W4A4 (whose dequantized activations are exact in bf16). */
 FP4_API const char *fp4_cpu_kernel_name(int index);
-/* The level a kernel runs with now: "generic", "avx2", "avx512", "avx512_bf16" (or "neon"): the
- * highest the CPU supports, or FP4KIT_CPU_LEVEL=generic|avx2|avx512 when set and supported (a
- * level above the CPU's is refused with a warning in the log). NULL for an unknown kernel. */
+/* The level a kernel runs with by default: "generic", "avx2", "avx512", "avx512_bf16" (or "neon"):
+ * the highest this CPU and build support. The cpu backend's configs (fp4_options.config "generic",
+ * "avx2", "avx512", "neon") run a lower one; a level above the CPU's is refused. NULL for an
+ * unknown kernel. */
 FP4_API const char *fp4_cpu_level(const char *kernel);
 /* Threads the cpu backend uses: FP4KIT_NUM_THREADS, default the online CPUs. */
 FP4_API int fp4_cpu_threads(void);

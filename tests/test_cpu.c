@@ -1,12 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
 /*
- * The cpu backend at every instruction-set level this machine has (forced with FP4KIT_CPU_LEVEL):
+ * The cpu backend at every instruction-set level this machine has (each level its config):
  *   - GEMMs (W4A4, W4A16) against the reference through the shared harness, over shapes that hit
  *     the streaming path (M <= 4) and the panel path, N not a multiple of the panel, K from one
  *     block to 4096, every format, scale layout, activation and output dtype, edge data;
  *   - quantization bit for bit (harness cases plus NaN/inf/-0/huge/tiny inputs);
  *   - the levels against each other, and the same level at several thread counts (bit-identical);
- *   - the level and thread settings (a bad or too-high level is refused).
+ *   - the level configs and thread settings (a too-high level is refused, an unknown one not found,
+ *     the environment variable that once chose the level not read).
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,13 +32,8 @@ static int failures = 0;
   } while (0)
 
 static const char *const levels[] = {"generic", "avx2", "avx512"};
-
-/* The level names a forced level reports for its f32 kernels. */
-static int level_available(const char *level) {
-  setenv("FP4KIT_CPU_LEVEL", level, 1);
-  const char *got = fp4_cpu_level("gemv_f32");
-  return got && !strcmp(got, level);
-}
+/* The config of the cpu calls of the cross checks below (a level; NULL: the default). */
+static const char *g_level;
 
 /* ---- GEMM and quantize cases through the harness ---- */
 
@@ -66,6 +62,7 @@ static void run_harness_cases(const char *level) {
                  op ? fp4_dtype_name(c.a_dtype) : "fp4", fp4_dtype_name(c.out_dtype), (int)c.data);
         for (int seed = 0; seed < 2; seed++) {
           fp4h_result r;
+          c.config = level;
           fp4h_run(NULL, "cpu", FP4_MEMORY_HOST, &c, 1000u + (uint64_t)(i * 7 + seed), &r);
           CHECK(r.status == FP4_OK && r.passed, "[%s] %s layouts a=%s b=%s: %s", level, name, fp4_layout_name(c.layout_a),
                 fp4_layout_name(c.layout_b), r.message);
@@ -88,6 +85,7 @@ static void run_harness_cases(const char *level) {
                  fp4_dtype_name(dtypes[d]), (long long)c.m);
         for (int seed = 0; seed < 2; seed++) {
           fp4h_result r;
+          c.config = level;
           fp4h_run(NULL, "cpu", FP4_MEMORY_HOST, &c, 77u + (uint64_t)seed, &r);
           CHECK(r.status == FP4_OK && r.passed, "[%s] %s: %s", level, name, r.message);
           run++;
@@ -127,7 +125,7 @@ static void quantize_specials(const char *level) {
         fp4_qmatrix q0 = {d0, s0, ROWS, COLS, fmt, (fp4_scale_layout)l, 1.0f, FP4_MEMORY_HOST}, q1 = q0;
         q1.data = d1;
         q1.scales = s1;
-        fp4_options ro = {.backend = "ref"}, co = {.backend = "cpu"};
+        fp4_options ro = {.backend = "ref"}, co = {.backend = "cpu", .config = level};
         fp4_status a = fp4_quantize(NULL, &xm, gsf, &q0, &ro), b = fp4_quantize(NULL, &xm, gsf, &q1, &co);
         CHECK(a == FP4_OK && b == FP4_OK, "[%s] quantize specials: %s", level, fp4_last_error());
         CHECK(!memcmp(d0, d1, sizeof d0) && !memcmp(s0, s1, sb) && q0.multiplier == q1.multiplier,
@@ -191,7 +189,7 @@ static void free_data(gemm_data *d) {
 static int run_cpu(const gemm_data *d, int op, float *out) {
   for (int64_t i = 0; i < d->m * d->n; i++) out[i] = NAN;
   fp4_matrix o = {out, d->m, d->n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  fp4_options co = {.backend = "cpu"};
+  fp4_options co = {.backend = "cpu", .config = g_level};
   fp4_matrix a = {op == 2 ? (void *)d->a_bf16 : (void *)d->a_f32, d->m, d->k, 0,
                   op == 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_status st = op == 0 ? fp4_mm(NULL, &d->qa, &d->qb, 1.5f, &o, &co) : fp4_mm_w4a16(NULL, &a, &d->qb, 1.5f, &o, &co);
@@ -224,7 +222,7 @@ static void cross_checks(int nlevels, const char *const *avail) {
       float *base = malloc(sizeof(float) * count), *got = malloc(sizeof(float) * count);
       for (int op = 0; op < 3 && base && got; op++) {
         for (int l = 0; l < nlevels; l++) {
-          setenv("FP4KIT_CPU_LEVEL", avail[l], 1);
+          g_level = avail[l];
           setenv("FP4KIT_NUM_THREADS", "1", 1);
           if (!run_cpu(&d, op, base)) { CHECK(0, "[%s] run", avail[l]); continue; }
           static const char *const threads[] = {"2", "3", "7"};
@@ -236,7 +234,7 @@ static void cross_checks(int nlevels, const char *const *avail) {
           }
           if (l == 0) continue;
           /* against the generic level: different summation orders, same exact products */
-          setenv("FP4KIT_CPU_LEVEL", avail[0], 1);
+          g_level = avail[0];
           run_cpu(&d, op, got);
           double e = rel_diff(base, got, (int64_t)count);
           CHECK(e < 2e-6, "[%s vs %s] op %d %s M=%lld: relative difference %.3g", avail[l], avail[0], op,
@@ -266,7 +264,7 @@ static void nan_scales(int nlevels, const char *const *avail) {
       d.bqs[fp4_scale_offset(fmt, FP4_LAYOUT_128X4, 8, 512, 3, 2)] = f ? 0xFF : 0x7F;
       float out[9 * 8];
       for (int l = 0; l < nlevels; l++) {
-        setenv("FP4KIT_CPU_LEVEL", avail[l], 1);
+        g_level = avail[l];
         for (int op = 0; op < 3; op++) {
           if (!run_cpu(&d, op, out)) { CHECK(0, "run"); continue; }
           int ok = 1;
@@ -302,12 +300,22 @@ static void fork_check(void) {
   free_data(&d);
 }
 
+/* A one-block quantize on the cpu backend with config (info: what ran). */
+static fp4_status quantize_with(const char *config, fp4_run_info *info) {
+  float x[32];
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.25f;
+  uint8_t codes[16], scales[512];
+  fp4_matrix xm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix q = {codes, scales, 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  const fp4_options o = {.backend = "cpu", .config = config, .info = info};
+  return fp4_quantize(NULL, &xm, 1.0f, &q, &o);
+}
+
 int main(void) {
   const char *avail[3];
   int n = 0;
   for (int i = 0; i < 3; i++)
-    if (level_available(levels[i])) avail[n++] = levels[i];
-  unsetenv("FP4KIT_CPU_LEVEL");
+    if (fp4h_cpu_level_runs(levels[i])) avail[n++] = levels[i];
   printf("cpu levels here:");
   for (int i = 0; i < n; i++) printf(" %s", avail[i]);
   printf("; default:");
@@ -316,17 +324,33 @@ int main(void) {
   CHECK(n >= 1 && !strcmp(avail[0], "generic"), "the generic level must always be available");
   CHECK(fp4_cpu_level("no-such-kernel") == NULL, "unknown kernel names give NULL");
 
-  /* Settings: a level the CPU lacks or an unknown one is refused (the detected level stays). */
+  /* Configs: the default is the highest level here (fp4_cpu_level's); a level the CPU lacks is
+   * refused and an unknown one not found, each naming why; the environment variable that once
+   * chose the level is not read. */
   const char *best = fp4_cpu_level("gemv_f32");
-  setenv("FP4KIT_CPU_LEVEL", "neon", 1);
-  CHECK(!strcmp(fp4_cpu_level("gemv_f32"), best), "FP4KIT_CPU_LEVEL=neon on this CPU must be refused");
-  setenv("FP4KIT_CPU_LEVEL", "sse9", 1);
-  CHECK(!strcmp(fp4_cpu_level("gemv_f32"), best), "an unknown FP4KIT_CPU_LEVEL must be ignored");
+  CHECK(!strcmp(best, avail[n - 1]), "the default level %s is not the highest that runs here (%s)", best, avail[n - 1]);
+  fp4_run_info info;
+  memset(&info, 0, sizeof info);
+  fp4_status st = quantize_with("neon", NULL);
+  CHECK(st == FP4_ERR_UNSUPPORTED && strstr(fp4_last_error(), "neon"), "config neon on this CPU: %s, '%s'",
+        fp4_status_str(st), fp4_last_error());
+  st = quantize_with("sse9", NULL);
+  CHECK(st == FP4_ERR_NOT_FOUND && strstr(fp4_last_error(), "avx2"), "config sse9: %s, '%s' (should list the configs)",
+        fp4_status_str(st), fp4_last_error());
   if (n < 3) {
-    setenv("FP4KIT_CPU_LEVEL", "avx512", 1);
-    CHECK(!strcmp(fp4_cpu_level("gemv_f32"), best), "avx512 must be refused on a CPU without it");
+    st = quantize_with("avx512", NULL);
+    CHECK(st == FP4_ERR_UNSUPPORTED, "config avx512 on a CPU without it: %s", fp4_status_str(st));
   }
+  setenv("FP4KIT_CPU_LEVEL", "generic", 1);
+  st = quantize_with(NULL, &info);
+  CHECK(st == FP4_OK && strstr(info.config, best), "FP4KIT_CPU_LEVEL=generic and the default config: ran '%s', want "
+        "the %s level", info.config, best);
   unsetenv("FP4KIT_CPU_LEVEL");
+  for (int i = 0; i < n; i++) {
+    memset(&info, 0, sizeof info);
+    st = quantize_with(avail[i], &info);
+    CHECK(st == FP4_OK && strstr(info.config, avail[i]), "config %s ran '%s'", avail[i], info.config);
+  }
   setenv("FP4KIT_NUM_THREADS", "3", 1);
   CHECK(fp4_cpu_threads() == 3, "FP4KIT_NUM_THREADS=3 gives %d threads", fp4_cpu_threads());
   setenv("FP4KIT_NUM_THREADS", "zero", 1);
@@ -334,15 +358,13 @@ int main(void) {
   setenv("FP4KIT_NUM_THREADS", "2", 1);
 
   for (int i = 0; i < n; i++) {
-    setenv("FP4KIT_CPU_LEVEL", avail[i], 1);
     run_harness_cases(avail[i]);
     quantize_specials(avail[i]);
   }
   cross_checks(n, avail);
   nan_scales(n, avail);
-  unsetenv("FP4KIT_CPU_LEVEL");
+  g_level = NULL;
   fork_check();
-  unsetenv("FP4KIT_CPU_LEVEL");
   if (failures) {
     printf("%d checks failed\n", failures);
     return 1;

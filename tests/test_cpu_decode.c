@@ -19,7 +19,11 @@
 #include <string.h>
 
 #include "fp4kit.h"
+#include "harness.h"
 #include "testing.h"
+
+/* The config (a level) of every cpu call. */
+static const char *g_level;
 
 /* Scale byte of (row, column): a sweep over all bytes, NaN codes replaced by 1.0, and UE8M0 codes
  * above 252 too (6 * 2^126 overflows f32: the reference dequantizes a whole row first, so one such
@@ -77,7 +81,7 @@ static int one_hot(const char *level, const setup *s, int64_t m, const int64_t *
     fp4_matrix am = {f32_act ? (void *)a : (void *)ab, m, k, 0, f32_act ? FP4_DTYPE_F32 : FP4_DTYPE_BF16, FP4_MEMORY_HOST};
     fp4_matrix og = {got, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, ow = {want, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
     fp4_qmatrix qb = {s->codes, s->scales, n, k, s->fmt, s->layout, 1.0f, FP4_MEMORY_HOST};
-    fp4_options co = {.backend = "cpu"}, ro = {.backend = "ref"};
+    fp4_options co = {.backend = "cpu", .config = g_level}, ro = {.backend = "ref"};
     fp4_status sc = fp4_mm_w4a16(NULL, &am, &qb, 1.0f, &og, &co), sr = fp4_mm_w4a16(NULL, &am, &qb, 1.0f, &ow, &ro);
     CHECK(sc == FP4_OK && sr == FP4_OK, "[%s] run: %s", level, fp4_last_error());
     int64_t bad = -1;
@@ -101,12 +105,11 @@ int main(void) {
   static const int64_t ms[] = {1, 2, 3, 4, 6};
   setenv("FP4KIT_NUM_THREADS", "2", 1);
   for (int l = 0; l < 3; l++) {
-    setenv("FP4KIT_CPU_LEVEL", levels[l], 1);
-    const char *got = fp4_cpu_level("gemv_f32");
-    if (!got || strcmp(got, levels[l])) {
+    if (!fp4h_cpu_level_runs(levels[l])) {
       printf("level %s: not available on this CPU, skipped\n", levels[l]);
       continue;
     }
+    g_level = levels[l];
     int64_t calls = 0;
     for (int f = 0; f < 2; f++)
       for (int li = 0; li < 3; li++)

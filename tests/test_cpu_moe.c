@@ -1,7 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 /*
  * The cpu backend's grouped GEMM and MoE layer at every instruction-set level this machine has
- * (forced with FP4KIT_CPU_LEVEL) on 1 and 2 threads:
+ * (each level the backend's config) on 1 and 2 threads:
  *   - against the reference through the harness (fresh random data, NaN-prefilled outputs, host
  *     memory): the embedded grouped/MoE cases of `fp4kit check`; grouped GEMM W4A4/W4A16 x
  *     NVFP4/MXFP4 for T in {1, 8, 64, 300}; the MoE layer W4A4/W4A16 x NVFP4/MXFP4 x shared expert
@@ -34,8 +34,12 @@ static int g_runs, g_failures;
   } while (0)
 
 static const char *g_where = ""; /* level and threads of the current pass, for messages */
+static const char *g_level;      /* the config (a level) of every cpu call */
 
-static void run_case(const fp4h_case *c, uint64_t seed) {
+static void run_case(const fp4h_case *cin, uint64_t seed) {
+  fp4h_case cc = *cin;
+  cc.config = g_level;
+  const fp4h_case *c = &cc;
   fp4h_result r;
   fp4h_run(NULL, "cpu", FP4_MEMORY_HOST, c, seed, &r);
   CHECK(r.status == FP4_OK && r.passed,
@@ -155,7 +159,7 @@ static fp4_status layer_run(layer_data *d, const fp4_moe_experts *shared, const 
   fp4_moe_routing rt = {T ? d->ids : NULL, T, LK, {T ? d->tw : NULL, T, LK, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, sw};
   fp4_matrix x = {T ? d->hidden : NULL, T, LH, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_matrix o = {out, T, LH, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  const fp4_options opts = {.backend = "cpu"};
+  const fp4_options opts = {.backend = "cpu", .config = g_level};
   size_t bytes = 0;
   fp4_status st = fp4_moe_workspace_size(&layer, T, LK, &opts, &bytes);
   if (st) return st;
@@ -189,7 +193,7 @@ static void test_direct(void) {
       fp4_matrix o0 = {a, 0, LH, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
       fp4_moe_routing r0 = {NULL, 0, LK, {NULL, 0, LK, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, NULL};
       fp4_matrix x0 = {NULL, 0, LH, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-      const fp4_options opts = {.backend = "cpu"};
+      const fp4_options opts = {.backend = "cpu", .config = g_level};
       fp4_status st = fp4_moe_forward(NULL, &d.layer, &x0, &r0, NULL, 0, &o0, &opts);
       CHECK(st == FP4_OK && a[0] == 12.5f, "[%s] %s %s T=0: %s, out[0] = %g", g_where, what, fmt, fp4_status_str(st),
             (double)a[0]);
@@ -226,12 +230,11 @@ static const char *const kLevels[] = {"generic", "avx2", "avx512"};
 int main(void) {
   int levels = 0;
   for (size_t l = 0; l < sizeof kLevels / sizeof *kLevels; l++) {
-    setenv("FP4KIT_CPU_LEVEL", kLevels[l], 1);
-    const char *got = fp4_cpu_level("gemv_f32");
-    if (!got || strcmp(got, kLevels[l]) != 0) {
+    if (!fp4h_cpu_level_runs(kLevels[l])) {
       printf("level %s: not available on this CPU/build, skipped\n", kLevels[l]);
       continue;
     }
+    g_level = kLevels[l];
     levels++;
     static const char *const threads[] = {"1", "2"};
     for (int t = 0; t < 2; t++) {
@@ -246,7 +249,6 @@ int main(void) {
     g_where = kLevels[l];
     test_direct();
   }
-  unsetenv("FP4KIT_CPU_LEVEL");
   CHECK(levels >= 1, "no cpu level ran (the generic level is always available)");
   printf("%d checks, %d failures, %d levels\n", g_runs, g_failures, levels);
   return g_failures ? 1 : 0;

@@ -24,6 +24,9 @@
 #include "harness.h"
 #include "testing.h"
 
+/* The config (a level) of every cpu call. */
+static const char *g_level;
+
 typedef struct shape {
   int64_t m, n, k;
 } shape;
@@ -38,7 +41,7 @@ static int run_threads(const fp4_matrix *a, const fp4_qmatrix *b, float *o, cons
   for (int64_t i = 0; i < a->rows * b->rows; i++)
     o[i] = NAN;
   fp4_matrix out = {o, a->rows, b->rows, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  fp4_options opt = {.backend = "cpu"};
+  fp4_options opt = {.backend = "cpu", .config = g_level};
   return fp4_mm_w4a16(NULL, a, b, 1.0f, &out, &opt) == FP4_OK;
 }
 
@@ -103,7 +106,7 @@ static void nan_positions(const char *level) {
         fp4_matrix am = {a, m, k, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST},
                    om = {o, m, n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
         fp4_qmatrix qb = {codes, scales, n, k, fmt, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
-        fp4_options opt = {.backend = "cpu"};
+        fp4_options opt = {.backend = "cpu", .config = g_level};
         fp4_status st = fp4_mm_w4a16(NULL, &am, &qb, 1.0f, &om, &opt);
         CHECK(st == FP4_OK, "[%s] run: %s", level, fp4_last_error());
         int bad = 0;
@@ -123,12 +126,11 @@ int main(void) {
   static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4, FP4_LAYOUT_8X4};
   int run = 0;
   for (int l = 0; l < 3; l++) {
-    setenv("FP4KIT_CPU_LEVEL", levels[l], 1);
-    const char *got = fp4_cpu_level("gemm_f32");
-    if (!got || strcmp(got, levels[l])) {
+    if (!fp4h_cpu_level_runs(levels[l])) {
       printf("level %s: not available on this CPU, skipped\n", levels[l]);
       continue;
     }
+    g_level = levels[l];
     setenv("FP4KIT_NUM_THREADS", "2", 1);
     nan_positions(levels[l]);
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
@@ -151,6 +153,7 @@ int main(void) {
         snprintf(name, sizeof name, "%s %s M=%lld N=%lld K=%lld", v & 2 ? "w4a16" : "w4a4", fp4_format_name(fmt),
                  (long long)c.m, (long long)c.n, (long long)c.k);
         fp4h_result r;
+        c.config = g_level;
         fp4h_run(NULL, "cpu", FP4_MEMORY_HOST, &c, 4242u + (uint64_t)(s * 4 + (size_t)v), &r);
         CHECK(r.status == FP4_OK && r.passed, "[%s] %s: %s", levels[l], name, r.message);
         run++;

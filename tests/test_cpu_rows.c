@@ -27,6 +27,9 @@
 #include "harness.h"
 #include "testing.h"
 
+/* The config (a level) of every cpu call. */
+static const char *g_level;
+
 enum { ROWS_N = 300, ROWS_MAXM = 17 };
 
 typedef struct rows_data {
@@ -88,7 +91,7 @@ static int rows_gemm(const rows_data *d, const char *backend, const int64_t *row
   fp4_matrix am = {a, m, k, 0, bf16 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_matrix om = {o, m, ROWS_N, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_qmatrix qb = {d->codes, d->scales, ROWS_N, k, d->fmt, d->layout, 1.0f, FP4_MEMORY_HOST};
-  fp4_options opt = {.backend = backend};
+  fp4_options opt = {.backend = backend, .config = strcmp(backend, "cpu") ? NULL : g_level};
   fp4_status st = fp4_mm_w4a16(NULL, &am, &qb, 0.75f, &om, &opt);
   free(a);
   if (st != FP4_OK) printf("  %s GEMM failed: %s\n", backend, fp4_last_error());
@@ -151,12 +154,11 @@ int main(void) {
   static const char *const threads[] = {"1", "2"};
   int cases = 0;
   for (int l = 0; l < 3; l++) {
-    setenv("FP4KIT_CPU_LEVEL", levels[l], 1);
-    const char *got = fp4_cpu_level("gemv_f32");
-    if (!got || strcmp(got, levels[l])) {
+    if (!fp4h_cpu_level_runs(levels[l])) {
       printf("level %s: not available on this CPU, skipped\n", levels[l]);
       continue;
     }
+    g_level = levels[l];
     for (int f = 0; f < 2; f++)
       for (int ki = 0; ki < 5; ki++) {
         const fp4_format fmt = f ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;

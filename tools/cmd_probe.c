@@ -333,11 +333,14 @@ int fp4cli_probe(int argc, char **argv) {
       if (a) print_arch(a);
     }
   }
-  /* The CPU backend's instruction-set level per kernel (FP4KIT_CPU_LEVEL may lower it). */
+  /* The CPU backend's instruction-set level per kernel by default (its configs name lower ones). */
   cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
   cJSON_AddNumberToObject(cpu, "threads", fp4_cpu_threads());
   cJSON *levels = cJSON_AddObjectToObject(cpu, "kernels");
-  if (!json) printf("\ncpu backend: %d threads (FP4KIT_NUM_THREADS); kernel levels (FP4KIT_CPU_LEVEL):", fp4_cpu_threads());
+  if (!json)
+    printf("\ncpu backend: %d threads (FP4KIT_NUM_THREADS); kernel levels (the default; config generic / avx2 / avx512 "
+           "lowers them):",
+           fp4_cpu_threads());
   for (int i = 0; fp4_cpu_kernel_name(i); i++) {
     const char *kernel = fp4_cpu_kernel_name(i), *level = fp4_cpu_level(kernel);
     cJSON_AddStringToObject(levels, kernel, level ? level : "unknown");

@@ -198,3 +198,14 @@ done:
   free(ref);
   free(got);
 }
+
+int fp4h_cpu_level_runs(const char *level) {
+  float x[32] = {1.0f};
+  uint8_t codes[16], scales[512]; /* any layout's scales of one 32-element row fit */
+  fp4_matrix xm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  fp4_qmatrix q = {codes, scales, 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  const fp4_options o = {.backend = "cpu", .config = level};
+  const fp4_status st = fp4_quantize(NULL, &xm, 1.0f, &q, &o);
+  fp4_set_error(FP4_OK, NULL); /* a refused level is an answer here, not an error of the caller's */
+  return st == FP4_OK;
+}

@@ -1,7 +1,9 @@
 #define _POSIX_C_SOURCE 200809L
-/* CPU feature detection, the level and thread count in force, and the public level query. The
- * environment (FP4KIT_CPU_LEVEL, FP4KIT_NUM_THREADS) is read on every call, so a program (or a test)
- * may change it between calls; a bad value is reported once per distinct value. */
+/* CPU feature detection, the kernel levels a config names, the thread count in force, and the
+ * public level query. The level is the cpu backend's config (fp4_options.config: generic, avx2,
+ * avx512, neon; default the highest this CPU and build support), never the environment;
+ * FP4KIT_NUM_THREADS is read on every call, so a program (or a test) may change it between calls,
+ * a bad value reported once per distinct value. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,44 +45,49 @@ static int level_usable(fp4_cpu_level_id want, fp4_cpu_level_id have) {
 }
 
 static pthread_mutex_t env_lock = PTHREAD_MUTEX_INITIALIZER;
-static char last_level_env[32] = "";
-static fp4_cpu_level_id last_level = FP4_CPU_LEVEL_COUNT;
 static char last_threads_env[32] = "";
 static int last_threads = 0;
 
-fp4_cpu_level_id fp4_cpu_current_level(void) {
-  fp4_cpu_level_id have = fp4_cpu_detected_level();
-  const char *env = getenv("FP4KIT_CPU_LEVEL");
-  if (!env || !*env) return have;
-  pthread_mutex_lock(&env_lock);
-  if (last_level == FP4_CPU_LEVEL_COUNT || strncmp(env, last_level_env, sizeof last_level_env) != 0) {
-    fp4_cpu_level_id want = FP4_CPU_LEVEL_COUNT;
-    for (int i = 0; i < FP4_CPU_LEVEL_COUNT; i++)
-      if (!strcmp(env, level_names[i])) want = (fp4_cpu_level_id)i;
-    if (want == FP4_CPU_LEVEL_COUNT) {
-      fp4_log(FP4_LOG_WARN, "cpu: FP4KIT_CPU_LEVEL='%s' is not generic, avx2, avx512 or neon; using %s", env,
-              level_names[have]);
-      want = have;
-    } else if (!level_usable(want, have)) {
-      fp4_log(FP4_LOG_WARN, "cpu: FP4KIT_CPU_LEVEL=%s refused: this CPU (or build) supports up to %s; using %s", env,
-              level_names[have], level_names[have]);
-      want = have;
-    }
-    snprintf(last_level_env, sizeof last_level_env, "%s", env);
-    last_level = want;
-  }
-  fp4_cpu_level_id level = last_level;
-  pthread_mutex_unlock(&env_lock);
-  return level;
+const char *fp4_cpu_level_name(fp4_cpu_level_id level) {
+  return level >= 0 && level < FP4_CPU_LEVEL_COUNT ? level_names[level] : "?";
 }
 
-const fp4_cpu_kernels *fp4_cpu_current_kernels(void) {
-  switch (fp4_cpu_current_level()) {
+const fp4_cpu_kernels *fp4_cpu_level_kernels(fp4_cpu_level_id level) {
+  switch (level) {
   case FP4_CPU_LEVEL_AVX512: return fp4_cpu_kernels_avx512();
   case FP4_CPU_LEVEL_AVX2: return fp4_cpu_kernels_avx2();
   case FP4_CPU_LEVEL_NEON: return fp4_cpu_kernels_neon();
   default: return fp4_cpu_kernels_generic();
   }
+}
+
+fp4_status fp4_cpu_config_level(const char *config, fp4_cpu_level_id *level, char *why, size_t why_size) {
+  const fp4_cpu_level_id have = fp4_cpu_detected_level();
+  *level = have;
+  if (!config || !strcmp(config, "default")) return FP4_OK;
+  for (int i = 0; i < FP4_CPU_LEVEL_COUNT; i++)
+    if (!strcmp(config, level_names[i])) {
+      if (!level_usable((fp4_cpu_level_id)i, have)) {
+        fp4_reason(why, why_size, "the %s kernels need a CPU (and build) with %s; this one runs up to %s", config,
+                   i == FP4_CPU_LEVEL_NEON ? "NEON (aarch64)" : i == FP4_CPU_LEVEL_AVX512 ? "AVX-512 F/BW/VL/DQ" : "AVX2 and FMA",
+                   level_names[have]);
+        return FP4_ERR_UNSUPPORTED;
+      }
+      *level = (fp4_cpu_level_id)i;
+      return FP4_OK;
+    }
+  fp4_reason(why, why_size, "unknown config '%s' (the cpu backend's configs: default, generic, avx2, avx512, neon: "
+             "the instruction-set level of its kernels)", config);
+  return FP4_ERR_NOT_FOUND;
+}
+
+int fp4_cpu_level_configs(const char **names, int max) {
+  const fp4_cpu_level_id have = fp4_cpu_detected_level();
+  int n = 0;
+  if (n < max) names[n++] = level_names[have]; /* the default first */
+  for (int i = FP4_CPU_LEVEL_COUNT - 1; i >= 0 && n < max; i--)
+    if (i != (int)have && level_usable((fp4_cpu_level_id)i, have)) names[n++] = level_names[i];
+  return n;
 }
 
 static int online_cpus(void) {
@@ -118,7 +125,7 @@ const char *fp4_cpu_kernel_name(int index) {
 
 const char *fp4_cpu_level(const char *kernel) {
   if (!kernel) return NULL;
-  const fp4_cpu_kernels *k = fp4_cpu_current_kernels();
+  const fp4_cpu_kernels *k = fp4_cpu_level_kernels(fp4_cpu_detected_level());
   if (!strcmp(kernel, "quantize") || !strcmp(kernel, "gemv_f32") || !strcmp(kernel, "gemm_f32")) return k->name;
   if (!strcmp(kernel, "gemv_bf16")) return k->gemv_bf16 ? k->name_bf16 : k->name;
   if (!strcmp(kernel, "gemm_bf16")) return k->name; /* the panel path is f32 (exact conversion) */

@@ -155,9 +155,15 @@ const fp4_cpu_kernels *fp4_cpu_kernels_neon(void);
 
 /* Highest level this CPU and build support. */
 fp4_cpu_level_id fp4_cpu_detected_level(void);
-/* The level in force: FP4KIT_CPU_LEVEL if set and supported, else the detected one. */
-fp4_cpu_level_id fp4_cpu_current_level(void);
-const fp4_cpu_kernels *fp4_cpu_current_kernels(void);
+/* A level's name ("generic", "avx2", "avx512", "neon") and its kernel table. */
+const char *fp4_cpu_level_name(fp4_cpu_level_id level);
+const fp4_cpu_kernels *fp4_cpu_level_kernels(fp4_cpu_level_id level);
+/* The level a cpu backend config names: NULL or "default" the detected one, else a level name;
+ * FP4_ERR_UNSUPPORTED for a level above this CPU's (or another architecture's), FP4_ERR_NOT_FOUND
+ * for an unknown name, with why. */
+fp4_status fp4_cpu_config_level(const char *config, fp4_cpu_level_id *level, char *why, size_t why_size);
+/* The level configs this CPU runs, the detected (default) one first, then the lower ones; count. */
+int fp4_cpu_level_configs(const char **names, int max);
 /* Threads in force: FP4KIT_NUM_THREADS if set and valid, else the online CPUs. */
 int fp4_cpu_current_threads(void);
 
