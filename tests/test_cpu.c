@@ -300,17 +300,6 @@ static void fork_check(void) {
   free_data(&d);
 }
 
-/* A one-block quantize on the cpu backend with config (info: what ran). */
-static fp4_status quantize_with(const char *config, fp4_run_info *info) {
-  float x[32];
-  for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.25f;
-  uint8_t codes[16], scales[512];
-  fp4_matrix xm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
-  fp4_qmatrix q = {codes, scales, 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
-  const fp4_options o = {.backend = "cpu", .config = config, .info = info};
-  return fp4_quantize(NULL, &xm, 1.0f, &q, &o);
-}
-
 int main(void) {
   const char *avail[3];
   int n = 0;
@@ -331,24 +320,24 @@ int main(void) {
   CHECK(!strcmp(best, avail[n - 1]), "the default level %s is not the highest that runs here (%s)", best, avail[n - 1]);
   fp4_run_info info;
   memset(&info, 0, sizeof info);
-  fp4_status st = quantize_with("neon", NULL);
+  fp4_status st = fp4h_cpu_quantize_block("neon", NULL);
   CHECK(st == FP4_ERR_UNSUPPORTED && strstr(fp4_last_error(), "neon"), "config neon on this CPU: %s, '%s'",
         fp4_status_str(st), fp4_last_error());
-  st = quantize_with("sse9", NULL);
+  st = fp4h_cpu_quantize_block("sse9", NULL);
   CHECK(st == FP4_ERR_NOT_FOUND && strstr(fp4_last_error(), "avx2"), "config sse9: %s, '%s' (should list the configs)",
         fp4_status_str(st), fp4_last_error());
   if (n < 3) {
-    st = quantize_with("avx512", NULL);
+    st = fp4h_cpu_quantize_block("avx512", NULL);
     CHECK(st == FP4_ERR_UNSUPPORTED, "config avx512 on a CPU without it: %s", fp4_status_str(st));
   }
   setenv("FP4KIT_CPU_LEVEL", "generic", 1);
-  st = quantize_with(NULL, &info);
+  st = fp4h_cpu_quantize_block(NULL, &info);
   CHECK(st == FP4_OK && strstr(info.config, best), "FP4KIT_CPU_LEVEL=generic and the default config: ran '%s', want "
         "the %s level", info.config, best);
   unsetenv("FP4KIT_CPU_LEVEL");
   for (int i = 0; i < n; i++) {
     memset(&info, 0, sizeof info);
-    st = quantize_with(avail[i], &info);
+    st = fp4h_cpu_quantize_block(avail[i], &info);
     CHECK(st == FP4_OK && strstr(info.config, avail[i]), "config %s ran '%s'", avail[i], info.config);
   }
   setenv("FP4KIT_NUM_THREADS", "3", 1);

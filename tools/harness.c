@@ -199,13 +199,18 @@ done:
   free(got);
 }
 
-int fp4h_cpu_level_runs(const char *level) {
-  float x[32] = {1.0f};
+fp4_status fp4h_cpu_quantize_block(const char *config, fp4_run_info *info) {
+  float x[32];
+  for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.25f;
   uint8_t codes[16], scales[512]; /* any layout's scales of one 32-element row fit */
   fp4_matrix xm = {x, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
   fp4_qmatrix q = {codes, scales, 1, 32, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
-  const fp4_options o = {.backend = "cpu", .config = level};
-  const fp4_status st = fp4_quantize(NULL, &xm, 1.0f, &q, &o);
+  const fp4_options o = {.backend = "cpu", .config = config, .info = info};
+  return fp4_quantize(NULL, &xm, 1.0f, &q, &o);
+}
+
+int fp4h_cpu_level_runs(const char *level) {
+  const fp4_status st = fp4h_cpu_quantize_block(level, NULL);
   fp4_set_error(FP4_OK, NULL); /* a refused level is an answer here, not an error of the caller's */
   return st == FP4_OK;
 }

@@ -16,8 +16,11 @@ const fp4h_case *fp4h_default_cases(int *count);
 void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp4h_case *c, uint64_t seed,
               fp4h_result *r);
 
-/* 1 when the cpu backend runs its kernels at `level` (one of its configs: generic, avx2, avx512,
- * neon) on this machine: a one-block quantize with that config is accepted. */
+/* A one-block quantize on the cpu backend with config (one of its levels: generic, avx2, avx512,
+ * neon; NULL the default), info receiving what ran: its status. */
+fp4_status fp4h_cpu_quantize_block(const char *config, fp4_run_info *info);
+/* 1 when the cpu backend runs its kernels at `level` on this machine: fp4h_cpu_quantize_block with
+ * that config is accepted (the refusal's detail is cleared). */
 int fp4h_cpu_level_runs(const char *level);
 
 #endif
