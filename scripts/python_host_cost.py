@@ -14,6 +14,13 @@ the mean of a batch of calls, the fastest of several batches. On the host
 backends a call computes its result before it returns, so the C column holds the GEMM itself; on a
 GPU the C column is the library's own host cost (launches are asynchronous).
 
+Same-run peers, on CUDA tensors: "torch linear" times torch.nn.functional.linear on the same
+shape with the weight in bf16 (PyTorch's own decode GEMM: an output allocation and one cuBLAS
+launch, the cost an engine already pays per linear layer), and "empty launch" times the cheapest
+launch there is from the same ctypes path as the bare C column: cuLaunchKernel of an empty kernel
+(driver API, one thread block). They bound what a call can cost on the host the run lands on:
+the host's speed varies between machine starts, and the peers move with it.
+
   FP4KIT_LIB=$PWD/build/libfp4kit.so PYTHONPATH=python python3 scripts/python_host_cost.py
   ... --package DIR      import fp4kit from DIR instead (compare two versions of the package)
   ... --shapes 4096x4096,2048x4096 --calls 2000 --json out.json
@@ -75,6 +82,7 @@ def operands(fp4kit, kind, n, k, torch):
     rng = np.random.default_rng(n + k)
     x = rng.standard_normal((1, k)).astype(np.float32)
     w = rng.standard_normal((n, k)).astype(np.float32)
+    w16 = None
     if kind == "numpy":
         import ml_dtypes
         x16 = x.astype(ml_dtypes.bfloat16)
@@ -83,11 +91,46 @@ def operands(fp4kit, kind, n, k, torch):
         dev = "cuda" if kind == "torch-cuda" else "cpu"
         x16 = torch.from_numpy(x).to(dev, torch.bfloat16)
         w = torch.from_numpy(w).to(dev, torch.bfloat16)
+        w16 = w
         gs = torch.tensor([1.0], device=dev)
     wq, ws = fp4kit.nvfp4_quantize(w, gs)
     xq, xs = fp4kit.fp4_quantize(x16, gs)
     alpha = gs
-    return x16, xq, xs, wq, ws, gs, alpha
+    return x16, xq, xs, wq, ws, gs, alpha, w16
+
+
+EMPTY_PTX = b""".version 6.0
+.target sm_50
+.address_size 64
+.visible .entry fp4kit_host_cost_empty()
+{
+  ret;
+}
+"""
+
+
+def empty_launch(torch):
+    """A function launching an empty kernel through the driver API on PyTorch's current stream, with
+    the arguments prebuilt (as bare_c does), or None with the reason where the driver cannot."""
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        return None, "libcuda.so.1: %s" % e
+    torch.cuda.synchronize()  # the primary context is current on this thread
+    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+    rc = cu.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(EMPTY_PTX))
+    if rc == 0:
+        rc = cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"fp4kit_host_cost_empty")
+    if rc != 0:
+        return None, "cuModuleLoadData/cuModuleGetFunction returned %d" % rc
+    launch = cu.cuLaunchKernel
+    launch.restype = ctypes.c_int
+    one, threads, zero = ctypes.c_uint(1), ctypes.c_uint(32), ctypes.c_uint(0)
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream or None)
+    args = (fn, one, one, one, threads, one, one, zero, stream, None, None)
+    if launch(*args) != 0:
+        return None, "cuLaunchKernel failed"
+    return (lambda: launch(*args)), None
 
 
 def bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch):
@@ -210,13 +253,19 @@ def main():
     print("fp4kit from %s, libfp4kit %s" % (os.path.dirname(fp4kit.__file__), fp4kit.library_path()))
     print("host microseconds per call, call to return, M = 1 (fastest of %d batches of %d calls)"
           % (args.repeats, args.calls))
-    print("%-11s %-12s %-11s %10s %10s %10s %6s  %-8s %s" % ("kind", "op", "N x K", "python", "bare C", "layer", "calls",
-                                                             "w.T in", "backend"))
+    print("%-11s %-12s %-11s %10s %10s %10s %6s  %-8s %-12s %-12s %s" % (
+        "kind", "op", "N x K", "python", "bare C", "layer", "calls", "w.T in", "torch linear", "empty launch",
+        "backend"))
     rows = []
     for kind in kinds:
         sync = torch.cuda.synchronize if kind == "torch-cuda" else None
+        launch = None
+        if kind == "torch-cuda":
+            launch, why = empty_launch(torch)
+            if launch is None:
+                print("empty launch peer: not measured: %s" % why)
         for n, k in shapes:
-            x16, xq, xs, wq, ws, gs, alpha = operands(fp4kit, kind, n, k, torch)
+            x16, xq, xs, wq, ws, gs, alpha, w16 = operands(fp4kit, kind, n, k, torch)
             # The transposed weight views FlashInfer's contract takes, made once as an engine keeps its
             # weights: a call is timed from call to return (building a torch view costs about 1 us).
             wt, wst = wq.T, ws.T
@@ -237,17 +286,27 @@ def main():
                     t_c = per_call_us(bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch), args.calls,
                                       args.repeats, sync)
                     t_views = per_call_us(with_views[op], args.calls, args.repeats, sync) if op in with_views else None
+                    # the peers beside each point: the host's state can change from one point to the next
+                    floor = per_call_us(launch, args.calls, args.repeats, sync) if launch is not None else None
+                    peer_linear = None
+                    if kind == "torch-cuda":
+                        linear = torch.nn.functional.linear
+                        peer_linear = per_call_us(lambda: linear(x16, w16), args.calls, args.repeats, sync)
                 except Exception as e:  # noqa: BLE001 - report the point that cannot run and go on
                     print("%-11s %-12s %-11s %s" % (kind, op, "%dx%d" % (n, k), "not measured: %s" % e))
                     continue
                 ncalls = calls_per_call(fn)
                 row = {"kind": kind, "op": op, "n": n, "k": k, "python_us": round(t_py, 2), "c_us": round(t_c, 2),
                        "layer_us": round(t_py - t_c, 2), "calls": ncalls, "backend": backend,
-                       "python_views_in_call_us": None if t_views is None else round(t_views, 2)}
+                       "python_views_in_call_us": None if t_views is None else round(t_views, 2),
+                       "torch_linear_us": None if peer_linear is None else round(peer_linear, 2),
+                       "empty_launch_us": None if floor is None else round(floor, 2)}
                 rows.append(row)
-                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f %6d  %-8s %s" % (
+                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f %6d  %-8s %-12s %-12s %s" % (
                     kind, op, "%dx%d" % (n, k), t_py, t_c, t_py - t_c, ncalls,
-                    "-" if t_views is None else "%.2f" % t_views, backend))
+                    "-" if t_views is None else "%.2f" % t_views,
+                    "-" if peer_linear is None else "%.2f" % peer_linear, "-" if floor is None else "%.2f" % floor,
+                    backend))
     parts = None
     if args.parts:
         if torch is None:
