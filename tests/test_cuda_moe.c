@@ -538,19 +538,21 @@ static void test_invalid_ids(fp4_context *ctx) {
 /* The routing in the routed gate_up launch (fp4_moe_route_fusable: the default path, W4A16 with
  * SiLU*up fused on the lean kernel's compile-time K walk (H 2048), tokens * top_k <= 32) against
  * the routing kernel's layer ("moe.streaming": the same GEMM kernels), bit for bit, NaN-prefilled:
- * top-10 at 1-3 tokens and
- * top-8 at 4 (32 pairs, every lane), with and without the shared expert (in the routed launches at
- * I 1024, on its own at I 128), 12 experts and 300 (the first CTA writes offsets for all),
- * an id twice in a token, invalid ids (a NaN row in both) and a token with none valid; 40 pairs keep
- * the routing kernel. The first two also captured in a CUDA graph and replayed. The run info says
- * where the routing ran. */
+ * top-10 at 1-3 tokens, top-8 at 1 and 4 (8 and 32 pairs), top-12 at 1, with and without the shared
+ * expert (in the routed launches at I 1024, on its own at I 128), 12, 40 and 300 experts (the first
+ * CTA writes offsets for all), an id twice in a token, invalid ids (a NaN row in both) and a token
+ * with none valid; 40 pairs keep the routing kernel. Where down is on the compile-time K walk (I
+ * 1024) the layer's combine runs in its launch too up to 12 pairs (fp4_moe_combine_fusable), so the
+ * cases of 8-12 pairs also check that combine, with and without the shared expert, against the
+ * combine kernel. The first two also captured in a CUDA graph and replayed. The run info says
+ * where the routing and the combine ran. */
 static void test_route_fused(fp4_context *ctx) {
   static const struct {
     int64_t T, K, E, H, I;
     int shared, ids; /* ids: 0 uniform, 1 a repeated and an invalid id, 2 none valid */
   } kCases[] = {{1, 10, 12, 2048, 1024, 1, 0}, {2, 10, 12, 2048, 1024, 0, 0}, {3, 10, 12, 2048, 1024, 1, 1},
                 {4, 8, 12, 2048, 1024, 1, 0},  {1, 10, 12, 2048, 1024, 1, 2}, {3, 10, 300, 2048, 128, 1, 1},
-                {4, 10, 12, 2048, 1024, 1, 0}};
+                {4, 10, 12, 2048, 1024, 1, 0}, {1, 8, 12, 2048, 1024, 0, 0},  {1, 12, 40, 2048, 1024, 1, 0}};
   for (size_t c = 0; c < sizeof kCases / sizeof *kCases; c++) {
     const int64_t T = kCases[c].T, K = kCases[c].K, E = kCases[c].E, H = kCases[c].H, I = kCases[c].I;
     const int fused = T * K <= FP4_MOE_ROUTE_FUSED_PAIRS;
@@ -584,6 +586,12 @@ static void test_route_fused(fp4_context *ctx) {
     if (!st) {
       EXPECT(!strstr(info.note, "+SiLU+routing") == !fused, "T=%lld k=%lld E=%lld: the routing %s in gate_up: '%s'",
              (long long)T, (long long)K, (long long)E, fused ? "should run" : "should not run", info.note);
+      /* the combine goes with the routing where down (K = I) is on the compile-time K walk (I 1024),
+       * up to 12 pairs */
+      const int combined = fused && I == 1024 && T * K <= FP4_MOE_COMBINE_FUSED_PAIRS;
+      EXPECT(!strstr(info.note, "+combine") == !combined, "T=%lld k=%lld E=%lld I=%lld: the combine %s in down: '%s'",
+             (long long)T, (long long)K, (long long)E, (long long)I, combined ? "should run" : "should not run",
+             info.note);
       size_t bad = 0, first = 0, nan_rows = 0;
       for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof *got) && bad++ == 0) first = i;

@@ -343,7 +343,8 @@ static void test_shared_dense(void) {
 /* The routing in the routed gate_up launch: on the default path in W4A16 where gate_up runs the lean
  * kernel with SiLU*up fused, up to 32 pairs (Qwen3.5 top-10: 1-3 tokens; DeepSeek-R1 top-8: 1-4),
  * with or without a shared expert; never in W4A4, on the prefill tiles, or under a forced path or
- * variant. */
+ * variant. The combine in the routed down launch goes with it up to 12 pairs where down is on the
+ * compile-time K walk and no shared expert runs launches of its own. */
 static void test_route_rule(void) {
   const fp4_moe_arch h200 = {9, 0, 132, 232448, 1}, a100 = {8, 0, 108, 166912, 0};
   fp4_moe_layer_shape L = qwen_layer(1, 10, 64);
@@ -360,14 +361,35 @@ static void test_route_rule(void) {
           EXPECT(rc == 0 && plan.silu_fused[0] && plan.route_fused == (t * k <= 32),
                  "SM%d0 top-%lld T = %lld shared %d: routing in gate_up %d, SiLU*up fused %d (%s)", sm ? 8 : 9,
                  (long long)k, (long long)t, shared, plan.route_fused, plan.silu_fused[0], why);
+          /* Qwen3.5's down (K = 1024) is on the compile-time K walk, its shared expert in the routed
+           * launches: the combine goes with the routing up to 12 pairs */
+          EXPECT(rc == 0 && (!shared || plan.shared_fused) && plan.combine_fused == (plan.route_fused && t * k <= 12),
+                 "SM%d0 top-%lld T = %lld shared %d: combine in down %d, routing in gate_up %d, shared fused %d",
+                 sm ? 8 : 9, (long long)k, (long long)t, shared, plan.combine_fused, plan.route_fused,
+                 plan.shared_fused);
         }
+  /* no combine in down where down is not on the compile-time K walk (I = 1536 is not one of its K) or
+   * the shared expert runs launches of its own (a shared expert of another width) */
+  L = qwen_layer(1, 10, 64);
+  L.inter = L.shared_inter = 1536;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && plan.route_fused &&
+             !plan.combine_fused,
+         "I = 1536: routing in gate_up %d, combine in down %d (down %s; %s)", plan.route_fused, plan.combine_fused,
+         fp4_moe_variant_name(&plan.variant[FP4_MOE_DOWN]), why);
+  L = qwen_layer(1, 10, 64);
+  L.shared_inter = 2048;
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && plan.route_fused &&
+             !plan.shared_fused && !plan.combine_fused,
+         "shared I = 2048: routing in gate_up %d, shared fused %d, combine in down %d (%s)", plan.route_fused,
+         plan.shared_fused, plan.combine_fused, why);
   L = qwen_layer(1, 10, 64); /* 10 pairs: the routing in gate_up on the default path */
   L.mode = FP4_MOE_W4A4;
   EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_DEFAULT, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
          "W4A4: routing in gate_up (%s)", why);
   L.mode = FP4_MOE_W4A16;
-  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_STREAMING, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,
-         "moe.streaming: routing in gate_up (%s)", why);
+  EXPECT(fp4_moe_plan_layer(&L, NULL, FP4_MOE_PATH_STREAMING, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused &&
+             !plan.combine_fused,
+         "moe.streaming: routing in gate_up or combine in down (%s)", why);
   fp4_moe_variant v;
   fp4_moe_variant_parse("moe.lean.r32.k4.s1", &v);
   EXPECT(fp4_moe_plan_layer(&L, &v, 0, &h200, &plan, why, sizeof why) == 0 && !plan.route_fused,

@@ -43,6 +43,7 @@
  */
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/moe_combine.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_scalars.cuh"
 #include "backends/cuda/moe_silu.cuh"
@@ -424,6 +425,8 @@ __device__ __forceinline__ void route_publish(const grouped_params &p, const rou
     if (rs->place[tid] >= 0) r.sorted[rs->place[tid]] = tid;
   }
   if (tid < rs->actives) r.active[tid] = rs->active[tid];
+  if (r.arrivals)
+    for (int64_t x = tid; x < r.arrival_slots; x += nt) r.arrivals[x] = 0u; /* the down launch's counters */
   if (tid == 0) {
     *r.active_count = rs->actives;
     if (r.shared_offsets) {
@@ -568,6 +571,60 @@ constexpr int moe_lean_blocks_here(int minb, int R) {
 #endif
 }
 
+/* Arrival counting at GPU scope: a release add that returns nothing (the arriving CTA does not wait
+ * for it), and the acquire load the waiting CTA spins on. */
+__device__ __forceinline__ void arrive_release(uint32_t *count) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t *count) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+  return v;
+}
+
+/* The layer's combine in the down launch (p.a.combine.out set; fp4_cuda_grouped_args.combine): the
+ * CTA has stored its outputs of columns [c0, c1) (its x block). Every CTA of the block but one
+ * counts itself on the block's counter (thread 0's release add, after the barrier that orders the
+ * CTA's stores before it) and exits; the combiner, the block's last CTA in launch order, waits until
+ * all of them have counted (thread 0's acquire load, then the barrier) and combines those columns of
+ * every token, reading the rows through L2 (combine_columns). The wait rests on the GPU dispatching
+ * a grid's CTAs in launch order: when the combiner runs, every CTA it waits for has started, and
+ * none of those waits for anything. A first form had every CTA add with a returned count and the last to arrive
+ * combine: each CTA then waited for its add's round trip before exiting, and the Qwen3.5 EP8 step at
+ * batch 8 (3 waves of down CTAs) ran 3.5% slower than with the combine kernel; this form keeps
+ * one waiting CTA per block (bench/results/h200/2026-12-04-moe-combine-in-down/). Every thread of
+ * the CTA calls it. */
+__device__ __forceinline__ void combine_in_down(const grouped_params &p, int64_t xblock, int64_t c0, int64_t c1,
+                                                unsigned arrivals, bool combiner) {
+  __syncthreads();
+  uint32_t *count = p.a.arrivals + xblock;
+  if (!combiner) {
+    if (threadIdx.x == 0) arrive_release(count);
+    return;
+  }
+  if (threadIdx.x == 0)
+    while (load_acquire(count) < arrivals - 1u) {
+    }
+  __syncthreads();
+  const int cols = (int)(c1 - c0);
+  for (int i = threadIdx.x; i < (int)p.a.combine.tokens * cols; i += blockDim.x)
+    combine_columns<1>(p.a.combine, i / cols, c0 + i % cols, 0);
+}
+
+/* combine_in_down for the lean kernel's CTA: its x block (the cluster's, KS) covers the
+ * span * kGroups groups of R 16-row tiles from its first, as the kernel walks them (plain forms:
+ * not SILU), and every row split, slot and cluster rank of the grid arrives there; the combiner is
+ * the last slot's last row split (its cluster's last rank). */
+template <int R, int KW, bool KS>
+__device__ __forceinline__ void lean_combine(const grouped_params &p) {
+  const unsigned parts = KS ? (unsigned)p.kparts : 1u;
+  const int64_t xblock = blockIdx.x / parts;
+  const int64_t cols = (int64_t)(R == 2 ? p.lean_span : 1) * 16 * R * (kLeanWarps / KW);
+  const int64_t c0 = xblock * cols, c1 = c0 + cols < p.a.n ? c0 + cols : p.a.n;
+  const bool combiner = blockIdx.z == gridDim.z - 1 && blockIdx.y == gridDim.y - 1 && blockIdx.x % parts == parts - 1;
+  combine_in_down(p, xblock, c0, c1, gridDim.y * gridDim.z * parts, combiner);
+}
+
 /* The decode kernel (one token tile: at most 8 rows per expert chunk, NT = 1): the dense lean
  * kernel's streaming loop (lean_stream) over one expert. A CTA of kLeanWarps warps covers R 16-row
  * weight tiles of its expert, warp w taking slabs w, w + kLeanWarps, ...; a register cap of MINB
@@ -608,7 +665,11 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
    * the 96-register forms that do not need them) */
   __shared__ route_smem rs; /* p.a.route.ids: the routing of this launch */
   constexpr bool kRoute = SILU && KC != 0; /* the forms that can do the routing (lean_expert_start) */
-  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA, kRoute>(p, table, &rs, &extra, &e, &lo, &hi, &sc)) return;
+  constexpr bool kCombine = !SILU && KC != 0; /* the forms that can do the layer's combine (down) */
+  if (!lean_expert_start<NV, ACT == FP4_CUDA_ACT_F16, EXTRA, kRoute>(p, table, &rs, &extra, &e, &lo, &hi, &sc)) {
+    if (kCombine && p.a.combine.out) lean_combine<R, KW, KS>(p); /* a slot without rows counts too */
+    return;
+  }
   /* The run-time K walk takes its output scale here: the three scalars kept past its loop spill
    * registers in some of its forms (sm_90a); the compile-time walk takes it after its loop, below. */
   const double scale_now = KC == 0 ? sc.value<NV>(p) : 0.0;
@@ -739,6 +800,7 @@ __global__ void __launch_bounds__(kLeanWarps * 32, moe_lean_blocks_here(MINB, R)
     }
   }
   fp4_pdl_launch_dependents();
+  if (kCombine && p.a.combine.out) lean_combine<R, KW, KS>(p);
 }
 
 /* Token tiles per chunk from the mean rows per expert slot (the host knows no more). */
@@ -920,6 +982,14 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
                 r.top_k != a->a_div || r.experts != a->experts || !r.offsets || !r.sorted || !r.inverse ||
                 !r.active || !r.active_count))
     return (int)cudaErrorInvalidValue;
+  /* The combine in the launch: the lean kernel's plain form on the compile-time K walk, its f32 rows
+   * (and the extra expert's) the rows it combines */
+  const fp4_cuda_combine_args &c = a->combine;
+  if (c.out && (a->variant.kernel != FP4_MOE_KERNEL_LEAN || a->variant.rows != 32 || !a->variant.fixed_k ||
+                a->silu_out || a->out_dtype != FP4_DTYPE_F32 || a->ldo != a->n || !a->arrivals ||
+                a->arrival_slots < 1 || c.down != a->out || c.shared != (a->extra_rows > 0 ? a->extra_out : NULL) ||
+                c.hidden != a->n || c.tokens < 1 || c.top_k < 1 || !c.inverse || !c.weights))
+    return (int)cudaErrorInvalidValue;
   grouped_params p;
   p.a = *a;
   const int bs = a->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK;
@@ -977,12 +1047,13 @@ extern "C" int fp4_cuda_grouped_gemm(const fp4_cuda_grouped_args *a, void *strea
         return (int)cudaErrorInvalidValue;
       const int64_t ctas_x = (groups + per_cta - 1) / per_cta * p.kparts;
       if (ctas_x > 0x7FFFFFFF) return (int)cudaErrorInvalidConfiguration;
+      if (c.out && ctas_x / p.kparts > a->arrival_slots) return (int)cudaErrorInvalidValue; /* a counter per x block */
       const dim3 grid((unsigned)ctas_x, (unsigned)zsplits, (unsigned)(a->slots + (a->extra_rows > 0)));
       return (int)(a->format == FP4_FORMAT_NVFP4
                        ? launch_lean<FP4_FORMAT_NVFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl)
                        : launch_lean<FP4_FORMAT_MXFP4>(p, rows, kw, v.fixed_k != 0, grid, s, pdl));
     }
-    if (a->silu_out || a->extra_rows) return (int)cudaErrorInvalidValue; /* the lean kernel's only */
+    if (a->silu_out || a->extra_rows || c.out) return (int)cudaErrorInvalidValue; /* the lean kernel's only */
     /* Warps per 16-row tile splitting its K; any split sums in a fixed order (deterministic). */
     const int wpt = v.warps_per_tile;
     if ((wpt != 1 && wpt != 2 && wpt != 4 && wpt != 8) || wpt > a->k / 128) return (int)cudaErrorInvalidValue;

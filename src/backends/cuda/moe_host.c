@@ -264,12 +264,17 @@ size_t fp4_cuda_moe_context_workspace(fp4_context *ctx, const fp4_problem *p, co
 }
 
 /* Routing scratch after the common layout: counts [E], active [E], active count, shared offsets,
- * the dense M tile numbering of the prefill tiles [E+1]; for W4A4 the quantized hidden rows as
+ * the dense M tile numbering of the prefill tiles [E+1], the down launch's arrival counters (a
+ * combine in that launch); for W4A4 the quantized hidden rows as
  * exact bf16 [T, H] (quantize_as_bf16; on the register-A prefill tiles, the gate_up inputs' bf16
  * values, and the down inputs' go to the act section, whose f32 values they replace). */
 typedef struct moe_extra {
-  size_t counts, active, active_count, shared_offsets, tile_starts, hidden_bf16, total;
+  size_t counts, active, active_count, shared_offsets, tile_starts, arrivals, hidden_bf16, total;
 } moe_extra;
+
+/* The arrival counters of a down launch that combines (plan.combine_fused): one per x block of its
+ * grid, whose blocks are at least 32 columns of the hidden size wide (moe_grouped.cu, lean_combine). */
+static int64_t arrival_slots(const fp4_moe_layer *layer) { return (layer->routed.gate_up.cols + 31) / 32; }
 
 static size_t align_up(size_t x) { return (x + FP4_MOE_WS_ALIGN - 1) / FP4_MOE_WS_ALIGN * FP4_MOE_WS_ALIGN; }
 
@@ -283,7 +288,8 @@ static moe_extra extra_layout(size_t common, const fp4_moe_layer *layer, int64_t
   x.active_count = align_up(x.active + (size_t)experts * sizeof(int32_t));
   x.shared_offsets = align_up(x.active_count + sizeof(int32_t));
   x.tile_starts = align_up(x.shared_offsets + 2 * sizeof(int64_t));
-  x.hidden_bf16 = align_up(x.tile_starts + (size_t)(experts + 1) * sizeof(int32_t));
+  x.arrivals = align_up(x.tile_starts + (size_t)(experts + 1) * sizeof(int32_t));
+  x.hidden_bf16 = align_up(x.arrivals + (size_t)arrival_slots(layer) * sizeof(uint32_t));
   x.total = x.hidden_bf16 + bf16_bytes;
   return x;
 }
@@ -375,6 +381,21 @@ static int quantize_as_bf16(const moe_launch *m, fp4_cuda_grouped_args *g, const
                                            input_gsf_device(set, w, which), out, m->p->stream, m->pdl);
   use_bf16_rows(g, set, which, out, cols);
   return e;
+}
+
+/* The layer's combine: the routed down rows and the shared expert's (where there is one), the
+ * routing's weights and slot positions, into the layer's output. */
+static fp4_cuda_combine_args combine_args(const moe_launch *m) {
+  const fp4_problem *p = m->p;
+  const fp4_moe_routing *rt = p->routing;
+  const fp4_matrix *w = &rt->topk_weights;
+  return (fp4_cuda_combine_args){.down = at(m, m->ws.down_out), .inverse = at(m, m->ws.inverse), .weights = w->data,
+                                 .ldw = w->ld ? w->ld : w->cols,
+                                 .shared = p->moe->shared ? at(m, m->ws.shared_out) : NULL,
+                                 .shared_weights = rt->shared_weights, .out = p->out->data,
+                                 .ldo = p->out->ld ? p->out->ld : p->out->cols, .out_dtype = (int)p->out->dtype,
+                                 .tokens = p->a->rows, .top_k = rt->top_k, .hidden = p->out->cols,
+                                 .alpha_device = p->alpha_device};
 }
 
 /* One expert set through gate_up, SiLU*up and down; rows = P (routed) or T (shared). The plan says
@@ -491,6 +512,11 @@ static int run_set(const moe_launch *m, const fp4_moe_experts *set, int shared, 
     g.extra_w_mult = extra->down.multipliers;
     g.extra_a = extra_act;
     g.extra_out = at(m, m->ws.shared_out);
+  }
+  if (!shared && m->plan.combine_fused) { /* the layer's combine at the end of this launch */
+    g.combine = combine_args(m);
+    g.arrivals = at(m, m->x.arrivals);
+    g.arrival_slots = arrival_slots(p->moe);
   }
   return grouped_launch_variant(&g, p->stream, m->pdl);
 }
@@ -643,6 +669,10 @@ static int moe_launch_layer(moe_launch *m) {
   const int64_t H = L->routed.gate_up.cols, ld = p->a->ld ? p->a->ld : H;
   void *hidden_bf16 = at(m, m->x.hidden_bf16);
   if (m->plan.route_fused) { /* in the routed gate_up launch (fp4_moe_route_fusable): no kernel here */
+    if (m->plan.combine_fused) { /* its first CTA zeroes the down launch's counters */
+      r.arrivals = at(m, m->x.arrivals);
+      r.arrival_slots = arrival_slots(L);
+    }
     m->route = r;
     e = 0;
   } else if (L->mode == FP4_MOE_W4A4 && !m->plan.prefill[0] && fp4_moe_bf16_rows_possible(H, ws_aligned(hidden_bf16))) {
@@ -659,13 +689,8 @@ static int moe_launch_layer(moe_launch *m) {
   if (L->shared && !m->plan.shared_fused &&
       (e = m->shared_dense[0] ? run_shared_dense(m) : run_set(m, L->shared, 1, at(m, m->ws.shared_out))))
     return e;
-  const fp4_matrix *w = &rt->topk_weights;
-  fp4_cuda_combine_args c = {.down = at(m, m->ws.down_out), .inverse = at(m, m->ws.inverse), .weights = w->data,
-                             .ldw = w->ld ? w->ld : w->cols, .shared = L->shared ? at(m, m->ws.shared_out) : NULL,
-                             .shared_weights = rt->shared_weights, .out = p->out->data,
-                             .ldo = p->out->ld ? p->out->ld : p->out->cols, .out_dtype = (int)p->out->dtype,
-                             .tokens = p->a->rows, .top_k = rt->top_k, .hidden = p->out->cols,
-                             .alpha_device = p->alpha_device};
+  if (m->plan.combine_fused) return 0; /* in the routed down launch (fp4_moe_combine_fusable) */
+  const fp4_cuda_combine_args c = combine_args(m);
   return fp4_cuda_moe_combine(&c, p->stream, pdl);
 }
 
@@ -721,7 +746,7 @@ static void fill_info(fp4_run_info *info, const fp4_problem *p, const fp4_moe_ar
       snprintf(n + strlen(n), size - strlen(n), "%s%s %s%s%s", g ? ", " : "", what[g],
                dense ? m->shared_dense[g - 2]->name : fp4_moe_variant_name(&plan->variant[g]),
                g % 2 == 0 && !dense && plan->silu_fused[g / 2] ? "+SiLU" : "",
-               g == FP4_MOE_GATE_UP && plan->route_fused ? "+routing" : "");
+               g == FP4_MOE_GATE_UP && plan->route_fused ? "+routing" : g == FP4_MOE_DOWN && plan->combine_fused ? "+combine" : "");
     }
     if (plan->shared_fused) snprintf(n + strlen(n), size - strlen(n), ", the shared expert in both");
     /* a shared GEMM on the dense kernels shows its dense config's name (small-m.* / large-m.*) */

@@ -13,6 +13,23 @@
 extern "C" {
 #endif
 
+/* out[t, h] = dtype(f32(alpha * (sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h]))) in
+ * double, slots in order, alpha = *alpha_device (1 when NULL); a token with an inverse of -1 (invalid
+ * id) gets a NaN row. */
+typedef struct fp4_cuda_combine_args {
+  const float *down;           /* [P, H] permuted rows                                       */
+  const int32_t *inverse;      /* [T*k]                                                      */
+  const float *weights;        /* [T, k] with row stride ldw                                 */
+  int64_t ldw;
+  const float *shared;         /* [T, H] or NULL                                             */
+  const float *shared_weights; /* [T] or NULL (1)                                            */
+  void *out;
+  int64_t ldo;
+  int out_dtype;
+  int64_t tokens, top_k, hidden;
+  const float *alpha_device;   /* NULL, or the layer's output scale in device memory        */
+} fp4_cuda_combine_args;
+
 /* Counting sort of the (token, slot) pairs by expert on one CTA: offsets [E+1] (valid pairs only),
  * sorted [P], inverse [P] (-1 for an id outside [0, E)), active [E] and its count, and
  * shared_offsets = {0, T}. counts is int32 [E] scratch. With tile_starts (and tile_rows > 0) also
@@ -25,6 +42,11 @@ typedef struct fp4_cuda_route_args {
   int64_t *shared_offsets;
   int32_t *tile_starts;
   int64_t tile_rows;
+  /* Where the routing runs in a gate_up launch (fp4_cuda_grouped_args.route): the arrival counters
+   * of the layer's down launch that combines (fp4_cuda_grouped_args.combine), set to zero by that
+   * launch's first CTA; NULL: none. */
+  uint32_t *arrivals;
+  int64_t arrival_slots;
 } fp4_cuda_route_args;
 
 /* out[p, n] = scale_e * A[row(p)] . dq(W_e)[n]^T for the rows p of every expert e, where
@@ -95,6 +117,17 @@ typedef struct fp4_cuda_grouped_args {
    * routing outputs for the launches after it (route's fields, tile_starts and counts unused): the
    * same offsets, active list and count, with the pairs of an expert in pair order. */
   fp4_cuda_route_args route;
+  /* The layer's combine at the end of this launch instead of fp4_cuda_moe_combine's (combine.out
+   * set; the routed down GEMM on the two-tile lean kernel's compile-time K walk, f32 out, whose
+   * layer's gate_up launch did the routing: fp4_moe_plan_layer's combine_fused). combine.down is
+   * this launch's out and combine.shared its extra_out (or NULL without an extra expert). Every CTA
+   * counts itself on arrivals[x block] once its outputs are stored, and the last of an x block's CTAs
+   * (every row split, slot and cluster rank) combines that block's columns of every token, as the
+   * combine kernel would, bit for bit. arrivals: arrival_slots counters, zero when the launch starts
+   * (the gate_up launch's route.arrivals), at least one per x block of the grid. */
+  fp4_cuda_combine_args combine;
+  uint32_t *arrivals;
+  int64_t arrival_slots;
 } fp4_cuda_grouped_args;
 
 /* The streaming kernels (variant.kernel FMA, MMA or LEAN) of moe_grouped.cu. */
@@ -142,23 +175,7 @@ int fp4_cuda_moe_route_quantize_bf16(const fp4_cuda_route_args *route, const voi
                                      int64_t rows, int64_t cols, int format, float global_scale,
                                      const float *global_scale_device, uint16_t *out, void *stream, int pdl);
 
-/* out[t, h] = dtype(f32(alpha * (sum_j w[t, j] * down[inverse[t*k + j], h] + s_t * shared[t, h]))) in
- * double, slots in order, alpha = *alpha_device (1 when NULL); a token with an inverse of -1 (invalid
- * id) gets a NaN row. */
-typedef struct fp4_cuda_combine_args {
-  const float *down;           /* [P, H] permuted rows                                       */
-  const int32_t *inverse;      /* [T*k]                                                      */
-  const float *weights;        /* [T, k] with row stride ldw                                 */
-  int64_t ldw;
-  const float *shared;         /* [T, H] or NULL                                             */
-  const float *shared_weights; /* [T] or NULL (1)                                            */
-  void *out;
-  int64_t ldo;
-  int out_dtype;
-  int64_t tokens, top_k, hidden;
-  const float *alpha_device;   /* NULL, or the layer's output scale in device memory        */
-} fp4_cuda_combine_args;
-
+/* The combine of fp4_cuda_combine_args (above) in a launch of its own. */
 int fp4_cuda_moe_combine(const fp4_cuda_combine_args *args, void *stream, int pdl);
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_kernels.h"
 #include "backends/cuda/large_m_common.cuh"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/moe_combine.cuh"
 #include "backends/cuda/moe_kernels.h"
 #include "backends/cuda/moe_scalars.cuh"
 #include "backends/cuda/moe_silu.cuh"
@@ -176,69 +177,17 @@ __global__ void __launch_bounds__(kSiluThreads) silu_mul_kernel(const float *g, 
   fp4_pdl_launch_dependents();
 }
 
-/* The slots of a token are read in groups of kCombineGroup: every position, weight and down value
- * of a group is loaded before any is used, so a token's top_k dependent load pairs (inverse, then
- * down) cost a couple of memory latencies instead of top_k of them. Qwen3.5 at B = 1 (top-10, ncu):
- * 4.7 us against 6.3 us one pair at a time; the layer's time moved within noise (the combine's
- * start overlaps the down GEMM under PDL). The sum still runs over the slots in order. */
-constexpr int kCombineGroup = 8;
-
 /* CTA (token t, chunk y) writes out[t, 1024 y .. 1024 y + 1023], each thread 4 columns 256 apart
  * (coalesced loads of the down rows): the token's slot positions and weights are loaded once per
  * thread for its 4 columns, and no 64-bit division is left per element (one thread per element
  * took 508 us for DeepSeek-R1 at B = 4096, 1.9 TB/s over the down rows; bench/results/h200/
- * 2026-11-30-moe-prefill/README.md). */
+ * 2026-11-30-moe-prefill/README.md). The arithmetic: combine_columns (moe_combine.cuh). */
 constexpr int kCombineThreads = 256, kCombinePerThread = 4;
 
 __global__ void __launch_bounds__(kCombineThreads) combine_kernel(fp4_cuda_combine_args a) {
   fp4_pdl_wait();
   const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * kCombineThreads * kCombinePerThread + threadIdx.x;
-  if (t < a.tokens && h0 < a.hidden) {
-    double acc[kCombinePerThread] = {0.0, 0.0, 0.0, 0.0};
-    bool bad = false;
-    for (int64_t j0 = 0; j0 < a.top_k; j0 += kCombineGroup) {
-      int32_t pos[kCombineGroup];
-      float w[kCombineGroup], d[kCombineGroup][kCombinePerThread];
-#pragma unroll
-      for (int u = 0; u < kCombineGroup; u++) {
-        const bool in = j0 + u < a.top_k;
-        pos[u] = in ? a.inverse[t * a.top_k + j0 + u] : 0;
-        w[u] = in ? a.weights[t * a.ldw + j0 + u] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kCombineGroup; u++)
-#pragma unroll
-        for (int c = 0; c < kCombinePerThread; c++) {
-          const int64_t h = h0 + c * kCombineThreads;
-          d[u][c] = j0 + u < a.top_k && pos[u] >= 0 && h < a.hidden ? a.down[(int64_t)pos[u] * a.hidden + h] : 0.0f;
-        }
-#pragma unroll
-      for (int u = 0; u < kCombineGroup; u++) {
-        if (j0 + u >= a.top_k) break;
-        if (pos[u] < 0) {
-          bad = true; /* an invalid expert id: make it visible */
-          continue;
-        }
-#pragma unroll
-        for (int c = 0; c < kCombinePerThread; c++) acc[c] += (double)w[u] * (double)d[u][c];
-      }
-    }
-    const double sw = a.shared && a.shared_weights ? (double)a.shared_weights[t] : 1.0;
-    const double alpha = a.alpha_device ? (double)*a.alpha_device : 1.0; /* read after the PDL wait */
-#pragma unroll
-    for (int c = 0; c < kCombinePerThread; c++) {
-      const int64_t h = h0 + c * kCombineThreads;
-      if (h >= a.hidden) break;
-      double x = acc[c];
-      if (a.shared) x += sw * (double)a.shared[t * a.hidden + h];
-      if (a.alpha_device) x *= alpha;
-      const float v = bad ? __int_as_float(0x7FC00000) : (float)x;
-      const int64_t o = t * a.ldo + h;
-      if (a.out_dtype == FP4_DTYPE_F32) static_cast<float *>(a.out)[o] = v;
-      else if (a.out_dtype == FP4_DTYPE_BF16) static_cast<uint16_t *>(a.out)[o] = fp4_bf16_from_f32_inline(v);
-      else static_cast<uint16_t *>(a.out)[o] = fp4_f16_from_f32_inline(v);
-    }
-  }
+  if (t < a.tokens && h0 < a.hidden) combine_columns<kCombinePerThread>(a, t, h0, kCombineThreads);
   fp4_pdl_launch_dependents();
 }
 

@@ -400,7 +400,14 @@ int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forc
   }
   plan->shared_dense = fp4_moe_shared_dense(plan, L, forced, path);
   plan->route_fused = fp4_moe_route_fusable(plan, L, forced, path);
+  plan->combine_fused = fp4_moe_combine_fusable(plan, L);
   return 0;
+}
+
+int fp4_moe_combine_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L) {
+  const fp4_moe_variant *vd = &plan->variant[FP4_MOE_DOWN];
+  return plan->route_fused && L->tokens * L->top_k <= FP4_MOE_COMBINE_FUSED_PAIRS && !plan->prefill[0] &&
+         vd->kernel == FP4_MOE_KERNEL_LEAN && vd->rows == 32 && vd->fixed_k && (plan->sets == 1 || plan->shared_fused);
 }
 
 int fp4_moe_route_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,

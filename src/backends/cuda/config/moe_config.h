@@ -140,6 +140,8 @@ typedef struct fp4_moe_layer_plan {
                                           default configs (fp4_moe_shared_dense)            */
   int route_fused;                     /* the routing runs in the routed gate_up launch, no
                                           kernel of its own (fp4_moe_route_fusable)         */
+  int combine_fused;                   /* the combine runs in the routed down launch, no
+                                          kernel of its own (fp4_moe_combine_fusable)       */
   fp4_moe_gemm_shape gemm[FP4_MOE_GEMMS];
   fp4_moe_variant variant[FP4_MOE_GEMMS];
 } fp4_moe_layer_plan;
@@ -172,12 +174,27 @@ enum { FP4_MOE_ROUTE_FUSED_PAIRS = 32 };
 int fp4_moe_route_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L, const fp4_moe_variant *forced,
                           int path);
 
+/* Pairs (tokens * top_k) up to which the routed down launch does the layer's combine: measured
+ * faster than the combine kernel at 2-10 pairs (Qwen3.5 decode steps 1.03-1.11x), 1.8% slower at 16
+ * (EP8 batch 8, where the down grid runs three waves of CTAs and the last CTA's combine adds to the
+ * tail), bench/results/h200/2026-12-04-moe-combine-in-down/. */
+enum { FP4_MOE_COMBINE_FUSED_PAIRS = 12 };
+
+/* 1 when the combine of a layer plan runs at the end of its routed down launch instead of a kernel
+ * of its own (one dependent launch fewer, after route_fused's): the routing ran in the gate_up
+ * launch (route_fused, whose first CTA zeroes the down launch's arrival counters), at most
+ * FP4_MOE_COMBINE_FUSED_PAIRS pairs, down runs the two-tile lean kernel on the compile-time K walk,
+ * and every row the combine reads is that launch's: no shared expert, or the shared expert in the
+ * routed launches (shared_fused). */
+int fp4_moe_combine_fusable(const fp4_moe_layer_plan *plan, const fp4_moe_layer_shape *L);
+
 /* The layer's plan with the chooser's variant of every GEMM on a path (forced NULL) or the variant
  * forced on all of them; returns -1 with the rule in why when forced cannot run one of them. SiLU*up
  * is fused into each set's gate_up GEMM wherever its variant allows (fp4_moe_silu_fusable). In W4A16
  * decode on the lean kernel with SiLU*up fused, a shared expert of the routed experts' shapes runs in
  * the routed launches (shared_fused; its GEMMs then take the routed variants). The
- * routing runs in the routed gate_up launch where fp4_moe_route_fusable says so. */
+ * routing runs in the routed gate_up launch where fp4_moe_route_fusable says so, the combine in the
+ * routed down launch where fp4_moe_combine_fusable does. */
 int fp4_moe_plan_layer(const fp4_moe_layer_shape *L, const fp4_moe_variant *forced, int path,
                        const fp4_moe_arch *arch, fp4_moe_layer_plan *plan, char *why, size_t why_size);
 
