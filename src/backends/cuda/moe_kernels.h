@@ -121,10 +121,11 @@ typedef struct fp4_cuda_grouped_args {
    * set; the routed down GEMM on the two-tile lean kernel's compile-time K walk, f32 out, whose
    * layer's gate_up launch did the routing: fp4_moe_plan_layer's combine_fused). combine.down is
    * this launch's out and combine.shared its extra_out (or NULL without an extra expert). Every CTA
-   * counts itself on arrivals[x block] once its outputs are stored, and the last of an x block's CTAs
-   * (every row split, slot and cluster rank) combines that block's columns of every token, as the
-   * combine kernel would, bit for bit. arrivals: arrival_slots counters, zero when the launch starts
-   * (the gate_up launch's route.arrivals), at least one per x block of the grid. */
+   * of an x block (every row split, slot and cluster rank) but its last in launch order counts itself
+   * on arrivals[x block] once its outputs are stored; that last CTA waits for the count and combines
+   * the block's columns of every token, as the combine kernel would, bit for bit. arrivals:
+   * arrival_slots counters, zero when the launch starts (the gate_up launch's route.arrivals), at
+   * least one per x block of the grid. */
   fp4_cuda_combine_args combine;
   uint32_t *arrivals;
   int64_t arrival_slots;
