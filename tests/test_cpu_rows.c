@@ -11,8 +11,11 @@
  * whole; the panel path pads its rows (FP4_CPU_ROWPAD).
  *
  * Shapes: N = 300 (groups of weight rows full and partial at 1 and 2 threads; 50 panels of 6),
- * K = 128 (one chunk), 1152 (9 chunks: a K block and a single chunk), 2192 / 2208 (17 chunks and
- * a partial one), 2304 (18), 4096; NVFP4 and MXFP4, every scale layout, f32 and bf16 activations.
+ * K = 64 (a partial chunk only: the blocked kernel has no K block to walk), 128 (one chunk), 1152
+ * (9 chunks: a K block and a single chunk), 2192 / 2208 (17 chunks and a partial one), 2304 (18),
+ * 4096, 14336 (7 KiB weight rows, 14 K blocks: the blocked kernel's prefetches, which follow its
+ * reading order, cross from one group of rows into the next there); NVFP4 and MXFP4, every scale
+ * layout, f32 and bf16 activations.
  * The data hold NaN and infinite activations in some rows and a NaN block scale in one weight row
  * of a later group, in a later K block. Each call is also checked against the reference (relative
  * difference of the finite outputs below 2e-6, NaN and infinities where the reference has them).
@@ -150,7 +153,9 @@ static void rows_case(const char *level, const rows_data *d, int64_t m, int64_t 
 int main(void) {
   static const char *const levels[] = {"generic", "avx2", "avx512"};
   static const fp4_scale_layout layouts[] = {FP4_LAYOUT_LINEAR, FP4_LAYOUT_128X4, FP4_LAYOUT_8X4};
-  static const int64_t ks_nv[] = {128, 1152, 2192, 2304, 4096}, ks_mx[] = {128, 1152, 2208, 2304, 4096};
+  static const int64_t ks_nv[] = {64, 128, 1152, 2192, 2304, 4096, 14336};
+  static const int64_t ks_mx[] = {64, 128, 1152, 2208, 2304, 4096, 14336};
+  enum { NKS = sizeof ks_nv / sizeof ks_nv[0] };
   static const char *const threads[] = {"1", "2"};
   int cases = 0;
   for (int l = 0; l < 3; l++) {
@@ -160,7 +165,7 @@ int main(void) {
     }
     g_level = levels[l];
     for (int f = 0; f < 2; f++)
-      for (int ki = 0; ki < 5; ki++) {
+      for (int ki = 0; ki < NKS; ki++) {
         const fp4_format fmt = f ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
         const fp4_scale_layout layout = layouts[(ki + (size_t)l) % (f ? 2 : 3)];
         rows_data d;
