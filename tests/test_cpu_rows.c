@@ -6,9 +6,10 @@
  * many rows of A a call has or where a row sits among them. So row i of an M-row call must equal,
  * bit for bit, the same row computed in a call of its own (streaming path: M = 2-4 against M = 1)
  * or in a call of 5 rows (panel path: M = 7, 15, 17 against M = 5). This catches kernels that mix
- * up accumulators across rows of A, weight rows or K blocks: the AVX2 streaming kernel walks 2-4
- * rows of A over groups of weight rows a K block at a time, while M = 1 streams each weight row
- * whole; the panel path pads its rows (FP4_CPU_ROWPAD).
+ * up accumulators across rows of A, weight rows or K blocks: the AVX2 streaming kernel (f32) and
+ * the AVX-512 one (bf16 activations) walk 2-4 rows of A over groups of weight rows a K block at a
+ * time, while M = 1 streams each weight row whole; the panel path pads its rows (FP4_CPU_ROWPAD).
+ * The streaming cases run with f32 and bf16 activations at both thread counts.
  *
  * Shapes: N = 300 (groups of weight rows full and partial at 1 and 2 threads; 50 panels of 6),
  * K = 64 (a partial chunk only: the blocked kernel has no K block to walk), 128 (one chunk), 1152
@@ -17,8 +18,11 @@
  * reading order, cross from one group of rows into the next there); NVFP4 and MXFP4, every scale
  * layout, f32 and bf16 activations.
  * The data hold NaN and infinite activations in some rows and a NaN block scale in one weight row
- * of a later group, in a later K block. Each call is also checked against the reference (relative
- * difference of the finite outputs below 2e-6, NaN and infinities where the reference has them).
+ * of a later group, in a later K block, in its last scale column: in a single chunk at K = 1152,
+ * a pair of chunks at 2304 and the partial chunk at 2192 (the AVX-512 kernel tracks NaN codes of
+ * pairs and of single chunks apart and decodes the partial chunk's scales exactly). Each call is
+ * also checked against the reference (relative difference of the finite outputs below 2e-6, NaN
+ * and infinities where the reference has them).
  */
 #include <math.h>
 #include <stdint.h>
@@ -176,7 +180,8 @@ int main(void) {
         }
         for (int t = 0; t < 2; t++) {
           setenv("FP4KIT_NUM_THREADS", threads[t], 1);
-          for (int64_t m = 2; m <= 4; m++, cases++) rows_case(levels[l], &d, m, 1, (int)((m + ki + t) % 2));
+          for (int64_t m = 2; m <= 4; m++)
+            for (int bf16 = 0; bf16 < 2; bf16++, cases++) rows_case(levels[l], &d, m, 1, bf16);
           static const int64_t panel_ms[] = {7, 15, 17};
           for (int i = 0; i < 3; i++, cases++) rows_case(levels[l], &d, panel_ms[i], 5, (i + ki + t) % 2);
         }

@@ -102,6 +102,46 @@ typedef struct fp4_cpu_gemm {
   fp4_matrix *out;
 } fp4_cpu_gemm;
 
+/* ---- the blocked streaming kernels' reading order ---- */
+
+/* With 2-4 rows of A the AVX2 and AVX-512 streaming kernels walk FP4_CPU_GEMV_ROWS weight rows
+ * together, a K block of each in turn (an "item": one K block of one weight row), and prefetch
+ * the weights of the item FP4_CPU_GEMV_PF_ITEMS items ahead in that order. */
+#define FP4_CPU_GEMV_ROWS 8     /* weight rows walked together                              */
+#define FP4_CPU_GEMV_PF_ITEMS 8 /* items ahead whose weights are prefetched                 */
+
+/* A position in that order: K block c0 (in chunks) of row r of the group of nr rows from r0;
+ * groups follow each other up to row n1, K blocks are kchunks chunks, a row has nfull full ones. */
+typedef struct fp4_cpu_gemv_cursor {
+  int64_t r0, nr, r, c0;
+} fp4_cpu_gemv_cursor;
+
+static inline fp4_cpu_gemv_cursor fp4_cpu_gemv_cursor_make(int64_t n0, int64_t n1) {
+  const fp4_cpu_gemv_cursor p = {n0, n1 - n0 < FP4_CPU_GEMV_ROWS ? n1 - n0 : FP4_CPU_GEMV_ROWS, 0, 0};
+  return p;
+}
+
+static inline void fp4_cpu_gemv_cursor_next(fp4_cpu_gemv_cursor *p, int64_t n1, int64_t nfull, int64_t kchunks) {
+  if (p->r0 >= n1 || ++p->r < p->nr) return;
+  p->r = 0;
+  p->c0 += kchunks;
+  if (p->c0 < nfull) return;
+  p->c0 = 0;
+  p->r0 += p->nr;
+  p->nr = n1 - p->r0 < FP4_CPU_GEMV_ROWS ? n1 - p->r0 : FP4_CPU_GEMV_ROWS;
+}
+
+/* The weights to prefetch along with item [c0, c1) of a row at w: those of the cursor's item
+ * (which it then passes), or the item's own when the cursor has run past the rows [., n1). */
+static inline const uint8_t *fp4_cpu_gemv_prefetch_next(fp4_cpu_gemv_cursor *p, const uint8_t *b, int64_t row_bytes,
+                                                        int64_t n1, int64_t nfull, int64_t kchunks, const uint8_t *w,
+                                                        int64_t c0, int64_t c1) {
+  const uint8_t *pf = b + (p->r0 + p->r) * row_bytes + 64 * p->c0;
+  if (p->r0 >= n1 || pf + 64 * (c1 - c0) > b + n1 * row_bytes) pf = w + 64 * c0;
+  fp4_cpu_gemv_cursor_next(p, n1, nfull, kchunks);
+  return pf;
+}
+
 /* ---- shared helpers (cpu_common.c) ---- */
 
 /* Offset of scale (row r, group of 4 columns 0) in the weight scale buffer; scale column c of row

@@ -198,7 +198,7 @@ static void tail_scale_bytes(const fp4_cpu_gemm *g, const uint8_t *sp, int64_t c
 /* Chunks [c0, c1) of one weight row (full chunks only) into acc: pairs of chunks with one scale
  * conversion for both (chunk_scales2()), then a single one. pf: the bytes to prefetch along with
  * them (c1 - c0 chunks' worth): FP4_CPU_PREFETCH bytes further on in the row at M = 1, the
- * weights read GEMV_PF_ITEMS items later in the blocked kernel (gemv_t()). */
+ * weights read FP4_CPU_GEMV_PF_ITEMS items later in the blocked kernel (gemv_t()). */
 T2 INLINE __m128i row_chunks(const fp4_cpu_gemm *g, const lut2 *t, const uint8_t *w, const uint8_t *sp, const float *a,
                              int64_t c0, int64_t c1, const uint8_t *pf, __m128i track, const int MR, const int MX,
                              __m256 acc[][2]) {
@@ -246,36 +246,16 @@ T2 INLINE void row_finish(const fp4_cpu_gemm *g, const lut2 *t, const uint8_t *w
   for (int i = 0; i < MR; i++) fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : hsum8(_mm256_add_ps(acc[i][0], acc[i][1])) * fix);
 }
 
-/* Rows per group and chunks per K block of the blocked streaming kernel (2 to 4 rows of A). */
-#define GEMV_ROWS 8
+/* Chunks per K block of the blocked streaming kernel (2 to 4 rows of A). */
 #define GEMV_KCHUNKS 8
-
-/* Items of the blocked streaming kernel ahead of the one being read whose weights are prefetched
- * with it (an item: one K block of one weight row, 512 bytes). */
-#define GEMV_PF_ITEMS 8
-
-/* A position in the blocked kernel's reading order: K block c0 of row r of the group of nr rows
- * from r0; groups follow each other up to row n1. */
-typedef struct gemv_cursor {
-  int64_t r0, nr, r, c0;
-} gemv_cursor;
-
-static inline void gemv_cursor_next(gemv_cursor *p, int64_t n1, int64_t nfull) {
-  if (p->r0 >= n1 || ++p->r < p->nr) return;
-  p->r = 0;
-  p->c0 += GEMV_KCHUNKS;
-  if (p->c0 < nfull) return;
-  p->c0 = 0;
-  p->r0 += p->nr;
-  p->nr = n1 - p->r0 < GEMV_ROWS ? n1 - p->r0 : GEMV_ROWS;
-}
 
 /* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
  * registers. One row of A (M = 1) streams each weight row from start to end. With 2-4 rows the
  * whole of A (up to 128 KiB at K = 8192) does not stay in L1, and each weight row read it again
  * from L2: in cache, M = 4 ran 30 Gprod/s with A in L1 (K = 1152) against 24 with it in L2
- * (K = 4224). So GEMV_ROWS weight rows are walked together, GEMV_KCHUNKS chunks (1024 elements,
- * 16 KiB of A at M = 4) of each in turn, their accumulators kept in memory between K blocks.
+ * (K = 4224). So FP4_CPU_GEMV_ROWS weight rows are walked together, GEMV_KCHUNKS chunks (1024
+ * elements, 16 KiB of A at M = 4) of each in turn, their accumulators kept in memory between K
+ * blocks.
  * Every output still takes its chunks in order into the same accumulators: the bits do not
  * change (bench/results/cpu/2026-12-04-avx2-m4-m16). */
 T2 INLINE void gemv_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
@@ -292,18 +272,17 @@ T2 INLINE void gemv_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1,
     }
     return;
   }
-  __m256 accs[GEMV_ROWS][FP4_CPU_GEMV_MAX_M][2];
-  __m128i tracks[GEMV_ROWS];
-  const uint8_t *end = g->b + n1 * row_bytes;
-  /* The prefetches follow the reading order, GEMV_PF_ITEMS items ahead. Prefetching a fixed
+  __m256 accs[FP4_CPU_GEMV_ROWS][FP4_CPU_GEMV_MAX_M][2];
+  __m128i tracks[FP4_CPU_GEMV_ROWS];
+  /* The prefetches follow the reading order, FP4_CPU_GEMV_PF_ITEMS items ahead. Prefetching a fixed
    * distance ahead in the address order instead left, at K = 14336 (7 KiB rows), the first 4 KiB
    * of 7 of every 8 rows to the hardware: 4096 x 14336 ran 0.83x as fast a product as
    * 28672 x 4096 (bench/results/cpu/2026-12-04-avx2-m4-prefetch). */
-  gemv_cursor ahead = {n0, n1 - n0 < GEMV_ROWS ? n1 - n0 : GEMV_ROWS, 0, 0};
-  for (int i = 0; i < GEMV_PF_ITEMS; i++) gemv_cursor_next(&ahead, n1, nfull);
-  for (int64_t r0 = n0; r0 < n1; r0 += GEMV_ROWS) {
-    const int64_t nr = n1 - r0 < GEMV_ROWS ? n1 - r0 : GEMV_ROWS;
-    const uint8_t *sps[GEMV_ROWS];
+  fp4_cpu_gemv_cursor ahead = fp4_cpu_gemv_cursor_make(n0, n1);
+  for (int i = 0; i < FP4_CPU_GEMV_PF_ITEMS; i++) fp4_cpu_gemv_cursor_next(&ahead, n1, nfull, GEMV_KCHUNKS);
+  for (int64_t r0 = n0; r0 < n1; r0 += FP4_CPU_GEMV_ROWS) {
+    const int64_t nr = n1 - r0 < FP4_CPU_GEMV_ROWS ? n1 - r0 : FP4_CPU_GEMV_ROWS;
+    const uint8_t *sps[FP4_CPU_GEMV_ROWS];
     for (int64_t r = 0; r < nr; r++) {
       sps[r] = g->bs + fp4_cpu_scale_base(g, r0 + r);
       tracks[r] = _mm_setzero_si128();
@@ -314,9 +293,7 @@ T2 INLINE void gemv_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1,
       const int64_t c1 = c0 + GEMV_KCHUNKS < nfull ? c0 + GEMV_KCHUNKS : nfull;
       for (int64_t r = 0; r < nr; r++) {
         const uint8_t *w = w0 + r * row_bytes;
-        const uint8_t *pf = g->b + (ahead.r0 + ahead.r) * row_bytes + 64 * ahead.c0;
-        if (ahead.r0 >= n1 || pf + 64 * (c1 - c0) > end) pf = w + 64 * c0;
-        gemv_cursor_next(&ahead, n1, nfull);
+        const uint8_t *pf = fp4_cpu_gemv_prefetch_next(&ahead, g->b, row_bytes, n1, nfull, GEMV_KCHUNKS, w, c0, c1);
         __m256 acc[FP4_CPU_GEMV_MAX_M][2];
         for (int i = 0; i < MR; i++) acc[i][0] = accs[r][i][0], acc[i][1] = accs[r][i][1];
         tracks[r] = row_chunks(g, &t, w, sps[r], a, c0, c1, pf, tracks[r], MR, MX, acc);

@@ -178,64 +178,136 @@ T512BF INLINE void chunk_dot(__m512i x, __m512i lut, __m512 s, const uint16_t *a
   }
 }
 
-/* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
- * registers and the format branches disappear. Full chunks run branch-free; the last partial
- * chunk (K not a multiple of 128) takes the general loads with its lanes zeroed. */
-T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
-  const __m512i lut = _mm512_loadu_si512((const void *)e2m1_bf16);
-  const int64_t row_bytes = g->k / 2, nchunks = g->kp / 128, nfull = row_bytes / 64;
+/* Full chunks [c0, c1) of one weight row into acc: pairs with one scale conversion for both
+ * (pair_scales(), NaN codes into *nan_bits), then a single one (fast_scales(), into *nan_track).
+ * pf: the bytes to prefetch along with them (c1 - c0 chunks' worth): FP4_CPU_PREFETCH bytes further
+ * on in the row at M = 1, the weights read FP4_CPU_GEMV_PF_ITEMS items later in the blocked kernel
+ * (gemv_bf16_t()). */
+T512BF INLINE void row_chunks(const fp4_cpu_gemm *g, __m512i lut, const uint8_t *w, const uint8_t *sp,
+                              const uint16_t *a, int64_t c0, int64_t c1, const uint8_t *pf, uint64_t *nan_bits,
+                              __m128i *nan_track, const int MR, const int MX, __m512 *acc) {
   const int64_t gstep = MX ? g->gstride : 2 * g->gstride; /* scale bytes per chunk */
-  /* fast_scales returns E4M3 values times 2^-8 */
-  const float fast_fix = MX ? 1.0f : 256.0f;
-  const uint16_t *a = (const uint16_t *)g->a + m0 * g->lda;
-  for (int64_t n = n0; n < n1; n++) {
-    const uint8_t *w = g->b + n * row_bytes;
-    const int64_t base = fp4_cpu_scale_base(g, n);
-    const uint8_t *sp = g->bs + base;
-    __m128i nan_track = _mm_setzero_si128();
-    __m512 acc[FP4_CPU_GEMV_MAX_M], tail[FP4_CPU_GEMV_MAX_M];
-    for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) acc[i] = tail[i] = _mm512_setzero_ps();
-    uint64_t nan_bits = 0;
-    int64_t ch = 0;
-    /* Full chunks two at a time: one scale conversion per pair, no per-chunk tail tests. */
-    for (; ch + 2 <= nfull; ch += 2) {
-      /* Weights are read once: ask for them well ahead so several misses are in flight per core. */
-      _mm_prefetch((const char *)(w + ch * 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w + ch * 64 + 64 + FP4_CPU_PREFETCH), _MM_HINT_T0);
-      __m512 s0, s1;
-      pair_scales(sp + ch * gstep, g->gstride, MX, &nan_bits, &s0, &s1);
-      chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64)), lut, s0, a + ch * 128, g->lda, MR, acc);
-      chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64 + 64)), lut, s1, a + ch * 128 + 128, g->lda, MR, acc);
-    }
-    for (; ch < nchunks; ch++) {
-      const int full = ch < nfull;
-      __m512i x = full ? _mm512_loadu_si512((const void *)(w + ch * 64)) : chunk_weights(w, ch, row_bytes);
-      __m512 s = full ? fast_scales(sp + ch * gstep, g->gstride, MX, &nan_track) : chunk_scales(g, base, ch);
-      chunk_dot(x, lut, s, a + ch * 128, g->lda, MR, full ? acc : tail);
-    }
-    const int has_nan = nan_bits != 0 || nan_seen(nan_track, MX);
-    for (int i = 0; i < MR; i++) {
-      float sum = _mm512_reduce_add_ps(acc[i]) * fast_fix + _mm512_reduce_add_ps(tail[i]);
-      fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : sum);
-    }
+  int64_t ch = c0;
+  pf -= 64 * c0;
+  /* Two at a time: one scale conversion per pair, no per-chunk tail tests. */
+  for (; ch + 2 <= c1; ch += 2) {
+    /* Weights are read once: ask for them well ahead so several misses are in flight per core. */
+    _mm_prefetch((const char *)(pf + ch * 64), _MM_HINT_T0);
+    _mm_prefetch((const char *)(pf + ch * 64 + 64), _MM_HINT_T0);
+    __m512 s0, s1;
+    pair_scales(sp + ch * gstep, g->gstride, MX, nan_bits, &s0, &s1);
+    chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64)), lut, s0, a + ch * 128, g->lda, MR, acc);
+    chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64 + 64)), lut, s1, a + ch * 128 + 128, g->lda, MR, acc);
+  }
+  if (ch < c1) {
+    const __m512 s = fast_scales(sp + ch * gstep, g->gstride, MX, nan_track);
+    chunk_dot(_mm512_loadu_si512((const void *)(w + ch * 64)), lut, s, a + ch * 128, g->lda, MR, acc);
   }
 }
 
+/* The last, partial chunk of a row (K not a multiple of 128; its lanes past K zero, general scale
+ * loads) into accumulators of its own, and the row's outputs. */
+T512BF INLINE void row_finish(const fp4_cpu_gemm *g, __m512i lut, const uint8_t *w, int64_t base, const uint16_t *a,
+                              int64_t m0, int64_t n, uint64_t nan_bits, __m128i nan_track, const int MR, const int MX,
+                              const __m512 *acc) {
+  const int64_t row_bytes = g->k / 2, nchunks = g->kp / 128, nfull = row_bytes / 64;
+  const float fast_fix = MX ? 1.0f : 256.0f; /* fast_scales returns E4M3 values times 2^-8 */
+  __m512 tail[FP4_CPU_GEMV_MAX_M];
+  for (int i = 0; i < FP4_CPU_GEMV_MAX_M; i++) tail[i] = _mm512_setzero_ps();
+  if (nfull < nchunks)
+    chunk_dot(chunk_weights(w, nfull, row_bytes), lut, chunk_scales(g, base, nfull), a + nfull * 128, g->lda, MR, tail);
+  const int has_nan = nan_bits != 0 || nan_seen(nan_track, MX);
+  for (int i = 0; i < MR; i++) {
+    float sum = _mm512_reduce_add_ps(acc[i]) * fast_fix + _mm512_reduce_add_ps(tail[i]);
+    fp4_cpu_store(g, m0 + i, n, has_nan ? NAN : sum);
+  }
+}
+
+/* Chunks per K block of the blocked streaming kernel (2 to 4 rows of A). */
+#define GEMV_KCHUNKS 16
+/* Bytes of A (its rows in bf16) up to which each weight row is streamed whole: A of that size
+ * stays in the 48 KiB L1 of the Zen 5 measured, where walking K blocks ran 0.86-0.97x as fast
+ * (M = 4 at K = 4096, M = 2 at K = 8192; bench/results/cpu/2026-12-04-avx512-m4-blocked). */
+#define GEMV_WHOLE_A_BYTES 32768
+
+/* MR and MX are compile-time constants in every instantiation, so the accumulators stay in
+ * registers and the format branches disappear. One row of A (M = 1), or A up to
+ * GEMV_WHOLE_A_BYTES, streams each weight row from start to end. Larger A does not stay in L1 and
+ * each weight row read it again from L2: M = 4 ran 4096 x 14336 (112 KiB of A) at half the speed
+ * of 28672 x 4096 (32 KiB). So, as in kernels_avx2.c, FP4_CPU_GEMV_ROWS weight rows are walked
+ * together, GEMV_KCHUNKS chunks of each in turn (16 KiB of A at M = 4), their accumulators and NaN
+ * tracks kept in memory between K blocks, and the weights prefetched in that reading order. Every
+ * output still takes its chunks in order, in the same pairs, into the same accumulators: the bits
+ * do not change (bench/results/cpu/2026-12-04-avx512-m4-blocked). */
+T512BF INLINE void gemv_bf16_t(const fp4_cpu_gemm *g, int64_t m0, int64_t n0, int64_t n1, const int MR, const int MX) {
+  const __m512i lut = _mm512_loadu_si512((const void *)e2m1_bf16);
+  const int64_t row_bytes = g->k / 2, nfull = row_bytes / 64;
+  const uint16_t *a = (const uint16_t *)g->a + m0 * g->lda;
+  if (MR == 1 || MR * g->kp * 2 <= GEMV_WHOLE_A_BYTES) {
+    for (int64_t n = n0; n < n1; n++) {
+      const uint8_t *w = g->b + n * row_bytes;
+      const int64_t base = fp4_cpu_scale_base(g, n);
+      __m128i nan_track = _mm_setzero_si128();
+      uint64_t nan_bits = 0;
+      __m512 acc[FP4_CPU_GEMV_MAX_M];
+      for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+      row_chunks(g, lut, w, g->bs + base, a, 0, nfull, w + FP4_CPU_PREFETCH, &nan_bits, &nan_track, MR, MX, acc);
+      row_finish(g, lut, w, base, a, m0, n, nan_bits, nan_track, MR, MX, acc);
+    }
+    return;
+  }
+  __m512 accs[FP4_CPU_GEMV_ROWS][FP4_CPU_GEMV_MAX_M];
+  __m128i tracks[FP4_CPU_GEMV_ROWS];
+  uint64_t bits[FP4_CPU_GEMV_ROWS];
+  int64_t bases[FP4_CPU_GEMV_ROWS];
+  fp4_cpu_gemv_cursor ahead = fp4_cpu_gemv_cursor_make(n0, n1);
+  for (int i = 0; i < FP4_CPU_GEMV_PF_ITEMS; i++) fp4_cpu_gemv_cursor_next(&ahead, n1, nfull, GEMV_KCHUNKS);
+  for (int64_t r0 = n0; r0 < n1; r0 += FP4_CPU_GEMV_ROWS) {
+    const int64_t nr = n1 - r0 < FP4_CPU_GEMV_ROWS ? n1 - r0 : FP4_CPU_GEMV_ROWS;
+    for (int64_t r = 0; r < nr; r++) {
+      bases[r] = fp4_cpu_scale_base(g, r0 + r);
+      tracks[r] = _mm_setzero_si128();
+      bits[r] = 0;
+      for (int i = 0; i < MR; i++) accs[r][i] = _mm512_setzero_ps();
+    }
+    const uint8_t *w0 = g->b + r0 * row_bytes;
+    for (int64_t c0 = 0; c0 < nfull; c0 += GEMV_KCHUNKS) {
+      const int64_t c1 = c0 + GEMV_KCHUNKS < nfull ? c0 + GEMV_KCHUNKS : nfull;
+      for (int64_t r = 0; r < nr; r++) {
+        const uint8_t *w = w0 + r * row_bytes;
+        const uint8_t *pf = fp4_cpu_gemv_prefetch_next(&ahead, g->b, row_bytes, n1, nfull, GEMV_KCHUNKS, w, c0, c1);
+        __m512 acc[FP4_CPU_GEMV_MAX_M];
+        for (int i = 0; i < MR; i++) acc[i] = accs[r][i];
+        row_chunks(g, lut, w, g->bs + bases[r], a, c0, c1, pf, &bits[r], &tracks[r], MR, MX, acc);
+        for (int i = 0; i < MR; i++) accs[r][i] = acc[i];
+      }
+    }
+    for (int64_t r = 0; r < nr; r++)
+      row_finish(g, lut, w0 + r * row_bytes, bases[r], a, m0, r0 + r, bits[r], tracks[r], MR, MX, accs[r]);
+  }
+}
+
+/* One function per number of rows: with all of them inlined into one, gcc reloaded the M = 1
+ * loop's constants from memory in the loop, which then ran 0.92x as fast in cache
+ * (bench/results/cpu/2026-12-04-avx512-m4-blocked). */
+#define FP4_GEMV_BF16_ROWS(mr)                                                                                     \
+  T512BF __attribute__((noinline)) static void gemv_bf16_##mr(const fp4_cpu_gemm *g, int64_t m0, int64_t n0,      \
+                                                             int64_t n1) {                                      \
+    if (g->mx) gemv_bf16_t(g, m0, n0, n1, mr, 1);                                                                 \
+    else gemv_bf16_t(g, m0, n0, n1, mr, 0);                                                                       \
+  }
+FP4_GEMV_BF16_ROWS(1)
+FP4_GEMV_BF16_ROWS(2)
+FP4_GEMV_BF16_ROWS(3)
+FP4_GEMV_BF16_ROWS(4)
+#undef FP4_GEMV_BF16_ROWS
+
 T512BF static void gemv_bf16(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1) {
-  if (g->mx) {
-    switch (mr) {
-    case 1: gemv_bf16_t(g, m0, n0, n1, 1, 1); break;
-    case 2: gemv_bf16_t(g, m0, n0, n1, 2, 1); break;
-    case 3: gemv_bf16_t(g, m0, n0, n1, 3, 1); break;
-    default: gemv_bf16_t(g, m0, n0, n1, 4, 1); break;
-    }
-  } else {
-    switch (mr) {
-    case 1: gemv_bf16_t(g, m0, n0, n1, 1, 0); break;
-    case 2: gemv_bf16_t(g, m0, n0, n1, 2, 0); break;
-    case 3: gemv_bf16_t(g, m0, n0, n1, 3, 0); break;
-    default: gemv_bf16_t(g, m0, n0, n1, 4, 0); break;
-    }
+  switch (mr) {
+  case 1: gemv_bf16_1(g, m0, n0, n1); break;
+  case 2: gemv_bf16_2(g, m0, n0, n1); break;
+  case 3: gemv_bf16_3(g, m0, n0, n1); break;
+  default: gemv_bf16_4(g, m0, n0, n1); break;
   }
 }
 
