@@ -8,9 +8,12 @@ prebuilt structs on the same operands (through an entry point without argtypes, 
 from Python to C): their difference is what the Python layer costs. The operands, the transposed
 weight views `w.T` and `w_sf.T` included, are made before the timed calls; the "w.T in" column
 times mm_fp4 and mm_w4a16 again with the two views made inside each call, as an engine that writes
-`layer.weight.T` at its call site pays. The calls column counts the
+`layer.weight.T` at its call site pays; "out=" times them with the output passed in (no allocation).
+The calls column counts the
 Python functions and builtins one steady-state call runs (sys.setprofile). Times are
-the mean of a batch of calls, the fastest of several batches. On the host
+the mean of a batch of calls, the fastest of several batches. Where the compiled path
+(fp4kit._native) runs the tensor calls, "py path" times the same call on the package's Python path
+(fp4kit._ops._use_native(False)) right after it. On the host
 backends a call computes its result before it returns, so the C column holds the GEMM itself; on a
 GPU the C column is the library's own host cost (launches are asynchronous).
 
@@ -234,10 +237,18 @@ def calls_per_call(fn):
         if event in ("call", "c_call"):
             n[0] += 1
 
+    fn()  # a plan dropped since (the compiled path turned off and on) is built outside the count
     sys.setprofile(prof)
     fn()
     sys.setprofile(None)
     return n[0] - 2  # fn itself and setprofile
+
+
+def call_path(fp4kit):
+    """fp4kit.call_path(), or the Python path for a package that predates the compiled one."""
+    if hasattr(fp4kit, "call_path"):
+        return fp4kit.call_path()
+    return {"path": "python", "why": "this package has no compiled path", "module": None}
 
 
 def main():
@@ -253,9 +264,11 @@ def main():
     print("fp4kit from %s, libfp4kit %s" % (os.path.dirname(fp4kit.__file__), fp4kit.library_path()))
     print("host microseconds per call, call to return, M = 1 (fastest of %d batches of %d calls)"
           % (args.repeats, args.calls))
-    print("%-11s %-12s %-11s %10s %10s %10s %6s  %-8s %-12s %-12s %s" % (
-        "kind", "op", "N x K", "python", "bare C", "layer", "calls", "w.T in", "torch linear", "empty launch",
-        "backend"))
+    path = call_path(fp4kit)
+    print("calls on tensors: the %s path%s" % (path["path"], " (%s)" % path["why"] if path["why"] else ""))
+    print("%-11s %-12s %-11s %10s %10s %10s %10s %6s  %-8s %-8s %-12s %-12s %s" % (
+        "kind", "op", "N x K", "python", "py path", "bare C", "layer", "calls", "w.T in", "out=", "torch linear",
+        "empty launch", "backend"))
     rows = []
     for kind in kinds:
         sync = torch.cuda.synchronize if kind == "torch-cuda" else None
@@ -279,13 +292,28 @@ def main():
                 "mm_fp4": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha),
                 "mm_w4a16": lambda: fp4kit.mm_w4a16(x16, wq.T, ws.T, alpha),
             }
+            # and with the output passed in (`out=`), as an engine that keeps its activations' buffers calls
+            out_buf = (torch.empty((1, n), dtype=torch.bfloat16, device=x16.device) if kind != "numpy"
+                       else np.empty((1, n), x16.dtype))
+            with_out = {
+                "mm_fp4": lambda: fp4kit.mm_fp4(xq, wt, xs, wst, alpha, out_buf.dtype, out_buf),
+                "mm_w4a16": lambda: fp4kit.mm_w4a16(x16, wt, wst, alpha, out_buf.dtype, out_buf),
+            }
             for op, fn in calls.items():
                 try:
                     t_py = per_call_us(fn, args.calls, args.repeats, sync)
                     backend = fp4kit.last_run()["backend"] if fp4kit.last_run() else "?"
+                    t_pp = None  # the same call on the Python path, where the compiled one ran it
+                    if kind != "numpy" and call_path(fp4kit)["path"] == "compiled":
+                        fp4kit._ops._use_native(False)
+                        try:
+                            t_pp = per_call_us(fn, args.calls, args.repeats, sync)
+                        finally:
+                            fp4kit._ops._use_native(True)
                     t_c = per_call_us(bare_c(fp4kit, kind, op, x16, xq, xs, wq, ws, n, k, torch), args.calls,
                                       args.repeats, sync)
                     t_views = per_call_us(with_views[op], args.calls, args.repeats, sync) if op in with_views else None
+                    t_out = per_call_us(with_out[op], args.calls, args.repeats, sync) if op in with_out else None
                     # the peers beside each point: the host's state can change from one point to the next
                     floor = per_call_us(launch, args.calls, args.repeats, sync) if launch is not None else None
                     peer_linear = None
@@ -298,13 +326,16 @@ def main():
                 ncalls = calls_per_call(fn)
                 row = {"kind": kind, "op": op, "n": n, "k": k, "python_us": round(t_py, 2), "c_us": round(t_c, 2),
                        "layer_us": round(t_py - t_c, 2), "calls": ncalls, "backend": backend,
+                       "path": call_path(fp4kit)["path"] if kind != "numpy" else "python",
+                       "python_path_us": None if t_pp is None else round(t_pp, 2),
                        "python_views_in_call_us": None if t_views is None else round(t_views, 2),
+                       "python_out_given_us": None if t_out is None else round(t_out, 2),
                        "torch_linear_us": None if peer_linear is None else round(peer_linear, 2),
                        "empty_launch_us": None if floor is None else round(floor, 2)}
                 rows.append(row)
-                print("%-11s %-12s %-11s %10.2f %10.2f %10.2f %6d  %-8s %-12s %-12s %s" % (
-                    kind, op, "%dx%d" % (n, k), t_py, t_c, t_py - t_c, ncalls,
-                    "-" if t_views is None else "%.2f" % t_views,
+                print("%-11s %-12s %-11s %10.2f %10s %10.2f %10.2f %6d  %-8s %-8s %-12s %-12s %s" % (
+                    kind, op, "%dx%d" % (n, k), t_py, "-" if t_pp is None else "%.2f" % t_pp, t_c, t_py - t_c, ncalls,
+                    "-" if t_views is None else "%.2f" % t_views, "-" if t_out is None else "%.2f" % t_out,
                     "-" if peer_linear is None else "%.2f" % peer_linear, "-" if floor is None else "%.2f" % floor,
                     backend))
     parts = None

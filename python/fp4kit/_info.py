@@ -18,6 +18,27 @@ def library_path():
     return _lib.LIB_PATH
 
 
+def call_path():
+    """Which path the eager calls of mm_fp4, mm_w4a16 and fp4_quantize on PyTorch tensors take:
+    {'path': 'compiled' or 'python', 'why': '' or why the compiled path (fp4kit._native, built with
+    the library where Python's headers are found) does not run, 'module': its file or None}. NumPy
+    arrays always take the Python path; the results are the same bits either way."""
+    from . import _ops
+    from . import _plan
+    mod = _lib.NATIVE
+    if mod is None:
+        why = _lib.NATIVE_WHY
+    elif not _plan.native_enabled:
+        why = "turned off (fp4kit._ops._use_native(False))"
+    elif _ops._torch_ops is None:
+        why = ("PyTorch has not been seen yet (the compiled path is set up on the first call with a tensor, "
+               "or by register_torch_ops())")
+    else:
+        why = ""
+    return {"path": "python" if why else "compiled", "why": why,
+            "module": getattr(mod, "__file__", None) if mod is not None else None}
+
+
 def backends(device=None):
     """Every registered backend with whether it can run on the host (device None) or on CUDA device
     `device`: a list of {'name', 'summary', 'available', 'reason'}."""

@@ -428,3 +428,44 @@ def check(status, what=""):
 
 def has_symbol(name):
     return hasattr(LIB, name)
+
+# ---- the compiled hot path ---------------------------------------------------------------------------
+
+def _load_native():
+    """fp4kit._native, the compiled hot path of the GEMM and quantize calls on tensors (built with the
+    library when CMake finds Python's headers): the package's own copy (a wheel), else the one beside
+    the loaded library (a build tree). Returns (module or None, why not)."""
+    import importlib
+    import importlib.machinery
+    import importlib.util
+    found = []
+    try:
+        found.append(importlib.import_module("fp4kit._native"))
+    except ImportError as e:
+        first = str(e)
+        names = ["_native" + s for s in importlib.machinery.EXTENSION_SUFFIXES]
+        here = os.path.dirname(os.path.abspath(LIB_PATH))
+        paths = [os.path.join(d, n) for d in (here, os.path.dirname(here)) for n in names]
+        path = next((p for p in paths if os.path.isfile(p)), None)
+        if path is None:
+            built = sorted(glob.glob(os.path.join(here, "_native*")))
+            return None, ("no _native module for this Python (%s) in the package or beside %s%s" % (
+                importlib.machinery.EXTENSION_SUFFIXES[0], LIB_PATH,
+                "; found " + ", ".join(os.path.basename(b) for b in built) if built else
+                ": the library was built without Python's headers (python3-dev)"))
+        try:
+            spec = importlib.util.spec_from_file_location("fp4kit._native", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            found.append(mod)
+        except ImportError as e2:
+            return None, "%s: %s (and %s)" % (path, e2, first)
+    mod = found[0]
+    want = (ctypes.sizeof(Matrix), ctypes.sizeof(QMatrix), ctypes.sizeof(Options), ctypes.sizeof(RunInfo))
+    if tuple(mod.struct_sizes) != want:
+        return None, "%s was built against other struct layouts (%s, the package has %s)" % (
+            getattr(mod, "__file__", "_native"), tuple(mod.struct_sizes), want)
+    return mod, ""
+
+
+NATIVE, NATIVE_WHY = _load_native()

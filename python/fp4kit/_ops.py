@@ -283,6 +283,40 @@ _Tensor = _NoTensor
 def _set_torch_ops(module, is_compiling, tensor_type):
     global _compiling, _torch_ops, _Tensor
     _torch_ops, _compiling, _Tensor = module, is_compiling, tensor_type
+    _setup_native(tensor_type)
+
+
+# ---- the compiled path ------------------------------------------------------------------------------------
+#
+# With PyTorch, eager calls on tensors go to fp4kit._native (_native.c): the same key, plan lookup,
+# allocation and library call in C, 3-4 us less host time a call than the Python below. A call it
+# has no plan for comes back here with the key it built (`native_key`); the plan made here is handed
+# to it (P.remember_native), or None where it cannot run the plan (NumPy operands, a host scalar, a
+# transposed input), so such calls stay on the Python path. fp4kit.host_path() says which path runs.
+
+_native_mm_fp4 = _native_mm_w4a16 = _native_quantize = None
+
+
+def _setup_native(tensor_type):
+    global _native_mm_fp4, _native_mm_w4a16, _native_quantize
+    nat = _lib.NATIVE
+    if nat is None or not P.native_enabled:
+        _native_mm_fp4 = _native_mm_w4a16 = _native_quantize = None
+        return
+    raw_stream, current_device = T.cuda_fns()
+    nat.setup(tensor_type, T._torch().empty_like, current_device, raw_stream, P.last, _lib.check, _mm_fp4_python,
+              _mm_w4a16_python, _quantize_python)
+    _native_mm_fp4, _native_mm_w4a16, _native_quantize = nat.mm_fp4, nat.mm_w4a16, nat.fp4_quantize
+
+
+def _use_native(on):
+    """Turns the compiled path on or off (tests and host-cost measurements compare the two); returns
+    whether it is on. It cannot be turned on where the module did not load (_lib.NATIVE_WHY)."""
+    P.native_enabled = bool(on)
+    P.forget_plans()
+    if _torch_ops is not None:
+        _setup_native(_Tensor)
+    return _native_mm_fp4 is not None
 
 
 # ---- keys of the tensor fast path -------------------------------------------------------------------------
@@ -306,7 +340,7 @@ _W4A16_FIX = {_lib.LAYOUT_LINEAR: "pass b_descale_layout='linear' for scales as 
 class _GemmPlan(P.Plan):
     """A validated fp4_mm / fp4_mm_w4a16 call: the C structs with everything but the pointers."""
 
-    __slots__ = ("w4a16", "a", "qb", "mo", "alpha_mode", "out_shape", "out_dtype", "out_device", "empty")
+    __slots__ = ("w4a16", "a", "qb", "mo", "alpha_mode", "out_shape", "out_dtype", "out_device", "empty", "template")
 
     def run(self, a, b, sa, sb, alpha, out):
         mode = self.alpha_mode
@@ -320,9 +354,8 @@ class _GemmPlan(P.Plan):
             empty = self.empty
             if empty is None:
                 out = np.empty(self.out_shape, self.out_dtype)
-            elif self.torch:  # a's device without parsing it: 2.4 us against torch.empty's 3.0
-                # (bench/results/h200/2026-12-02-host-cost-new-empty/)
-                out = a.new_empty(self.out_shape, dtype=self.out_dtype)
+            elif self.torch:
+                out = empty(self.template)  # torch.empty_like: see P.output_template
             else:
                 out = empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
         if not out.shape[0]:  # M = 0: an empty result, as FlashInfer returns (the C GEMMs need M >= 1)
@@ -344,6 +377,15 @@ class _GemmPlan(P.Plan):
         return out
 
 
+    def native(self):
+        """This plan as the compiled path runs it, or None where only run() can (NumPy operands,
+        M = 0)."""
+        if not self.torch or not self.mo.rows:
+            return None
+        return P.native_plan(self, 1 if self.w4a16 else 0, self.a, self.qb, self.mo, self.alpha_mode,
+                             getattr(self, "template", None), None)
+
+
 def _finish_plan(plan, device, backend, enable_pdl, fn, c_name, size_fn, first, second, views, out_given):
     """The parts every GEMM plan shares: options, info, context, argument tuple, output recipe and,
     on a device, the workspace reserved ahead of the call. views: the operands', output last."""
@@ -358,7 +400,11 @@ def _finish_plan(plan, device, backend, enable_pdl, fn, c_name, size_fn, first, 
         plan.out_shape = tuple(vo.shape)
         plan.out_dtype = vo.obj.dtype
         plan.out_device = vo.obj.device if vo.torch else None
-        plan.empty = T._torch().empty if vo.torch else None
+        plan.empty = None
+        if vo.torch:
+            torch = T._torch()
+            plan.empty = torch.empty_like if plan.torch else torch.empty
+            plan.template = P.output_template(torch, plan.out_shape, plan.out_dtype, plan.out_device)
     if ctx is not None:
         P.reserve_workspace(ctx, getattr(_lib.LIB, size_fn, None),
                             [ctx.handle, r(first), r(second), r(plan.mo), r(opts)], size_fn)
@@ -411,6 +457,16 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     if _compiling():
         return _torch_ops.mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
                                  backend, use_nvfp4, enable_pdl)
+    if _native_mm_fp4 is None:
+        return _mm_fp4_python(None, a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
+                              backend, use_nvfp4, enable_pdl)
+    return _native_mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout, backend,
+                          use_nvfp4, enable_pdl)
+
+
+def _mm_fp4_python(native_key, a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
+                   backend, use_nvfp4, enable_pdl):
+    """mm_fp4's Python path; native_key: the compiled path's key of a call it had no plan for."""
     try:
         key = (_MM_FP4, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.get_device(),
                a_descale.shape, a_descale.stride(), a_descale.dtype, a_descale.get_device(), b_descale.shape,
@@ -427,6 +483,8 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     except (AttributeError, KeyError):
         plan = P.remember(key, _mm_fp4_plan(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size,
                                             use_8x4_sf_layout, backend, use_nvfp4, enable_pdl))
+    if native_key is not None:
+        P.remember_native(native_key, plan)
     return plan.run(a, b, a_descale, b_descale, alpha, out)
 
 
@@ -497,6 +555,16 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
     if _compiling():
         return _torch_ops.mm_w4a16(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout,
                                    backend, enable_pdl)
+    if _native_mm_w4a16 is None:
+        return _mm_w4a16_python(None, a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout,
+                                backend, enable_pdl)
+    return _native_mm_w4a16(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout, backend,
+                            enable_pdl)
+
+
+def _mm_w4a16_python(native_key, a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4, b_descale_layout,
+                     backend, enable_pdl):
+    """mm_w4a16's Python path (native_key as in _mm_fp4_python)."""
     try:
         key = (_MM_W4A16, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.get_device(),
                b_descale.shape, b_descale.stride(), b_descale.dtype, b_descale.get_device(),
@@ -512,6 +580,8 @@ def mm_w4a16(a, b, b_descale, alpha=None, out_dtype=None, out=None, block_size=1
     except (AttributeError, KeyError):
         plan = P.remember(key, _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4,
                                               b_descale_layout, backend, enable_pdl))
+    if native_key is not None:
+        P.remember_native(native_key, plan)
     return plan.run(a, b, None, b_descale, alpha, out)
 
 
@@ -528,7 +598,15 @@ def _scale_shape(nbytes, fmt, layout, k):
 
 
 class _QuantizePlan(P.Plan):
-    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "u8")
+    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "u8", "empty_like", "q_template",
+                 "sf_template")
+
+    def native(self):
+        """This plan as the compiled path runs it, or None where only run() can (NumPy operands, a
+        transposed input, the reference's ordered quantizer)."""
+        if not self.torch or self.transpose or self.name != "fp4_quantize":
+            return None
+        return P.native_plan(self, 2, self.mx, self.q, None, self.gs_mode, self.q_template, self.sf_template)
 
     def run(self, x, global_scale):
         if self.transpose:
@@ -541,9 +619,8 @@ class _QuantizePlan(P.Plan):
             keep = P.set_scalar(self, global_scale, mode, "global_scale_device")
         q = self.q
         if self.torch:
-            u8 = self.u8
-            x_q = x.new_empty(self.q_shape, dtype=u8)  # x's device (torch.empty would parse it again)
-            sf = x.new_empty(self.sf_shape, dtype=u8)
+            x_q = self.empty_like(self.q_template)  # see P.output_template
+            sf = self.empty_like(self.sf_template)
             self.mx.data = x.data_ptr()
             q.data, q.scales = x_q.data_ptr(), sf.data_ptr()
         else:
@@ -612,7 +689,11 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     plan.sf_shape = _scale_shape(nbytes, fmt, layout, k)
     plan.torch = v.torch
     if v.torch:
-        plan.u8 = T._torch().uint8
+        torch = T._torch()
+        plan.u8 = torch.uint8
+        plan.empty_like = torch.empty_like
+        plan.q_template = P.output_template(torch, plan.q_shape, torch.uint8, v.obj.device)
+        plan.sf_template = P.output_template(torch, plan.sf_shape, torch.uint8, v.obj.device)
     plan.mx = _matrix(v, rows, k, ld)
     plan.q = _qmatrix(None, None, rows, k, fmt, layout, 1.0, v.memory)
     ctx = plan.setup(v.device, "fp4_quantize_ordered" if c_order else "fp4_quantize", _backend_bytes(backend, fn),
@@ -651,6 +732,16 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     if _compiling():
         return _torch_ops.fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
                                        is_sf_8x4_layout, enable_pdl, backend, order)
+    if _native_quantize is None:
+        return _quantize_python(None, input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+                                is_sf_8x4_layout, enable_pdl, backend, order)
+    return _native_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
+                            enable_pdl, backend, order)
+
+
+def _quantize_python(native_key, input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
+                     is_sf_8x4_layout, enable_pdl, backend, order):
+    """fp4_quantize's Python path (native_key as in _mm_fp4_python)."""
     try:
         key = (_QUANTIZE, input.shape, input.stride(), input.dtype, input.device,
                "n" if global_scale is None or global_scale.__class__ is float else
@@ -665,6 +756,8 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     except (AttributeError, KeyError):
         plan = P.remember(key, _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
                                               is_sf_8x4_layout, enable_pdl, backend, order))
+    if native_key is not None:
+        P.remember_native(native_key, plan)
     return plan.run(input, global_scale)
 
 

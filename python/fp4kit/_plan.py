@@ -44,6 +44,45 @@ def remember(key, plan):
     return plan
 
 
+def forget_plans():
+    """Drops this thread's plans, the compiled path's included."""
+    plans().clear()
+    if _lib.NATIVE is not None:
+        _lib.NATIVE.forget()
+
+
+# ---- the compiled path's plans ------------------------------------------------------------------------
+
+native_enabled = True  # _ops._use_native() turns it off to compare the two paths
+
+
+def remember_native(key, plan):
+    """Gives the compiled path this thread's plan for its key: plan.native(), or None (the call
+    stays on the Python path)."""
+    _lib.NATIVE.remember(key, plan.native())
+
+
+def native_plan(plan, kind, first, qmat, out, scalar_mode, template, sf_template):
+    """A _native.Plan over a Python plan's structs (the Python plan stays alive with it). template:
+    the output template of a GEMM that allocates its output (None: the caller passes `out`), or of
+    the codes of a quantization, whose scales' template is sf_template."""
+    addr = ctypes.addressof
+    return _lib.NATIVE.Plan(
+        kind=kind, fn=ctypes.cast(plan.fn, ctypes.c_void_p).value, ctx=plan.ctx.handle.value if plan.ctx else None,
+        first=addr(first), qmat=addr(qmat), out=addr(out) if out is not None else None, opts=addr(plan.opts),
+        scalar=addr(plan.scalar), scalar_mode=scalar_mode, device=plan.device, lock=plan.lock, info=plan.info,
+        template=template, sf_template=sf_template, name=plan.name, owner=plan)
+
+
+def output_template(torch, shape, dtype, device):
+    """What a plan allocates its outputs from: one element expanded to the output's shape (no memory
+    beyond the element), so that torch.empty_like(template) allocates a contiguous tensor of that
+    shape, dtype and device. empty_like takes one argument, which PyTorch parses faster than
+    new_empty's shape and dtype: 1.7 against 2.4 us a call on a fast host, 3.5 against 5.0 on a slow
+    one (bench/results/h200/2026-12-02-host-cost-new-empty/, ../2026-12-05-compiled-call-path/)."""
+    return torch.empty((1,), dtype=dtype, device=device).expand(shape)
+
+
 def key(x):
     """What a plan depends on in an array or tensor: kind, shape, strides, dtype and device. None
     for anything else (the call then takes the validating path, which says what is wrong)."""

@@ -297,7 +297,7 @@ def test_tensor_plans_follow_dtype_stride_and_scalar_kind():
              (torch.cat((x, x), 1)[:, :128], w_alpha), (x, w_alpha.reshape(())))
     want = []
     for a, alpha in cases:  # each from a plan built for it alone
-        _plan.plans().clear()
+        _plan.forget_plans()
         want.append(fp4kit.mm_w4a16(a, wq.T, ws.T, alpha, torch.float32))
     for _ in range(2):  # all plans present: each call must find its own
         for (a, alpha), w in zip(cases, want):
@@ -321,6 +321,126 @@ def test_tensor_plans_follow_dtype_stride_and_scalar_kind():
     assert torch.equal(fp4kit.mm_fp4(xq, bad.T, xs, ws.T, 2.0), fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 2.0))
     with pytest.raises(ValueError, match="alpha"):
         fp4kit.mm_fp4(xq, wq.T, xs, ws.T, float("inf"))
+
+
+def test_compiled_path_is_built_and_matches_the_library():
+    """The build makes fp4kit._native beside libfp4kit where Python's headers are found (as on the
+    machines that run these tests), and the package refuses one built against other structs."""
+    from fp4kit import _lib
+    if _lib.NATIVE is None:
+        pytest.skip("fp4kit._native did not load: " + _lib.NATIVE_WHY)
+    assert _lib.NATIVE.struct_sizes == (ctypes.sizeof(_lib.Matrix), ctypes.sizeof(_lib.QMatrix),
+                                        ctypes.sizeof(_lib.Options), ctypes.sizeof(_lib.RunInfo))
+    info = fp4kit.call_path()
+    assert info["module"] == _lib.NATIVE.__file__
+    if fp4kit._ops._torch_ops is None:
+        assert info["path"] == "python" and "PyTorch" in info["why"], info
+    else:
+        assert info == {"path": "compiled", "why": "", "module": _lib.NATIVE.__file__}
+    with pytest.raises(TypeError):
+        _lib.NATIVE.remember(("k",), object())
+
+
+def _both_paths(call):
+    """call() on the compiled path, then on the Python path: both results, and how many plans the
+    compiled path held after its calls (0 would mean it never ran one)."""
+    from fp4kit import _lib, _ops, _plan
+    _plan.forget_plans()
+    assert _ops._use_native(True)
+    compiled = [call() for _ in range(3)]  # the first builds the plan (Python path), the rest run it
+    held = _lib.NATIVE.plan_count()
+    try:
+        _ops._use_native(False)
+        assert fp4kit.call_path()["path"] == "python"
+        python = call()
+    finally:
+        _ops._use_native(True)
+    return compiled, python, held
+
+
+def _nan_out(shape, dtype, device):
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _check_compiled_path_bits(device):
+    from fp4kit import _lib
+    if _lib.NATIVE is None:
+        pytest.skip("fp4kit._native did not load: " + _lib.NATIVE_WHY)
+    fp4kit.register_torch_ops()
+    x, gx, gw, wq, ws = _torch_linear_operands(m=3, n=64, k=128, device=device)
+    alpha = (1.0 / (gx * gw)).float()
+    walpha = (1.0 / gw).float()
+    xq, xs = fp4kit.fp4_quantize(x, gx)
+    calls = {
+        "quantize, tensor scale": lambda: fp4kit.fp4_quantize(x, gx),
+        "quantize, float scale": lambda: fp4kit.fp4_quantize(x, float(gx)),
+        "quantize, mxfp4": lambda: fp4kit.mxfp4_quantize(x),
+        "quantize, 3-D": lambda: fp4kit.fp4_quantize(x.reshape(1, 3, 128), gx),
+        "mm_fp4, tensor alpha": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, torch.bfloat16),
+        "mm_fp4, float alpha": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, float(alpha), torch.float32),
+        "mm_fp4, no alpha": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T),
+        "mm_fp4, bf16 alpha": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha.to(torch.bfloat16)),
+        "mm_fp4, out": lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, torch.float32,
+                                             _nan_out((3, 64), torch.float32, device)),
+        "mm_w4a16, bf16": lambda: fp4kit.mm_w4a16(x, wq.T, ws.T, walpha),
+        "mm_w4a16, f16 out f32": lambda: fp4kit.mm_w4a16(x.half(), wq.T, ws.T, walpha, torch.float32),
+        "mm_w4a16, f32, out": lambda: fp4kit.mm_w4a16(x.float(), wq.T, ws.T, float(walpha), torch.float32,
+                                                      _nan_out((3, 64), torch.float32, device)),
+        "mm_w4a16, row stride": lambda: fp4kit.mm_w4a16(torch.cat((x, x), 1)[:, :128], wq.T, ws.T, walpha),
+    }
+    for name, call in calls.items():
+        compiled, python, held = _both_paths(call)
+        assert held >= 1, name
+        for got in compiled:
+            for a, b in zip(_as_tuple(got), _as_tuple(python)):
+                assert a.shape == b.shape and a.dtype == b.dtype and a.device == b.device, name
+                assert a.is_contiguous() and a.stride() == b.stride(), (name, a.stride(), b.stride())
+                assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), name
+                if a.is_floating_point():
+                    assert not torch.isnan(a).any(), name
+        assert fp4kit.last_run()["backend"], name
+    # an error keeps the library's message on the compiled path (its plan ran before, the scalar is bad now)
+    fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 2.0)
+    with pytest.raises(ValueError, match="alpha"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, float("inf"))
+    # operands the compiled path does not take go to the Python path, which validates them
+    with pytest.raises(ValueError, match="must be a scalar"):
+        fp4kit.mm_w4a16(x, wq.T, ws.T, torch.ones(3, device=device))
+
+
+@torch_only
+def test_compiled_path_gives_the_python_paths_bits_on_cpu_tensors():
+    _check_compiled_path_bits("cpu")
+
+
+@torch_only
+def test_compiled_path_plans_are_per_thread():
+    from fp4kit import _lib
+    if _lib.NATIVE is None:
+        pytest.skip("fp4kit._native did not load: " + _lib.NATIVE_WHY)
+    fp4kit.register_torch_ops()
+    cases = [_torch_linear_operands(m=2, n=32 * (s + 1), k=128) for s in range(4)]
+    expect = [fp4kit.mm_w4a16(x, wq.T, ws.T, float(1.0 / gw)) for x, gx, gw, wq, ws in cases]
+    bad = []
+
+    def work(i):
+        x, gx, gw, wq, ws = cases[i % 4]
+        for _ in range(50):
+            if not torch.equal(fp4kit.mm_w4a16(x, wq.T, ws.T, float(1.0 / gw)), expect[i % 4]):
+                bad.append(i)
+        if not _lib.NATIVE.plan_count():
+            bad.append("thread %d held no compiled plan" % i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
 
 
 def test_hot_calls_bypass_ctypes_prototypes():
@@ -548,6 +668,12 @@ def test_cutlass_fused_moe_names_what_it_does_not_support():
 
 
 # ---- CUDA: device scalars and graph capture of each entry point --------------------------------------------------
+
+
+@cuda_only
+def test_compiled_path_gives_the_python_paths_bits_on_cuda_tensors():
+    base._gpu_backends_or_skip()
+    _check_compiled_path_bits("cuda")
 
 
 @cuda_only
