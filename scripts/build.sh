@@ -9,8 +9,11 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 mkdir -p "$BUILD_DIR"
 t0=$SECONDS
+# fp4kit._native is built for the Python that runs the tests (PYTHON, else python3 on PATH).
+python_arg=()
+if python_path=$(command -v "${PYTHON:-python3}"); then python_arg=(-DPython3_EXECUTABLE="$python_path"); fi
 if ! cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
-  -DFP4KIT_CUDA_ARCHITECTURES="${FP4KIT_CUDA_ARCHITECTURES:-auto}" "$@" >"$BUILD_DIR/configure.log" 2>&1; then
+  -DFP4KIT_CUDA_ARCHITECTURES="${FP4KIT_CUDA_ARCHITECTURES:-auto}" "${python_arg[@]}" "$@" >"$BUILD_DIR/configure.log" 2>&1; then
   cat "$BUILD_DIR/configure.log" >&2
   exit 1
 fi

@@ -79,7 +79,7 @@ def output_template(torch, shape, dtype, device):
     beyond the element), so that torch.empty_like(template) allocates a contiguous tensor of that
     shape, dtype and device. empty_like takes one argument, which PyTorch parses faster than
     new_empty's shape and dtype: 1.7 against 2.4 us a call on a fast host, 3.5 against 5.0 on a slow
-    one (bench/results/h200/2026-12-02-host-cost-new-empty/, ../2026-12-05-compiled-call-path/)."""
+    one (bench/results/h200/2026-12-02-host-cost-new-empty/, ../2026-12-04-compiled-call-path/)."""
     return torch.empty((1,), dtype=dtype, device=device).expand(shape)
 
 
