@@ -103,9 +103,13 @@ static void plan_dealloc(Plan *p) {
   Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
-static void *address(PyObject *v) {
+/* An address given as an int (None: NULL). After a failure (*bad set, an exception raised) it does
+ * nothing, so a run of conversions needs one check at its end. */
+static void *address(PyObject *v, int *bad) {
+  if (*bad || v == Py_None) return NULL;
   void *p = PyLong_AsVoidPtr(v);
-  return (p == NULL && PyErr_Occurred()) ? NULL : p;
+  if (p == NULL && PyErr_Occurred()) *bad = 1;
+  return p;
 }
 
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -126,20 +130,21 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) 
   p->kind = kind;
   p->scalar_mode = scalar_mode;
   p->device = device;
-  p->fn = address(fn);
-  p->ctx = ctx == Py_None ? NULL : address(ctx);
-  p->first = address(first);
-  p->qmat = address(qmat);
-  p->out = out == Py_None ? NULL : address(out);
-  p->opts = address(opts);
-  p->scalar = address(scalar);
+  int bad = 0;
+  p->fn = address(fn, &bad);
+  p->ctx = address(ctx, &bad);
+  p->first = address(first, &bad);
+  p->qmat = address(qmat, &bad);
+  p->out = address(out, &bad);
+  p->opts = address(opts, &bad);
+  p->scalar = address(scalar, &bad);
   PyObject *refs[] = {lock, info, tpl, sf_tpl, name, owner};
   PyObject **slots[] = {&p->lock, &p->info, &p->tpl, &p->sf_tpl, &p->name, &p->owner};
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
     Py_INCREF(refs[i]);
     *slots[i] = refs[i];
   }
-  if (PyErr_Occurred() || !p->fn || !p->first || !p->qmat || !p->opts || !p->scalar ||
+  if (bad || !p->fn || !p->first || !p->qmat || !p->opts || !p->scalar ||
       (kind != KIND_QUANTIZE && !p->out) || (kind == KIND_QUANTIZE && (tpl == Py_None || sf_tpl == Py_None))) {
     if (!PyErr_Occurred())
       PyErr_SetString(PyExc_ValueError, "fp4kit._native.Plan: a struct address or a quantization template is missing");
@@ -160,8 +165,10 @@ static PyTypeObject PlanType = {
 
 /* ---- the hot path -------------------------------------------------------------------------------- */
 
+/* obj.name(): the slot before obj is there for PY_VECTORCALL_ARGUMENTS_OFFSET (the callee may use it). */
 static PyObject *call0(PyObject *obj, PyObject *name) {
-  return PyObject_VectorcallMethod(name, &obj, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+  PyObject *args[2] = {NULL, obj};
+  return PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
 /* x.data_ptr() as a pointer. After a failure (*err set, an exception raised) it does nothing, so a
