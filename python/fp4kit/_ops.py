@@ -289,10 +289,11 @@ def _set_torch_ops(module, is_compiling, tensor_type):
 # ---- the compiled path ------------------------------------------------------------------------------------
 #
 # With PyTorch, eager calls on tensors go to fp4kit._native (_native.c): the same key, plan lookup,
-# allocation and library call in C, 3-4 us less host time a call than the Python below. A call it
-# has no plan for comes back here with the key it built (`native_key`); the plan made here is handed
-# to it (P.remember_native), or None where it cannot run the plan (NumPy operands, a host scalar, a
-# transposed input), so such calls stay on the Python path. fp4kit.host_path() says which path runs.
+# allocation and library call in C, 2-3.5 us less host time a call than the Python below on the H200
+# machine's host (bench/results/h200/2026-12-04-compiled-call-path/). A call it has no plan for comes
+# back here with the key it built (`native_key`); the plan made here is handed to it
+# (P.remember_native), or None where it cannot run the plan (NumPy operands, a transposed input, the
+# ordered quantizer), so such calls stay on the Python path. fp4kit.call_path() says which path runs.
 
 _native_mm_fp4 = _native_mm_w4a16 = _native_quantize = None
 
@@ -375,7 +376,6 @@ class _GemmPlan(P.Plan):
         P.invoke(self)
         del keep
         return out
-
 
     def native(self):
         """This plan as the compiled path runs it, or None where only run() can (NumPy operands,
@@ -598,8 +598,7 @@ def _scale_shape(nbytes, fmt, layout, k):
 
 
 class _QuantizePlan(P.Plan):
-    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "u8", "empty_like", "q_template",
-                 "sf_template")
+    __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "empty_like", "q_template", "sf_template")
 
     def native(self):
         """This plan as the compiled path runs it, or None where only run() can (NumPy operands, a
@@ -690,7 +689,6 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     plan.torch = v.torch
     if v.torch:
         torch = T._torch()
-        plan.u8 = torch.uint8
         plan.empty_like = torch.empty_like
         plan.q_template = P.output_template(torch, plan.q_shape, torch.uint8, v.obj.device)
         plan.sf_template = P.output_template(torch, plan.sf_shape, torch.uint8, v.obj.device)
