@@ -418,6 +418,38 @@ def test_compiled_path_gives_the_python_paths_bits_on_cpu_tensors():
 
 
 @torch_only
+def test_compiled_path_hands_unusual_operands_to_the_python_path():
+    """Operands the compiled path does not run itself (M = 0, a column-major input to quantize, a
+    NumPy scalar, an nn.Parameter weight, a meta tensor) give what the Python path gives, and the
+    plans of the compiled path stay usable after them."""
+    from fp4kit import _lib, _ops, _plan
+    if _lib.NATIVE is None:
+        pytest.skip("fp4kit._native did not load: " + _lib.NATIVE_WHY)
+    fp4kit.register_torch_ops()
+    x, gx, gw, wq, ws = _torch_linear_operands(m=3, n=64, k=128)
+    walpha = float(1.0 / gw)
+    want = fp4kit.mm_w4a16(x, wq.T, ws.T, walpha, torch.float32)
+    xt = torch.randn(64, 32, dtype=torch.bfloat16).T  # [32, 64], column-major: quantized along its 32-long rows
+    cases = {
+        "M = 0": lambda: fp4kit.mm_w4a16(x[:0], wq.T, ws.T, walpha, torch.float32),
+        "column-major quantize input": lambda: fp4kit.fp4_quantize(xt, gx),
+        "NumPy scalar": lambda: fp4kit.mm_w4a16(x, wq.T, ws.T, np.float32(walpha), torch.float32),
+        "Parameter weight": lambda: fp4kit.mm_w4a16(x, torch.nn.Parameter(wq, requires_grad=False).T, ws.T, walpha,
+                                                    torch.float32),
+    }
+    for name, call in cases.items():
+        compiled, python, _ = _both_paths(call)
+        for got in compiled:
+            for a, b in zip(_as_tuple(got), _as_tuple(python)):
+                assert a.shape == b.shape and a.stride() == b.stride(), name
+                assert torch.equal(a, b), name
+    assert fp4kit.mm_w4a16(x[:0], wq.T, ws.T, walpha, torch.float32).shape == (0, 64)
+    with pytest.raises(ValueError, match="meta"):  # keyed apart from the CPU plan by its device type
+        fp4kit.mm_w4a16(x.to("meta"), wq.T, ws.T, walpha, torch.float32)
+    assert torch.equal(fp4kit.mm_w4a16(x, wq.T, ws.T, walpha, torch.float32), want)
+
+
+@torch_only
 def test_compiled_path_plans_are_per_thread():
     from fp4kit import _lib
     if _lib.NATIVE is None:
