@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The manylinux wheel on its own: builds a host-only wheel with scripts/build_wheel.sh (cJSON compiled
 # in, auditwheel repair), installs it into a fresh virtual environment, checks that its libfp4kit
-# needs no cJSON (nor any library outside the manylinux set), and runs the package's CPU tests
-# against the installed package, not the checkout.
+# needs no cJSON (nor any library outside the manylinux set) and that it carries fp4kit._native,
+# and runs the package's CPU tests against the installed package, not the checkout.
 #
 #   bash tests/wheel/run.sh [WHEEL]     # WHEEL: test this wheel instead of building one
 #
@@ -37,6 +37,9 @@ if grep -q cjson <<<"$needed"; then
   exit 1
 fi
 "$py" -c 'import fp4kit; print("wheel: backends", fp4kit.backends())'
+# The compiled hot path is in the package (fp4kit._native, built for the wheel's Python).
+"$py" -c 'import fp4kit, sys; p = fp4kit.call_path(); print("wheel: compiled path", p); sys.exit(0 if p["module"] else 1)' ||
+  { echo "FAIL: the wheel has no fp4kit._native"; exit 1; }
 # The package tests use the installed package when FP4KIT_LIB is unset; the codec tests load a
 # library by path: the wheel's.
 cd "$work"
