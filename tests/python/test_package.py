@@ -30,7 +30,8 @@ CUDA = torch is not None and torch.cuda.is_available()
 
 def _build_library():
     build = os.path.join(REPO, "build-pytest")
-    args = ["cmake", "-S", REPO, "-B", build, "-DFP4KIT_BUILD_TESTS=OFF", "-DFP4KIT_BUILD_TOOLS=OFF"]
+    args = ["cmake", "-S", REPO, "-B", build, "-DFP4KIT_BUILD_TESTS=OFF", "-DFP4KIT_BUILD_TOOLS=OFF",
+            "-DPython3_EXECUTABLE=" + sys.executable]  # fp4kit._native for the Python running the tests
     args += ["-DCMAKE_CUDA_ARCHITECTURES=native"] if CUDA else ["-DFP4KIT_ENABLE_CUDA=OFF"]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["cmake", "--build", build, "-j", str(os.cpu_count() or 2)], check=True, stdout=subprocess.DEVNULL)
