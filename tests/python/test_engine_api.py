@@ -264,6 +264,15 @@ def test_plans_follow_every_shape_and_kind():
         fp4kit.mm_fp4(xq, wq.T, xs, ws.T, "0.5")
 
 
+def _in_threads(work, n):
+    """work(0) .. work(n - 1), each on a thread of its own, all started before any is joined."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_plans_are_per_thread():
     cases = [base._operands(2, 64, 128, seed=s) for s in range(4)]
     expect = [fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32) for xq, xs, wq, ws, alpha, _ in cases]
@@ -276,11 +285,7 @@ def test_plans_are_per_thread():
             if not np.array_equal(got, expect[i % 4]):
                 bad.append(i)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work, 8)
     assert not bad
 
 
@@ -467,11 +472,7 @@ def test_compiled_path_plans_are_per_thread():
         if not _lib.NATIVE.plan_count():
             bad.append("thread %d held no compiled plan" % i)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(work, 8)
     assert not bad
 
 
