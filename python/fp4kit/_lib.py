@@ -433,19 +433,19 @@ def has_symbol(name):
 
 def _load_native():
     """fp4kit._native, the compiled hot path of the GEMM and quantize calls on tensors (built with the
-    library when CMake finds Python's headers): the package's own copy (a wheel), else the one beside
-    the loaded library (a build tree). Returns (module or None, why not)."""
+    library when CMake finds Python's headers): the package's own copy (a wheel), else the one in the
+    loaded library's folder (a build tree; nowhere else, so a stray copy is never picked up). Returns
+    (module or None, why not)."""
     import importlib
     import importlib.machinery
     import importlib.util
-    found = []
     try:
-        found.append(importlib.import_module("fp4kit._native"))
+        mod = importlib.import_module("fp4kit._native")
     except ImportError as e:
         first = str(e)
         names = ["_native" + s for s in importlib.machinery.EXTENSION_SUFFIXES]
         here = os.path.dirname(os.path.abspath(LIB_PATH))
-        paths = [os.path.join(d, n) for d in (here, os.path.dirname(here)) for n in names]
+        paths = [os.path.join(here, n) for n in names]
         path = next((p for p in paths if os.path.isfile(p)), None)
         if path is None:
             built = sorted(glob.glob(os.path.join(here, "_native*")))
@@ -457,10 +457,8 @@ def _load_native():
             spec = importlib.util.spec_from_file_location("fp4kit._native", path)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
-            found.append(mod)
         except ImportError as e2:
             return None, "%s: %s (and %s)" % (path, e2, first)
-    mod = found[0]
     want = (ctypes.sizeof(Matrix), ctypes.sizeof(QMatrix), ctypes.sizeof(Options), ctypes.sizeof(RunInfo))
     if tuple(mod.struct_sizes) != want:
         return None, "%s was built against other struct layouts (%s, the package has %s)" % (
