@@ -1,8 +1,10 @@
 /*
  * GPU self-test of the register-A wgmma tiles' weight decode (gemm_large_m_wgra.cu): the consumer
  * path (scale bits -> 16-bit scale pairs as the producer converts them, byte gather of the A
- * fragment, rd_decode_word2) run on the device for every E2M1 code x every scale byte (NVFP4 E4M3
- * with bf16 and f16 activations, MXFP4 UE8M0 with bf16), each 16-bit result compared bit for bit
+ * fragment, then rd_decode_word2's lookups or, for NVFP4 with bf16, also the two-CTA tiles' multiply
+ * form, whose values the kernel multiplies back by 2^8) run on the device for every E2M1 code x
+ * every scale byte (NVFP4 E4M3 with bf16 and f16 activations, MXFP4 UE8M0 with bf16), each 16-bit
+ * result compared bit for bit
  * with e2m1 * scale computed on the host from codec.h and rounded once (it is exact), NaN
  * where either factor is NaN. It also checks which fragment register holds which (row, k) pair: the
  * two rows of the test tile hold different code sequences, so a wrong byte gather fails.
@@ -26,10 +28,10 @@ static int is_nan16(uint16_t h, int f16) {
 }
 
 /* Returns the number of mismatching 16-bit values (printing the first few); -1 when the run failed. */
-static int check_decode(fp4_format format, int act) {
+static int check_decode(fp4_format format, int act, int mul) {
   static uint32_t out[4096 * 16];
   const int f16 = act == FP4_CUDA_ACT_F16;
-  const int e = fp4_cuda_wgra_decode_selftest((int)format, act, out);
+  const int e = fp4_cuda_wgra_decode_selftest((int)format, act, mul, out);
   if (e) {
     printf("FAIL decode self-test %s %s: CUDA error %d\n", fp4_format_name(format), f16 ? "f16" : "bf16", e);
     return -1;
@@ -81,12 +83,15 @@ int main(void) {
   int failures = 0;
   const struct {
     fp4_format f;
-    int act;
-  } runs[] = {{FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16}, {FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16}, {FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16}};
+    int act, mul;
+  } runs[] = {{FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16, 0},
+              {FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16, 1},
+              {FP4_FORMAT_NVFP4, FP4_CUDA_ACT_F16, 0},
+              {FP4_FORMAT_MXFP4, FP4_CUDA_ACT_BF16, 0}};
   for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
-    const int bad = check_decode(runs[i].f, runs[i].act);
-    printf("decode %s %s: 16 codes x 256 scale bytes x 64 positions: %d mismatches\n", fp4_format_name(runs[i].f),
-           runs[i].act == FP4_CUDA_ACT_F16 ? "f16" : "bf16", bad);
+    const int bad = check_decode(runs[i].f, runs[i].act, runs[i].mul);
+    printf("decode %s %s%s: 16 codes x 256 scale bytes x 64 positions: %d mismatches\n", fp4_format_name(runs[i].f),
+           runs[i].act == FP4_CUDA_ACT_F16 ? "f16" : "bf16", runs[i].mul ? " (multiply form)" : "", bad);
     if (bad) failures++;
   }
   printf("test_cuda_wgra: %d failures\n", failures);

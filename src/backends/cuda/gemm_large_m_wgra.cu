@@ -56,8 +56,10 @@
  * gemm_large_m_rd.cu: e2m1 bit patterns by byte permutes, sign in bit 15, one packed multiply by the
  * block scale; e2m1 * scale has at most 6 significant bits and lies in the range of the type, so the
  * product is exact; bf16/f16 packed multiplies keep subnormals; 2^127 * codes >= 2 overflow to inf
- * as in FP32; NaN scales stay NaN). tests/test_cuda_wgra.c checks it on the GPU over all 16 codes x
- * all 256 scale bytes.
+ * as in FP32; NaN scales stay NaN). The two-CTA tiles decode NVFP4 for bf16 activations by
+ * multiplies instead (wgra_decode_word_mul: the MMAs see e2m1 * scale * 2^-8, the sums are scaled
+ * back by 2^8); the grouped MoE tiles keep the lookups (wgra_cfg::MUL). tests/test_cuda_wgra.c checks both forms on the GPU over all 16 codes x all 256 scale
+ * bytes.
  *
  * Pipelining. The fragments of K tile kt + 1 are decoded while the four wgmma of tile kt run:
  * two fragment buffers (16 registers each), one commit group per K tile. Per tile:
@@ -117,7 +119,9 @@ constexpr int kLag = 2;
 /* Row stride, in floats, of the epilogue's staging tile [tokens][128 weight rows] (in the ring). */
 constexpr int kStageLd = kWgraRows + 4;
 
-template <int BT, int STAGES, int FMT, int ACT>
+/* MUL_OK: the kernel may take the multiply form of the weight decode (the dense tiles; the grouped
+ * MoE tiles keep the lookups until that form has run through their GPU tests). */
+template <int BT, int STAGES, int FMT, int ACT, bool MUL_OK = true>
 struct wgra_cfg {
   static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
@@ -129,6 +133,8 @@ struct wgra_cfg {
   static constexpr int SMEM = 1024 /* alignment slack */ + STAGES * SLOT;
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
   static constexpr int CTAS_PER_SM = wgra_ctas_per_sm(BT);
+  /* the weight decode's multiply form (wgra_decode_word_mul) where it is the faster one */
+  static constexpr bool MUL = MUL_OK && NV && !F16 && CTAS_PER_SM == 2;
   static_assert(BT == 32 || BT == 64 || BT == 128 || BT == 160 || BT == 192 || BT == 256,
                 "wgmma n32, n64, n128, n160, n192 or n256");
   static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
@@ -146,21 +152,23 @@ struct wgra_cfg {
  * zero), and for bf16 the high half of the f32 (exact, E4M3 has 4 significant bits). Against the
  * float decode of chunk_factors this cut the two-CTA tiles' producer by about 30 instructions per K
  * tile (bench/results/h200/2026-12-03-wgra-lean-producer/). NaN bytes give a NaN pair. */
-template <bool F16>
+template <bool F16, bool MUL>
 __device__ __forceinline__ uint2 wgra_e4m3x2_pairs(uint32_t c) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(c & 0xFFFFu), __NV_E4M3);
   if (F16) return make_uint2((uint32_t)h.x * 0x10001u, (uint32_t)h.y * 0x10001u);
-  const uint32_t f0 = __float_as_uint(__half2float(__ushort_as_half(h.x)));
-  const uint32_t f1 = __float_as_uint(__half2float(__ushort_as_half(h.y)));
+  /* the multiply form (wgra_decode_word_mul) takes scale * 2^118: exact, at most 448 * 2^118 < 2^127 */
+  const float m = MUL ? 0x1p118f : 1.0f;
+  const uint32_t f0 = __float_as_uint(__half2float(__ushort_as_half(h.x)) * m);
+  const uint32_t f1 = __float_as_uint(__half2float(__ushort_as_half(h.y)) * m);
   return make_uint2(__byte_perm(f0, 0u, 0x3232), __byte_perm(f1, 0u, 0x3232));
 }
 
 /* The 16-bit scale pairs of the 4 k16 steps of a K tile from the scale bits of its two 32-element
  * chunks (load_chunk_scales: NVFP4 two E4M3 bytes each, MXFP4 one UE8M0 byte). */
-template <bool NV, bool F16>
+template <bool NV, bool F16, bool MUL>
 __device__ __forceinline__ uint4 wgra_scale_pairs(uint32_t c0, uint32_t c1) {
   if constexpr (NV) {
-    const uint2 p0 = wgra_e4m3x2_pairs<F16>(c0), p1 = wgra_e4m3x2_pairs<F16>(c1);
+    const uint2 p0 = wgra_e4m3x2_pairs<F16, MUL>(c0), p1 = wgra_e4m3x2_pairs<F16, MUL>(c1);
     return make_uint4(p0.x, p0.y, p1.x, p1.y);
   }
   float f0[2], f1[2];
@@ -172,10 +180,10 @@ __device__ __forceinline__ uint4 wgra_scale_pairs(uint32_t c0, uint32_t c1) {
 
 /* Those of weight row r (of rows) in K tile kt from scales in layout with C columns (0 past the rows
  * or K, whose codes are zero-filled too). */
-template <bool NV, bool F16>
+template <bool NV, bool F16, bool MUL>
 __device__ __forceinline__ uint4 wgra_row_scales(const uint8_t *scales, int layout, int64_t C, int64_t rows, int64_t r,
                                                  int kt) {
-  return wgra_scale_pairs<NV, F16>(load_chunk_scales<NV>(scales, layout, C, rows, r, kt, 0),
+  return wgra_scale_pairs<NV, F16, MUL>(load_chunk_scales<NV>(scales, layout, C, rows, r, kt, 0),
                                    load_chunk_scales<NV>(scales, layout, C, rows, r, kt, 1));
 }
 
@@ -184,20 +192,50 @@ __device__ __forceinline__ uint32_t wgra_gather(uint32_t w0, uint32_t w1, uint32
   return __byte_perm(__byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel), 0x5410);
 }
 
+/* The multiply form (NVFP4 with bf16 activations, the dense two-CTA tiles: wgra_cfg::MUL): byte i of x
+ * (codes 2i, 2i + 1) -> 16-bit pair i as bf16 e2m1 * 2^-126 (the code's magnitude bits in exponent
+ * and mantissa, its sign in bit 15: a subnormal for 0.5) times the pair s = scale * 2^118
+ * (wgra_e4m3x2_pairs), so e2m1 * scale * 2^-8: exact (at most 6 significant bits, 2^-18 .. 10.5), and
+ * wgra_mainloop multiplies the FP32 sums by 2^8. The low nibbles of x and the high ones shifted down
+ * are split once; a byte permute puts code 2i at bit 0 and code 2i + 1 at bit 16 (selector nibble 8:
+ * the sign of a byte whose top bit is 0, a zero byte); one multiply by 2^6 + 2^12 copies each code's
+ * magnitude to bits 6-8 and its sign to bit 15 of its half (the two copies of a nibble never overlap,
+ * so nothing carries), one mask keeps them. Per 4 pairs 14 ALU-pipe instructions and 5 IMADs against
+ * the lookup form's 20 and 1 (rd_decode_word2): the 32- and 64-token tiles ran 1.01-1.07x faster with
+ * it, the 128- and 256-token tiles 1-5% slower (bench/results/h200/2026-12-04-wgra-multiply-decode/). */
+__device__ __forceinline__ uint32_t wgra_spread_pair(uint32_t even, uint32_t odd, uint32_t sel) {
+  uint32_t z;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(z) : "r"(even), "r"(odd), "r"(sel));
+  return (z * 0x1040u) & 0x81C081C0u;
+}
+__device__ __forceinline__ void wgra_decode_word_mul(uint32_t x, uint32_t s, uint32_t t, uint32_t r[4]) {
+  /* the high nibbles shifted down by a multiply's high word: an IMAD, off the ALU pipe */
+  const uint32_t ev = x & 0x0F0F0F0Fu, od = __umulhi(x & 0xF0F0F0F0u, 1u << 28);
+  r[0] = rd_mul2<false>(wgra_spread_pair(ev, od, 0x8480u), s);
+  r[1] = rd_mul2<false>(wgra_spread_pair(ev, od, 0x8581u), s);
+  r[2] = rd_mul2<false>(wgra_spread_pair(ev, od, 0x8682u), t);
+  r[3] = rd_mul2<false>(wgra_spread_pair(ev, od, 0x8783u), t);
+}
+template <bool MUL, bool F16>
+__device__ __forceinline__ void wgra_decode_word(uint32_t x, uint32_t s, uint32_t t, uint32_t r[4], const rd_tables &tb) {
+  if (MUL) wgra_decode_word_mul(x, s, t, r);
+  else rd_decode_word2<F16>(x, s, t, r, tb);
+}
+
 /* A fragments of one K tile for the thread's two rows: lo/hi = row g / g + 8 as (half 0, half 1)
  * 16-byte loads, slo/shi their scale pairs; a[s][0..3] = a0..a3 of k16 step s. */
-template <bool F16>
+template <bool MUL, bool F16>
 __device__ __forceinline__ void wgra_decode_tile(const uint4 &lo0, const uint4 &lo1, const uint4 &hi0, const uint4 &hi1,
                                                  const uint4 &slo, const uint4 &shi, uint32_t sel, uint32_t (&a)[4][4],
                                                  const rd_tables &tb = rd_const_tables<F16>()) {
   uint32_t r[4];
-  rd_decode_word2<F16>(wgra_gather(lo0.x, lo0.y, lo0.z, lo0.w, sel), slo.x, slo.y, r, tb); /* row g, steps 0-1 */
+  wgra_decode_word<MUL, F16>(wgra_gather(lo0.x, lo0.y, lo0.z, lo0.w, sel), slo.x, slo.y, r, tb); /* row g, steps 0-1 */
   a[0][0] = r[0], a[0][2] = r[1], a[1][0] = r[2], a[1][2] = r[3];
-  rd_decode_word2<F16>(wgra_gather(hi0.x, hi0.y, hi0.z, hi0.w, sel), shi.x, shi.y, r, tb); /* row g + 8 */
+  wgra_decode_word<MUL, F16>(wgra_gather(hi0.x, hi0.y, hi0.z, hi0.w, sel), shi.x, shi.y, r, tb); /* row g + 8 */
   a[0][1] = r[0], a[0][3] = r[1], a[1][1] = r[2], a[1][3] = r[3];
-  rd_decode_word2<F16>(wgra_gather(lo1.x, lo1.y, lo1.z, lo1.w, sel), slo.z, slo.w, r, tb); /* row g, steps 2-3 */
+  wgra_decode_word<MUL, F16>(wgra_gather(lo1.x, lo1.y, lo1.z, lo1.w, sel), slo.z, slo.w, r, tb); /* row g, steps 2-3 */
   a[2][0] = r[0], a[2][2] = r[1], a[3][0] = r[2], a[3][2] = r[3];
-  rd_decode_word2<F16>(wgra_gather(hi1.x, hi1.y, hi1.z, hi1.w, sel), shi.z, shi.w, r, tb);
+  wgra_decode_word<MUL, F16>(wgra_gather(hi1.x, hi1.y, hi1.z, hi1.w, sel), shi.z, shi.w, r, tb);
   a[2][1] = r[0], a[2][3] = r[1], a[3][1] = r[2], a[3][3] = r[3];
 }
 
@@ -264,11 +302,11 @@ __device__ __forceinline__ bool wgra_raw_async(int64_t C, const uint8_t *scales)
 }
 
 /* The 16-bit scale pairs of K tile kt from its raw word. */
-template <bool NV, bool F16>
+template <bool NV, bool F16, bool MUL>
 __device__ __forceinline__ uint4 wgra_raw_pairs(uint32_t raw, int kt) {
-  if (NV) return wgra_scale_pairs<NV, F16>(raw & 0xFFFFu, raw >> 16);
+  if (NV) return wgra_scale_pairs<NV, F16, MUL>(raw & 0xFFFFu, raw >> 16);
   const uint32_t b = raw >> (16 * (kt & 1));
-  return wgra_scale_pairs<NV, F16>(b & 0xFFu, (b >> 8) & 0xFFu);
+  return wgra_scale_pairs<NV, F16, MUL>(b & 0xFFu, (b >> 8) & 0xFFu);
 }
 
 /* Producer thread pt's copies, addressed once per CTA: activation rows pt / 8 + 16 j (j < BT / 16)
@@ -330,7 +368,7 @@ struct wgra_copier {
 
   /* Row pt's scale pairs of K tile kt with plain loads (when the words do not travel with the tile). */
   __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
-    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+    return wgra_row_scales<G::NV, G::F16, G::MUL>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
   }
 };
 
@@ -391,7 +429,7 @@ struct wgra_gather_copier {
   }
 
   __device__ __forceinline__ uint4 loaded_pairs(const glm_params &p, int kt, int pt) const {
-    return wgra_row_scales<G::NV, G::F16>(scales, p.w_layout, p.C, p.n, n0 + pt, kt);
+    return wgra_row_scales<G::NV, G::F16, G::MUL>(scales, p.w_layout, p.C, p.n, n0 + pt, kt);
   }
 };
 
@@ -449,7 +487,7 @@ struct wgra_rows_copier {
   }
 
   __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
-    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+    return wgra_row_scales<G::NV, G::F16, G::MUL>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
   }
 };
 
@@ -501,7 +539,7 @@ struct wgra_lean_copier {
   }
 
   __device__ __forceinline__ uint4 loaded_pairs(const lm_params &p, int kt, int pt) const {
-    return wgra_row_scales<G::NV, G::F16>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
+    return wgra_row_scales<G::NV, G::F16, G::MUL>(p.b_scales, p.b_layout, p.C, p.n, n0 + pt, kt);
   }
 };
 
@@ -522,7 +560,7 @@ __device__ __forceinline__ void wgra_fetch(uint8_t *ring, uint64_t *full, int kt
   const uint4 hi1 = *reinterpret_cast<const uint4 *>(wt + rd_fp4_off(wr + 8, 1));
   const uint4 slo = *reinterpret_cast<const uint4 *>(sc + wr * 16);
   const uint4 shi = *reinterpret_cast<const uint4 *>(sc + (wr + 8) * 16);
-  wgra_decode_tile<G::F16>(lo0, lo1, hi0, hi1, slo, shi, sel, a, tb);
+  wgra_decode_tile<G::MUL, G::F16>(lo0, lo1, hi0, hi1, slo, shi, sel, a, tb);
 }
 
 /* Consumer, one K tile: the MMAs of tile kt from cur, then (tile kt - 1's MMAs done) its slot
@@ -573,7 +611,7 @@ __device__ __forceinline__ void wgra_produce(const P &p, const Copier &copier, u
       if (copier.raw_async) {
         cp_async_wait<kLag - 1>(); /* this thread's copies of tile t (raw word included) have landed */
         const uint32_t raw = *reinterpret_cast<const uint32_t *>(sl + G::ACT_BYTES + G::W_BYTES + G::SC_BYTES + pt * 4);
-        *pairs = wgra_raw_pairs<G::NV, G::F16>(raw, kb + j - kLag);
+        *pairs = wgra_raw_pairs<G::NV, G::F16, G::MUL>(raw, kb + j - kLag);
       } else {
         *pairs = copier.loaded_pairs(p, kb + j - kLag, pt);
       }
@@ -611,6 +649,10 @@ __device__ __forceinline__ void wgra_mainloop(uint8_t *ring, uint64_t *full, uin
   wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < BT / 2; i++) fence_acc(acc[i]);
+  if constexpr (G::MUL) {
+#pragma unroll
+    for (int i = 0; i < BT / 2; i++) acc[i] *= 0x1p8f; /* the multiply form's sums are 2^-8 times the product's: exact */
+  }
   mbar_arrive(&empty[(unsigned)(g0 + kts - 1) % S]); /* the producer may be copying the CTA's next output tile */
 }
 
@@ -853,7 +895,8 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
   /* referenced here too, or the compiler reports them unused in the passes for other targets */
   using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   (void)p, (void)sk;
-  (void)G::NV, (void)G::F16, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM, (void)wgra_producer_regs(BT), (void)wgra_consumer_regs(BT);
+  (void)G::NV, (void)G::F16, (void)G::MUL, (void)G::D, (void)kWgraBK, (void)G::CTAS_PER_SM, (void)wgra_producer_regs(BT),
+      (void)wgra_consumer_regs(BT);
   __trap(); /* the host never launches this outside sm_90a code (the register-A check of config/dense_config.c) */
 #else
   (void)p;
@@ -869,7 +912,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
 template <int BT, int STAGES, int FMT, int ACT>
 __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wgra_kernel(glm_params p) {
 #if FP4_SM90A_BODY
-  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
   __shared__ int64_t row_off[BT];
   __shared__ long long tile_info[3]; /* expert, first row, end row (-1: no tile) */
@@ -940,9 +983,9 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
       if (col < p.n) glm_store4(p, m0 + t, col, *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane), scale);
   }
 #elif defined(__CUDA_ARCH__)
-  using G = wgra_cfg<BT, STAGES, FMT, ACT>; /* referenced, as in gemm_wgra_kernel */
+  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>; /* referenced, as in gemm_wgra_kernel */
   (void)p;
-  (void)G::NV, (void)G::F16, (void)G::D, (void)G::CTAS_PER_SM;
+  (void)G::NV, (void)G::F16, (void)G::MUL, (void)G::D, (void)G::CTAS_PER_SM;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_grouped_wgra_supported) */
 #else
   (void)p;
@@ -960,7 +1003,7 @@ __host__ __device__ inline uint32_t wgra_selftest_code(int c, int hi, int k) {
 /* Thread t (of 4096: scale byte b = t / 16, code offset c = t % 16, lane q = t % 4) packs the 64 codes
  * of its two rows (wgra_selftest_code) as the raw tile holds them, takes scale bits b for every block
  * and decodes the K tile exactly as a consumer lane with that q does: out[t * 16 + 4 s + i] = a[s][i]. */
-template <bool NV, bool F16>
+template <bool NV, bool F16, bool MUL>
 __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out) {
   const int t = blockIdx.x * 256 + threadIdx.x;
   if (t >= 4096) return;
@@ -977,15 +1020,18 @@ __global__ void __launch_bounds__(256) wgra_decode_selftest_kernel(uint32_t *out
       w[hi][i] = v;
     }
   const uint32_t bits = NV ? b * 0x0101u : b;
-  const uint4 sc = wgra_scale_pairs<NV, F16>(bits, bits);
+  const uint4 sc = wgra_scale_pairs<NV, F16, MUL>(bits, bits);
   uint32_t a[4][4];
-  wgra_decode_tile<F16>(make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]), make_uint4(w[0][4], w[0][5], w[0][6], w[0][7]),
-                        make_uint4(w[1][0], w[1][1], w[1][2], w[1][3]), make_uint4(w[1][4], w[1][5], w[1][6], w[1][7]), sc,
-                        sc, q | ((q + 4) << 4), a);
+  wgra_decode_tile<MUL, F16>(make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]), make_uint4(w[0][4], w[0][5], w[0][6], w[0][7]),
+                            make_uint4(w[1][0], w[1][1], w[1][2], w[1][3]), make_uint4(w[1][4], w[1][5], w[1][6], w[1][7]),
+                            sc, sc, q | ((q + 4) << 4), a);
 #pragma unroll
   for (int s = 0; s < 4; s++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) out[t * 16 + 4 * s + i] = a[s][i];
+    for (int i = 0; i < 4; i++) {
+      /* the multiply form: the values the MMAs see times 2^8, e2m1 * scale (exact: they are normal) */
+      out[t * 16 + 4 * s + i] = MUL ? rd_mul2<false>(a[s][i], 0x43804380u) : a[s][i];
+    }
 }
 
 /* ---- configurations: the tiles config/dense_config.c names (large-m.wgra[.pro].128x<BT>) ------------ */
@@ -1069,7 +1115,7 @@ static_assert(wgra_ctas_per_sm(32) == FP4_DENSE_WGRA_CTAS_PER_SM(32) && wgra_cta
 
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t grouped_wgra_launch(const glm_params &p, int64_t ctas, cudaStream_t s, int pdl) {
-  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
+  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>; /* the kernel's */
   auto kernel = grouped_wgra_kernel<BT, STAGES, FMT, ACT>;
   static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
   if (!pool_ok) return cudaErrorInvalidConfiguration;
@@ -1162,17 +1208,19 @@ extern "C" int fp4_cuda_grouped_gemm_wgra(const fp4_cuda_grouped_args *a, void *
   return (int)grouped_wgra_tile<FP4_FORMAT_NVFP4, FP4_CUDA_ACT_BF16>(p, bt, ctas, s, pdl);
 }
 
-extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, uint32_t *host_out) {
+extern "C" int fp4_cuda_wgra_decode_selftest(int format, int act, int mul, uint32_t *host_out) {
   if (act != FP4_CUDA_ACT_BF16 && act != FP4_CUDA_ACT_F16) return (int)cudaErrorInvalidValue;
+  const bool nv = format == FP4_FORMAT_NVFP4, f16 = act == FP4_CUDA_ACT_F16;
+  if (mul && !(nv && !f16)) return (int)cudaErrorInvalidValue; /* the multiply form is NVFP4 with bf16 only */
   uint32_t *d = NULL;
   const size_t bytes = 4096 * 16 * sizeof(uint32_t);
   cudaError_t e = cudaMalloc(&d, bytes);
   if (e != cudaSuccess) return (int)e;
-  const bool nv = format == FP4_FORMAT_NVFP4, f16 = act == FP4_CUDA_ACT_F16;
-  if (nv && f16) wgra_decode_selftest_kernel<true, true><<<16, 256>>>(d);
-  else if (nv) wgra_decode_selftest_kernel<true, false><<<16, 256>>>(d);
-  else if (f16) wgra_decode_selftest_kernel<false, true><<<16, 256>>>(d);
-  else wgra_decode_selftest_kernel<false, false><<<16, 256>>>(d);
+  if (mul) wgra_decode_selftest_kernel<true, false, true><<<16, 256>>>(d);
+  else if (nv && f16) wgra_decode_selftest_kernel<true, true, false><<<16, 256>>>(d);
+  else if (nv) wgra_decode_selftest_kernel<true, false, false><<<16, 256>>>(d);
+  else if (f16) wgra_decode_selftest_kernel<false, true, false><<<16, 256>>>(d);
+  else wgra_decode_selftest_kernel<false, false, false><<<16, 256>>>(d);
   e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaMemcpy(host_out, d, bytes, cudaMemcpyDeviceToHost);
   cudaFree(d);
