@@ -56,10 +56,10 @@
  * gemm_large_m_rd.cu: e2m1 bit patterns by byte permutes, sign in bit 15, one packed multiply by the
  * block scale; e2m1 * scale has at most 6 significant bits and lies in the range of the type, so the
  * product is exact; bf16/f16 packed multiplies keep subnormals; 2^127 * codes >= 2 overflow to inf
- * as in FP32; NaN scales stay NaN). The two-CTA tiles decode NVFP4 for bf16 activations by
+ * as in FP32; NaN scales stay NaN). The dense two-CTA tiles decode NVFP4 for bf16 activations by
  * multiplies instead (wgra_decode_word_mul: the MMAs see e2m1 * scale * 2^-8, the sums are scaled
- * back by 2^8); the grouped MoE tiles keep the lookups (wgra_cfg::MUL). tests/test_cuda_wgra.c checks both forms on the GPU over all 16 codes x all 256 scale
- * bytes.
+ * back by 2^8; wgra_cfg::MUL). tests/test_cuda_wgra.c checks both forms on the GPU over all 16 codes
+ * x all 256 scale bytes.
  *
  * Pipelining. The fragments of K tile kt + 1 are decoded while the four wgmma of tile kt run:
  * two fragment buffers (16 registers each), one commit group per K tile. Per tile:
@@ -200,9 +200,10 @@ __device__ __forceinline__ uint32_t wgra_gather(uint32_t w0, uint32_t w1, uint32
  * are split once; a byte permute puts code 2i at bit 0 and code 2i + 1 at bit 16 (selector nibble 8:
  * the sign of a byte whose top bit is 0, a zero byte); one multiply by 2^6 + 2^12 copies each code's
  * magnitude to bits 6-8 and its sign to bit 15 of its half (the two copies of a nibble never overlap,
- * so nothing carries), one mask keeps them. Per 4 pairs 14 ALU-pipe instructions and 5 IMADs against
- * the lookup form's 20 and 1 (rd_decode_word2): the 32- and 64-token tiles ran 1.01-1.07x faster with
- * it, the 128- and 256-token tiles 1-5% slower (bench/results/h200/2026-12-04-wgra-multiply-decode/). */
+ * so nothing carries), one mask keeps them. The 32-token consumer loop then takes 122 ALU-pipe
+ * instructions and 49 IMADs per two K tiles against the lookup form's (rd_decode_word2) 162 and 17:
+ * the 32- and 64-token tiles ran 1.01-1.07x faster with it, the 128- and 256-token tiles 1-5% slower
+ * (bench/results/h200/2026-12-04-wgra-multiply-decode/). */
 __device__ __forceinline__ uint32_t wgra_spread_pair(uint32_t even, uint32_t odd, uint32_t sel) {
   uint32_t z;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(z) : "r"(even), "r"(odd), "r"(sel));
