@@ -1,13 +1,13 @@
 /*
  * GPU self-test of the register-A wgmma tiles' weight decode (gemm_large_m_wgra.cu): the consumer
  * path (scale bits -> 16-bit scale pairs as the producer converts them, byte gather of the A
- * fragment, then rd_decode_word2's lookups or, for NVFP4 with bf16, also the two-CTA tiles' multiply
- * form, whose values the kernel multiplies back by 2^8) run on the device for every E2M1 code x
- * every scale byte (NVFP4 E4M3 with bf16 and f16 activations, MXFP4 UE8M0 with bf16), each 16-bit
- * result compared bit for bit
- * with e2m1 * scale computed on the host from codec.h and rounded once (it is exact), NaN
- * where either factor is NaN. It also checks which fragment register holds which (row, k) pair: the
- * two rows of the test tile hold different code sequences, so a wrong byte gather fails.
+ * fragment, then rd_decode_word2's lookups or, for NVFP4 with bf16, also the dense two-CTA tiles'
+ * multiply form, whose values the kernel multiplies back by 2^8) run on the device for every E2M1
+ * code x every scale byte (NVFP4 E4M3 with bf16 and f16 activations, MXFP4 UE8M0 with bf16), each
+ * 16-bit result compared bit for bit with e2m1 * scale computed on the host from codec.h and rounded
+ * once (it is exact), NaN where either factor is NaN. It also checks which fragment register holds
+ * which (row, k) pair: the two rows of the test tile hold different code sequences, so a wrong byte
+ * gather fails.
  * Skips (77) without a CUDA build or without a GPU.
  */
 #include <stdint.h>

@@ -103,7 +103,7 @@ int fp4_cuda_gemm_wgra(const fp4_cuda_gemm_args *args, const fp4_dense_config *c
  * reason; probed once per device (cudaFuncGetAttributes), so a context asks once. */
 int fp4_cuda_wgra_image_ok(int device, char *why, size_t why_size);
 /* The register-A tiles' consumer decode of a test tile for every code x scale byte (format,
- * FP4_CUDA_ACT_BF16/F16; mul: the multiply form of the two-CTA tiles, NVFP4 with bf16 only) into
+ * FP4_CUDA_ACT_BF16/F16; mul: the multiply form of the dense two-CTA tiles, NVFP4 with bf16 only) into
  * host_out (4096 x 16 words, see gemm_large_m_wgra.cu). */
 int fp4_cuda_wgra_decode_selftest(int format, int act, int mul, uint32_t *host_out);
 
