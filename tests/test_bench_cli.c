@@ -266,6 +266,10 @@ int main(void) {
   char *err = cli_slurp("e1.err");
   CHECK(err && strstr(err, "--runs"), "the usage error names the option");
   free(err);
+  CHECK(run("--shapes 128x128,0x4096", "e9") == 2, "a zero dimension is a usage error");
+  err = cli_slurp("e9.err");
+  CHECK(err && strstr(err, "'0x4096'"), "the usage error quotes the whole shape, not the part before the x");
+  free(err);
 
   /* A tiny host run: 2 shapes that ref may run and one past its cap, 2 M values, every op. */
   char args[1024];

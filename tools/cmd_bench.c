@@ -275,9 +275,11 @@ static int collect_shapes(const bench_opts *o, bench_shape *shapes, int *count) 
       char *x = strchr(items[i], 'x');
       if (!x) x = strchr(items[i], 'X');
       if (!x) return usage_error("--shapes: '%s' is not NxK", items[i]);
+      const char sep = *x;
       *x = '\0';
-      if (parse_int(items[i], 1, 1LL << 31, &nn) || parse_int(x + 1, 1, 1LL << 31, &kk))
-        return usage_error("--shapes: '%s' needs positive N and K", items[i]);
+      const int bad = parse_int(items[i], 1, 1LL << 31, &nn) || parse_int(x + 1, 1, 1LL << 31, &kk);
+      *x = sep;
+      if (bad) return usage_error("--shapes: '%s' needs positive N and K", items[i]);
       char name[64];
       snprintf(name, sizeof name, "%lldx%lld", nn, kk);
       if (bench_add_shape(shapes, count, nn, kk, name)) return usage_error("--shapes: more than %s shapes", "256");
