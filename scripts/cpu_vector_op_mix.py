@@ -115,6 +115,14 @@ def main():
     ap.add_argument("--cc", default="gcc")
     ap.add_argument("--keep", help="write the C source and binary into this folder")
     args = ap.parse_args()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    if not {"avx2", "fma"} <= set(flags):
+        sys.stderr.write("cpu_vector_op_mix: needs an x86 CPU with AVX2 and FMA (read from /proc/cpuinfo)\n")
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or tmp
         os.makedirs(folder, exist_ok=True)
