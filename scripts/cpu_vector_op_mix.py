@@ -45,6 +45,8 @@ MIXES = {
                      "vpsrlw": 2, "vpermilps": 4, "vpmaxub": 1, "vpaddb": 1},
 }
 
+IMMEDIATE = {"vpslld": "$4,%%ymm15", "vpsrlw": "$4,%%ymm15", "vpermilps": "$0x55,%%ymm15"}
+
 PROLOGUE = r"""
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -72,20 +74,13 @@ def body(mix):
                 left[op] -= 1
     lines, fi, oi = [], 0, 0
     for op in seq:
-        if op == "vfmadd231ps":
-            lines.append(f"vfmadd231ps %%ymm15,%%ymm14,%%ymm{4 + fi % 10}")
+        if op.startswith("vfmadd231ps"):  # accumulators ymm4-13; "_mem" reads an L1 operand
+            src = f"{(fi % 16) * 32}(%0)" if op.endswith("_mem") else "%%ymm15"
+            lines.append(f"vfmadd231ps {src},%%ymm14,%%ymm{4 + fi % 10}")
             fi += 1
-        elif op == "vfmadd231ps_mem":
-            lines.append(f"vfmadd231ps {(fi % 16) * 32}(%0),%%ymm14,%%ymm{4 + fi % 10}")
-            fi += 1
-        elif op in ("vpslld", "vpsrlw"):
-            lines.append(f"{op} $4,%%ymm15,%%ymm{oi % 4}")
-            oi += 1
-        elif op == "vpermilps":
-            lines.append(f"{op} $0x55,%%ymm15,%%ymm{oi % 4}")
-            oi += 1
-        else:
-            lines.append(f"{op} %%ymm15,%%ymm14,%%ymm{oi % 4}")
+        else:  # immediate forms take one register source
+            srcs = IMMEDIATE.get(op, "%%ymm15,%%ymm14")
+            lines.append(f"{op} {srcs},%%ymm{oi % 4}")
             oi += 1
     return "".join(f'"{line}\\n\\t"' for line in lines), len(seq)
 
