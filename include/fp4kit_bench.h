@@ -58,6 +58,18 @@ fp4_status fp4_peer_read_queue(const void *src, size_t bytes, void *sink, void *
 enum { FP4_PEER_READ_MAX_RANGES = 96 };
 fp4_status fp4_peer_read_ranges_queue(const void *const *srcs, const size_t *bytes, int n, void *sink, void *stream);
 
+/* The row moves around an expert-parallel all-to-all (the multi-GPU decode step's dispatch and
+ * combine, tools/step_exchange.h), on bf16 rows of `width` elements in device memory, queued on
+ * stream (a cudaStream_t; capturable, nothing allocated). Gather: dst[i, :] = src[rows[i], :] for
+ * i < n, dst dense [n, width], src rows ld elements apart. Sum: out[t, :] = base[t, :] +
+ * sum_j src[index[t * k + j], :] for t < tokens and j < k, added in f32 and rounded to bf16 once;
+ * base NULL adds nothing; out and base dense [tokens, width], src dense rows. rows and index are
+ * int32 in device memory. FP4_ERR_UNSUPPORTED in a build without CUDA. */
+fp4_status fp4_exchange_gather_bf16_queue(void *dst, const void *src, int64_t ld, const int32_t *rows, int64_t n,
+                                          int64_t width, void *stream);
+fp4_status fp4_exchange_sum_bf16_queue(void *out, const void *base, const void *src, const int32_t *index, int64_t tokens,
+                                       int64_t k, int64_t width, void *stream);
+
 /* What a measurement record needs to say about the machine it ran on. */
 typedef struct fp4_device_info {
   int device;             /* CUDA ordinal, -1 for the host                                       */

@@ -1,12 +1,74 @@
 /* Same-run peers and the machine description: argument checks, host peers measure something
  * plausible, device peers say why they cannot run without a device (and run when one is present). */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fp4kit.h"
 #include "fp4kit_bench.h"
 
 #include "testing.h"
+
+/* The exchange's row moves on the device against the host, bit for bit: rows gathered from a strided
+ * source, and per token the base plus k indexed rows added in f32 in order and rounded once; the
+ * outputs start as NaN. width 4096 / ld 4104 moves 16-byte vectors, width 13 / ld 21 single
+ * elements; one pass without a base. */
+static uint64_t g_mix = 0x243F6A8885A308D3ull;
+static uint16_t rnd_bf16(void) {
+  g_mix = g_mix * 6364136223846793005ull + 1442695040888963407ull;
+  return fp4_bf16_from_f32((float)((double)(g_mix >> 11) * (1.0 / 9007199254740992.0) * 8.0 - 4.0));
+}
+
+static void check_exchange_moves(fp4_context *ctx, int64_t width, int64_t ld, int with_base) {
+  enum { SRC_ROWS = 40, N = 57, TOKENS = 9, K = 6 };
+  const size_t src_b = (size_t)(SRC_ROWS * ld) * 2, dst_b = (size_t)(N * width) * 2, tok_b = (size_t)(TOKENS * width) * 2;
+  uint16_t *src = malloc(src_b), *dst = malloc(dst_b), *base = malloc(tok_b), *out = malloc(tok_b);
+  int32_t rows[N], index[TOKENS * K];
+  for (size_t i = 0; i < src_b / 2; i++) src[i] = rnd_bf16();
+  for (size_t i = 0; i < tok_b / 2; i++) base[i] = rnd_bf16();
+  for (int i = 0; i < N; i++) rows[i] = (int32_t)((i * 7 + 3) % SRC_ROWS);
+  for (int i = 0; i < TOKENS * K; i++) index[i] = (int32_t)((i * 11 + 5) % N);
+  void *d_src = NULL, *d_dst = NULL, *d_base = NULL, *d_out = NULL, *d_rows = NULL, *d_index = NULL;
+  fp4_status st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, src_b, &d_src);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, dst_b, &d_dst);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, tok_b, &d_base);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, tok_b, &d_out);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, sizeof rows, &d_rows);
+  if (!st) st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, sizeof index, &d_index);
+  memset(dst, 0xFF, dst_b); /* NaN */
+  memset(out, 0xFF, tok_b);
+  if (!st) st = fp4_copy(ctx, d_src, FP4_MEMORY_DEVICE, src, FP4_MEMORY_HOST, src_b);
+  if (!st) st = fp4_copy(ctx, d_base, FP4_MEMORY_DEVICE, base, FP4_MEMORY_HOST, tok_b);
+  if (!st) st = fp4_copy(ctx, d_dst, FP4_MEMORY_DEVICE, dst, FP4_MEMORY_HOST, dst_b);
+  if (!st) st = fp4_copy(ctx, d_out, FP4_MEMORY_DEVICE, out, FP4_MEMORY_HOST, tok_b);
+  if (!st) st = fp4_copy(ctx, d_rows, FP4_MEMORY_DEVICE, rows, FP4_MEMORY_HOST, sizeof rows);
+  if (!st) st = fp4_copy(ctx, d_index, FP4_MEMORY_DEVICE, index, FP4_MEMORY_HOST, sizeof index);
+  if (!st) st = fp4_exchange_gather_bf16_queue(d_dst, d_src, ld, d_rows, N, width, NULL);
+  if (!st) st = fp4_exchange_sum_bf16_queue(d_out, with_base ? d_base : NULL, d_dst, d_index, TOKENS, K, width, NULL);
+  if (!st) st = fp4_synchronize(ctx);
+  if (!st) st = fp4_copy(ctx, dst, FP4_MEMORY_HOST, d_dst, FP4_MEMORY_DEVICE, dst_b);
+  if (!st) st = fp4_copy(ctx, out, FP4_MEMORY_HOST, d_out, FP4_MEMORY_DEVICE, tok_b);
+  CHECK(st == FP4_OK, "exchange moves, width %lld: %s", (long long)width, fp4_last_error());
+  int64_t bad_gather = 0, bad_sum = 0;
+  for (int i = 0; !st && i < N; i++)
+    for (int64_t c = 0; c < width; c++) bad_gather += dst[i * width + c] != src[rows[i] * ld + c];
+  for (int t = 0; !st && t < TOKENS; t++)
+    for (int64_t c = 0; c < width; c++) {
+      float acc = with_base ? fp4_bf16_to_f32(base[t * width + c]) : 0.0f;
+      for (int j = 0; j < K; j++) acc += fp4_bf16_to_f32(dst[index[t * K + j] * width + c]);
+      bad_sum += out[t * width + c] != fp4_bf16_from_f32(acc);
+    }
+  CHECK(!st && bad_gather == 0 && bad_sum == 0, "exchange moves, width %lld ld %lld%s: %lld gathered and %lld summed "
+        "values differ from the host", (long long)width, (long long)ld, with_base ? "" : ", no base",
+        (long long)bad_gather, (long long)bad_sum);
+  void *dev[] = {d_src, d_dst, d_base, d_out, d_rows, d_index};
+  for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) fp4_free(ctx, FP4_MEMORY_DEVICE, dev[i]);
+  free(src);
+  free(dst);
+  free(base);
+  free(out);
+}
 
 static void check_timing(const char *what, fp4_status st, const fp4_timing *t, double rate, double min_rate) {
   CHECK(st == FP4_OK, "%s: status %s", what, fp4_status_str(st));
@@ -66,6 +128,20 @@ int main(void) {
         "an address 8 bytes past alignment: %s", fp4_last_error());
   srcs[1] = host_bytes + 32;
 
+  /* The exchange's row moves refuse what is not a move, naming the counts, before touching memory. */
+  static int32_t idx[4];
+  CHECK(fp4_exchange_gather_bf16_queue(host_bytes, host_bytes, 4, idx, 2, 8, NULL) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "width 8 from rows 4 apart"),
+        "gather with ld < width: %s", fp4_last_error());
+  CHECK(fp4_exchange_gather_bf16_queue(host_bytes, NULL, 8, idx, 2, 8, NULL) == FP4_ERR_INVALID_ARGUMENT, "gather from NULL");
+  CHECK(fp4_exchange_gather_bf16_queue(NULL, NULL, 8, NULL, 0, 8, NULL) == FP4_OK, "gathering 0 rows does nothing");
+  CHECK(fp4_exchange_sum_bf16_queue(host_bytes, NULL, host_bytes, idx, -1, 2, 8, NULL) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "-1 tokens"),
+        "sum of -1 tokens: %s", fp4_last_error());
+  CHECK(fp4_exchange_sum_bf16_queue(host_bytes, NULL, host_bytes, NULL, 2, 2, 8, NULL) == FP4_ERR_INVALID_ARGUMENT,
+        "sum without an index");
+  CHECK(fp4_exchange_sum_bf16_queue(NULL, NULL, NULL, NULL, 0, 2, 8, NULL) == FP4_OK, "summing 0 tokens does nothing");
+
   fp4_device_info info;
   CHECK(fp4_device_info_get(NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL info");
   st = fp4_device_info_get(NULL, &info);
@@ -94,6 +170,9 @@ int main(void) {
     }
     fp4_free(ctx, FP4_MEMORY_DEVICE, sink);
     fp4_free(ctx, FP4_MEMORY_DEVICE, dev);
+    check_exchange_moves(ctx, 4096, 4104, 1);
+    check_exchange_moves(ctx, 13, 21, 1);
+    check_exchange_moves(ctx, 4096, 4096, 0);
     st = fp4_time_peer(ctx, FP4_PEER_CUBLAS_BF16, 16, 4096, 4096, 10, &t, &rate);
     check_timing("cublas-bf16", st, &t, rate, 1e9);
     st = fp4_time_peer(ctx, FP4_PEER_CUBLASLT_FP8, 16, 4096, 4096, 10, &t, &rate);

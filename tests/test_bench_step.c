@@ -27,6 +27,7 @@
 #include "cli_testing.h"
 #include "fp4kit.h"
 #include "step_comm.h"
+#include "step_exchange.h"
 #include "testing.h"
 
 static char g_out[1 << 16], g_err[1 << 16];
@@ -258,6 +259,11 @@ static void test_options(void) {
       {"--step llama-3.1-8b --sweep 0123456789012345678901234567890123456789012345678901234567890123", "over 63 characters"},
       {"--step llama-3.3-70b --tp 8 --gpus 8 --sweep small-m.w8", "--sweep times one rank; run it without --gpus 8"},
       {"--step llama-3.3-70b --tp 8 --gpus 8 --trace", "--trace records one rank; run it without --gpus 8"},
+      {"--step qwen3.5-397b-a17b --ep 8 --gpus 8 --moe-comm ring", "--moe-comm is all-reduce or all-to-all, not 'ring'"},
+      {"--step qwen3.5-397b-a17b --ep 8 --moe-comm all-to-all", "--tp 1 and --gpus N with N = --ep (here --tp 1, --ep 8, --gpus 0)"},
+      {"--step qwen3.5-397b-a17b --ep 8 --gpus 1 --moe-comm all-to-all", "(here --tp 1, --ep 8, --gpus 1)"},
+      {"--step qwen3.5-397b-a17b --tp 2 --ep 4 --gpus 8 --moe-comm all-to-all", "(here --tp 2, --ep 4, --gpus 8)"},
+      {"--step llama-3.1-8b --gpus 1 --moe-comm all-to-all", "llama-3.1-8b has no MoE layer"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -270,6 +276,9 @@ static void test_options(void) {
   CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10 per token on the rank)") && strstr(g_out, "7077888 bytes per expert") &&
             strstr(g_out, "one layer reads 21233664 FP4 bytes"),
         "--plan for Qwen3.5 EP8: exit %d, '%s'", rc, g_out);
+  rc = run("--step qwen3.5-397b-a17b --ep 8 --gpus 8 --moe-comm all-to-all --plan");
+  CHECK(rc == 0 && strstr(g_out, "each rank's tokens pick top-10 of all 512 experts"),
+        "--plan for Qwen3.5 EP8 all-to-all: exit %d, '%s'", rc, g_out);
   rc = run("--step llama-3.3-70b --tp 8 --gpus 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "80 layers"), "--plan with --gpus 8 for TP8: exit %d, stderr '%s'", rc, g_err);
   rc = run("--step llama-3.3-70b --tp 8 --plan");
@@ -376,6 +385,48 @@ static void cli_step_one_rank(void) {
   free(text);
 }
 
+/* --moe-comm all-to-all over one rank (--ep 1: every expert on the GPU): the shared expert, the
+ * dispatch to itself, the routed experts on the rows received and the sum, with the BF16 peer doing
+ * the same; 2 all-to-alls per layer, nothing sent to another rank; or a clear refusal without NCCL. */
+static void cli_step_a2a_one_rank(void) {
+  char full[400], path[128];
+  snprintf(path, sizeof path, "%s/a2a.json", dir);
+  snprintf(full, sizeof full,
+           "bench --step qwen3.5-397b-a17b --gpus 1 --moe-comm all-to-all --batch 1,8 --layers 2 --rounds 3 --json %s", path);
+  const int rc = cli_run("", full, "a2a");
+  char *err = cli_slurp("a2a.err"), *text = cli_slurp("a2a.json");
+  if (rc == 3 && err && strstr(err, "--gpus needs NCCL")) {
+    printf("SKIP the one-rank all-to-all step: %s", err);
+    free(err);
+    free(text);
+    return;
+  }
+  CHECK(rc == 0, "'fp4kit %s': exit %d, stderr '%s'", full, rc, err ? err : "");
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  const cJSON *mc = root ? cJSON_GetObjectItemCaseSensitive(root, "moe_comm") : NULL;
+  CHECK(cJSON_IsString(mc) && !strcmp(mc->valuestring, "all-to-all"), "'%s': moe_comm", full);
+  const cJSON *pts = root ? cJSON_GetObjectItemCaseSensitive(root, "points") : NULL, *pt;
+  int n = 0;
+  cJSON_ArrayForEach(pt, pts) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(pt, "collectives");
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(pt, "status");
+    CHECK(cJSON_IsString(status) && !strcmp(status->valuestring, "ok"), "'%s': a point is %s (%s)", full,
+          cJSON_IsString(status) ? status->valuestring : "?", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(pt, "reason")));
+    CHECK(num(pt, "tokens_per_step") == num(pt, "batch") && num(pt, "graph_pdl_us") > 0 && num(pt, "fp4_bytes") > 0 &&
+              num(pt, "bf16_cublas_graph_us") > 0,
+          "'%s': batch %g: tokens %g, graph+PDL %g us, %g bytes, BF16 %g us", full, num(pt, "batch"),
+          num(pt, "tokens_per_step"), num(pt, "graph_pdl_us"), num(pt, "fp4_bytes"), num(pt, "bf16_cublas_graph_us"));
+    CHECK(c && num(c, "count") == 4 && num(c, "bytes_sent_per_rank") == 0 && num(c, "alone_us") > 0,
+          "'%s': all-to-alls %g, bytes sent %g, alone %g us", full, c ? num(c, "count") : -1,
+          c ? num(c, "bytes_sent_per_rank") : -1, c ? num(c, "alone_us") : -1);
+    n++;
+  }
+  CHECK(n == 2, "'%s': %d points", full, n);
+  cJSON_Delete(root);
+  free(err);
+  free(text);
+}
+
 /* --sweep: every layer type timed again with each named config; one that cannot run is refused with
  * the library's reason (naming the config), the others have a time and its ratio to the default's. */
 static void cli_step_sweep(const char *step, const char *good, const char *bad, int want_types) {
@@ -465,6 +516,7 @@ static void test_device(int gpus) {
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8", 0, 1);
   cli_step("--step qwen3.5-397b-a17b --ep 8 --batch 1,8 --mode w4a4 --no-peers", 0, 1);
   cli_step_one_rank();
+  cli_step_a2a_one_rank();
   cli_step_sweep("--step llama-3.1-8b --tp 8", "small-m.w8", "no-such-config", 4);
   cli_step_sweep("--step llama-3.1-8b --tp 8 --mode w4a4", "small-m.pro.w8", "moe.streaming", 4);
   cli_step_sweep("--step qwen3.5-397b-a17b --ep 8", "moe.streaming", "small-m.w8", 1);
@@ -513,6 +565,142 @@ static void test_agreement(void) {
   }
   CHECK(step_comm_ring_bytes(1000.0, 8) == 1750.0 && step_comm_ring_bytes(1000.0, 1) == 0.0,
         "ring all-reduce bytes per rank: %g over 8, %g over 1", step_comm_ring_bytes(1000.0, 8), step_comm_ring_bytes(1000.0, 1));
+}
+
+/* The all-to-all exchange of --moe-comm all-to-all, every rank simulated on the host: rank r's token
+ * t holds a vector of its own, dispatch and combine move rows by the plans' counts and orders, each
+ * rank's "expert" e maps a row v to weight * (v * (e + 1) + e), and every token's sum must equal the
+ * same experts applied directly to its vector by the global routing. Also: each pair of ranks agrees
+ * on counts, every local expert id is in range, and the plan refuses what is not an exchange. */
+enum { XW = 3, XMAX_RANKS = 8 };
+
+static double x_value(int rank, int64_t t, int c) { return rank * 1000.0 + (double)t + 0.25 * c; }
+static double x_expert(int64_t e, double v) { return v * (double)(e + 1) + (double)e; }
+
+static void check_exchange(int ranks, int64_t tokens, int64_t stride, int64_t top_k, int64_t local) {
+  step_exchange X[XMAX_RANKS];
+  int made = 0, ok = 1;
+  for (int r = 0; r < ranks; r++) {
+    const fp4_status st = step_exchange_make(77, 5, ranks, r, tokens, stride, top_k, local, &X[r]);
+    CHECK(st == FP4_OK, "exchange %d ranks, %lld tokens, top-%lld of %lld each: %s", ranks, (long long)tokens,
+          (long long)top_k, (long long)local, fp4_last_error());
+    if (st) break;
+    made++;
+  }
+  if (made < ranks) goto out;
+  for (int s = 0; s < ranks; s++) {
+    int64_t out = 0;
+    for (int d = 0; d < ranks; d++) {
+      ok &= X[s].send_count[d] == X[d].recv_count[s];
+      out += X[s].send_count[d];
+    }
+    ok &= out == tokens * top_k && X[s].sent == out;
+    for (int64_t i = 0; i < X[s].received; i++) ok &= X[s].recv_expert[i] >= 0 && X[s].recv_expert[i] < local;
+  }
+  CHECK(ok, "exchange %d ranks, %lld tokens, top-%lld: counts do not pair up or ids out of range", ranks, (long long)tokens,
+        (long long)top_k);
+  if (!ok) goto out;
+  /* dispatch */
+  double *sendb[XMAX_RANKS], *recvb[XMAX_RANKS], *backb[XMAX_RANKS];
+  for (int r = 0; r < ranks; r++) {
+    sendb[r] = calloc((size_t)(tokens * top_k * XW) + 1, sizeof(double));
+    recvb[r] = calloc((size_t)(X[r].received * XW) + 1, sizeof(double));
+    backb[r] = calloc((size_t)(tokens * top_k * XW) + 1, sizeof(double));
+    for (int64_t i = 0; i < X[r].sent; i++)
+      for (int c = 0; c < XW; c++) sendb[r][i * XW + c] = x_value(r, X[r].send_token[i], c);
+  }
+  for (int d = 0; d < ranks; d++) { /* rank d receives each source's block for it, sources in order */
+    int64_t at = 0;
+    for (int s = 0; s < ranks; s++) {
+      int64_t off = 0;
+      for (int q = 0; q < d; q++) off += X[s].send_count[q];
+      memcpy(recvb[d] + at * XW, sendb[s] + off * XW, (size_t)(X[s].send_count[d] * XW) * sizeof(double));
+      at += X[s].send_count[d];
+    }
+    for (int64_t i = 0; i < X[d].received; i++) /* the experts of rank d, weighted */
+      for (int c = 0; c < XW; c++)
+        recvb[d][i * XW + c] = X[d].recv_weight[i] * x_expert((int64_t)d * local + X[d].recv_expert[i], recvb[d][i * XW + c]);
+  }
+  for (int s = 0; s < ranks; s++) { /* combine: rank d returns source s's block; s puts it where it sent it */
+    int64_t off = 0;
+    for (int d = 0; d < ranks; d++) {
+      int64_t from = 0;
+      for (int q = 0; q < s; q++) from += X[d].recv_count[q];
+      memcpy(backb[s] + off * XW, recvb[d] + from * XW, (size_t)(X[s].send_count[d] * XW) * sizeof(double));
+      off += X[s].send_count[d];
+    }
+  }
+  const int64_t all = ranks * stride;
+  int32_t *ids = malloc((size_t)(all * top_k) * sizeof *ids + 4);
+  float *w = malloc((size_t)(all * top_k) * sizeof *w + 4);
+  step_routing(77, 5, all, top_k, ranks * local, ids, w);
+  double worst = 0;
+  for (int r = 0; r < ranks; r++)
+    for (int64_t t = 0; t < tokens; t++)
+      for (int c = 0; c < XW; c++) {
+        double got = 0, want = 0;
+        for (int64_t j = 0; j < top_k; j++) {
+          got += backb[r][X[r].sum_rows[t * top_k + j] * XW + c];
+          const int64_t g = ((int64_t)r * stride + t) * top_k + j;
+          want += w[g] * x_expert(ids[g], x_value(r, t, c));
+        }
+        const double rel = fabs(got - want) / (fabs(want) + 1.0);
+        if (rel > worst) worst = rel;
+      }
+  CHECK(worst < 1e-12, "exchange %d ranks, %lld tokens, top-%lld of %lld each: combined sums off by %g relative", ranks,
+        (long long)tokens, (long long)top_k, (long long)local, worst);
+  int64_t out_rows = 0, back_rows = 0;
+  for (int r = 0; r < ranks; r++) {
+    out_rows += step_exchange_rows_out(&X[r]);
+    back_rows += step_exchange_rows_back(&X[r]);
+  }
+  CHECK(out_rows == back_rows && (ranks > 1 || out_rows == 0), "rows leaving ranks %lld, coming back %lld",
+        (long long)out_rows, (long long)back_rows);
+  free(ids);
+  free(w);
+  for (int r = 0; r < ranks; r++) {
+    free(sendb[r]);
+    free(recvb[r]);
+    free(backb[r]);
+  }
+out:
+  for (int r = 0; r < made; r++) step_exchange_free(&X[r]);
+}
+
+static void test_exchange(void) {
+  check_exchange(1, 5, 5, 4, 16);    /* one rank: everything stays */
+  check_exchange(2, 1, 1, 3, 2);     /* a token may pick every expert of a rank */
+  check_exchange(2, 0, 4, 2, 4);     /* no tokens: nothing moves */
+  check_exchange(3, 7, 7, 6, 2);     /* top_k = every expert of the model */
+  check_exchange(8, 1, 64, 10, 64);  /* Qwen3.5 EP8 at one token per rank, of up to 64 */
+  check_exchange(8, 64, 64, 10, 64); /* and at 64 */
+  check_exchange(8, 33, 40, 8, 32);  /* DeepSeek-R1's top-8 of 256 over 8 ranks */
+  /* A smaller batch's pairs are among a larger one's: the experts it touches too. */
+  step_exchange small, large;
+  CHECK(step_exchange_make(9, 2, 4, 1, 3, 16, 4, 8, &small) == FP4_OK &&
+            step_exchange_make(9, 2, 4, 1, 16, 16, 4, 8, &large) == FP4_OK,
+        "%s", fp4_last_error());
+  int subset = 1;
+  for (int64_t i = 0; i < small.received; i++) {
+    int found = 0;
+    for (int64_t j = 0; j < large.received && !found; j++) found = large.recv_expert[j] == small.recv_expert[i];
+    subset &= found;
+  }
+  CHECK(subset && small.received < large.received, "batch 3's received experts are not among batch 16's");
+  step_exchange_free(&small);
+  step_exchange_free(&large);
+  step_exchange x;
+  CHECK(step_exchange_make(1, 0, 2, 0, 4, 4, 9, 4, &x) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "top-9"),
+        "top-9 of 8 experts: not refused ('%s')", fp4_last_error());
+  CHECK(step_exchange_make(1, 0, 2, 2, 4, 4, 1, 4, &x) == FP4_ERR_INVALID_ARGUMENT, "rank 2 of 2: not refused");
+  CHECK(step_exchange_make(1, 0, 2, 0, 5, 4, 1, 4, &x) == FP4_ERR_INVALID_ARGUMENT, "5 tokens of 4 per rank: not refused");
+  /* Rows that leave: rank 0 of 2 with one expert each, top-2 of 2: each token sends one row away. */
+  CHECK(step_exchange_make(3, 1, 2, 0, 6, 6, 2, 1, &x) == FP4_OK, "%s", fp4_last_error());
+  CHECK(x.sent == 12 && x.send_count[0] == 6 && x.send_count[1] == 6 && x.received == 12 && x.recv_count[0] == 6 &&
+            step_exchange_rows_out(&x) == 6 && step_exchange_rows_back(&x) == 6,
+        "top-2 of 2 experts on 2 ranks: sent %lld (%lld, %lld), received %lld", (long long)x.sent,
+        (long long)x.send_count[0], (long long)x.send_count[1], (long long)x.received);
+  step_exchange_free(&x);
 }
 
 /* --trace's host side: kernel names as CUPTI gives them, and the summary of a made-up replay of two
@@ -570,6 +758,7 @@ int main(void) {
   test_moe_plans();
   test_plan_errors();
   test_routing();
+  test_exchange();
   test_options();
   test_trace_summary();
   test_agreement();

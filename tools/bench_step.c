@@ -31,8 +31,14 @@
  * NCCL all-reduce (step_comm.c) after every call whose output has the model's hidden width: the
  * row-parallel linears of tensor parallelism and the MoE layer, whose ranks each hold a partial sum
  * (expert parallelism with the all-reduce combine, as engines run it without an all-to-all
- * dispatch). The ranks agree at fixed points (layers built, set-up, each timed way) so that all of
- * them issue the same collectives or none; the record keeps the slowest rank's times.
+ * dispatch). With --moe-comm all-to-all, expert parallelism runs as engines with data-parallel
+ * attention run it: every rank holds --batch tokens of its own, each token picks top-k experts of
+ * the whole model, and the MoE layer is the shared expert on the rank's tokens, a dispatch (rows
+ * gathered by destination, one NCCL all-to-all), the routed experts on the rows received (top-1
+ * each, weighted), the all-to-all back and a sum per token (step_exchange.c plans the rows; the
+ * gather and sum kernels are fp4kit_bench's). The ranks agree at fixed points (layers built, set-up,
+ * each timed way) so that all of them issue the same collectives or none; the record keeps the
+ * slowest rank's times.
  */
 #include "bench_step.h"
 
@@ -48,6 +54,7 @@
 #include "fp4kit_bench.h"
 #include "provenance.h"
 #include "step_comm.h"
+#include "step_exchange.h"
 #include "step_trace.h"
 
 #if FP4KIT_HAVE_CUDA
@@ -238,6 +245,7 @@ typedef struct step_opts {
   const char *model;
   int tp, ep, device, rounds, w4a4, peers, plan_only;
   int gpus; /* 0: one rank on --device, no collectives; N: ranks on devices --device .. --device + N - 1 */
+  int a2a;  /* --moe-comm all-to-all: EP with data-parallel attention, tokens exchanged around the experts */
   int64_t layers; /* 0: all */
   int64_t batches[STEP_MAX_BATCHES];
   int nbatches;
@@ -251,7 +259,8 @@ typedef struct step_opts {
 static void step_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit bench --step MODEL [--tp N] [--ep N] [--batch 1,8,64] [--layers N] [--mode w4a16|w4a4]\n"
-          "                    [--device N] [--gpus N] [--rounds N] [--seed N] [--no-peers] [--plan]\n"
+          "                    [--device N] [--gpus N [--moe-comm all-reduce|all-to-all]] [--rounds N] [--seed N]\n"
+          "                    [--no-peers] [--plan]\n"
           "                    [--sweep CONFIG[,CONFIG...]] [--json PATH] [--csv PATH] [--html PATH]\n"
           "\n"
           "Times the FP4 part of one rank's decode step of MODEL on the device: every NVFP4 linear of every\n"
@@ -279,6 +288,14 @@ static void step_usage(FILE *f) {
           "step time (the record's times are the slowest rank's). --gpus 1 runs the collectives over one\n"
           "rank. NCCL (libnccl.so.2) is loaded when --gpus is given.\n"
           "\n"
+          "With --moe-comm all-to-all (--tp 1, --gpus N = --ep N), expert parallelism runs with data-parallel\n"
+          "attention instead: every rank holds --batch tokens of its own (the step serves N x batch), each\n"
+          "token picks top_k distinct experts of the whole model, and the MoE layer is the shared expert on\n"
+          "the rank's tokens, a dispatch (the token's row to the rank of each expert it picked, one NCCL\n"
+          "all-to-all), fp4_moe_forward on the rows received, the all-to-all back and a sum per token. The\n"
+          "dense layers run on the rank's own tokens with no collective. Reported besides: the all-to-alls\n"
+          "per step, the bytes a rank sends to the others in them, and their time alone.\n"
+          "\n"
           "  --step MODEL   qwen3.5-397b-a17b, llama-3.3-70b, llama-3.1-8b (the library's shape sets;\n"
           "                 qwen3-30b-a3b too)\n"
           "  --tp N, --ep N tensor / expert parallelism: one rank's shard (default 1, 1)\n"
@@ -292,6 +309,8 @@ static void step_usage(FILE *f) {
           "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
           "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
+          "  --moe-comm C   with --gpus: all-reduce (default; every rank sees every token, the MoE output is\n"
+          "                 summed over the ranks) or all-to-all (above)\n"
           "  --sweep LIST   also time every layer type with each named config of the cuda backend\n"
           "                 (comma-separated, at most %d: small-m.* / large-m.* names for the dense GEMMs,\n"
           "                 as fp4kit bench --config takes them; moe.* names for the MoE layer, as fp4kit\n"
@@ -370,7 +389,7 @@ static int parse_sweep(const char *s, step_opts *o) {
 /* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
 static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
-         O_CSV, O_HTML, O_GPUS, O_SWEEP, O_TRACE };
+         O_CSV, O_HTML, O_GPUS, O_SWEEP, O_TRACE, O_MOE_COMM };
   static const struct option longs[] = {
       {"step", required_argument, NULL, O_STEP},     {"tp", required_argument, NULL, O_TP},
       {"ep", required_argument, NULL, O_EP},         {"batch", required_argument, NULL, O_BATCH},
@@ -381,6 +400,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       {"csv", required_argument, NULL, O_CSV},       {"html", required_argument, NULL, O_HTML},
       {"gpus", required_argument, NULL, O_GPUS},     {"help", no_argument, NULL, 'h'},
       {"sweep", required_argument, NULL, O_SWEEP},     {"trace", no_argument, NULL, O_TRACE},
+      {"moe-comm", required_argument, NULL, O_MOE_COMM},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->tp = o->ep = 1;
@@ -419,6 +439,14 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
           ok = 0;
         }
         break;
+      case O_MOE_COMM:
+        if (!strcmp(optarg, "all-reduce") || !strcmp(optarg, "all-to-all")) {
+          o->a2a = !strcmp(optarg, "all-to-all");
+        } else {
+          fprintf(stderr, "fp4kit bench --step: --moe-comm is all-reduce or all-to-all, not '%s'\n", optarg);
+          ok = 0;
+        }
+        break;
       case O_NO_PEERS: o->peers = 0; break;
       case O_TRACE: o->trace = 1; break;
       case O_PLAN: o->plan_only = 1; break;
@@ -444,6 +472,12 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   if (o->gpus > 1 && (int64_t)o->gpus != (int64_t)o->tp * o->ep) {
     fprintf(stderr, "fp4kit bench --step: --gpus %d runs one rank of the shard per GPU, but --tp %d x --ep %d is %lld ranks\n",
             o->gpus, o->tp, o->ep, (long long)o->tp * o->ep);
+    return EXIT_USAGE;
+  }
+  if (o->a2a && (o->tp != 1 || o->gpus != o->ep)) {
+    fprintf(stderr, "fp4kit bench --step: --moe-comm all-to-all runs expert parallelism with data-parallel attention, one "
+                    "rank per GPU: --tp 1 and --gpus N with N = --ep (here --tp %d, --ep %d, --gpus %d)\n",
+            o->tp, o->ep, o->gpus);
     return EXIT_USAGE;
   }
   if (o->nsweep && o->gpus > 1) {
@@ -521,10 +555,12 @@ typedef struct step_point {
   double graph_nodes;
   char bf16_note[200];
   type_result types[STEP_MAX_TYPES];
-  /* --gpus: the all-reduces of one step, the bytes a rank sends in them, their time alone (a graph of
-   * only them, no PDL) and each rank's graph + PDL time (the fields above hold the slowest rank's) */
+  /* --gpus: the collectives of one step (all-reduces, or with --moe-comm all-to-all two all-to-alls
+   * per MoE layer), their payload (all-to-all: the rows that leave the rank), the bytes a rank sends
+   * in them, their time alone (a graph of only them, no PDL) and each rank's graph + PDL time (the
+   * fields above hold the slowest rank's; bytes and payload the largest rank's) */
   int coll_count;
-  double coll_bytes, coll_ring_bytes;
+  double coll_bytes, coll_sent_bytes;
   bv coll_us;
   bv rank_pdl_us[STEP_MAX_GPUS];
   /* The step's structure with no math: every call replaced by one read-only kernel over the same
@@ -578,8 +614,12 @@ static bv chain_over_copy(const step_report *r, const step_point *p) {
 static bv pdl_gain(const step_point *p) {
   return p->graph_us.ok ? div_bv(p->graph_us.v, p->pdl_us) : (bv){0, 0};
 }
+/* Tokens one step serves: the batch, or with --moe-comm all-to-all every rank's batch. */
+static double step_tokens(const step_report *r, const step_point *p) {
+  return (double)p->batch * (r->o->a2a ? (double)r->gpus : 1.0);
+}
 static bv tokens_bound(const step_report *r, const step_point *p) {
-  return p->pdl_us.ok ? (bv){1, (double)p->batch * 1e6 / (p->pdl_us.v * scale_to_model(r))} : (bv){0, 0};
+  return p->pdl_us.ok ? (bv){1, step_tokens(r, p) * 1e6 / (p->pdl_us.v * scale_to_model(r))} : (bv){0, 0};
 }
 static bv bf16_speedup(const step_point *p) { return p->bf16_us.ok ? div_bv(p->bf16_us.v, p->pdl_us) : (bv){0, 0}; }
 static bv read_floor_us(const step_report *r, double bytes) {
@@ -602,18 +642,28 @@ static cJSON *record_json(const step_report *r) {
   if (r->gpus) {
     cJSON_AddNumberToObject(root, "gpus", r->gpus);
     cJSON_AddNumberToObject(root, "nccl_version", r->nccl_version);
+    cJSON_AddStringToObject(root, "moe_comm", r->o->a2a ? "all-to-all" : "all-reduce");
     cJSON_AddStringToObject(root, "collectives",
-                            "an in-place bf16 sum all-reduce (NCCL) after every call whose output has the model's hidden "
-                            "width (row-parallel linears, the MoE layer), in the step's stream and graph; times are "
-                            "the slowest rank's; the read and copy peers the slowest GPU's");
+                            r->o->a2a ? "per MoE layer two NCCL all-to-alls of bf16 rows (grouped sends and receives): "
+                                        "each token's row to the rank of every expert it picked, and the experts' "
+                                        "weighted outputs back; dense layers run on the rank's own tokens without one; "
+                                        "in the step's stream and graph; times are the slowest rank's, bytes the "
+                                        "largest rank's; the read and copy peers the slowest GPU's"
+                                      : "an in-place bf16 sum all-reduce (NCCL) after every call whose output has the "
+                                        "model's hidden width (row-parallel linears, the MoE layer), in the step's "
+                                        "stream and graph; times are the slowest rank's; the read and copy peers the "
+                                        "slowest GPU's");
   }
   cJSON_AddNumberToObject(root, "layers_model", (double)p->layers);
   cJSON_AddNumberToObject(root, "layers_built", (double)r->layers_built);
   cJSON_AddStringToObject(root, "layers_note", r->layers_note);
   cJSON_AddNumberToObject(root, "rounds", r->o->rounds);
   cJSON_AddNumberToObject(root, "seed", (double)r->o->seed);
-  cJSON_AddStringToObject(root, "routing", "each token picks ceil(top_k / ep) distinct experts of the rank uniformly, "
-                                           "seeded per layer; weights positive, summing to 1");
+  cJSON_AddStringToObject(root, "routing",
+                          r->o->a2a ? "every rank holds batch tokens of its own; each token picks top_k distinct experts "
+                                      "of the whole model uniformly, seeded per layer; weights positive, summing to 1"
+                                    : "each token picks ceil(top_k / ep) distinct experts of the rank uniformly, "
+                                      "seeded per layer; weights positive, summing to 1");
   cJSON_AddStringToObject(root, "bytes", "FP4 codes + E4M3 block scales (128x4) of every layer built; MoE: the shared "
                                          "expert and the distinct routed experts the routing touches");
   cJSON *dev = cJSON_AddObjectToObject(root, "device");
@@ -635,8 +685,9 @@ static cJSON *record_json(const step_report *r) {
                           "read_gbps: fp4_time_peer READ over 1 GiB; frac_read_ceiling = (fp4_bytes / read_gbps) / "
                           "graph_pdl_us; copy_gbps counts bytes read + written (fp4_time_peer COPY over 1 GiB); "
                           "time_over_copy_floor = graph_pdl_us / (fp4_bytes / copy_gbps), as fp4kit bench --moe; "
-                          "pdl_gain = graph_us / graph_pdl_us; tokens_per_s_bound = batch / graph_pdl_us scaled from "
-                          "layers_built to layers_model");
+                          "pdl_gain = graph_us / graph_pdl_us; tokens_per_s_bound = tokens_per_step / graph_pdl_us "
+                          "scaled from layers_built to layers_model (tokens_per_step: batch, or with moe_comm "
+                          "all-to-all batch on every rank)");
   cJSON *types = cJSON_AddArrayToObject(root, "layer_types");
   for (int i = 0; i < p->ntypes; i++) {
     const step_type *t = &p->types[i];
@@ -664,6 +715,7 @@ static cJSON *record_json(const step_report *r) {
     const step_point *x = &r->pts[i];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "batch", (double)x->batch);
+    cJSON_AddNumberToObject(o, "tokens_per_step", step_tokens(r, x));
     cJSON_AddStringToObject(o, "status", x->status);
     cJSON_AddStringToObject(o, "reason", x->reason);
     cJSON_AddNumberToObject(o, "calls", x->calls);
@@ -707,7 +759,8 @@ static cJSON *record_json(const step_report *r) {
       cJSON *c = cJSON_AddObjectToObject(o, "collectives");
       cJSON_AddNumberToObject(c, "count", x->coll_count);
       cJSON_AddNumberToObject(c, "bytes", x->coll_bytes);
-      cJSON_AddNumberToObject(c, "ring_bytes_per_rank", x->coll_ring_bytes);
+      cJSON_AddNumberToObject(c, "bytes_sent_per_rank", x->coll_sent_bytes);
+      if (!r->o->a2a) cJSON_AddNumberToObject(c, "ring_bytes_per_rank", x->coll_sent_bytes);
       jnum(c, "alone_us", x->coll_us);
       const bv fl = read_floor_us(r, x->bytes);
       const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
@@ -756,7 +809,8 @@ static void csv_num(FILE *f, bv v, const char *fmt) {
 static void write_csv(FILE *f, const step_report *r) {
   fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
              "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,read_chain_graph_us,"
-             "read_chain_frac_read_ceiling,read_chain_over_copy_floor,bf16_cublas_graph_us,speedup_vs_bf16,gpus,collectives,collective_ring_bytes_per_rank,collectives_alone_us,status\n");
+             "read_chain_frac_read_ceiling,read_chain_over_copy_floor,bf16_cublas_graph_us,speedup_vs_bf16,gpus,moe_comm,collectives,collective_bytes_sent_per_rank,"
+             "collectives_alone_us,status\n");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
     for (int t = -1; t < r->plan.ntypes; t++) {
@@ -780,9 +834,9 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, y ? none : chain_over_copy(r, x), "%.4f");
       csv_num(f, y ? none : x->bf16_us, "%.2f");
       csv_num(f, y ? none : bf16_speedup(x), "%.3f");
-      fprintf(f, "%d,", r->gpus);
+      fprintf(f, "%d,%s,", r->gpus, r->gpus ? (r->o->a2a ? "all-to-all" : "all-reduce") : "");
       csv_num(f, r->gpus && !y ? (bv){1, x->coll_count} : none, "%.0f");
-      csv_num(f, r->gpus && !y ? (bv){1, x->coll_ring_bytes} : none, "%.0f");
+      csv_num(f, r->gpus && !y ? (bv){1, x->coll_sent_bytes} : none, "%.0f");
       csv_num(f, r->gpus && !y ? x->coll_us : none, "%.2f");
       fprintf(f, "%s\n", x->status);
     }
@@ -882,6 +936,9 @@ static void print_table(FILE *f, const step_report *r) {
           p->ep, r->o->w4a4 ? "w4a4" : "w4a16", r->dev.name, (long long)r->layers_built, (long long)p->layers,
           r->layers_note[0] ? " (" : "", r->layers_note, r->layers_note[0] ? ")" : "", r->read_bps.v / 1e9,
           r->copy_bps.v / 1e9);
+  if (r->o->a2a)
+    fprintf(f, "%d GPUs, one rank each, MoE tokens exchanged by all-to-all: batch is tokens per rank (a step serves %d x "
+               "batch; tok/s counts them all)\n", r->gpus, r->gpus);
   fprintf(f, "%5s %6s %10s %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s\n", "batch", "calls", "FP4_MB", "eager_us",
           "graph_us", "pdl_us", "gain", "/read", "/copy", "tok/s", "bf16_us", "x_bf16", "status");
   for (int i = 0; i < r->npts; i++) {
@@ -932,8 +989,8 @@ static void print_table(FILE *f, const step_report *r) {
     }
     if (r->gpus) {
       const bv fl = read_floor_us(r, x->bytes);
-      fprintf(f, "      %d GPUs: %d all-reduces, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
-              r->gpus, x->coll_count, x->coll_ring_bytes / 1e6, x->coll_us.v,
+      fprintf(f, "      %d GPUs: %d %s, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
+              r->gpus, x->coll_count, r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6, x->coll_us.v,
               fl.ok && x->coll_us.ok && x->pdl_us.ok ? x->pdl_us.v / (fl.v + x->coll_us.v) : 0.0);
     }
   }
@@ -981,6 +1038,12 @@ static fp4_status cu(cudaError_t e, const char *what) {
 
 static size_t al256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* One layer's exchange on the device: the index arrays of its step_exchange. */
+typedef struct exchange_dev {
+  int32_t *send_token, *sum_rows, *recv_expert;
+  float *recv_weight;
+} exchange_dev;
+
 /* One layer's FP4 tensors, carved from one allocation. */
 typedef struct gpu_layer {
   void *slab;
@@ -1011,6 +1074,15 @@ typedef struct gpu_step {
   void *sink; /* the read-only chain's kernels write here (4096 words) */
   int config_type;        /* --sweep: the type whose calls run config_name (-1: none) */
   const char *config_name;
+  /* --moe-comm all-to-all: the exchange of every MoE layer at the current batch (host plans, and
+   * their index arrays in one device allocation), the rows it moves and the shared expert's routing */
+  step_exchange *X;
+  exchange_dev *xd;
+  void *xd_slab;
+  int64_t x_batch;        /* the batch X and xd hold (0: none) */
+  void *send_rows, *recv_rows, *expert_rows, *back_rows, *shared_rows;
+  int32_t *shared_ids; /* [bmax] zeros: the shared expert as the one routed expert of its own layer */
+  float *shared_w;     /* [bmax] ones */
 } gpu_step;
 
 /* Whether every rank is still fine: each rank's thread calls this at the same points in the same
@@ -1019,7 +1091,9 @@ static int ranks_ok(const gpu_step *g, int ok) { return g->comm ? step_comm_agre
 
 /* Whether call output of this width is summed over the ranks: the row-parallel linears and the MoE
  * layer write the model's hidden width, and each rank holds a partial sum of it. */
-static int reduced(const gpu_step *g, const step_type *ty) { return g->comm && out_width(ty) == g->plan->hidden; }
+static int reduced(const gpu_step *g, const step_type *ty) {
+  return g->comm && !g->o->a2a && out_width(ty) == g->plan->hidden;
+}
 
 typedef struct step_call {
   int type;
@@ -1266,12 +1340,139 @@ static void moe_args(const gpu_step *g, const step_call *c, int64_t B, fp4_moe_l
   *rt = (fp4_moe_routing){L->ids, B, ty->top_k, {L->tw, B, ty->top_k, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
 }
 
+/* --moe-comm all-to-all: the most rows a rank receives in one layer at bmax tokens per rank. */
+static int64_t a2a_max_rows(const gpu_step *g, const step_type *moe) {
+  return (int64_t)g->nranks * g->bmax * (moe->active < moe->experts ? moe->active : moe->experts);
+}
+
+static void exchange_free(gpu_step *g) {
+  for (int64_t l = 0; g->X && l < g->layers; l++) step_exchange_free(&g->X[l]);
+  free(g->X);
+  free(g->xd);
+  if (g->xd_slab) {
+    cudaStreamSynchronize(g->s); /* no queued work may still read the arrays */
+    cudaFree(g->xd_slab);
+  }
+  g->X = NULL;
+  g->xd = NULL;
+  g->xd_slab = NULL;
+  g->x_batch = 0;
+}
+
+/* The exchange of every MoE layer at B tokens per rank: the plans, and their index arrays copied to
+ * the device (kept until another batch's replace them). */
+static fp4_status exchange_prepare(gpu_step *g, int64_t B) {
+  if (g->x_batch == B) return FP4_OK;
+  exchange_free(g);
+  const step_type *moe = moe_of(g->plan);
+  if (!(g->X = calloc((size_t)g->layers, sizeof *g->X)) || !(g->xd = calloc((size_t)g->layers, sizeof *g->xd)))
+    return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the exchange");
+  size_t bytes = 0;
+  for (int64_t l = 0; l < g->layers; l++) {
+    fp4_status st = step_exchange_make(g->o->seed, l, g->nranks, g->rank, B, g->bmax, moe->active, moe->experts, &g->X[l]);
+    if (st) return st;
+    bytes += 2 * al256((size_t)g->X[l].sent * 4) + 2 * al256((size_t)g->X[l].received * 4);
+  }
+  fp4_status st = cu(cudaMalloc(&g->xd_slab, bytes), "the exchange's index arrays");
+  uint8_t *c = g->xd_slab;
+  for (int64_t l = 0; l < g->layers && !st; l++) {
+    const step_exchange *x = &g->X[l];
+    exchange_dev *d = &g->xd[l];
+    d->send_token = carve(&c, (size_t)x->sent * 4);
+    d->sum_rows = carve(&c, (size_t)x->sent * 4);
+    d->recv_expert = carve(&c, (size_t)x->received * 4);
+    d->recv_weight = carve(&c, (size_t)x->received * 4);
+    st = cu(cudaMemcpy(d->send_token, x->send_token, (size_t)x->sent * 4, cudaMemcpyHostToDevice), "copying the exchange");
+    if (!st) st = cu(cudaMemcpy(d->sum_rows, x->sum_rows, (size_t)x->sent * 4, cudaMemcpyHostToDevice), "copying the exchange");
+    if (!st && x->received)
+      st = cu(cudaMemcpy(d->recv_expert, x->recv_expert, (size_t)x->received * 4, cudaMemcpyHostToDevice), "copying the exchange");
+    if (!st && x->received)
+      st = cu(cudaMemcpy(d->recv_weight, x->recv_weight, (size_t)x->received * 4, cudaMemcpyHostToDevice), "copying the exchange");
+  }
+  if (!st) g->x_batch = B;
+  return st;
+}
+
+/* Buffers of --moe-comm all-to-all: the rows the exchange moves, the shared expert's output and its
+ * routing (expert 0 of its own layer, weight 1). */
+static fp4_status exchange_buffers(gpu_step *g) {
+  const step_type *moe = moe_of(g->plan);
+  const size_t row = (size_t)moe->hidden * 2, sent = (size_t)(g->bmax * moe->active), most = (size_t)a2a_max_rows(g, moe);
+  fp4_status st;
+  if ((st = cu(cudaMalloc(&g->send_rows, sent * row), "the exchange's rows")) ||
+      (st = cu(cudaMalloc(&g->back_rows, sent * row), "the exchange's rows")) ||
+      (st = cu(cudaMalloc(&g->recv_rows, most * row), "the exchange's rows")) ||
+      (st = cu(cudaMalloc(&g->expert_rows, most * row), "the exchange's rows")) ||
+      (st = cu(cudaMalloc(&g->shared_rows, (size_t)g->bmax * row), "the shared expert's rows")) ||
+      (st = cu(cudaMalloc((void **)&g->shared_ids, (size_t)g->bmax * 4), "the shared expert's routing")) ||
+      (st = cu(cudaMalloc((void **)&g->shared_w, (size_t)g->bmax * 4), "the shared expert's routing")) ||
+      (st = cu(cudaMemset(g->shared_ids, 0, (size_t)g->bmax * 4), "the shared expert's routing")))
+    return st;
+  float *ones = malloc((size_t)g->bmax * sizeof *ones);
+  if (!ones) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  for (int64_t i = 0; i < g->bmax; i++) ones[i] = 1.0f;
+  st = cu(cudaMemcpy(g->shared_w, ones, (size_t)g->bmax * 4, cudaMemcpyHostToDevice), "the shared expert's routing");
+  free(ones);
+  return st;
+}
+
+/* The layers of a --moe-comm all-to-all MoE call: the routed experts' (no shared expert) and the
+ * shared expert's as a layer of its own with one routed expert. */
+static void a2a_layers(const gpu_step *g, const gpu_layer *L, fp4_moe_layer *routed, fp4_moe_layer *shared) {
+  const float gs = 448.0f * 6.0f / 8.0f;
+  const float *act = g->o->w4a4 ? g->scalars + 1 : NULL;
+  const fp4_moe_mode mode = g->o->w4a4 ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
+  *routed = (fp4_moe_layer){mode, {L->gu, L->dn, gs, gs, act}, NULL};
+  *shared = (fp4_moe_layer){mode, {L->sgu, L->sdn, gs, gs, act}, NULL};
+}
+
+/* A MoE call with --moe-comm all-to-all: the shared expert on the rank's B tokens; the dispatch
+ * (gather by destination, all-to-all); the routed experts on the rows received, each row top-1 with
+ * its routing weight; the all-to-all back; out = shared + the sum of each token's returned rows. */
+static fp4_status issue_moe_a2a(const gpu_step *g, const step_call *c, int64_t B, fp4_options *o) {
+  const step_type *ty = &g->plan->types[c->type];
+  const step_exchange *x = &g->X[c->layer];
+  const exchange_dev *d = &g->xd[c->layer];
+  const int64_t H = ty->hidden;
+  fp4_moe_layer routed, shared;
+  a2a_layers(g, &g->L[c->layer], &routed, &shared);
+  fp4_run_info *info = o->info; /* what ran: the routed experts' call, or the shared one's when no row came */
+  fp4_status st = FP4_OK;
+  if (ty->shared_inter) {
+    fp4_moe_routing rt = {g->shared_ids, B, 1, {g->shared_w, B, 1, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
+    fp4_matrix hid = {(void *)c->in, B, H, c->in_ld == H ? 0 : c->in_ld, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    fp4_matrix out = {g->shared_rows, B, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    o->info = x->received ? NULL : info;
+    st = fp4_moe_forward(g->ctx, &shared, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, o);
+  }
+  if (!st) st = fp4_exchange_gather_bf16_queue(g->send_rows, c->in, c->in_ld, d->send_token, x->sent, H, g->s);
+  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows, x->recv_count, H, g->s);
+  if (!st && x->received) {
+    fp4_moe_routing rt = {d->recv_expert, x->received, 1,
+                          {d->recv_weight, x->received, 1, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
+    fp4_matrix hid = {g->recv_rows, x->received, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    fp4_matrix out = {g->expert_rows, x->received, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+    o->info = info;
+    st = fp4_moe_forward(g->ctx, &routed, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, o);
+  }
+  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows, x->send_count, H, g->s);
+  if (!st)
+    st = fp4_exchange_sum_bf16_queue(c->out, ty->shared_inter ? g->shared_rows : NULL, g->back_rows, d->sum_rows, B,
+                                     ty->active, H, g->s);
+  o->info = info;
+  return st;
+}
+
 /* One call of the step on stream s. */
 static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
   const step_type *ty = &g->plan->types[c->type];
   fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .info = info};
   if (c->type == g->config_type) o.config = g->config_name; /* --sweep */
   fp4_matrix out = {c->out, B, out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  if (ty->kind == STEP_MOE && g->o->a2a) {
+    o.alpha_device = g->scalars;
+    return issue_moe_a2a(g, c, B, &o);
+  }
   if (ty->kind == STEP_MOE) {
     fp4_moe_layer layer;
     fp4_moe_experts shared;
@@ -1354,16 +1555,30 @@ static void add_expert(const void **srcs, size_t *bytes, int *n, const fp4_group
   else add_range(srcs, bytes, n, (const uint8_t *)w->data + (size_t)e * cb, cb);
 }
 
+/* The routed expert ids a MoE layer's call at B tokens runs on the rank: the first B x top_k of its
+ * routing, or with --moe-comm all-to-all the local experts of the rows the rank receives. */
+static const int32_t *routed_ids(const gpu_step *g, int64_t layer, int64_t B, int64_t *n) {
+  if (g->o->a2a) {
+    *n = g->X[layer].received;
+    return g->X[layer].recv_expert;
+  }
+  *n = B * moe_of(g->plan)->top_k;
+  return g->L[layer].h_ids;
+}
+
 /* The read-only chain's form of a MoE call at B tokens: one kernel reading the bytes the layer
- * touches (codes and scales of every routed expert its first B x top_k ids name, and the shared
+ * touches (codes and scales of every routed expert its routing names on the rank, and the shared
  * expert's), adjacent experts as one range; a list longer than one launch takes several. */
-static fp4_status queue_moe_reads(const gpu_step *g, const step_type *ty, const gpu_layer *L, int64_t B) {
+static fp4_status queue_moe_reads(const gpu_step *g, const step_type *ty, int64_t layer, int64_t B) {
+  const gpu_layer *L = &g->L[layer];
   const void *srcs[FP4_PEER_READ_MAX_RANGES];
   size_t bytes[FP4_PEER_READ_MAX_RANGES];
   int n = 0;
   char *seen = calloc((size_t)ty->experts, 1);
   if (!seen) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the read chain's expert list");
-  for (int64_t i = 0; i < B * ty->top_k; i++) seen[L->h_ids[i]] = 1;
+  int64_t nids = 0;
+  const int32_t *ids = routed_ids(g, layer, B, &nids);
+  for (int64_t i = 0; i < nids; i++) seen[ids[i]] = 1;
   fp4_status st = FP4_OK;
   const fp4_grouped_qmatrix *sets[4] = {&L->gu, &L->dn, &L->sgu, &L->sdn};
   for (int part = 0; part < 8 && !st; part++) { /* codes then scales of gate_up, down, shared gate_up, shared down */
@@ -1399,6 +1614,17 @@ static fp4_status run_eager(void *user, int iteration) {
   for (int i = 0; i < t->ncalls; i++) {
     const step_call *c = &t->calls[i];
     const step_type *ty = &t->g->plan->types[c->type];
+    if (t->only == ONLY_COLLECTIVES && t->g->o->a2a) { /* the two all-to-alls of each MoE call */
+      if (ty->kind != STEP_MOE) continue;
+      const gpu_step *g = t->g;
+      const step_exchange *x = &g->X[c->layer];
+      fp4_status st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows,
+                                               x->recv_count, ty->hidden, g->s);
+      if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows,
+                                             x->send_count, ty->hidden, g->s);
+      if (st) return st;
+      continue;
+    }
     if (t->only == ONLY_COLLECTIVES) {
       if (!reduced(t->g, ty)) continue;
       fp4_status st = step_comm_allreduce_bf16(t->g->comm, t->g->rank, c->out, (size_t)(t->B * out_width(ty)), t->g->s);
@@ -1406,7 +1632,7 @@ static fp4_status run_eager(void *user, int iteration) {
       continue;
     }
     if (t->only == ONLY_READS && ty->kind == STEP_MOE) {
-      fp4_status st = queue_moe_reads(t->g, ty, &t->g->L[c->layer], t->B);
+      fp4_status st = queue_moe_reads(t->g, ty, c->layer, t->B);
       if (st) return st;
       continue;
     }
@@ -1511,12 +1737,18 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
     ok = 0;
   }
   void *last = NULL;
+  if (ok && g->o->a2a && exchange_prepare(g, B)) {
+    note_reason(pt, "planning the exchange");
+    ok = 0;
+  }
   if (ok) {
     pt->calls = make_calls(g, calls, &last);
     const step_type *moe = moe_of(p);
     int64_t touched_sum = 0;
     for (int64_t l = 0; l < g->layers; l++) {
-      const int64_t touched = moe ? step_touched(g->L[l].h_ids, B * moe->top_k, moe->experts) : 0;
+      int64_t nids = 0;
+      const int32_t *ids = moe ? routed_ids(g, l, B, &nids) : NULL;
+      const int64_t touched = moe ? step_touched(ids, nids, moe->experts) : 0;
       touched_sum += touched;
       pt->bytes += (double)step_layer_bytes(p, touched);
       for (int t = 0; t < p->ntypes; t++) {
@@ -1527,9 +1759,14 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
           pt->coll_count++;
           pt->coll_bytes += (double)(B * out_width(ty)) * 2.0;
         }
+        if (g->o->a2a && ty->kind == STEP_MOE) { /* dispatch and combine: the rows that leave the rank */
+          pt->coll_count += 2;
+          pt->coll_bytes +=
+              (double)(step_exchange_rows_out(&g->X[l]) + step_exchange_rows_back(&g->X[l])) * (double)ty->hidden * 2.0;
+        }
       }
     }
-    pt->coll_ring_bytes = step_comm_ring_bytes(pt->coll_bytes, g->nranks);
+    pt->coll_sent_bytes = g->o->a2a ? pt->coll_bytes : step_comm_ring_bytes(pt->coll_bytes, g->nranks);
     pt->touched_mean = moe ? (double)touched_sum / (double)g->layers : 0.0;
     if (reserve(g, calls, pt->calls, B)) {
       note_reason(pt, "reserving the workspace");
@@ -1693,11 +1930,14 @@ static fp4_status gemm(bf16_step *b, int64_t m, int64_t n, int64_t k, const void
               "cublasGemmEx");
 }
 
-/* The distinct experts of the largest batch's routing of a layer, ascending. */
-static int64_t experts_of(const gpu_layer *L, int64_t n, int64_t E, int32_t *out) {
+/* The distinct experts of the largest batch's routing of a layer on the rank, ascending (with
+ * --moe-comm all-to-all, the exchange held must be the largest batch's). */
+static int64_t experts_of(const gpu_step *g, int64_t layer, int64_t E, int32_t *out) {
   unsigned char *seen = calloc((size_t)E, 1);
   if (!seen) return -1;
-  for (int64_t i = 0; i < n; i++) seen[L->h_ids[i]] = 1;
+  int64_t n = 0;
+  const int32_t *ids = routed_ids(g, layer, g->bmax, &n);
+  for (int64_t i = 0; i < n; i++) seen[ids[i]] = 1;
   int64_t c = 0;
   for (int64_t e = 0; e < E; e++)
     if (seen[e]) out[c++] = (int32_t)e;
@@ -1732,7 +1972,7 @@ static fp4_status bf16_build(bf16_step *b, const step_type *moe) {
       L->egu = calloc((size_t)moe->experts, sizeof *L->egu);
       L->edn = calloc((size_t)moe->experts, sizeof *L->edn);
       if (!L->exp_ids || !L->egu || !L->edn) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
-      L->nexp = experts_of(&g->L[l], g->bmax * moe->top_k, moe->experts, L->exp_ids);
+      L->nexp = experts_of(g, l, moe->experts, L->exp_ids);
     }
     if ((st = cu(cudaMalloc(&L->slab, bf16_layer_bytes(p, L->nexp)), "a layer's BF16 weights"))) return st;
     uint8_t *c = L->slab;
@@ -1762,6 +2002,42 @@ static fp4_status bf16_build(bf16_step *b, const step_type *moe) {
   return st;
 }
 
+/* The BF16 MoE layer of --moe-comm all-to-all: the shared expert's two GEMMs on the rank's tokens,
+ * the same dispatch as the FP4 step, each local expert's two GEMMs on as many received rows as
+ * name it (rows in place, as if sorted by expert: no permute or SiLU, a lower bound as below), the
+ * all-to-all back and the same sum per token. */
+static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, const void *cur, int64_t ld, void *out) {
+  gpu_step *g = b->g;
+  const bf16_layer *L = &b->L[l];
+  const step_exchange *x = &g->X[l];
+  const exchange_dev *d = &g->xd[l];
+  const int64_t H = ty->hidden, I = ty->inter, S = ty->shared_inter;
+  const size_t row = (size_t)H * 2;
+  fp4_status st = FP4_OK;
+  if (S) {
+    st = gemm(b, b->B, 2 * S, H, L->sgu, cur, ld, b->t1, 2 * S, 0.0f);
+    if (!st) st = gemm(b, b->B, H, S, L->sdn, b->t1, 2 * S, g->shared_rows, H, 0.0f);
+  }
+  if (!st) st = fp4_exchange_gather_bf16_queue(g->send_rows, cur, ld, d->send_token, x->sent, H, g->s);
+  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows, x->recv_count, H, g->s);
+  int64_t *rows = calloc((size_t)ty->experts, sizeof *rows);
+  if (!st && !rows) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  for (int64_t i = 0; !st && i < x->received; i++) rows[x->recv_expert[i]]++;
+  int64_t at = 0;
+  for (int64_t e = 0; e < L->nexp && !st; e++) {
+    const int64_t r = rows[L->exp_ids[e]];
+    if (!r) continue;
+    st = gemm(b, r, 2 * I, H, L->egu[e], (const uint8_t *)g->recv_rows + (size_t)at * row, H, b->t2, 2 * I, 0.0f);
+    if (!st) st = gemm(b, r, H, I, L->edn[e], b->t2, 2 * I, (uint8_t *)g->expert_rows + (size_t)at * row, H, 0.0f);
+    at += r;
+  }
+  free(rows);
+  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows, x->send_count, H, g->s);
+  if (!st)
+    st = fp4_exchange_sum_bf16_queue(out, S ? g->shared_rows : NULL, g->back_rows, d->sum_rows, b->B, ty->active, H, g->s);
+  return st;
+}
+
 /* One BF16 step: dense linears chained as the FP4 step; a MoE layer as the shared expert's two GEMMs
  * writing the output, then each routed expert the first B tokens touch: gate_up on its row count of
  * the input and down accumulated into the output (no permute, SiLU or combine kernels: a lower bound
@@ -1786,6 +2062,8 @@ static fp4_status bf16_issue(void *user, int iteration) {
       void *out = g->act[ping];
       if (ty->kind == STEP_DENSE) {
         st = gemm(b, b->B, ty->n, ty->k, L->w[t], cur, ld, out, ty->n, 0.0f);
+      } else if (g->o->a2a) {
+        st = bf16_moe_a2a(b, l, ty, cur, ld, out);
       } else {
         const int64_t H = ty->hidden, I = ty->inter, S = ty->shared_inter;
         float beta = 0.0f;
@@ -1846,17 +2124,18 @@ static void bf16_peer(gpu_step *g, step_report *r) {
   b.g = g;
   char why[200] = "";
   size_t need = 0;
-  int32_t *tmp = moe ? malloc((size_t)moe->experts * sizeof *tmp) : NULL;
+  fp4_status st = g->o->a2a ? exchange_prepare(g, g->bmax) : FP4_OK; /* which experts the largest batch touches */
+  if (st) snprintf(why, sizeof why, "%s", fp4_last_error());
+  int32_t *tmp = moe && !st ? malloc((size_t)moe->experts * sizeof *tmp) : NULL;
   for (int64_t l = 0; l < g->layers; l++)
-    need += bf16_layer_bytes(p, moe && tmp ? experts_of(&g->L[l], g->bmax * moe->top_k, moe->experts, tmp) : 0);
+    need += bf16_layer_bytes(p, moe && tmp ? experts_of(g, l, moe->experts, tmp) : 0);
   free(tmp);
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  fp4_status st = FP4_OK;
   const int fits = need + HEADROOM <= free_b;
-  if (!ranks_ok(g, fits)) { /* every rank runs the peer, or none: its collectives pair up */
-    if (fits) snprintf(why, sizeof why, "the BF16 weights do not fit on another rank's GPU");
-    else
+  if (!ranks_ok(g, fits && !st)) { /* every rank runs the peer, or none: its collectives pair up */
+    if (!st && fits) snprintf(why, sizeof why, "the BF16 weights do not fit on another rank's GPU, or its exchange failed");
+    else if (!st)
       snprintf(why, sizeof why, "BF16 weights of the %lld layers built need %.1f GB; %.1f GB free (%.1f GB kept for the rest)",
                (long long)g->layers, (double)need / 1e9, (double)free_b / 1e9, (double)HEADROOM / 1e9);
     goto out;
@@ -1878,7 +2157,7 @@ static void bf16_peer(gpu_step *g, step_report *r) {
   int64_t t1 = 1, t2 = 1;
   if (moe) {
     t1 = g->bmax * 2 * (moe->shared_inter ? moe->shared_inter : 1);
-    t2 = g->bmax * 2 * moe->inter;
+    t2 = (g->o->a2a ? a2a_max_rows(g, moe) : g->bmax) * 2 * moe->inter;
   }
   const size_t wsb = 32u << 20;
   if (!st) st = cu(cudaMalloc(&b.t1, (size_t)t1 * 2), "BF16 scratch");
@@ -1900,7 +2179,8 @@ static void bf16_peer(gpu_step *g, step_report *r) {
     say(p->model, b.B, "BF16 cuBLAS graph");
     cudaGraph_t graph = NULL;
     b.exec = NULL;
-    st = cu(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture (BF16)");
+    st = g->o->a2a ? exchange_prepare(g, b.B) : FP4_OK;
+    if (!st) st = cu(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture (BF16)");
     if (!st) {
       const fp4_status call = bf16_issue(&b, 0);
       const cudaError_t end = cudaStreamEndCapture(g->s, &graph);
@@ -1971,6 +2251,7 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
     if (!st) st = cu(cudaStreamCreateWithFlags(&g.s, cudaStreamNonBlocking), "cudaStreamCreate");
     if (!st) st = make_pools(&g);
     if (!st) st = make_buffers(&g);
+    if (!st && o->a2a) st = exchange_buffers(&g);
     /* As many layers as fit, at most the model's (or --layers). */
     per_layer = layer_bytes_alloc(p, g.bmax);
     if (!st) st = cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -2011,12 +2292,22 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
     size_t most = 0, bytes = 0;
     for (int i = 0; i < o->nbatches && !st; i++) {
       moe_args(&g, &c, o->batches[i], &layer, &shared, &rt);
+      fp4_moe_layer routed, shared_layer; /* --moe-comm all-to-all: the rows received, top-1; the shared expert */
+      a2a_layers(&g, &g.L[0], &routed, &shared_layer);
       for (int k = -1; k < o->nsweep && !st; k++) /* the default, then each --sweep config it takes */
         for (int pdl = 0; pdl < 2 && !st; pdl++) {
           fp4_options op = {.backend = "cuda", .enable_pdl = pdl, .stream = g.s, .alpha_device = g.scalars,
                             .config = k < 0 ? NULL : o->sweep[k]};
+          fp4_status ws;
           bytes = 0;
-          const fp4_status ws = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
+          if (!o->a2a) {
+            ws = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
+          } else {
+            ws = fp4_moe_workspace_size(&routed, a2a_max_rows(&g, moe), 1, &op, &bytes);
+            size_t sb = 0;
+            if (!ws && moe->shared_inter) ws = fp4_moe_workspace_size(&shared_layer, o->batches[i], 1, &op, &sb);
+            if (sb > bytes) bytes = sb;
+          }
           if (k < 0) st = ws;
           if (!ws && bytes > most) most = bytes;
         }
@@ -2050,7 +2341,10 @@ out:
   if (g.s) cudaStreamSynchronize(g.s);
   free_layers(&g);
   free(g.L);
-  void *bufs[] = {g.pool_codes, g.pool_scales, g.scalars, g.x0, g.act[0], g.act[1], g.xq, g.xq_scales, g.moe_ws};
+  exchange_free(&g);
+  void *bufs[] = {g.pool_codes, g.pool_scales, g.scalars,   g.x0,        g.act[0],    g.act[1],
+                  g.xq,         g.xq_scales,  g.moe_ws,    g.send_rows, g.recv_rows, g.expert_rows,
+                  g.back_rows,  g.shared_rows, g.shared_ids, g.shared_w};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
   if (g.s) cudaStreamDestroy(g.s);
   if (g.ctx) fp4_context_destroy(g.ctx);
@@ -2089,6 +2383,13 @@ static void merge_ranks(step_report *r0, step_report *const *rs, int n) {
       pt->pdl_us = bv_max(pt->pdl_us, q->pdl_us);
       pt->bf16_us = bv_max(pt->bf16_us, q->bf16_us);
       pt->coll_us = bv_max(pt->coll_us, q->coll_us);
+      /* with --moe-comm all-to-all each rank reads and sends its own amount: the largest rank's */
+      if (q->bytes > pt->bytes) pt->bytes = q->bytes;
+      if (q->touched_mean > pt->touched_mean) pt->touched_mean = q->touched_mean;
+      if (q->coll_bytes > pt->coll_bytes) pt->coll_bytes = q->coll_bytes;
+      if (q->coll_sent_bytes > pt->coll_sent_bytes) pt->coll_sent_bytes = q->coll_sent_bytes;
+      for (int t = 0; t < r0->plan.ntypes; t++)
+        if (q->types[t].bytes > pt->types[t].bytes) pt->types[t].bytes = q->types[t].bytes;
       for (int t = 0; t < r0->plan.ntypes; t++) pt->types[t].us = bv_max(pt->types[t].us, q->types[t].us);
       if (strcmp(q->status, "ok") && !strcmp(pt->status, "ok")) {
         pt->status = q->status;
@@ -2181,8 +2482,19 @@ int bench_step_main(int argc, char **argv) {
     free(r);
     return EXIT_USAGE;
   }
+  const step_type *moe = moe_of(&r->plan);
+  if (o.a2a && !moe) {
+    fprintf(stderr, "fp4kit bench --step: --moe-comm all-to-all exchanges tokens around the experts, and %s has no MoE "
+                    "layer\n", o.model);
+    free(r);
+    return EXIT_USAGE;
+  }
   if (o.plan_only) {
     print_plan(stdout, &r->plan);
+    if (o.a2a)
+      printf("  --moe-comm all-to-all: each rank's tokens pick top-%lld of all %lld experts; a token sends a row to the "
+             "rank of each, %lld rows per token, and gets as many back\n",
+             (long long)moe->active, (long long)moe->experts * o.ep, (long long)moe->active);
     free(r);
     return EXIT_OK;
   }

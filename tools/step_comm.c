@@ -60,6 +60,10 @@ typedef struct nccl_api {
   ncclResult_t (*comm_init_all)(ncclComm_t *, int, const int *);
   ncclResult_t (*comm_destroy)(ncclComm_t);
   ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*group_start)(void);
+  ncclResult_t (*group_end)(void);
+  ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 } nccl_api;
 
 static nccl_api g_nccl;
@@ -77,8 +81,14 @@ static void load(void) {
   *(void **)&g_nccl.comm_init_all = dlsym(g_nccl.lib, "ncclCommInitAll");
   *(void **)&g_nccl.comm_destroy = dlsym(g_nccl.lib, "ncclCommDestroy");
   *(void **)&g_nccl.all_reduce = dlsym(g_nccl.lib, "ncclAllReduce");
-  if (!g_nccl.get_version || !g_nccl.error_string || !g_nccl.comm_init_all || !g_nccl.comm_destroy || !g_nccl.all_reduce) {
-    snprintf(g_nccl.why, sizeof g_nccl.why, "the NCCL library found lacks an entry point this command uses");
+  *(void **)&g_nccl.group_start = dlsym(g_nccl.lib, "ncclGroupStart");
+  *(void **)&g_nccl.group_end = dlsym(g_nccl.lib, "ncclGroupEnd");
+  *(void **)&g_nccl.send = dlsym(g_nccl.lib, "ncclSend"); /* NCCL 2.7 and later */
+  *(void **)&g_nccl.recv = dlsym(g_nccl.lib, "ncclRecv");
+  if (!g_nccl.get_version || !g_nccl.error_string || !g_nccl.comm_init_all || !g_nccl.comm_destroy || !g_nccl.all_reduce ||
+      !g_nccl.group_start || !g_nccl.group_end || !g_nccl.send || !g_nccl.recv) {
+    snprintf(g_nccl.why, sizeof g_nccl.why, "the NCCL library found lacks an entry point this command uses (NCCL 2.7 "
+             "or later has them all)");
     dlclose(g_nccl.lib);
     g_nccl.lib = NULL;
   }
@@ -153,6 +163,29 @@ fp4_status step_comm_allreduce_bf16(step_comms *c, int rank, void *buf, size_t e
                           : fp4_set_error(FP4_ERR_CUDA, "ncclAllReduce (rank %d, %zu bf16): %s", rank, elems, a->error_string(r));
 }
 
+fp4_status step_comm_alltoallv_bf16(step_comms *c, int rank, const void *send, const int64_t *send_count, void *recv,
+                                    const int64_t *recv_count, int64_t width, void *stream) {
+  const nccl_api *a = api();
+  const cudaStream_t s = (cudaStream_t)stream;
+  const size_t row = (size_t)width * 2;
+  size_t sent = 0, got = 0;
+  ncclResult_t r = a->group_start();
+  if (r != ncclSuccess) return fp4_set_error(FP4_ERR_CUDA, "ncclGroupStart (rank %d): %s", rank, a->error_string(r));
+  for (int p = 0; p < c->n && r == ncclSuccess; p++) {
+    if (send_count[p] > 0)
+      r = a->send((const uint8_t *)send + sent * row, (size_t)send_count[p] * (size_t)width, ncclBfloat16, p, c->comm[rank], s);
+    if (r == ncclSuccess && recv_count[p] > 0)
+      r = a->recv((uint8_t *)recv + got * row, (size_t)recv_count[p] * (size_t)width, ncclBfloat16, p, c->comm[rank], s);
+    sent += (size_t)(send_count[p] > 0 ? send_count[p] : 0);
+    got += (size_t)(recv_count[p] > 0 ? recv_count[p] : 0);
+  }
+  const ncclResult_t end = a->group_end(); /* closes the group even after a failed call in it */
+  if (r == ncclSuccess) r = end;
+  return r == ncclSuccess ? FP4_OK
+                          : fp4_set_error(FP4_ERR_CUDA, "the all-to-all of rank %d (%zu rows out, %zu in): %s", rank, sent,
+                                          got, a->error_string(r));
+}
+
 int64_t step_comm_agree_min(step_comms *c, int64_t value) { return step_agree_min(c->agree, value); }
 
 #else /* no CUDA or no nccl.h at configure time */
@@ -183,6 +216,12 @@ fp4_status step_comm_allreduce_bf16(step_comms *c, int rank, void *buf, size_t e
   (void)buf;
   (void)elems;
   (void)stream;
+  return fp4_set_error(FP4_ERR_UNSUPPORTED, "no NCCL in this build");
+}
+
+fp4_status step_comm_alltoallv_bf16(step_comms *c, int rank, const void *send, const int64_t *send_count, void *recv,
+                                    const int64_t *recv_count, int64_t width, void *stream) {
+  (void)c, (void)rank, (void)send, (void)send_count, (void)recv, (void)recv_count, (void)width, (void)stream;
   return fp4_set_error(FP4_ERR_UNSUPPORTED, "no NCCL in this build");
 }
 

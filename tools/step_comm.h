@@ -1,7 +1,7 @@
 /*
  * The collectives of the multi-GPU decode step (`fp4kit bench --step MODEL --gpus N`, bench_step.c):
- * one NCCL communicator per GPU of one process, in-place bf16 sum all-reduces on each rank's stream,
- * and a host-side agreement between the ranks' threads (every rank must issue the same collectives
+ * one NCCL communicator per GPU of one process, in-place bf16 sum all-reduces and all-to-alls of
+ * bf16 rows (grouped sends and receives) on each rank's stream, and a host-side agreement between the ranks' threads (every rank must issue the same collectives
  * in the same order, so decisions such as how many layers fit are taken as the minimum over ranks).
  *
  * NCCL is loaded at run time (libnccl.so.2, dlopen), so the command starts on machines without it;
@@ -29,6 +29,13 @@ void step_comms_destroy(step_comms *c);
 /* buf[0..elems) (bf16, device memory of the rank's GPU) <- its sum over every rank, queued on
  * stream (a cudaStream_t; capturable into a CUDA graph). */
 fp4_status step_comm_allreduce_bf16(step_comms *c, int rank, void *buf, size_t elems, void *stream);
+
+/* The all-to-all of bf16 rows of `width` elements: this rank sends send_count[p] rows to each rank p
+ * (consecutive in send, ranks in order) and receives recv_count[p] rows from each into recv (the
+ * same way); zero counts move nothing, its own rows included. One NCCL group of sends and receives
+ * queued on stream (capturable into a CUDA graph); every rank must call it with matching counts. */
+fp4_status step_comm_alltoallv_bf16(step_comms *c, int rank, const void *send, const int64_t *send_count, void *recv,
+                                    const int64_t *recv_count, int64_t width, void *stream);
 
 /* Every rank's thread calls this with its value; each gets the minimum over the ranks (a barrier). */
 int64_t step_comm_agree_min(step_comms *c, int64_t value);
