@@ -84,6 +84,10 @@ typedef struct bench_shape {
 const char *bench_find_model(const char *want);
 /* Adds a shape unless the same N x K is there; -1 when the table is full. */
 int bench_add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name);
+/* Appends the shapes of a list "NxK[,NxK...]" (x or X, N and K in [1, 2^31], deduplicated).
+ * Returns how many items the list names, or -1 with why[0..why_size) quoting the first bad item
+ * (or saying the table is full); nothing is printed. */
+int bench_parse_shapes(const char *list, bench_shape *shapes, int *count, char *why, size_t why_size);
 /* Appends the model's shapes (deduplicated); returns an FP4CLI_* code after printing why. */
 int bench_model_shapes(const char *tool, const char *want, int tp, bench_shape *shapes, int *count);
 /* Prints the shape sets the --model option knows. */

@@ -32,6 +32,33 @@ int bench_add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const
   return 0;
 }
 
+int bench_parse_shapes(const char *list, bench_shape *shapes, int *count, char *why, size_t why_size) {
+  int items = 0;
+  const char *s = list;
+  for (;;) {
+    const size_t len = strcspn(s, ",");
+    char item[64];
+    snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), s);
+    long long n = 0, k = 0;
+    int used = -1;
+    if (!len || len >= sizeof item || strspn(item, "0123456789xX") != len ||
+        sscanf(item, "%lld%*[xX]%lld%n", &n, &k, &used) != 2 || used != (int)len || n < 1 || k < 1 ||
+        n > (1LL << 31) || k > (1LL << 31)) {
+      snprintf(why, why_size, "'%.*s' is not NxK with positive N and K", (int)len, s);
+      return -1;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "%lldx%lld", n, k);
+    if (bench_add_shape(shapes, count, n, k, name)) {
+      snprintf(why, why_size, "more than %d shapes", BENCH_MAX_SHAPES);
+      return -1;
+    }
+    items++;
+    if (!s[len]) return items;
+    s += len + 1;
+  }
+}
+
 void bench_list_models(FILE *f) {
   fprintf(f, "shape sets:\n");
   for (int i = 0; fp4_shape_set_name(i); i++) fprintf(f, "  %s\n", fp4_shape_set_name(i));

@@ -267,23 +267,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
 static int collect_shapes(const bench_opts *o, bench_shape *shapes, int *count) {
   *count = 0;
   if (o->shapes) {
-    char buf[4096], *items[BENCH_MAX_SHAPES];
-    int n = split_list(o->shapes, buf, sizeof buf, items, BENCH_MAX_SHAPES);
-    if (n <= 0) return usage_error("--shapes '%s': give NxK[,NxK...]", o->shapes);
-    for (int i = 0; i < n; i++) {
-      long long nn = 0, kk = 0;
-      char *x = strchr(items[i], 'x');
-      if (!x) x = strchr(items[i], 'X');
-      if (!x) return usage_error("--shapes: '%s' is not NxK", items[i]);
-      const char sep = *x;
-      *x = '\0';
-      const int bad = parse_int(items[i], 1, 1LL << 31, &nn) || parse_int(x + 1, 1, 1LL << 31, &kk);
-      *x = sep;
-      if (bad) return usage_error("--shapes: '%s' needs positive N and K", items[i]);
-      char name[64];
-      snprintf(name, sizeof name, "%lldx%lld", nn, kk);
-      if (bench_add_shape(shapes, count, nn, kk, name)) return usage_error("--shapes: more than %s shapes", "256");
-    }
+    char why[160];
+    if (bench_parse_shapes(o->shapes, shapes, count, why, sizeof why) < 0) return usage_error("--shapes: %s", why);
     return FP4CLI_OK;
   }
   if (o->model) return bench_model_shapes("bench", o->model, o->tp, shapes, count);

@@ -76,20 +76,6 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
   return ok;
 }
 
-/* "NxK[,NxK...]"; 0 on a malformed item. */
-static int parse_shape_list(const char *s, bench_shape *shapes, int *count) {
-  while (*s) {
-    long long n = 0, k = 0;
-    int used = 0;
-    if (sscanf(s, "%lld%*[xX]%lld%n", &n, &k, &used) != 2 || n < 1 || k < 1 || (s[used] && s[used] != ',')) return 0;
-    char name[64];
-    snprintf(name, sizeof name, "%lldx%lld", n, k);
-    if (bench_add_shape(shapes, count, n, k, name)) return 0;
-    s += used + (s[used] == ',');
-  }
-  return 1;
-}
-
 static int parse_m_list(const char *s, int64_t *m, int max) {
   int n = 0;
   while (*s) {
@@ -166,6 +152,7 @@ int fp4cli_tune(int argc, char **argv) {
   opterr = 0; /* our own messages, naming the command */
   for (int c, li = 0; (c = getopt_long(argc, argv, ":h", longs, &li)) != -1;) {
     const char *v = optarg, *bad = NULL; /* bad: what a refused value should have been */
+    char why[160] = "";                  /* and what was wrong with it, where known */
     long long x = 0;
     switch (c) {
       case 'h':
@@ -183,15 +170,12 @@ int fp4cli_tune(int argc, char **argv) {
         tp = (int)x;
         break;
       case OPT_SHAPES:
-        if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : !parse_shape_list(v, shapes, &nshapes))
+        if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : bench_parse_shapes(v, shapes, &nshapes, why, sizeof why) < 0)
           bad = "a readable shape file or NxK[,NxK...]";
         break;
-      case OPT_SHAPE: {
-        long long n = 0, k = 0;
-        if (sscanf(v, "%lldx%lld", &n, &k) != 2 || n < 1 || k < 1 || !parse_shape_list(v, shapes, &nshapes))
-          bad = "one NxK";
+      case OPT_SHAPE:
+        if (strchr(v, ',') || bench_parse_shapes(v, shapes, &nshapes, why, sizeof why) < 0) bad = "one NxK";
         break;
-      }
       case OPT_M:
         if ((nm = parse_m_list(v, ms, 32)) < 1) bad = "a list of positive M values (at most 32)";
         break;
@@ -223,7 +207,8 @@ int fp4cli_tune(int argc, char **argv) {
         goto usage_quiet;
     }
     if (bad) {
-      fprintf(stderr, "fp4kit tune: --%s '%s': give %s\n", longs[li].name, v, bad);
+      fprintf(stderr, "fp4kit tune: --%s '%s': give %s%s%s%s\n", longs[li].name, v, bad, why[0] ? " (" : "", why,
+              why[0] ? ")" : "");
       goto usage;
     }
   }
