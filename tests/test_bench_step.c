@@ -276,8 +276,16 @@ static void test_options(void) {
   CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10 per token on the rank)") && strstr(g_out, "7077888 bytes per expert") &&
             strstr(g_out, "one layer reads 21233664 FP4 bytes"),
         "--plan for Qwen3.5 EP8: exit %d, '%s'", rc, g_out);
-  rc = run("--step qwen3.5-397b-a17b --ep 8 --gpus 8 --moe-comm all-to-all --plan");
-  CHECK(rc == 0 && strstr(g_out, "each rank's tokens pick top-10 of all 512 experts"),
+  /* Per batch: 2 experts a token on the rank at batch 1, so 60 layers of 3 experts' bytes. */
+  rc = run("--step qwen3.5-397b-a17b --ep 8 --plan --batch 1,64");
+  CHECK(rc == 0 && strstr(g_out, "\n       1       1             2.0              1274.0\n"),
+        "--plan per batch for Qwen3.5 EP8: exit %d, '%s'", rc, g_out);
+  /* All-to-all: every row sent is received somewhere, so a rank receives batch x top-k rows on
+   * average: 10 at batch 1 (8 tokens a step), 640 at 64 (512). */
+  rc = run("--step qwen3.5-397b-a17b --ep 8 --gpus 8 --moe-comm all-to-all --plan --batch 1,64");
+  CHECK(rc == 0 && strstr(g_out, "each rank's tokens pick top-10 of all 512 experts") &&
+            strstr(g_out, "\n       1       8 ") && strstr(g_out, "    10.0 (") && strstr(g_out, "\n      64     512 ") &&
+            strstr(g_out, "   640.0 ("),
         "--plan for Qwen3.5 EP8 all-to-all: exit %d, '%s'", rc, g_out);
   rc = run("--step llama-3.3-70b --tp 8 --gpus 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "80 layers"), "--plan with --gpus 8 for TP8: exit %d, stderr '%s'", rc, g_err);

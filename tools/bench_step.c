@@ -306,7 +306,10 @@ static void step_usage(FILE *f) {
           "  --rounds N     timed steps per way, N in [3, 10000] (default 20)\n"
           "  --seed N       routing and activation seed (default 1)\n"
           "  --no-peers     skip the BF16 cuBLAS step (the read and copy peers always run)\n"
-          "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed)\n"
+          "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed); for a\n"
+          "                 MoE model also per --batch, from the routing: experts a layer touches, FP4\n"
+          "                 bytes of the step, and with --moe-comm all-to-all the rows a rank receives\n"
+          "                 and the bytes it sends (rank means and the largest rank's)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
           "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
           "  --moe-comm C   with --gpus: all-reduce (default; every rank sees every token, the MoE output is\n"
@@ -523,6 +526,76 @@ static void print_plan(FILE *f, const step_plan *p) {
   fprintf(f, "  one layer reads %lld FP4 bytes%s; the rank's step has %lld layers\n",
           (long long)step_layer_bytes(p, moe ? moe->top_k : 0), moe ? " at batch 1 (top-k distinct routed experts)" : "",
           (long long)p->layers);
+}
+
+/* The MoE step per batch, from the seeded routing alone (no GPU): the distinct routed experts a
+ * layer touches on a rank and the FP4 bytes the rank's step reads (with --moe-comm all-to-all they
+ * differ between ranks: the mean and the largest rank's, whose read floor bounds the step), and with
+ * all-to-all the rows a rank receives and the bytes it sends to the others per step. */
+static int print_plan_batches(FILE *f, const step_plan *p, const step_opts *o) {
+  const step_type *moe = moe_of(p);
+  if (!moe) return 0;
+  const int ranks = o->a2a ? o->ep : 1;
+  const int64_t layers = o->layers && o->layers < p->layers ? o->layers : p->layers;
+  int64_t bmax = 0;
+  for (int i = 0; i < o->nbatches; i++)
+    if (o->batches[i] > bmax) bmax = o->batches[i];
+  int32_t *ids = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *ids);
+  float *w = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *w);
+  if (!o->a2a && (!ids || !w)) {
+    free(ids);
+    free(w);
+    return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the routing");
+  }
+  fprintf(f, "  per batch, from the routing (seed %llu, %lld layers)%s:\n", (unsigned long long)o->seed,
+          (long long)layers, o->a2a ? "; rank means, and the largest rank's" : "");
+  if (o->a2a)
+    fprintf(f, "  %6s %7s %15s %19s %17s %14s\n", "batch", "tokens", "experts/layer", "FP4 MB/step", "rows in/layer",
+            "MB sent/step");
+  else
+    fprintf(f, "  %6s %7s %15s %19s\n", "batch", "tokens", "experts/layer", "FP4 MB/step");
+  fp4_status st = FP4_OK;
+  for (int i = 0; i < o->nbatches && !st; i++) {
+    const int64_t B = o->batches[i];
+    double touched = 0, bytes = 0, rows = 0, sent = 0, bytes_max = 0, sent_max = 0, touched_max = 0, rows_max = 0;
+    for (int r = 0; r < ranks && !st; r++) {
+      double rb = 0, rs = 0, rt = 0, rr = 0;
+      for (int64_t l = 0; l < layers && !st; l++) {
+        int64_t t = 0;
+        if (o->a2a) {
+          step_exchange x;
+          if ((st = step_exchange_make(o->seed, l, ranks, r, B, bmax, moe->active, moe->experts, &x))) break;
+          t = step_touched(x.recv_expert, x.received, moe->experts);
+          rr += (double)x.received;
+          rs += (double)(step_exchange_rows_out(&x) + step_exchange_rows_back(&x)) * (double)moe->hidden * 2.0;
+          step_exchange_free(&x);
+        } else {
+          step_routing(o->seed, l, bmax, moe->top_k, moe->experts, ids, w);
+          t = step_touched(ids, B * moe->top_k, moe->experts);
+        }
+        rt += (double)t;
+        rb += (double)step_layer_bytes(p, t);
+      }
+      touched += rt / (double)layers / ranks;
+      bytes += rb / ranks;
+      rows += rr / (double)layers / ranks;
+      sent += rs / ranks;
+      if (rb > bytes_max) bytes_max = rb;
+      if (rs > sent_max) sent_max = rs;
+      if (rt / (double)layers > touched_max) touched_max = rt / (double)layers;
+      if (rr / (double)layers > rows_max) rows_max = rr / (double)layers;
+    }
+    if (st) break;
+    if (o->a2a)
+      fprintf(f, "  %6lld %7lld %6.1f (%6.1f) %8.1f (%8.1f) %7.1f (%7.1f) %6.2f (%5.2f)\n", (long long)B,
+              (long long)(B * ranks), touched, touched_max, bytes / 1e6, bytes_max / 1e6, rows, rows_max, sent / 1e6,
+              sent_max / 1e6);
+    else
+      fprintf(f, "  %6lld %7lld %15.1f %19.1f\n", (long long)B, (long long)B, touched, bytes / 1e6);
+  }
+  free(ids);
+  free(w);
+  return st;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -2495,8 +2568,10 @@ int bench_step_main(int argc, char **argv) {
       printf("  --moe-comm all-to-all: each rank's tokens pick top-%lld of all %lld experts; a token sends a row to the "
              "rank of each, %lld rows per token, and gets as many back\n",
              (long long)moe->active, (long long)moe->experts * o.ep, (long long)moe->active);
+    const int bad = print_plan_batches(stdout, &r->plan, &o);
+    if (bad) fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
     free(r);
-    return EXIT_OK;
+    return bad ? EXIT_ERROR : EXIT_OK;
   }
 #if FP4KIT_HAVE_CUDA
   if (fp4_probe_device_count() <= o.device) {
