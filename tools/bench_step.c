@@ -42,7 +42,6 @@
  */
 #include "bench_step.h"
 
-#include <cjson/cJSON.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -55,6 +54,7 @@
 #include "provenance.h"
 #include "step_comm.h"
 #include "step_exchange.h"
+#include "step_report.h"
 #include "step_trace.h"
 
 #if FP4KIT_HAVE_CUDA
@@ -62,199 +62,11 @@
 #include <cuda_runtime.h>
 #endif
 
-enum { STEP_MAX_BATCHES = 16, STEP_MAX_BATCH = 4096, STEP_MAX_GPUS = 64, STEP_MAX_SWEEP = 32 };
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_ERROR = 3 };
-
-/* ---------------------------------------------------------------------------------------------- */
-/* The plan: host arithmetic on the shape sets                                                      */
-/* ---------------------------------------------------------------------------------------------- */
-
-static int64_t fp4_bytes(int64_t n, int64_t k) {
-  size_t sb = 0;
-  if (fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, n, k, &sb)) return -1;
-  return n * k / 2 + (int64_t)sb;
-}
-
-static int ends_with(const char *s, const char *tail) {
-  size_t a = strlen(s), b = strlen(tail);
-  return a >= b && !strcmp(s + a - b, tail);
-}
-
-static int64_t out_width(const step_type *t) { return t->kind == STEP_MOE ? t->hidden : t->n; }
-
-/* The MoE type from the routed gate_up / down and the shared expert's shapes (NULL: none). */
-static fp4_status moe_type(const fp4_gemm_shape *gu, const fp4_gemm_shape *dn, const fp4_gemm_shape *sgu,
-                           const fp4_gemm_shape *sdn, int ep, step_type *t) {
-  if (!gu || !dn)
-    return fp4_set_error(FP4_ERR_UNSUPPORTED, "the routed experts lack a %s shape",
-                         gu ? "down_proj" : "gate_up_proj");
-  if (gu->n % 2 || dn->k != gu->n / 2 || dn->n != gu->k || dn->experts != gu->experts)
-    return fp4_set_error(FP4_ERR_UNSUPPORTED, "routed gate_up %lld x %lld and down %lld x %lld do not form "
-                         "one gated MLP", (long long)gu->n, (long long)gu->k, (long long)dn->n, (long long)dn->k);
-  if ((sgu == NULL) != (sdn == NULL) ||
-      (sgu && (sgu->n % 2 || sdn->k != sgu->n / 2 || sdn->n != gu->k || sgu->k != gu->k)))
-    return fp4_set_error(FP4_ERR_UNSUPPORTED, "the shared expert's shapes do not form one gated MLP of H %lld",
-                         (long long)gu->k);
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", sgu ? "mlp.experts+shared_expert" : "mlp.experts");
-  t->kind = STEP_MOE;
-  t->n = gu->n;
-  t->k = gu->k;
-  t->experts = gu->experts;
-  t->active = gu->active;
-  t->top_k = (gu->active + ep - 1) / ep;
-  if (t->top_k > t->experts) t->top_k = t->experts;
-  t->hidden = gu->k;
-  t->inter = gu->n / 2;
-  t->shared_inter = sgu ? sgu->n / 2 : 0;
-  t->weight_bytes = fp4_bytes(gu->n, gu->k) + fp4_bytes(dn->n, dn->k);
-  t->shared_bytes = sgu ? fp4_bytes(sgu->n, sgu->k) + fp4_bytes(sdn->n, sdn->k) : 0;
-  return FP4_OK;
-}
-
-fp4_status step_plan_make(const char *model, int tp, int ep, step_plan *plan) {
-  enum { MAXS = 32 };
-  fp4_gemm_shape s[MAXS];
-  int count = 0;
-  memset(plan, 0, sizeof *plan);
-  fp4_status st = fp4_shape_set(model, tp, ep, s, MAXS, &count);
-  if (st) return st;
-  if (count > MAXS) return fp4_set_error(FP4_ERR_INTERNAL, "%s has %d shapes, more than %d", model, count, MAXS);
-  snprintf(plan->model, sizeof plan->model, "%s", model);
-  plan->tp = tp;
-  plan->ep = ep;
-  const fp4_gemm_shape *gu = NULL, *dn = NULL, *sgu = NULL, *sdn = NULL;
-  int moe_at = -1;
-  int64_t layers = -1;
-  for (int i = 0; i < count; i++) {
-    const fp4_gemm_shape *g = &s[i];
-    if (strcmp(g->storage, "nvfp4")) continue; /* BF16 / FP8 linears are not the FP4 part */
-    const int shared = strstr(g->name, "shared_expert") != NULL;
-    int64_t per_layer = 1;
-    if ((g->experts > 0 || shared) && moe_at < 0) {
-      if (plan->ntypes >= STEP_MAX_TYPES)
-        return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s has more than %d FP4 layer types", model, STEP_MAX_TYPES);
-      moe_at = plan->ntypes++;
-    }
-    if (g->experts > 0 || shared) {
-      const int up = ends_with(g->name, "gate_up_proj");
-      if (!up && !ends_with(g->name, "down_proj"))
-        return fp4_set_error(FP4_ERR_UNSUPPORTED, "MoE linear %s is neither gate_up_proj nor down_proj", g->name);
-      if (g->experts > 0) {
-        per_layer = (g->active + ep - 1) / ep;
-        if (per_layer > g->experts) per_layer = g->experts;
-        *(up ? &gu : &dn) = g;
-      } else {
-        *(up ? &sgu : &sdn) = g;
-      }
-    } else {
-      if (plan->ntypes >= STEP_MAX_TYPES)
-        return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s has more than %d FP4 layer types", model, STEP_MAX_TYPES);
-      step_type *t = &plan->types[plan->ntypes++];
-      memset(t, 0, sizeof *t);
-      snprintf(t->name, sizeof t->name, "%s", g->name);
-      t->kind = STEP_DENSE;
-      t->n = g->n;
-      t->k = g->k;
-      t->weight_bytes = fp4_bytes(g->n, g->k);
-    }
-    if (per_layer < 1 || g->count % per_layer)
-      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s: count %lld is not a whole number of layers", g->name,
-                           (long long)g->count);
-    if (layers >= 0 && g->count / per_layer != layers)
-      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s's FP4 linears do not all occur once per layer (%s in %lld "
-                           "layers, others in %lld): its decode step is not one repeated layer", model, g->name,
-                           (long long)(g->count / per_layer), (long long)layers);
-    layers = g->count / per_layer;
-  }
-  if (plan->ntypes == 0)
-    return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s stores no linear in NVFP4", model);
-  if (moe_at >= 0 && (st = moe_type(gu, dn, sgu, sdn, ep, &plan->types[moe_at]))) return st;
-  plan->layers = layers;
-  /* The chain: each type reads the first K columns of the previous type's output (the last type
-   * feeds the next layer's first). */
-  for (int i = 0; i < plan->ntypes; i++) {
-    const step_type *t = &plan->types[i], *prev = &plan->types[(i + plan->ntypes - 1) % plan->ntypes];
-    const int64_t in = t->kind == STEP_MOE ? t->hidden : t->k;
-    if (t->kind == STEP_MOE ? out_width(prev) != in : out_width(prev) < in)
-      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s reads %lld features but %s writes %lld: the layers "
-                           "do not chain", t->name, (long long)in, prev->name, (long long)out_width(prev));
-  }
-  plan->hidden = out_width(&plan->types[plan->ntypes - 1]);
-  return FP4_OK;
-}
-
-int64_t step_layer_bytes(const step_plan *plan, int64_t touched) {
-  int64_t bytes = 0;
-  for (int i = 0; i < plan->ntypes; i++) {
-    const step_type *t = &plan->types[i];
-    bytes += t->kind == STEP_MOE ? t->shared_bytes + touched * t->weight_bytes : t->weight_bytes;
-  }
-  return bytes;
-}
-
-static uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-void step_routing(uint64_t seed, int64_t layer, int64_t tokens, int64_t top_k, int64_t experts, int32_t *ids,
-                  float *weights) {
-  for (int64_t t = 0; t < tokens; t++) {
-    uint64_t g = mix64(mix64(seed ^ 0x5354455052ull) + (uint64_t)layer * 0x100000001B3ull + (uint64_t)t);
-    int32_t *row = ids + t * top_k;
-    float *w = weights + t * top_k, sum = 0.0f;
-    for (int64_t j = 0; j < top_k; j++) {
-      int32_t e;
-      int again;
-      do { /* distinct experts per token: top_k <= experts */
-        g = mix64(g);
-        e = (int32_t)(g % (uint64_t)experts);
-        again = 0;
-        for (int64_t i = 0; i < j; i++) again |= row[i] == e;
-      } while (again);
-      row[j] = e;
-      g = mix64(g);
-      w[j] = 0.25f + (float)(g >> 40) * (1.0f / 16777216.0f); /* [0.25, 1.25) before normalization */
-      sum += w[j];
-    }
-    for (int64_t j = 0; j < top_k; j++) w[j] /= sum;
-  }
-}
-
-int64_t step_touched(const int32_t *ids, int64_t n, int64_t experts) {
-  unsigned char *seen = calloc((size_t)experts, 1);
-  int64_t touched = 0;
-  if (!seen) return -1;
-  for (int64_t i = 0; i < n; i++)
-    if (ids[i] >= 0 && ids[i] < experts && !seen[ids[i]]) {
-      seen[ids[i]] = 1;
-      touched++;
-    }
-  free(seen);
-  return touched;
-}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Options                                                                                        */
 /* ---------------------------------------------------------------------------------------------- */
-
-typedef struct step_opts {
-  const char *model;
-  int tp, ep, device, rounds, w4a4, peers, plan_only;
-  int gpus; /* 0: one rank on --device, no collectives; N: ranks on devices --device .. --device + N - 1 */
-  int a2a;  /* --moe-comm all-to-all: EP with data-parallel attention, tokens exchanged around the experts */
-  int64_t layers; /* 0: all */
-  int64_t batches[STEP_MAX_BATCHES];
-  int nbatches;
-  uint64_t seed;
-  const char *json, *csv, *html;
-  char sweep[STEP_MAX_SWEEP][64]; /* --sweep: configs each dense layer type is timed with */
-  int nsweep;
-  int trace; /* --trace: the kernel timeline of one replay of the graph with PDL (CUPTI) */
-} step_opts;
 
 static void step_usage(FILE *f) {
   fprintf(f,
@@ -501,598 +313,6 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   return EXIT_OK;
 }
 
-static const step_type *moe_of(const step_plan *p) {
-  for (int t = 0; t < p->ntypes; t++)
-    if (p->types[t].kind == STEP_MOE) return &p->types[t];
-  return NULL;
-}
-
-static void print_plan(FILE *f, const step_plan *p) {
-  const step_type *moe = moe_of(p);
-  fprintf(f, "%s, tp %d, ep %d: %lld layers, hidden %lld; FP4 layer types of one rank's layer:\n", p->model, p->tp, p->ep,
-          (long long)p->layers, (long long)p->hidden);
-  for (int i = 0; i < p->ntypes; i++) {
-    const step_type *t = &p->types[i];
-    if (t->kind == STEP_DENSE)
-      fprintf(f, "  %-28s dense  N %6lld K %6lld  %12lld bytes\n", t->name, (long long)t->n, (long long)t->k,
-              (long long)t->weight_bytes);
-    else
-      fprintf(f, "  %-28s moe    E %lld (top-%lld of %lld per token on the rank), gate_up %lld x %lld, down %lld x %lld: "
-                 "%lld bytes per expert; shared expert I %lld: %lld bytes\n",
-              t->name, (long long)t->experts, (long long)t->top_k, (long long)t->active, (long long)t->n,
-              (long long)t->k, (long long)t->hidden, (long long)t->inter, (long long)t->weight_bytes,
-              (long long)t->shared_inter, (long long)t->shared_bytes);
-  }
-  fprintf(f, "  one layer reads %lld FP4 bytes%s; the rank's step has %lld layers\n",
-          (long long)step_layer_bytes(p, moe ? moe->top_k : 0), moe ? " at batch 1 (top-k distinct routed experts)" : "",
-          (long long)p->layers);
-}
-
-/* The MoE step per batch, from the seeded routing alone (no GPU): the distinct routed experts a
- * layer touches on a rank and the FP4 bytes the rank's step reads (with --moe-comm all-to-all they
- * differ between ranks: the mean and the largest rank's, whose read floor bounds the step), and with
- * all-to-all the rows a rank receives and the bytes it sends to the others per step. */
-static int print_plan_batches(FILE *f, const step_plan *p, const step_opts *o) {
-  const step_type *moe = moe_of(p);
-  if (!moe) return 0;
-  const int ranks = o->a2a ? o->ep : 1;
-  const int64_t layers = o->layers && o->layers < p->layers ? o->layers : p->layers;
-  int64_t bmax = 0;
-  for (int i = 0; i < o->nbatches; i++)
-    if (o->batches[i] > bmax) bmax = o->batches[i];
-  int32_t *ids = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *ids);
-  float *w = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *w);
-  if (!o->a2a && (!ids || !w)) {
-    free(ids);
-    free(w);
-    return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the routing");
-  }
-  fprintf(f, "  per batch, from the routing (seed %llu, %lld layers)%s:\n", (unsigned long long)o->seed,
-          (long long)layers, o->a2a ? "; rank means, and the largest rank's" : "");
-  if (o->a2a)
-    fprintf(f, "  %6s %7s %15s %19s %17s %14s\n", "batch", "tokens", "experts/layer", "FP4 MB/step", "rows in/layer",
-            "MB sent/step");
-  else
-    fprintf(f, "  %6s %7s %15s %19s\n", "batch", "tokens", "experts/layer", "FP4 MB/step");
-  fp4_status st = FP4_OK;
-  for (int i = 0; i < o->nbatches && !st; i++) {
-    const int64_t B = o->batches[i];
-    double touched = 0, bytes = 0, rows = 0, sent = 0, bytes_max = 0, sent_max = 0, touched_max = 0, rows_max = 0;
-    for (int r = 0; r < ranks && !st; r++) {
-      double rb = 0, rs = 0, rt = 0, rr = 0;
-      for (int64_t l = 0; l < layers && !st; l++) {
-        int64_t t = 0;
-        if (o->a2a) {
-          step_exchange x;
-          if ((st = step_exchange_make(o->seed, l, ranks, r, B, bmax, moe->active, moe->experts, &x))) break;
-          t = step_touched(x.recv_expert, x.received, moe->experts);
-          rr += (double)x.received;
-          rs += (double)(step_exchange_rows_out(&x) + step_exchange_rows_back(&x)) * (double)moe->hidden * 2.0;
-          step_exchange_free(&x);
-        } else {
-          step_routing(o->seed, l, bmax, moe->top_k, moe->experts, ids, w);
-          t = step_touched(ids, B * moe->top_k, moe->experts);
-        }
-        rt += (double)t;
-        rb += (double)step_layer_bytes(p, t);
-      }
-      touched += rt / (double)layers / ranks;
-      bytes += rb / ranks;
-      rows += rr / (double)layers / ranks;
-      sent += rs / ranks;
-      if (rb > bytes_max) bytes_max = rb;
-      if (rs > sent_max) sent_max = rs;
-      if (rt / (double)layers > touched_max) touched_max = rt / (double)layers;
-      if (rr / (double)layers > rows_max) rows_max = rr / (double)layers;
-    }
-    if (st) break;
-    if (o->a2a)
-      fprintf(f, "  %6lld %7lld %6.1f (%6.1f) %8.1f (%8.1f) %7.1f (%7.1f) %6.2f (%5.2f)\n", (long long)B,
-              (long long)(B * ranks), touched, touched_max, bytes / 1e6, bytes_max / 1e6, rows, rows_max, sent / 1e6,
-              sent_max / 1e6);
-    else
-      fprintf(f, "  %6lld %7lld %15.1f %19.1f\n", (long long)B, (long long)B, touched, bytes / 1e6);
-  }
-  free(ids);
-  free(w);
-  return st;
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* The record                                                                                     */
-/* ---------------------------------------------------------------------------------------------- */
-
-typedef struct bv {
-  int ok;
-  double v;
-} bv;
-
-typedef struct type_result {
-  int calls;         /* calls of the type per step */
-  double bytes;      /* FP4 bytes they read        */
-  bv us;             /* a graph (PDL) of those calls alone */
-  char ran[128];     /* backend:config of its first call, and whether PDL was honoured */
-  char note[200];
-  bv sweep_us[STEP_MAX_SWEEP];        /* --sweep: the same graph with each config */
-  char sweep_note[STEP_MAX_SWEEP][160]; /* why a config did not run */
-} type_result;
-
-typedef struct step_point {
-  int64_t batch;
-  const char *status; /* "ok", "mismatch", "error", "unsupported" */
-  char reason[320];
-  int calls;
-  double bytes;
-  double touched_mean; /* MoE: distinct routed experts per layer */
-  bv eager_us, graph_us, pdl_us, bf16_us;
-  double graph_nodes;
-  char bf16_note[200];
-  type_result types[STEP_MAX_TYPES];
-  /* --gpus: the collectives of one step (all-reduces, or with --moe-comm all-to-all two all-to-alls
-   * per MoE layer), their payload (all-to-all: the rows that leave the rank), the bytes a rank sends
-   * in them, their time alone (a graph of only them, no PDL) and each rank's graph + PDL time (the
-   * fields above hold the slowest rank's; bytes and payload the largest rank's) */
-  int coll_count;
-  double coll_bytes, coll_sent_bytes;
-  bv coll_us;
-  bv rank_pdl_us[STEP_MAX_GPUS];
-  /* The step's structure with no math: every call replaced by one read-only kernel over the same
-   * weight bytes (a MoE layer: its touched experts'), in a CUDA graph; reads_note says why not */
-  bv reads_us;
-  char reads_note[160];
-  /* --trace: the kernel timeline of one replay of the graph with PDL; trace_note says why not */
-  int traced;
-  step_trace_summary trace;
-  char trace_note[320];
-} step_point;
-
-typedef struct step_report {
-  step_plan plan;
-  const step_opts *o;
-  int64_t layers_built;
-  char layers_note[200];
-  fp4_device_info dev;
-  bv read_bps, copy_bps;
-  char peer_note[300];
-  bench_origin origin; /* command, commit, date */
-  step_point pts[STEP_MAX_BATCHES];
-  int npts;
-  int gpus, nccl_version; /* --gpus; NCCL's version code */
-} step_report;
-
-static double scale_to_model(const step_report *r) {
-  return r->layers_built > 0 ? (double)r->plan.layers / (double)r->layers_built : 0.0;
-}
-static bv div_bv(double num, bv den) { return den.ok && den.v > 0 ? (bv){1, num / den.v} : (bv){0, 0}; }
-/* --sweep: config k's time over the default's for a type (JSON and text). */
-static bv sweep_over_default(const type_result *y, int k) {
-  return y->sweep_us[k].ok ? div_bv(y->sweep_us[k].v, y->us) : (bv){0, 0};
-}
-static bv frac_read(const step_report *r, const step_point *p) {
-  return r->read_bps.ok && p->pdl_us.ok ? (bv){1, p->bytes / r->read_bps.v * 1e6 / p->pdl_us.v} : (bv){0, 0};
-}
-static bv over_copy(const step_report *r, const step_point *p) {
-  return r->copy_bps.ok && p->pdl_us.ok && p->bytes > 0 ? (bv){1, p->pdl_us.v / (p->bytes / r->copy_bps.v * 1e6)}
-                                                        : (bv){0, 0};
-}
-/* The read-only chain's fraction of the read ceiling, and its time over the copy floor (the MoE
- * target's measure, applied to the chain). */
-static bv chain_frac_read(const step_report *r, const step_point *p) {
-  return r->read_bps.ok && p->reads_us.ok ? (bv){1, p->bytes / r->read_bps.v * 1e6 / p->reads_us.v} : (bv){0, 0};
-}
-static bv chain_over_copy(const step_report *r, const step_point *p) {
-  return r->copy_bps.ok && p->reads_us.ok && p->bytes > 0 ? (bv){1, p->reads_us.v / (p->bytes / r->copy_bps.v * 1e6)}
-                                                          : (bv){0, 0};
-}
-static bv pdl_gain(const step_point *p) {
-  return p->graph_us.ok ? div_bv(p->graph_us.v, p->pdl_us) : (bv){0, 0};
-}
-/* Tokens one step serves: the batch, or with --moe-comm all-to-all every rank's batch. */
-static double step_tokens(const step_report *r, const step_point *p) {
-  return (double)p->batch * (r->o->a2a ? (double)r->gpus : 1.0);
-}
-static bv tokens_bound(const step_report *r, const step_point *p) {
-  return p->pdl_us.ok ? (bv){1, step_tokens(r, p) * 1e6 / (p->pdl_us.v * scale_to_model(r))} : (bv){0, 0};
-}
-static bv bf16_speedup(const step_point *p) { return p->bf16_us.ok ? div_bv(p->bf16_us.v, p->pdl_us) : (bv){0, 0}; }
-static bv read_floor_us(const step_report *r, double bytes) {
-  return r->read_bps.ok ? (bv){1, bytes / r->read_bps.v * 1e6} : (bv){0, 0};
-}
-
-static void jnum(cJSON *o, const char *key, bv v) {
-  if (v.ok && isfinite(v.v)) cJSON_AddNumberToObject(o, key, v.v);
-  else cJSON_AddNullToObject(o, key);
-}
-
-static cJSON *record_json(const step_report *r) {
-  const step_plan *p = &r->plan;
-  cJSON *root = cJSON_CreateObject();
-  cJSON_AddStringToObject(root, "bench", "step");
-  cJSON_AddStringToObject(root, "model", p->model);
-  cJSON_AddNumberToObject(root, "tp", p->tp);
-  cJSON_AddNumberToObject(root, "ep", p->ep);
-  cJSON_AddStringToObject(root, "mode", r->o->w4a4 ? "w4a4" : "w4a16");
-  if (r->gpus) {
-    cJSON_AddNumberToObject(root, "gpus", r->gpus);
-    cJSON_AddNumberToObject(root, "nccl_version", r->nccl_version);
-    cJSON_AddStringToObject(root, "moe_comm", r->o->a2a ? "all-to-all" : "all-reduce");
-    cJSON_AddStringToObject(root, "collectives",
-                            r->o->a2a ? "per MoE layer two NCCL all-to-alls of bf16 rows (grouped sends and receives): "
-                                        "each token's row to the rank of every expert it picked, and the experts' "
-                                        "weighted outputs back; dense layers run on the rank's own tokens without one; "
-                                        "in the step's stream and graph; times are the slowest rank's, bytes the "
-                                        "largest rank's; the read and copy peers the slowest GPU's"
-                                      : "an in-place bf16 sum all-reduce (NCCL) after every call whose output has the "
-                                        "model's hidden width (row-parallel linears, the MoE layer), in the step's "
-                                        "stream and graph; times are the slowest rank's; the read and copy peers the "
-                                        "slowest GPU's");
-  }
-  cJSON_AddNumberToObject(root, "layers_model", (double)p->layers);
-  cJSON_AddNumberToObject(root, "layers_built", (double)r->layers_built);
-  cJSON_AddStringToObject(root, "layers_note", r->layers_note);
-  cJSON_AddNumberToObject(root, "rounds", r->o->rounds);
-  cJSON_AddNumberToObject(root, "seed", (double)r->o->seed);
-  cJSON_AddStringToObject(root, "routing",
-                          r->o->a2a ? "every rank holds batch tokens of its own; each token picks top_k distinct experts "
-                                      "of the whole model uniformly, seeded per layer; weights positive, summing to 1"
-                                    : "each token picks ceil(top_k / ep) distinct experts of the rank uniformly, "
-                                      "seeded per layer; weights positive, summing to 1");
-  cJSON_AddStringToObject(root, "bytes", "FP4 codes + E4M3 block scales (128x4) of every layer built; MoE: the shared "
-                                         "expert and the distinct routed experts the routing touches");
-  cJSON *dev = cJSON_AddObjectToObject(root, "device");
-  cJSON_AddStringToObject(dev, "name", r->dev.name);
-  cJSON_AddNumberToObject(dev, "cc", r->dev.cc_major * 10 + r->dev.cc_minor);
-  cJSON_AddNumberToObject(dev, "sms", r->dev.processors);
-  cJSON_AddNumberToObject(dev, "l2_bytes", (double)r->dev.cache_bytes);
-  cJSON_AddNumberToObject(dev, "memory_bytes", (double)r->dev.memory_bytes);
-  cJSON_AddNumberToObject(dev, "driver", r->dev.driver_version);
-  cJSON_AddNumberToObject(dev, "runtime", r->dev.runtime_version);
-  cJSON_AddStringToObject(root, "commit", r->origin.commit);
-  cJSON_AddStringToObject(root, "date", r->origin.date);
-  cJSON_AddStringToObject(root, "command", r->origin.command);
-  cJSON *peers = cJSON_AddObjectToObject(root, "peers");
-  jnum(peers, "read_gbps", (bv){r->read_bps.ok, r->read_bps.v / 1e9});
-  jnum(peers, "copy_gbps", (bv){r->copy_bps.ok, r->copy_bps.v / 1e9});
-  cJSON_AddStringToObject(peers, "note", r->peer_note);
-  cJSON_AddStringToObject(peers, "definitions",
-                          "read_gbps: fp4_time_peer READ over 1 GiB; frac_read_ceiling = (fp4_bytes / read_gbps) / "
-                          "graph_pdl_us; copy_gbps counts bytes read + written (fp4_time_peer COPY over 1 GiB); "
-                          "time_over_copy_floor = graph_pdl_us / (fp4_bytes / copy_gbps), as fp4kit bench --moe; "
-                          "pdl_gain = graph_us / graph_pdl_us; tokens_per_s_bound = tokens_per_step / graph_pdl_us "
-                          "scaled from layers_built to layers_model (tokens_per_step: batch, or with moe_comm "
-                          "all-to-all batch on every rank)");
-  cJSON *types = cJSON_AddArrayToObject(root, "layer_types");
-  for (int i = 0; i < p->ntypes; i++) {
-    const step_type *t = &p->types[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "name", t->name);
-    cJSON_AddStringToObject(o, "kind", t->kind == STEP_MOE ? "moe" : "dense");
-    cJSON_AddNumberToObject(o, "n", (double)t->n);
-    cJSON_AddNumberToObject(o, "k", (double)t->k);
-    if (t->kind == STEP_MOE) {
-      cJSON_AddNumberToObject(o, "experts", (double)t->experts);
-      cJSON_AddNumberToObject(o, "top_k_rank", (double)t->top_k);
-      cJSON_AddNumberToObject(o, "top_k_model", (double)t->active);
-      cJSON_AddNumberToObject(o, "hidden", (double)t->hidden);
-      cJSON_AddNumberToObject(o, "inter", (double)t->inter);
-      cJSON_AddNumberToObject(o, "shared_inter", (double)t->shared_inter);
-      cJSON_AddNumberToObject(o, "expert_bytes", (double)t->weight_bytes);
-      cJSON_AddNumberToObject(o, "shared_bytes", (double)t->shared_bytes);
-    } else {
-      cJSON_AddNumberToObject(o, "weight_bytes", (double)t->weight_bytes);
-    }
-    cJSON_AddItemToArray(types, o);
-  }
-  cJSON *pts = cJSON_AddArrayToObject(root, "points");
-  for (int i = 0; i < r->npts; i++) {
-    const step_point *x = &r->pts[i];
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "batch", (double)x->batch);
-    cJSON_AddNumberToObject(o, "tokens_per_step", step_tokens(r, x));
-    cJSON_AddStringToObject(o, "status", x->status);
-    cJSON_AddStringToObject(o, "reason", x->reason);
-    cJSON_AddNumberToObject(o, "calls", x->calls);
-    cJSON_AddNumberToObject(o, "graph_nodes", x->graph_nodes);
-    cJSON_AddNumberToObject(o, "fp4_bytes", x->bytes);
-    jnum(o, "touched_experts_per_layer", (bv){moe_of(p) != NULL, x->touched_mean});
-    jnum(o, "eager_us", x->eager_us);
-    jnum(o, "graph_us", x->graph_us);
-    jnum(o, "graph_pdl_us", x->pdl_us);
-    jnum(o, "pdl_gain", pdl_gain(x));
-    jnum(o, "read_floor_us", read_floor_us(r, x->bytes));
-    jnum(o, "frac_read_ceiling", frac_read(r, x));
-    jnum(o, "time_over_copy_floor", over_copy(r, x));
-    jnum(o, "tokens_per_s_bound", tokens_bound(r, x));
-    jnum(o, "read_chain_graph_us", x->reads_us);
-    jnum(o, "read_chain_frac_read_ceiling", chain_frac_read(r, x));
-    jnum(o, "read_chain_over_copy_floor", chain_over_copy(r, x));
-    cJSON_AddStringToObject(o, "read_chain_note", x->reads_note);
-    jnum(o, "bf16_cublas_graph_us", x->bf16_us);
-    jnum(o, "speedup_vs_bf16", bf16_speedup(x));
-    cJSON_AddStringToObject(o, "bf16_note", x->bf16_note);
-    if (r->o->trace) {
-      cJSON *tr = cJSON_AddObjectToObject(o, "trace");
-      const step_trace_summary *t = &x->trace;
-      jnum(tr, "kernels", (bv){x->traced, t->kernels});
-      jnum(tr, "span_us", (bv){x->traced, t->span_us});
-      jnum(tr, "busy_us", (bv){x->traced, t->busy_us});
-      jnum(tr, "kernel_sum_us", (bv){x->traced, t->sum_us});
-      cJSON *sl = cJSON_AddArrayToObject(tr, "per_layer_position");
-      for (int q = 0; x->traced && q < t->period; q++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "kernel", t->slots[q].name);
-        cJSON_AddNumberToObject(e, "count", t->slots[q].count);
-        cJSON_AddNumberToObject(e, "mean_us", t->slots[q].mean_us);
-        cJSON_AddNumberToObject(e, "mean_start_after_previous_end_us", t->slots[q].gap_us);
-        cJSON_AddItemToArray(sl, e);
-      }
-      cJSON_AddStringToObject(tr, "note", x->trace_note);
-    }
-    if (r->gpus) {
-      cJSON *c = cJSON_AddObjectToObject(o, "collectives");
-      cJSON_AddNumberToObject(c, "count", x->coll_count);
-      cJSON_AddNumberToObject(c, "bytes", x->coll_bytes);
-      cJSON_AddNumberToObject(c, "bytes_sent_per_rank", x->coll_sent_bytes);
-      if (!r->o->a2a) cJSON_AddNumberToObject(c, "ring_bytes_per_rank", x->coll_sent_bytes);
-      jnum(c, "alone_us", x->coll_us);
-      const bv fl = read_floor_us(r, x->bytes);
-      const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
-      jnum(c, "read_floor_plus_alone_us", base);
-      jnum(c, "step_over_floor_plus_alone", base.ok && x->pdl_us.ok ? (bv){1, x->pdl_us.v / base.v} : (bv){0, 0});
-      cJSON *ranks = cJSON_AddArrayToObject(o, "rank_graph_pdl_us");
-      for (int k = 0; k < r->gpus; k++)
-        cJSON_AddItemToArray(ranks, x->rank_pdl_us[k].ok ? cJSON_CreateNumber(x->rank_pdl_us[k].v) : cJSON_CreateNull());
-    }
-    cJSON *tl = cJSON_AddArrayToObject(o, "per_type");
-    for (int t = 0; t < p->ntypes; t++) {
-      const type_result *y = &x->types[t];
-      cJSON *q = cJSON_CreateObject();
-      cJSON_AddStringToObject(q, "name", p->types[t].name);
-      cJSON_AddNumberToObject(q, "calls", y->calls);
-      cJSON_AddNumberToObject(q, "fp4_bytes", y->bytes);
-      jnum(q, "graph_pdl_us", y->us);
-      jnum(q, "read_floor_us", read_floor_us(r, y->bytes));
-      bv fl = read_floor_us(r, y->bytes);
-      jnum(q, "frac_read_ceiling", fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : (bv){0, 0});
-      cJSON_AddStringToObject(q, "ran", y->ran);
-      cJSON_AddStringToObject(q, "note", y->note);
-      if (r->o->nsweep) {
-        cJSON *sw = cJSON_AddArrayToObject(q, "sweep");
-        for (int k = 0; k < r->o->nsweep; k++) {
-          cJSON *e = cJSON_CreateObject();
-          cJSON_AddStringToObject(e, "config", r->o->sweep[k]);
-          jnum(e, "graph_pdl_us", y->sweep_us[k]);
-          jnum(e, "over_default", sweep_over_default(y, k));
-          cJSON_AddStringToObject(e, "note", y->sweep_note[k]);
-          cJSON_AddItemToArray(sw, e);
-        }
-      }
-      cJSON_AddItemToArray(tl, q);
-    }
-    cJSON_AddItemToArray(pts, o);
-  }
-  return root;
-}
-
-static void csv_num(FILE *f, bv v, const char *fmt) {
-  if (v.ok && isfinite(v.v)) fprintf(f, fmt, v.v);
-  fputc(',', f);
-}
-
-static void write_csv(FILE *f, const step_report *r) {
-  fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
-             "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,read_chain_graph_us,"
-             "read_chain_frac_read_ceiling,read_chain_over_copy_floor,bf16_cublas_graph_us,speedup_vs_bf16,gpus,moe_comm,collectives,collective_bytes_sent_per_rank,"
-             "collectives_alone_us,status\n");
-  for (int i = 0; i < r->npts; i++) {
-    const step_point *x = &r->pts[i];
-    for (int t = -1; t < r->plan.ntypes; t++) {
-      const type_result *y = t >= 0 ? &x->types[t] : NULL;
-      fprintf(f, "%s,%d,%d,%s,%lld,%lld,%lld,%s,%d,%.0f,", r->plan.model, r->plan.tp, r->plan.ep,
-              r->o->w4a4 ? "w4a4" : "w4a16", (long long)x->batch, (long long)r->layers_built,
-              (long long)r->plan.layers, y ? r->plan.types[t].name : "step", y ? y->calls : x->calls,
-              y ? y->bytes : x->bytes);
-      const bv none = {0, 0};
-      csv_num(f, y ? none : x->eager_us, "%.2f");
-      csv_num(f, y ? none : x->graph_us, "%.2f");
-      csv_num(f, y ? y->us : x->pdl_us, "%.2f");
-      csv_num(f, y ? none : pdl_gain(x), "%.4f");
-      const bv fl = read_floor_us(r, y ? y->bytes : x->bytes);
-      csv_num(f, fl, "%.2f");
-      csv_num(f, y ? (fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : none) : frac_read(r, x), "%.4f");
-      csv_num(f, y ? none : over_copy(r, x), "%.4f");
-      csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
-      csv_num(f, y ? none : x->reads_us, "%.2f");
-      csv_num(f, y ? none : chain_frac_read(r, x), "%.4f");
-      csv_num(f, y ? none : chain_over_copy(r, x), "%.4f");
-      csv_num(f, y ? none : x->bf16_us, "%.2f");
-      csv_num(f, y ? none : bf16_speedup(x), "%.3f");
-      fprintf(f, "%d,%s,", r->gpus, r->gpus ? (r->o->a2a ? "all-to-all" : "all-reduce") : "");
-      csv_num(f, r->gpus && !y ? (bv){1, x->coll_count} : none, "%.0f");
-      csv_num(f, r->gpus && !y ? (bv){1, x->coll_sent_bytes} : none, "%.0f");
-      csv_num(f, r->gpus && !y ? x->coll_us : none, "%.2f");
-      fprintf(f, "%s\n", x->status);
-    }
-  }
-}
-
-/* Text with the four HTML-special characters escaped. */
-static void html_text(FILE *f, const char *s) {
-  static const char special[] = "<>&\"", *const escaped[] = {"&lt;", "&gt;", "&amp;", "&quot;"};
-  for (; *s; s++) {
-    const char *hit = strchr(special, *s);
-    if (hit) fputs(escaped[hit - special], f);
-    else fputc(*s, f);
-  }
-}
-
-/* One bar row: time against the read floor of the same bytes, scaled to `scale` us. */
-static void html_bar(FILE *f, const char *name, bv us, bv floor_us, double scale) {
-  fputs("<tr><td>", f);
-  html_text(f, name);
-  fputs("</td><td class=bars>", f);
-  if (us.ok && scale > 0)
-    fprintf(f, "<div class=t style=\"width:%.1f%%\">%.1f us</div>", 100.0 * us.v / scale, us.v);
-  else
-    fputs("<div class=na>not measured</div>", f);
-  if (floor_us.ok && scale > 0)
-    fprintf(f, "<div class=f style=\"width:%.1f%%\">read floor %.1f us</div>", 100.0 * floor_us.v / scale, floor_us.v);
-  fputs("</td><td>", f);
-  if (us.ok && floor_us.ok && us.v > 0) fprintf(f, "%.2f", floor_us.v / us.v);
-  fputs("</td></tr>\n", f);
-}
-
-static void write_html(FILE *f, const step_report *r) {
-  const step_plan *p = &r->plan;
-  fprintf(f, "<!doctype html>\n<html><head><meta charset=utf-8><title>fp4kit decode step: ");
-  html_text(f, p->model);
-  fprintf(f, "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;width:100%%}"
-             "td,th{padding:3px 8px;text-align:left;vertical-align:top}td.bars{width:70%%}"
-             "div.t{background:#3b78c4;color:#fff;white-space:nowrap;margin:1px 0;font-size:12px}"
-             "div.f{background:#bbb;white-space:nowrap;margin:1px 0;font-size:12px}div.na{color:#999}"
-             "</style></head><body>\n<h1>Decode step: ");
-  html_text(f, p->model);
-  fprintf(f, ", tp %d, ep %d, %s</h1>\n<p>", p->tp, p->ep, r->o->w4a4 ? "W4A4" : "W4A16");
-  html_text(f, r->dev.name);
-  fprintf(f, "; %lld of %lld layers built", (long long)r->layers_built, (long long)p->layers);
-  if (r->layers_note[0]) {
-    fputs(" (", f);
-    html_text(f, r->layers_note);
-    fputs(")", f);
-  }
-  fprintf(f, "; read ceiling ");
-  if (r->read_bps.ok) fprintf(f, "%.0f GB/s", r->read_bps.v / 1e9);
-  else fputs("not measured", f);
-  fputs("; commit ", f);
-  html_text(f, r->origin.commit);
-  fputs(", ", f);
-  html_text(f, r->origin.date);
-  fputs("<br><code>", f);
-  html_text(f, r->origin.command);
-  fputs("</code></p>\n<p>Blue: the time of a CUDA graph with PDL holding only that layer type's calls of the step (the "
-        "step: all of them); grey: the time to read the same FP4 bytes at the same-run read ceiling. Last column: "
-        "floor / time.</p>\n",
-        f);
-  for (int i = 0; i < r->npts; i++) {
-    const step_point *x = &r->pts[i];
-    double scale = x->pdl_us.ok ? x->pdl_us.v : 0;
-    const bv fl = read_floor_us(r, x->bytes);
-    if (fl.ok && fl.v > scale) scale = fl.v;
-    for (int t = 0; t < p->ntypes; t++)
-      if (x->types[t].us.ok && x->types[t].us.v > scale) scale = x->types[t].us.v;
-    fprintf(f, "<h2>batch %lld: %s</h2>\n<p>", (long long)x->batch, x->status);
-    if (x->reason[0]) html_text(f, x->reason);
-    fprintf(f, " separate launches %s%.1f us, graph %s%.1f us, graph + PDL %s%.1f us (PDL gain %.3f), BF16 cuBLAS graph ",
-            x->eager_us.ok ? "" : "n/a ", x->eager_us.v, x->graph_us.ok ? "" : "n/a ", x->graph_us.v,
-            x->pdl_us.ok ? "" : "n/a ", x->pdl_us.v, pdl_gain(x).v);
-    if (x->bf16_us.ok) fprintf(f, "%.1f us (%.2fx)", x->bf16_us.v, bf16_speedup(x).v);
-    else html_text(f, x->bf16_note[0] ? x->bf16_note : "not run");
-    fprintf(f, "; tokens/s bound %.0f</p>\n<table><tr><th>layer type</th><th>time and read floor</th><th>floor/time</th>"
-               "</tr>\n",
-            tokens_bound(r, x).v);
-    for (int t = 0; t < p->ntypes; t++) {
-      char name[160];
-      snprintf(name, sizeof name, "%s (%d calls, %.1f MB)", p->types[t].name, x->types[t].calls, x->types[t].bytes / 1e6);
-      html_bar(f, name, x->types[t].us, read_floor_us(r, x->types[t].bytes), scale);
-    }
-    char name[160];
-    snprintf(name, sizeof name, "step (%d calls, %.1f MB)", x->calls, x->bytes / 1e6);
-    html_bar(f, name, x->pdl_us, fl, scale);
-    fputs("</table>\n", f);
-  }
-  fputs("</body></html>\n", f);
-}
-
-static void print_table(FILE *f, const step_report *r) {
-  const step_plan *p = &r->plan;
-  fprintf(f, "%s tp %d ep %d %s on %s: %lld of %lld layers built%s%s%s; read %.0f GB/s, copy %.0f GB/s\n", p->model, p->tp,
-          p->ep, r->o->w4a4 ? "w4a4" : "w4a16", r->dev.name, (long long)r->layers_built, (long long)p->layers,
-          r->layers_note[0] ? " (" : "", r->layers_note, r->layers_note[0] ? ")" : "", r->read_bps.v / 1e9,
-          r->copy_bps.v / 1e9);
-  if (r->o->a2a)
-    fprintf(f, "%d GPUs, one rank each, MoE tokens exchanged by all-to-all: batch is tokens per rank (a step serves %d x "
-               "batch; tok/s counts them all)\n", r->gpus, r->gpus);
-  fprintf(f, "%5s %6s %10s %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s\n", "batch", "calls", "FP4_MB", "eager_us",
-          "graph_us", "pdl_us", "gain", "/read", "/copy", "tok/s", "bf16_us", "x_bf16", "status");
-  for (int i = 0; i < r->npts; i++) {
-    const step_point *x = &r->pts[i];
-    fprintf(f, "%5lld %6d %10.1f %10.1f %10.1f %10.1f %6.3f %6.3f %6.3f %10.0f %10.1f %7.2f  %s%s%s\n",
-            (long long)x->batch, x->calls, x->bytes / 1e6, x->eager_us.v, x->graph_us.v, x->pdl_us.v, pdl_gain(x).v,
-            frac_read(r, x).v, over_copy(r, x).v, tokens_bound(r, x).v, x->bf16_us.v, bf16_speedup(x).v, x->status,
-            x->reason[0] ? ": " : "", x->reason);
-    for (int t = 0; t < p->ntypes; t++) {
-      const type_result *y = &x->types[t];
-      const bv fl = read_floor_us(r, y->bytes);
-      fprintf(f, "      %-28s %5d calls %10.1f MB %10.1f us  floor %9.1f us  %.3f  %s%s%s\n", p->types[t].name, y->calls,
-              y->bytes / 1e6, y->us.v, fl.v, fl.ok && y->us.ok && y->us.v > 0 ? fl.v / y->us.v : 0.0, y->ran,
-              y->note[0] ? "; " : "", y->note);
-      if (!r->o->nsweep) continue;
-      int best = -1;
-      for (int k = 0; k < r->o->nsweep; k++)
-        if (y->sweep_us[k].ok && (best < 0 || y->sweep_us[k].v < y->sweep_us[best].v)) best = k;
-      for (int k = 0; k < r->o->nsweep; k++) {
-        if (y->sweep_us[k].ok)
-          fprintf(f, "        %-26s %10.1f us  %.3f of the default's time%s\n", r->o->sweep[k], y->sweep_us[k].v,
-                  sweep_over_default(y, k).v, k == best ? "  (fastest named)" : "");
-        else
-          fprintf(f, "        %-26s refused: %s\n", r->o->sweep[k], y->sweep_note[k]);
-      }
-    }
-    if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
-    if (x->reads_us.ok) {
-      const bv fr = chain_frac_read(r, x), oc = chain_over_copy(r, x);
-      fprintf(f,
-              "      read-only chain (each call one read of its weight bytes, in a graph): %.1f us, %.3f of the read "
-              "ceiling, %.2fx the copy floor\n",
-              x->reads_us.v, fr.ok ? fr.v : 0.0, oc.ok ? oc.v : 0.0);
-    } else if (x->reads_note[0]) {
-      fprintf(f, "      read-only chain: %s\n", x->reads_note);
-    }
-    if (x->traced) {
-      const step_trace_summary *t = &x->trace;
-      fprintf(f,
-              "      trace (one replay of the graph with PDL, CUPTI): %d kernels over %.1f us, some kernel running %.1f "
-              "us (%.0f%%), the kernels' times added %.1f us\n",
-              t->kernels, t->span_us, t->busy_us, t->span_us > 0 ? 100.0 * t->busy_us / t->span_us : 0.0, t->sum_us);
-      for (int q = 0; q < t->period; q++)
-        fprintf(f, "        %2d %-30s %4d x %8.2f us, start %+8.2f us after the end of those before\n", q,
-                t->slots[q].name, t->slots[q].count, t->slots[q].mean_us, t->slots[q].gap_us);
-    } else if (x->trace_note[0]) {
-      fprintf(f, "      trace: not run: %s\n", x->trace_note);
-    }
-    if (r->gpus) {
-      const bv fl = read_floor_us(r, x->bytes);
-      fprintf(f, "      %d GPUs: %d %s, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
-              r->gpus, x->coll_count, r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6, x->coll_us.v,
-              fl.ok && x->coll_us.ok && x->pdl_us.ok ? x->pdl_us.v / (fl.v + x->coll_us.v) : 0.0);
-    }
-  }
-}
-
-static int write_file(const char *path, const step_report *r, int kind) {
-  FILE *f = !strcmp(path, "-") ? stdout : fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "fp4kit bench --step: cannot write '%s'\n", path);
-    return 0;
-  }
-  int ok = 1;
-  if (kind == 0) {
-    cJSON *root = record_json(r);
-    char *text = root ? cJSON_Print(root) : NULL;
-    ok = text && fprintf(f, "%s\n", text) > 0;
-    cJSON_free(text);
-    cJSON_Delete(root);
-  } else if (kind == 1) {
-    write_csv(f, r);
-  } else {
-    write_html(f, r);
-  }
-  if (f != stdout) ok = !fclose(f) && ok;
-  else fflush(f);
-  if (!ok) fprintf(stderr, "fp4kit bench --step: writing '%s' failed\n", path);
-  return ok;
-}
-
 /* ---------------------------------------------------------------------------------------------- */
 /* The device step                                                                                */
 /* ---------------------------------------------------------------------------------------------- */
@@ -1165,7 +385,7 @@ static int ranks_ok(const gpu_step *g, int ok) { return g->comm ? step_comm_agre
 /* Whether call output of this width is summed over the ranks: the row-parallel linears and the MoE
  * layer write the model's hidden width, and each rank holds a partial sum of it. */
 static int reduced(const gpu_step *g, const step_type *ty) {
-  return g->comm && !g->o->a2a && out_width(ty) == g->plan->hidden;
+  return g->comm && !g->o->a2a && step_out_width(ty) == g->plan->hidden;
 }
 
 typedef struct step_call {
@@ -1180,7 +400,7 @@ static const int64_t kTypeSeed = 0x9E37;
 
 /* dst <- `bytes` of the pool starting at a position of its own, wrapping. */
 static fp4_status fill(void *dst, size_t bytes, const void *pool, size_t pool_bytes, uint64_t tag, cudaStream_t s) {
-  size_t off = (size_t)(mix64(tag) % (pool_bytes / 256)) * 256;
+  size_t off = (size_t)(step_mix64(tag) % (pool_bytes / 256)) * 256;
   uint8_t *d = dst;
   while (bytes) {
     size_t chunk = pool_bytes - off < bytes ? pool_bytes - off : bytes;
@@ -1198,7 +418,7 @@ static fp4_status make_pools(gpu_step *g) {
   if (!h) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the weight pool");
   uint64_t z = g->o->seed * 0x2545F4914F6CDD1Dull + 17;
   for (size_t i = 0; i < POOL_CODES; i += 8) {
-    z = mix64(z);
+    z = step_mix64(z);
     memcpy(h + i, &z, 8);
   }
   static const float code_values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -1210,7 +430,7 @@ static fp4_status make_pools(gpu_step *g) {
   /* E4M3 scales 0x20..0x37: 0.125 .. 0.9375, finite and nonzero. */
   double ss = 0;
   for (size_t i = 0; i < POOL_SCALES; i++) {
-    if (i % 8 == 0) z = mix64(z);
+    if (i % 8 == 0) z = step_mix64(z);
     h[i] = (uint8_t)(0x20 + (uint8_t)(z >> (8 * (i % 8))) % 0x18);
     const double v = fp4_e4m3_decode(h[i]);
     ss += v * v;
@@ -1322,7 +542,7 @@ static void free_layers(gpu_step *g) {
 /* Scalars, multipliers, activations and the W4A4 scratch. */
 static fp4_status make_buffers(gpu_step *g) {
   const step_plan *p = g->plan;
-  const step_type *moe = moe_of(p);
+  const step_type *moe = step_moe_type(p);
   const int64_t E = moe ? moe->experts : 1;
   enum { BASE = 4 + 2 * STEP_MAX_TYPES };
   const size_t nscal = BASE + 2 * (size_t)E + 2;
@@ -1353,7 +573,7 @@ static fp4_status make_buffers(gpu_step *g) {
   g->mult_sdn = g->scalars + BASE + 2 * E + 1;
   int64_t width = p->hidden, maxk = 0;
   for (int t = 0; t < p->ntypes; t++) {
-    if (out_width(&p->types[t]) > width) width = out_width(&p->types[t]);
+    if (step_out_width(&p->types[t]) > width) width = step_out_width(&p->types[t]);
     if (p->types[t].k > maxk) maxk = p->types[t].k;
   }
   const size_t act = (size_t)(g->bmax * width) * 2;
@@ -1370,7 +590,7 @@ static fp4_status make_buffers(gpu_step *g) {
   if (!x) return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
   uint64_t z = g->o->seed ^ 0x78307830ull;
   for (size_t i = 0; i < n; i++) {
-    z = mix64(z);
+    z = step_mix64(z);
     x[i] = fp4_bf16_from_f32((float)((double)(z >> 11) * (1.0 / 9007199254740992.0) * 3.4 - 1.7));
   }
   st = cu(cudaMemcpy(g->x0, x, n * 2, cudaMemcpyHostToDevice), "copying the input");
@@ -1394,7 +614,7 @@ static int make_calls(const gpu_step *g, step_call *calls, void **last) {
       c->in_ld = ld;
       c->out = g->act[ping];
       cur = c->out;
-      ld = out_width(&p->types[t]);
+      ld = step_out_width(&p->types[t]);
       ping ^= 1;
     }
   *last = (void *)cur;
@@ -1437,7 +657,7 @@ static void exchange_free(gpu_step *g) {
 static fp4_status exchange_prepare(gpu_step *g, int64_t B) {
   if (g->x_batch == B) return FP4_OK;
   exchange_free(g);
-  const step_type *moe = moe_of(g->plan);
+  const step_type *moe = step_moe_type(g->plan);
   if (!(g->X = calloc((size_t)g->layers, sizeof *g->X)) || !(g->xd = calloc((size_t)g->layers, sizeof *g->xd)))
     return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the exchange");
   size_t bytes = 0;
@@ -1469,7 +689,7 @@ static fp4_status exchange_prepare(gpu_step *g, int64_t B) {
 /* Buffers of --moe-comm all-to-all: the rows the exchange moves, the shared expert's output and its
  * routing (expert 0 of its own layer, weight 1). */
 static fp4_status exchange_buffers(gpu_step *g) {
-  const step_type *moe = moe_of(g->plan);
+  const step_type *moe = step_moe_type(g->plan);
   const size_t row = (size_t)moe->hidden * 2, sent = (size_t)(g->bmax * moe->active), most = (size_t)a2a_max_rows(g, moe);
   fp4_status st;
   if ((st = cu(cudaMalloc(&g->send_rows, sent * row), "the exchange's rows")) ||
@@ -1541,7 +761,7 @@ static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, i
   const step_type *ty = &g->plan->types[c->type];
   fp4_options o = {.backend = "cuda", .enable_pdl = pdl, .stream = g->s, .info = info};
   if (c->type == g->config_type) o.config = g->config_name; /* --sweep */
-  fp4_matrix out = {c->out, B, out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
+  fp4_matrix out = {c->out, B, step_out_width(ty), 0, FP4_DTYPE_BF16, FP4_MEMORY_DEVICE};
   if (ty->kind == STEP_MOE && g->o->a2a) {
     o.alpha_device = g->scalars;
     return issue_moe_a2a(g, c, B, &o);
@@ -1577,7 +797,7 @@ static fp4_status issue_call(const gpu_step *g, const step_call *c, int64_t B, i
 static fp4_status issue(const gpu_step *g, const step_call *c, int64_t B, int pdl, fp4_run_info *info) {
   fp4_status st = issue_call(g, c, B, pdl, info);
   const step_type *ty = &g->plan->types[c->type];
-  if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, c->out, (size_t)(B * out_width(ty)), g->s);
+  if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, c->out, (size_t)(B * step_out_width(ty)), g->s);
   return st;
 }
 
@@ -1635,7 +855,7 @@ static const int32_t *routed_ids(const gpu_step *g, int64_t layer, int64_t B, in
     *n = g->X[layer].received;
     return g->X[layer].recv_expert;
   }
-  *n = B * moe_of(g->plan)->top_k;
+  *n = B * step_moe_type(g->plan)->top_k;
   return g->L[layer].h_ids;
 }
 
@@ -1700,7 +920,7 @@ static fp4_status run_eager(void *user, int iteration) {
     }
     if (t->only == ONLY_COLLECTIVES) {
       if (!reduced(t->g, ty)) continue;
-      fp4_status st = step_comm_allreduce_bf16(t->g->comm, t->g->rank, c->out, (size_t)(t->B * out_width(ty)), t->g->s);
+      fp4_status st = step_comm_allreduce_bf16(t->g->comm, t->g->rank, c->out, (size_t)(t->B * step_out_width(ty)), t->g->s);
       if (st) return st;
       continue;
     }
@@ -1816,7 +1036,7 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
   }
   if (ok) {
     pt->calls = make_calls(g, calls, &last);
-    const step_type *moe = moe_of(p);
+    const step_type *moe = step_moe_type(p);
     int64_t touched_sum = 0;
     for (int64_t l = 0; l < g->layers; l++) {
       int64_t nids = 0;
@@ -1830,7 +1050,7 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
         pt->types[t].bytes += (double)(ty->kind == STEP_MOE ? ty->shared_bytes + touched * ty->weight_bytes : ty->weight_bytes);
         if (reduced(g, ty)) {
           pt->coll_count++;
-          pt->coll_bytes += (double)(B * out_width(ty)) * 2.0;
+          pt->coll_bytes += (double)(B * step_out_width(ty)) * 2.0;
         }
         if (g->o->a2a && ty->kind == STEP_MOE) { /* dispatch and combine: the rows that leave the rank */
           pt->coll_count += 2;
@@ -2125,7 +1345,7 @@ static fp4_status bf16_issue(void *user, int iteration) {
   int ping = 0;
   fp4_status st = FP4_OK;
   int64_t *rows = NULL;
-  const step_type *moe = moe_of(p);
+  const step_type *moe = step_moe_type(p);
   if (moe && !(rows = calloc((size_t)moe->experts, sizeof *rows)))
     return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
   for (int64_t l = 0; l < g->layers && !st; l++) {
@@ -2155,9 +1375,9 @@ static fp4_status bf16_issue(void *user, int iteration) {
           beta = 1.0f;
         }
       }
-      if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, out, (size_t)(b->B * out_width(ty)), g->s);
+      if (!st && reduced(g, ty)) st = step_comm_allreduce_bf16(g->comm, g->rank, out, (size_t)(b->B * step_out_width(ty)), g->s);
       cur = out;
-      ld = out_width(ty);
+      ld = step_out_width(ty);
       ping ^= 1;
     }
   }
@@ -2191,7 +1411,7 @@ static void bf16_free(bf16_step *b) {
 /* The BF16 peer for every batch (after the FP4 weights are freed); notes say why not where it did not run. */
 static void bf16_peer(gpu_step *g, step_report *r) {
   const step_plan *p = g->plan;
-  const step_type *moe = moe_of(p);
+  const step_type *moe = step_moe_type(p);
   bf16_step b;
   memset(&b, 0, sizeof b);
   b.g = g;
@@ -2221,7 +1441,7 @@ static void bf16_peer(gpu_step *g, step_report *r) {
   }
   uint64_t z = g->o->seed + 99;
   for (size_t i = 0; i < POOL_BF16 / 2; i++) {
-    z = mix64(z);
+    z = step_mix64(z);
     h[i] = fp4_bf16_from_f32((float)((double)(z >> 11) * (1.0 / 9007199254740992.0) - 0.5) / 16.0f);
   }
   st = cu(cudaMalloc((void **)&g->pool_bf16, POOL_BF16), "the BF16 pool");
@@ -2356,7 +1576,7 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
     fflush(stderr);
   }
   for (int64_t l = 0; l < g.layers && !st; l++) st = build_layer(&g, l, per_layer);
-  const step_type *moe = moe_of(p);
+  const step_type *moe = step_moe_type(p);
   if (!st && moe) { /* the MoE workspace, for the largest batch, allocated ahead */
     fp4_moe_layer layer;
     fp4_moe_experts shared;
@@ -2555,7 +1775,7 @@ int bench_step_main(int argc, char **argv) {
     free(r);
     return EXIT_USAGE;
   }
-  const step_type *moe = moe_of(&r->plan);
+  const step_type *moe = step_moe_type(&r->plan);
   if (o.a2a && !moe) {
     fprintf(stderr, "fp4kit bench --step: --moe-comm all-to-all exchanges tokens around the experts, and %s has no MoE "
                     "layer\n", o.model);
@@ -2563,12 +1783,12 @@ int bench_step_main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if (o.plan_only) {
-    print_plan(stdout, &r->plan);
+    step_print_plan(stdout, &r->plan);
     if (o.a2a)
       printf("  --moe-comm all-to-all: each rank's tokens pick top-%lld of all %lld experts; a token sends a row to the "
              "rank of each, %lld rows per token, and gets as many back\n",
              (long long)moe->active, (long long)moe->experts * o.ep, (long long)moe->active);
-    const int bad = print_plan_batches(stdout, &r->plan, &o);
+    const int bad = step_print_plan_batches(stdout, &r->plan, &o);
     if (bad) fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
     free(r);
     return bad ? EXIT_ERROR : EXIT_OK;
@@ -2585,14 +1805,12 @@ int bench_step_main(int argc, char **argv) {
   if (rc == EXIT_OK || rc == EXIT_FAILED) {
     const int to_stdout = (o.json && !strcmp(o.json, "-")) || (o.csv && !strcmp(o.csv, "-")) ||
                           (o.html && !strcmp(o.html, "-"));
-    print_table(to_stdout ? stderr : stdout, r);
+    step_report_print(to_stdout ? stderr : stdout, r);
     const char *paths[3] = {o.json, o.csv, o.html};
     for (int k = 0; k < 3; k++)
-      if (paths[k] && !write_file(paths[k], r, k)) rc = EXIT_ERROR;
+      if (paths[k] && !step_report_write(paths[k], r, k)) rc = EXIT_ERROR;
   }
 #else
-  (void)print_table;
-  (void)write_file;
   fprintf(stderr, "fp4kit bench --step: no GPU: this fp4kit was built without CUDA (--plan prints the step without one)\n");
   rc = EXIT_ERROR;
 #endif

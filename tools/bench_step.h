@@ -8,6 +8,7 @@
 #define FP4_TOOLS_BENCH_STEP_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "fp4kit.h"
 
@@ -60,6 +61,15 @@ void step_routing(uint64_t seed, int64_t layer, int64_t tokens, int64_t top_k, i
                   float *weights);
 /* Distinct experts among n ids of [0, experts). */
 int64_t step_touched(const int32_t *ids, int64_t n, int64_t experts);
+
+/* The plan's MoE type, or NULL for a dense model. */
+const step_type *step_moe_type(const step_plan *plan);
+/* Width of a type's output: N, or the hidden size for the MoE type. */
+int64_t step_out_width(const step_type *t);
+/* The mixer behind the routing and the step's random weights (splitmix64's finalizer). */
+uint64_t step_mix64(uint64_t z);
+/* The rank's layer types, shapes and bytes, as --plan prints them. */
+void step_print_plan(FILE *f, const step_plan *plan);
 
 /* The command; argv as `fp4kit bench` got it (argv[0] "bench", --step among the options). */
 int bench_step_main(int argc, char **argv);
