@@ -719,6 +719,25 @@ static void a2a_layers(const gpu_step *g, const gpu_layer *L, fp4_moe_layer *rou
   *shared = (fp4_moe_layer){mode, {L->sgu, L->sdn, gs, gs, act}, NULL};
 }
 
+/* The dispatch of layer l: the rows of the rank's tokens (in, ld elements apart) gathered by
+ * destination into send_rows (gather 0: left as they are), then the all-to-all into recv_rows. */
+static fp4_status a2a_dispatch(const gpu_step *g, int64_t l, const void *in, int64_t ld, int gather) {
+  const step_exchange *x = &g->X[l];
+  const int64_t H = g->plan->hidden;
+  fp4_status st = gather ? fp4_exchange_gather_bf16_queue(g->send_rows, in, ld, g->xd[l].send_token, x->sent, H, g->s) : FP4_OK;
+  return st ? st : step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows, x->recv_count, H, g->s);
+}
+
+/* The combine of layer l: the experts' rows back to their tokens' ranks (into back_rows), then out =
+ * base (NULL: 0) + the sum of each of the B tokens' returned rows (out NULL: the all-to-all only). */
+static fp4_status a2a_combine(const gpu_step *g, int64_t l, void *out, const void *base, int64_t B) {
+  const step_exchange *x = &g->X[l];
+  const int64_t H = g->plan->hidden;
+  fp4_status st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows, x->send_count, H, g->s);
+  if (st || !out) return st;
+  return fp4_exchange_sum_bf16_queue(out, base, g->back_rows, g->xd[l].sum_rows, B, x->top_k, H, g->s);
+}
+
 /* A MoE call with --moe-comm all-to-all: the shared expert on the rank's B tokens; the dispatch
  * (gather by destination, all-to-all); the routed experts on the rows received, each row top-1 with
  * its routing weight; the all-to-all back; out = shared + the sum of each token's returned rows. */
@@ -738,8 +757,7 @@ static fp4_status issue_moe_a2a(const gpu_step *g, const step_call *c, int64_t B
     o->info = x->received ? NULL : info;
     st = fp4_moe_forward(g->ctx, &shared, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, o);
   }
-  if (!st) st = fp4_exchange_gather_bf16_queue(g->send_rows, c->in, c->in_ld, d->send_token, x->sent, H, g->s);
-  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows, x->recv_count, H, g->s);
+  if (!st) st = a2a_dispatch(g, c->layer, c->in, c->in_ld, 1);
   if (!st && x->received) {
     fp4_moe_routing rt = {d->recv_expert, x->received, 1,
                           {d->recv_weight, x->received, 1, 0, FP4_DTYPE_F32, FP4_MEMORY_DEVICE}, NULL};
@@ -748,10 +766,7 @@ static fp4_status issue_moe_a2a(const gpu_step *g, const step_call *c, int64_t B
     o->info = info;
     st = fp4_moe_forward(g->ctx, &routed, &hid, &rt, g->moe_ws, g->moe_ws_bytes, &out, o);
   }
-  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows, x->send_count, H, g->s);
-  if (!st)
-    st = fp4_exchange_sum_bf16_queue(c->out, ty->shared_inter ? g->shared_rows : NULL, g->back_rows, d->sum_rows, B,
-                                     ty->active, H, g->s);
+  if (!st) st = a2a_combine(g, c->layer, c->out, ty->shared_inter ? g->shared_rows : NULL, B);
   o->info = info;
   return st;
 }
@@ -909,12 +924,8 @@ static fp4_status run_eager(void *user, int iteration) {
     const step_type *ty = &t->g->plan->types[c->type];
     if (t->only == ONLY_COLLECTIVES && t->g->o->a2a) { /* the two all-to-alls of each MoE call */
       if (ty->kind != STEP_MOE) continue;
-      const gpu_step *g = t->g;
-      const step_exchange *x = &g->X[c->layer];
-      fp4_status st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows,
-                                               x->recv_count, ty->hidden, g->s);
-      if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows,
-                                             x->send_count, ty->hidden, g->s);
+      fp4_status st = a2a_dispatch(t->g, c->layer, NULL, 0, 0);
+      if (!st) st = a2a_combine(t->g, c->layer, NULL, NULL, t->B);
       if (st) return st;
       continue;
     }
@@ -1303,7 +1314,6 @@ static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, con
   gpu_step *g = b->g;
   const bf16_layer *L = &b->L[l];
   const step_exchange *x = &g->X[l];
-  const exchange_dev *d = &g->xd[l];
   const int64_t H = ty->hidden, I = ty->inter, S = ty->shared_inter;
   const size_t row = (size_t)H * 2;
   fp4_status st = FP4_OK;
@@ -1311,8 +1321,7 @@ static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, con
     st = gemm(b, b->B, 2 * S, H, L->sgu, cur, ld, b->t1, 2 * S, 0.0f);
     if (!st) st = gemm(b, b->B, H, S, L->sdn, b->t1, 2 * S, g->shared_rows, H, 0.0f);
   }
-  if (!st) st = fp4_exchange_gather_bf16_queue(g->send_rows, cur, ld, d->send_token, x->sent, H, g->s);
-  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->send_rows, x->send_count, g->recv_rows, x->recv_count, H, g->s);
+  if (!st) st = a2a_dispatch(g, l, cur, ld, 1);
   int64_t *rows = calloc((size_t)ty->experts, sizeof *rows);
   if (!st && !rows) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
   for (int64_t i = 0; !st && i < x->received; i++) rows[x->recv_expert[i]]++;
@@ -1325,9 +1334,7 @@ static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, con
     at += r;
   }
   free(rows);
-  if (!st) st = step_comm_alltoallv_bf16(g->comm, g->rank, g->expert_rows, x->recv_count, g->back_rows, x->send_count, H, g->s);
-  if (!st)
-    st = fp4_exchange_sum_bf16_queue(out, S ? g->shared_rows : NULL, g->back_rows, d->sum_rows, b->B, ty->active, H, g->s);
+  if (!st) st = a2a_combine(g, l, out, S ? g->shared_rows : NULL, b->B);
   return st;
 }
 
