@@ -28,6 +28,7 @@
 #include "fp4kit.h"
 #include "step_comm.h"
 #include "step_exchange.h"
+#include "step_report.h"
 #include "testing.h"
 
 static char g_out[1 << 16], g_err[1 << 16];
@@ -711,6 +712,85 @@ static void test_exchange(void) {
   step_exchange_free(&x);
 }
 
+/* The record's forms on a made-up all-to-all report (no GPU): Qwen3.5 EP8 over 8 ranks, batch 1 per
+ * rank, 480 MB at a 4.8 TB/s read ceiling (a 100 us floor), the step 125 us under PDL and the
+ * all-to-alls 20 us alone: 8 tokens a step, 0.8 of the ceiling, 1.04x (read floor + collectives). */
+static void test_report_forms(void) {
+  step_report *r = calloc(1, sizeof *r);
+  step_opts o;
+  memset(&o, 0, sizeof o);
+  o.model = "qwen3.5-397b-a17b";
+  o.tp = 1;
+  o.ep = o.gpus = 8;
+  o.a2a = 1;
+  o.rounds = 20;
+  o.seed = 1;
+  CHECK(r && step_plan_make(o.model, 1, 8, &r->plan) == FP4_OK, "plan: %s", fp4_last_error());
+  if (!r) return;
+  r->o = &o;
+  r->gpus = 8;
+  r->nccl_version = 22803;
+  r->layers_built = 60;
+  r->read_bps = (bv){1, 4.8e12};
+  r->copy_bps = (bv){1, 8.0e12};
+  snprintf(r->dev.name, sizeof r->dev.name, "made-up GPU");
+  snprintf(r->origin.command, sizeof r->origin.command, "fp4kit bench --step qwen3.5-397b-a17b --ep 8 --gpus 8");
+  step_point *x = &r->pts[r->npts++];
+  x->batch = 1;
+  x->status = "ok";
+  x->calls = 60;
+  x->bytes = 4.8e8;
+  x->eager_us = (bv){1, 150};
+  x->graph_us = (bv){1, 130};
+  x->pdl_us = (bv){1, 125};
+  x->coll_count = 120;
+  x->coll_bytes = x->coll_sent_bytes = 8.5e6;
+  x->coll_us = (bv){1, 20};
+  x->types[0] = (type_result){.calls = 60, .bytes = 4.8e8, .us = {1, 125}};
+  for (int k = 0; k < 8; k++) x->rank_pdl_us[k] = (bv){1, 120 + k * 0.5};
+  char json[128], csv[128], html[128];
+  snprintf(json, sizeof json, "%s/rec.json", dir);
+  snprintf(csv, sizeof csv, "%s/rec.csv", dir);
+  snprintf(html, sizeof html, "%s/rec.html", dir);
+  CHECK(step_report_write(json, r, 0) && step_report_write(csv, r, 1) && step_report_write(html, r, 2),
+        "writing the record's three forms");
+  static char text[1 << 16];
+  slurp(json, text, sizeof text);
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *pt = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "points"), 0);
+  const cJSON *c = pt ? cJSON_GetObjectItemCaseSensitive(pt, "collectives") : NULL;
+  const cJSON *mc = cJSON_GetObjectItemCaseSensitive(root, "moe_comm");
+  CHECK(cJSON_IsString(mc) && !strcmp(mc->valuestring, "all-to-all") && num(pt, "tokens_per_step") == 8 &&
+            fabs(num(pt, "tokens_per_s_bound") - 64000.0) < 1e-6 && fabs(num(pt, "frac_read_ceiling") - 0.8) < 1e-12 &&
+            fabs(num(pt, "pdl_gain") - 1.04) < 1e-12,
+        "JSON: moe_comm, tokens %g, tokens/s %g, of the ceiling %g, PDL gain %g", num(pt, "tokens_per_step"),
+        num(pt, "tokens_per_s_bound"), num(pt, "frac_read_ceiling"), num(pt, "pdl_gain"));
+  CHECK(c && num(c, "bytes_sent_per_rank") == 8.5e6 && !cJSON_GetObjectItemCaseSensitive(c, "ring_bytes_per_rank") &&
+            num(c, "read_floor_plus_alone_us") == 120.0 && fabs(num(c, "step_over_floor_plus_alone") - 125.0 / 120.0) < 1e-12 &&
+            cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(pt, "rank_graph_pdl_us")) == 8,
+        "JSON collectives: sent %g, floor + alone %g, step over it %g", c ? num(c, "bytes_sent_per_rank") : -1,
+        c ? num(c, "read_floor_plus_alone_us") : -1, c ? num(c, "step_over_floor_plus_alone") : -1);
+  cJSON_Delete(root);
+  slurp(csv, text, sizeof text);
+  CHECK(strstr(text, ",gpus,moe_comm,collectives,collective_bytes_sent_per_rank,collectives_alone_us,status\n") &&
+            strstr(text, ",8,all-to-all,120,8500000,20.00,ok\n"),
+        "CSV: the collectives' columns: '%s'", text);
+  slurp(html, text, sizeof text);
+  CHECK(strstr(text, "8 GPUs, MoE all-to-all (batch: tokens per rank)") && strstr(text, "read floor + collectives 120.0 us") &&
+            strstr(text, "120 all-to-alls alone (8.50 MB sent per rank)"),
+        "HTML: the GPUs, the all-to-alls and the step against read floor + collectives");
+  FILE *f = fopen(csv, "w");
+  if (f) {
+    step_report_print(f, r);
+    fclose(f);
+  }
+  slurp(csv, text, sizeof text);
+  CHECK(strstr(text, "8 GPUs, one rank each, MoE tokens exchanged by all-to-all") &&
+            strstr(text, "8 GPUs: 120 all-to-alls, 8.50 MB each rank sends, alone 20.0 us; step / (read floor + alone) 1.042"),
+        "table: '%s'", text);
+  free(r);
+}
+
 /* --trace's host side: kernel names as CUPTI gives them, and the summary of a made-up replay of two
  * layers of three kernels, given out of order: B overlaps A (PDL), C starts after a hole. */
 static void test_trace_summary(void) {
@@ -767,6 +847,7 @@ int main(void) {
   test_plan_errors();
   test_routing();
   test_exchange();
+  test_report_forms();
   test_options();
   test_trace_summary();
   test_agreement();

@@ -274,8 +274,9 @@ static void html_text(FILE *f, const char *s) {
   }
 }
 
-/* One bar row: time against the read floor of the same bytes, scaled to `scale` us. */
-static void html_bar(FILE *f, const char *name, bv us, bv floor_us, double scale) {
+/* One bar row: time against a floor (what `floor_name` says: the read floor of the same bytes, or
+ * that plus the collectives alone), scaled to `scale` us. */
+static void html_bar(FILE *f, const char *name, bv us, bv floor_us, const char *floor_name, double scale) {
   fputs("<tr><td>", f);
   html_text(f, name);
   fputs("</td><td class=bars>", f);
@@ -284,7 +285,7 @@ static void html_bar(FILE *f, const char *name, bv us, bv floor_us, double scale
   else
     fputs("<div class=na>not measured</div>", f);
   if (floor_us.ok && scale > 0)
-    fprintf(f, "<div class=f style=\"width:%.1f%%\">read floor %.1f us</div>", 100.0 * floor_us.v / scale, floor_us.v);
+    fprintf(f, "<div class=f style=\"width:%.1f%%\">%s %.1f us</div>", 100.0 * floor_us.v / scale, floor_name, floor_us.v);
   fputs("</td><td>", f);
   if (us.ok && floor_us.ok && us.v > 0) fprintf(f, "%.2f", floor_us.v / us.v);
   fputs("</td></tr>\n", f);
@@ -300,7 +301,11 @@ static void write_html(FILE *f, const step_report *r) {
              "div.f{background:#bbb;white-space:nowrap;margin:1px 0;font-size:12px}div.na{color:#999}"
              "</style></head><body>\n<h1>Decode step: ");
   html_text(f, p->model);
-  fprintf(f, ", tp %d, ep %d, %s</h1>\n<p>", p->tp, p->ep, r->o->w4a4 ? "W4A4" : "W4A16");
+  fprintf(f, ", tp %d, ep %d, %s", p->tp, p->ep, r->o->w4a4 ? "W4A4" : "W4A16");
+  if (r->gpus)
+    fprintf(f, ", %d GPU%s, MoE %s%s", r->gpus, r->gpus == 1 ? "" : "s", r->o->a2a ? "all-to-all" : "all-reduce",
+            r->o->a2a ? " (batch: tokens per rank)" : "");
+  fputs("</h1>\n<p>", f);
   html_text(f, r->dev.name);
   fprintf(f, "; %lld of %lld layers built", (long long)r->layers_built, (long long)p->layers);
   if (r->layers_note[0]) {
@@ -328,6 +333,7 @@ static void write_html(FILE *f, const step_report *r) {
     if (fl.ok && fl.v > scale) scale = fl.v;
     for (int t = 0; t < p->ntypes; t++)
       if (x->types[t].us.ok && x->types[t].us.v > scale) scale = x->types[t].us.v;
+    if (r->gpus && fl.ok && x->coll_us.ok && fl.v + x->coll_us.v > scale) scale = fl.v + x->coll_us.v;
     fprintf(f, "<h2>batch %lld: %s</h2>\n<p>", (long long)x->batch, x->status);
     if (x->reason[0]) html_text(f, x->reason);
     fprintf(f, " separate launches %s%.1f us, graph %s%.1f us, graph + PDL %s%.1f us (PDL gain %.3f), BF16 cuBLAS graph ",
@@ -341,11 +347,18 @@ static void write_html(FILE *f, const step_report *r) {
     for (int t = 0; t < p->ntypes; t++) {
       char name[160];
       snprintf(name, sizeof name, "%s (%d calls, %.1f MB)", p->types[t].name, x->types[t].calls, x->types[t].bytes / 1e6);
-      html_bar(f, name, x->types[t].us, read_floor_us(r, x->types[t].bytes), scale);
+      html_bar(f, name, x->types[t].us, read_floor_us(r, x->types[t].bytes), "read floor", scale);
     }
     char name[160];
     snprintf(name, sizeof name, "step (%d calls, %.1f MB)", x->calls, x->bytes / 1e6);
-    html_bar(f, name, x->pdl_us, fl, scale);
+    html_bar(f, name, x->pdl_us, fl, "read floor", scale);
+    if (r->gpus) { /* the multi-GPU target's measure: the step against its read floor plus the collectives alone */
+      snprintf(name, sizeof name, "%d %s alone (%.2f MB sent per rank)", x->coll_count,
+               r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6);
+      html_bar(f, name, x->coll_us, (bv){0, 0}, "", scale);
+      const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
+      html_bar(f, "step against read floor + collectives alone", x->pdl_us, base, "read floor + collectives", scale);
+    }
     fputs("</table>\n", f);
   }
   fputs("</body></html>\n", f);
