@@ -712,17 +712,18 @@ static void test_exchange(void) {
   step_exchange_free(&x);
 }
 
-/* The record's forms on a made-up all-to-all report (no GPU): Qwen3.5 EP8 over 8 ranks, batch 1 per
- * rank, 480 MB at a 4.8 TB/s read ceiling (a 100 us floor), the step 125 us under PDL and the
- * all-to-alls 20 us alone: 8 tokens a step, 0.8 of the ceiling, 1.04x (read floor + collectives). */
-static void test_report_forms(void) {
+/* The record's forms on a made-up report (no GPU): Qwen3.5 EP8 over 8 ranks, batch 1, 480 MB at a
+ * 4.8 TB/s read ceiling (a 100 us floor), the step 125 us under PDL and the collectives 20 us alone:
+ * 0.8 of the ceiling, 1.04x (read floor + collectives); with all-to-all 8 tokens a step (1 per rank),
+ * with all-reduce 1. */
+static void test_report_forms(int a2a) {
   step_report *r = calloc(1, sizeof *r);
   step_opts o;
   memset(&o, 0, sizeof o);
   o.model = "qwen3.5-397b-a17b";
   o.tp = 1;
   o.ep = o.gpus = 8;
-  o.a2a = 1;
+  o.a2a = a2a;
   o.rounds = 20;
   o.seed = 1;
   CHECK(r && step_plan_make(o.model, 1, 8, &r->plan) == FP4_OK, "plan: %s", fp4_last_error());
@@ -760,33 +761,41 @@ static void test_report_forms(void) {
   const cJSON *pt = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "points"), 0);
   const cJSON *c = pt ? cJSON_GetObjectItemCaseSensitive(pt, "collectives") : NULL;
   const cJSON *mc = cJSON_GetObjectItemCaseSensitive(root, "moe_comm");
-  CHECK(cJSON_IsString(mc) && !strcmp(mc->valuestring, "all-to-all") && num(pt, "tokens_per_step") == 8 &&
-            fabs(num(pt, "tokens_per_s_bound") - 64000.0) < 1e-6 && fabs(num(pt, "frac_read_ceiling") - 0.8) < 1e-12 &&
+  const char *comm = a2a ? "all-to-all" : "all-reduce";
+  const double tokens = a2a ? 8 : 1;
+  CHECK(cJSON_IsString(mc) && !strcmp(mc->valuestring, comm) && num(pt, "tokens_per_step") == tokens &&
+            fabs(num(pt, "tokens_per_s_bound") - tokens * 8000.0) < 1e-6 && fabs(num(pt, "frac_read_ceiling") - 0.8) < 1e-12 &&
             fabs(num(pt, "pdl_gain") - 1.04) < 1e-12,
         "JSON: moe_comm, tokens %g, tokens/s %g, of the ceiling %g, PDL gain %g", num(pt, "tokens_per_step"),
         num(pt, "tokens_per_s_bound"), num(pt, "frac_read_ceiling"), num(pt, "pdl_gain"));
-  CHECK(c && num(c, "bytes_sent_per_rank") == 8.5e6 && !cJSON_GetObjectItemCaseSensitive(c, "ring_bytes_per_rank") &&
+  const cJSON *ring = c ? cJSON_GetObjectItemCaseSensitive(c, "ring_bytes_per_rank") : NULL;
+  CHECK(c && num(c, "bytes_sent_per_rank") == 8.5e6 && (a2a ? !ring : num(c, "ring_bytes_per_rank") == 8.5e6) &&
             num(c, "read_floor_plus_alone_us") == 120.0 && fabs(num(c, "step_over_floor_plus_alone") - 125.0 / 120.0) < 1e-12 &&
             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(pt, "rank_graph_pdl_us")) == 8,
         "JSON collectives: sent %g, floor + alone %g, step over it %g", c ? num(c, "bytes_sent_per_rank") : -1,
         c ? num(c, "read_floor_plus_alone_us") : -1, c ? num(c, "step_over_floor_plus_alone") : -1);
   cJSON_Delete(root);
   slurp(csv, text, sizeof text);
+  char want[160];
+  snprintf(want, sizeof want, ",8,%s,120,8500000,20.00,ok\n", comm);
   CHECK(strstr(text, ",gpus,moe_comm,collectives,collective_bytes_sent_per_rank,collectives_alone_us,status\n") &&
-            strstr(text, ",8,all-to-all,120,8500000,20.00,ok\n"),
+            strstr(text, want),
         "CSV: the collectives' columns: '%s'", text);
   slurp(html, text, sizeof text);
-  CHECK(strstr(text, "8 GPUs, MoE all-to-all (batch: tokens per rank)") && strstr(text, "read floor + collectives 120.0 us") &&
-            strstr(text, "120 all-to-alls alone (8.50 MB sent per rank)"),
-        "HTML: the GPUs, the all-to-alls and the step against read floor + collectives");
+  char want_h1[96], want_bar[96];
+  snprintf(want_h1, sizeof want_h1, "8 GPUs, MoE %s%s</h1>", comm, a2a ? " (batch: tokens per rank)" : "");
+  snprintf(want_bar, sizeof want_bar, "120 %s alone (8.50 MB sent per rank)", a2a ? "all-to-alls" : "all-reduces");
+  CHECK(strstr(text, want_h1) && strstr(text, "read floor + collectives 120.0 us") && strstr(text, want_bar),
+        "HTML (%s): the GPUs, the collectives and the step against read floor + collectives", comm);
   FILE *f = fopen(csv, "w");
   if (f) {
     step_report_print(f, r);
     fclose(f);
   }
   slurp(csv, text, sizeof text);
-  CHECK(strstr(text, "8 GPUs, one rank each, MoE tokens exchanged by all-to-all") &&
-            strstr(text, "8 GPUs: 120 all-to-alls, 8.50 MB each rank sends, alone 20.0 us; step / (read floor + alone) 1.042"),
+  snprintf(want, sizeof want, "8 GPUs: 120 %s, 8.50 MB each rank sends, alone 20.0 us; step / (read floor + alone) 1.042",
+           a2a ? "all-to-alls" : "all-reduces");
+  CHECK(strstr(text, want) && (strstr(text, "8 GPUs, one rank each, MoE tokens exchanged by all-to-all") != NULL) == a2a,
         "table: '%s'", text);
   free(r);
 }
@@ -847,7 +856,8 @@ int main(void) {
   test_plan_errors();
   test_routing();
   test_exchange();
-  test_report_forms();
+  test_report_forms(1);
+  test_report_forms(0);
   test_options();
   test_trace_summary();
   test_agreement();
