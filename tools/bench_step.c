@@ -719,6 +719,29 @@ static void a2a_layers(const gpu_step *g, const gpu_layer *L, fp4_moe_layer *rou
   *shared = (fp4_moe_layer){mode, {L->sgu, L->sdn, gs, gs, act}, NULL};
 }
 
+/* The MoE workspace a call of B tokens per rank needs under options op: the layer's, or with
+ * --moe-comm all-to-all the larger of the routed experts' (on the most rows a rank receives, top-1)
+ * and the shared expert's (on the B tokens). */
+static fp4_status moe_workspace_size(const gpu_step *g, const step_type *moe, int64_t B, const fp4_options *op,
+                                     size_t *bytes) {
+  *bytes = 0;
+  if (!g->o->a2a) {
+    fp4_moe_layer layer;
+    fp4_moe_experts shared;
+    fp4_moe_routing rt;
+    const step_call c = {(int)(moe - g->plan->types), 0, g->x0, g->plan->hidden, g->act[0]};
+    moe_args(g, &c, B, &layer, &shared, &rt);
+    return fp4_moe_workspace_size(&layer, B, moe->top_k, op, bytes);
+  }
+  fp4_moe_layer routed, shared;
+  a2a_layers(g, &g->L[0], &routed, &shared);
+  fp4_status st = fp4_moe_workspace_size(&routed, a2a_max_rows(g, moe), 1, op, bytes);
+  size_t sb = 0;
+  if (!st && moe->shared_inter) st = fp4_moe_workspace_size(&shared, B, 1, op, &sb);
+  if (sb > *bytes) *bytes = sb;
+  return st;
+}
+
 /* The dispatch of layer l: the rows of the rank's tokens (in, ld elements apart) gathered by
  * destination into send_rows (gather 0: left as they are), then the all-to-all into recv_rows. */
 static fp4_status a2a_dispatch(const gpu_step *g, int64_t l, const void *in, int64_t ld, int gather) {
@@ -1309,8 +1332,9 @@ static fp4_status bf16_build(bf16_step *b, const step_type *moe) {
 /* The BF16 MoE layer of --moe-comm all-to-all: the shared expert's two GEMMs on the rank's tokens,
  * the same dispatch as the FP4 step, each local expert's two GEMMs on as many received rows as
  * name it (rows in place, as if sorted by expert: no permute or SiLU, a lower bound as below), the
- * all-to-all back and the same sum per token. */
-static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, const void *cur, int64_t ld, void *out) {
+ * all-to-all back and the same sum per token. rows: scratch, a count per expert. */
+static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, const void *cur, int64_t ld, void *out,
+                               int64_t *rows) {
   gpu_step *g = b->g;
   const bf16_layer *L = &b->L[l];
   const step_exchange *x = &g->X[l];
@@ -1322,8 +1346,7 @@ static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, con
     if (!st) st = gemm(b, b->B, H, S, L->sdn, b->t1, 2 * S, g->shared_rows, H, 0.0f);
   }
   if (!st) st = a2a_dispatch(g, l, cur, ld, 1);
-  int64_t *rows = calloc((size_t)ty->experts, sizeof *rows);
-  if (!st && !rows) st = fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory");
+  memset(rows, 0, (size_t)ty->experts * sizeof *rows);
   for (int64_t i = 0; !st && i < x->received; i++) rows[x->recv_expert[i]]++;
   int64_t at = 0;
   for (int64_t e = 0; e < L->nexp && !st; e++) {
@@ -1333,7 +1356,6 @@ static fp4_status bf16_moe_a2a(bf16_step *b, int64_t l, const step_type *ty, con
     if (!st) st = gemm(b, r, H, I, L->edn[e], b->t2, 2 * I, (uint8_t *)g->expert_rows + (size_t)at * row, H, 0.0f);
     at += r;
   }
-  free(rows);
   if (!st) st = a2a_combine(g, l, out, S ? g->shared_rows : NULL, b->B);
   return st;
 }
@@ -1363,7 +1385,7 @@ static fp4_status bf16_issue(void *user, int iteration) {
       if (ty->kind == STEP_DENSE) {
         st = gemm(b, b->B, ty->n, ty->k, L->w[t], cur, ld, out, ty->n, 0.0f);
       } else if (g->o->a2a) {
-        st = bf16_moe_a2a(b, l, ty, cur, ld, out);
+        st = bf16_moe_a2a(b, l, ty, cur, ld, out, rows);
       } else {
         const int64_t H = ty->hidden, I = ty->inter, S = ty->shared_inter;
         float beta = 0.0f;
@@ -1585,33 +1607,17 @@ static int run_device(const step_opts *o, step_report *r, step_comms *comm, int 
   for (int64_t l = 0; l < g.layers && !st; l++) st = build_layer(&g, l, per_layer);
   const step_type *moe = step_moe_type(p);
   if (!st && moe) { /* the MoE workspace, for the largest batch, allocated ahead */
-    fp4_moe_layer layer;
-    fp4_moe_experts shared;
-    fp4_moe_routing rt;
-    step_call c = {(int)(moe - p->types), 0, g.x0, p->hidden, g.act[0]};
-    size_t most = 0, bytes = 0;
-    for (int i = 0; i < o->nbatches && !st; i++) {
-      moe_args(&g, &c, o->batches[i], &layer, &shared, &rt);
-      fp4_moe_layer routed, shared_layer; /* --moe-comm all-to-all: the rows received, top-1; the shared expert */
-      a2a_layers(&g, &g.L[0], &routed, &shared_layer);
+    size_t most = 0;
+    for (int i = 0; i < o->nbatches && !st; i++)
       for (int k = -1; k < o->nsweep && !st; k++) /* the default, then each --sweep config it takes */
         for (int pdl = 0; pdl < 2 && !st; pdl++) {
           fp4_options op = {.backend = "cuda", .enable_pdl = pdl, .stream = g.s, .alpha_device = g.scalars,
                             .config = k < 0 ? NULL : o->sweep[k]};
-          fp4_status ws;
-          bytes = 0;
-          if (!o->a2a) {
-            ws = fp4_moe_workspace_size(&layer, o->batches[i], moe->top_k, &op, &bytes);
-          } else {
-            ws = fp4_moe_workspace_size(&routed, a2a_max_rows(&g, moe), 1, &op, &bytes);
-            size_t sb = 0;
-            if (!ws && moe->shared_inter) ws = fp4_moe_workspace_size(&shared_layer, o->batches[i], 1, &op, &sb);
-            if (sb > bytes) bytes = sb;
-          }
+          size_t bytes = 0;
+          const fp4_status ws = moe_workspace_size(&g, moe, o->batches[i], &op, &bytes);
           if (k < 0) st = ws;
           if (!ws && bytes > most) most = bytes;
         }
-    }
     g.moe_ws_bytes = most;
     if (!st && most) st = cu(cudaMalloc(&g.moe_ws, most), "the MoE workspace");
   }
