@@ -252,7 +252,8 @@ FP4_API size_t fp4_context_workspace_bytes(const fp4_context *ctx);
  * build, FP4_ORDER_FLASHINFER below, with IEEE arithmetic): quantizes the rows
  * of x (f32/bf16/f16) into out. The caller sets out->data, out->scales, out->format, out->layout,
  * out->memory, out->rows = x->rows, out->cols = x->cols. global_scale is the NVFP4 encode scale
- * (448*6/amax; 1.0f keeps values as they are) and is ignored for MXFP4. On return
+ * (448*6/amax; 1.0f keeps values as they are; it must be finite, positive and above about 2.9e-39,
+ * so that its reciprocal is a float) and is ignored for MXFP4. On return
  * out->multiplier = 1/global_scale (NVFP4) or 1 (MXFP4). Runs where the data lives: host data on a
  * host backend, device data on the cuda backend. */
 FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale,
@@ -266,7 +267,9 @@ FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float glo
 FP4_API fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out,
                                          float *weight_scale_2);
 
-/* Dequantizes host q into host out (f32, bf16 or f16), multiplier included. */
+/* Dequantizes host q into host out (f32, bf16 or f16), multiplier included: each element's exact
+ * product e2m1 x block scale x multiplier rounded to f32, then to out's dtype (as the reference GEMM
+ * rounds its results). */
 FP4_API fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out);
 
 /* Named recipes, to reproduce another producer's bits exactly. The order of the runtime recipe's

@@ -136,6 +136,13 @@ static void moe_rules(void) {
   l = layer0();
   l.routed.down_act_scale = 0.0f;
   CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "down_act_scale (0) must be finite and positive");
+  l.routed.down_act_scale = 1e-45f; /* its reciprocal, the activations' multiplier, is not a float */
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "down_act_scale (1.4013e-45) must be finite and positive");
+  l.routed.down_act_scale = 10.0f;
+  l.routed.gate_up_act_scale = 1e-45f;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "layer->routed.gate_up_act_scale (1.4013e-45)");
+  l.routed.gate_up_act_scale = 10.0f;
+  l.routed.down_act_scale = 0.0f;
   l.mode = FP4_MOE_W4A16; /* W4A16 does not use the activation scales */
   CHECK(MOE(&l, &h, &r, &o) == FP4_OK, "W4A16 ignores act scales: %s", fp4_last_error());
   l = layer0();

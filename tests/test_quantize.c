@@ -133,6 +133,13 @@ static void test_runtime_orders(void) {
               FP4_ERR_INVALID_ARGUMENT, "order 2");
   CHECK_ERROR(quantize_ordered_row(x, 32, 0.0f, FP4_ORDER_EXACT, data[1], scales[1], NULL), FP4_ERR_INVALID_ARGUMENT,
               "finite and positive");
+  /* A scale whose reciprocal (the multiplier) is not a float would lose every value; 3e-39 keeps one. */
+  CHECK_ERROR(quantize_ordered_row(x, 32, 1e-45f, FP4_ORDER_EXACT, data[1], scales[1], NULL), FP4_ERR_INVALID_ARGUMENT,
+              "finite float reciprocal");
+  CHECK_ERROR(quantize_ordered_row(x, 32, 1e-45f, FP4_ORDER_FLASHINFER, data[1], scales[1], NULL),
+              FP4_ERR_INVALID_ARGUMENT, "global_scale (1.4013e-45) must be finite and positive, with a finite float");
+  CHECK(quantize_ordered_row(x, 32, 3e-39f, FP4_ORDER_FLASHINFER, data[1], scales[1], NULL) == FP4_OK,
+        "global_scale 3e-39: %s", fp4_last_error());
   /* MXFP4 has one order: both names give fp4_quantize's bits. */
   float y[32] = {7.0f, 1.0f};
   fp4_matrix my = {y, 1, 32, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};

@@ -76,6 +76,82 @@ static void run_case(int64_t M, int64_t N, int64_t K, fp4_format fmt, fp4_dtype 
   free(got);
 }
 
+/* Values at the ends of the float range, on ref and cpu (default and generic kernels), W4A16 and
+ * W4A4 with f32 output: an MXFP4 element of 4 x 2^126 = 2^128 (past FLT_MAX, as fp4_quantize makes
+ * from 3e38) times 2^-20 is 2^108; a multiplier and alpha whose product is below the floats (1e-45)
+ * or above them (1e40) while the result is an ordinary float; and fp4_dequantize of 2^128 x 0.5. */
+static void extreme_scales(void) {
+  const int K = 32;
+  uint8_t wcodes[2 * 16] = {0x06}, wscale[2] = {253, 253}; /* row 0: 4.0 at k = 0 x 2^126; row 1: 0 */
+  uint8_t acodes[16] = {0x02}, ascale[1] = {107};          /* 1.0 at k = 0 x 2^-20 */
+  fp4_qmatrix w = {wcodes, wscale, 2, K, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix aq = {acodes, ascale, 1, K, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  float a[32] = {0x1p-20f}, out[2];
+  fp4_matrix am = {a, 1, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, om = {out, 1, 2, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  const char *backends[3][2] = {{"ref", NULL}, {"cpu", NULL}, {"cpu", "generic"}};
+  for (int b = 0; b < 3; b++)
+    for (int w4a4 = 0; w4a4 < 2; w4a4++) {
+      fp4_options o = {.backend = backends[b][0], .config = backends[b][1]};
+      out[0] = out[1] = NAN;
+      const fp4_status st = w4a4 ? fp4_mm(NULL, &aq, &w, 1.0f, &om, &o) : fp4_mm_w4a16(NULL, &am, &w, 1.0f, &om, &o);
+      CHECK(st == FP4_OK && out[0] == 0x1p108f && out[1] == 0.0f, "%s%s%s %s: 2^128 x 2^-20 = %a, 0 = %a (%s)",
+            backends[b][0], backends[b][1] ? ":" : "", backends[b][1] ? backends[b][1] : "", w4a4 ? "w4a4" : "w4a16",
+            (double)out[0], (double)out[1], st ? fp4_last_error() : "ok");
+    }
+  float deq[64];
+  fp4_matrix dm = {deq, 2, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  w.multiplier = 0.5f;
+  CHECK(fp4_dequantize(&w, &dm) == FP4_OK && deq[0] == 0x1p127f && deq[1] == 0.0f,
+        "fp4_dequantize: 2^128 x 0.5 = %a (%s)", (double)deq[0], fp4_last_error());
+
+  /* NVFP4 row 0: 1.0 everywhere (scale 0x38 = 1.0), row 1: 0; activations x, alpha and multiplier. */
+  uint8_t ncodes[2 * 16], nscale[4] = {0x38, 0x38, 0x38, 0x38};
+  memset(ncodes, 0x22, 16);
+  memset(ncodes + 16, 0, 16);
+  /* x, multiplier, alpha; x a power of two so that every kernel's sum of the 32 products is exact */
+  const float cases[2][3] = {{0x1p100f, 1e-15f, 1e-30f}, {0x1p-100f, 1e20f, 1e20f}};
+  for (int c = 0; c < 2; c++) {
+    fp4_qmatrix nw = {ncodes, nscale, 2, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, cases[c][1], FP4_MEMORY_HOST};
+    for (int k = 0; k < K; k++) a[k] = cases[c][0];
+    const float want = (float)((double)K * (double)cases[c][0] * (double)cases[c][1] * (double)cases[c][2]);
+    for (int b = 0; b < 3; b++) {
+      fp4_options o = {.backend = backends[b][0], .config = backends[b][1]};
+      out[0] = out[1] = NAN;
+      const fp4_status st = fp4_mm_w4a16(NULL, &am, &nw, cases[c][2], &om, &o);
+      CHECK(st == FP4_OK && out[0] == want && out[1] == 0.0f,
+            "%s%s%s: 32 x %g x multiplier %g x alpha %g = %a (want %a), 0 = %a (%s)", backends[b][0],
+            backends[b][1] ? ":" : "", backends[b][1] ? backends[b][1] : "", (double)cases[c][0], (double)cases[c][1],
+            (double)cases[c][2], (double)out[0], (double)want, (double)out[1], st ? fp4_last_error() : "ok");
+    }
+  }
+
+  /* bf16 activations at the bottom of the floats (the streaming kernels at M <= 4; the AVX-512 bf16
+   * dot product takes subnormals as zero): one subnormal 2^-130, one normal 2^-126, each times the
+   * MXFP4 weights 1.0 x 2^100 of row 0 (code 0x2, scale byte 227); W4A4 codes 1.0 x 2^-127. */
+  uint8_t mcodes[2 * 16], mscale[2] = {227, 227};
+  memset(mcodes, 0x22, 16);
+  memset(mcodes + 16, 0, 16);
+  fp4_qmatrix mw = {mcodes, mscale, 2, K, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+  uint16_t tiny[32];
+  fp4_matrix tm = {tiny, 1, K, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  const float values[2] = {0x1p-130f, 0x1p-126f};
+  for (int c = 0; c < 3; c++) {
+    for (int k = 0; k < K; k++) tiny[k] = fp4_bf16_from_f32(c < 2 ? values[c] : 0.0f);
+    uint8_t qcodes[16], qscale[1] = {0}; /* 1.0 x 2^-127 */
+    memset(qcodes, 0x22, 16);
+    fp4_qmatrix tq = {qcodes, qscale, 1, K, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 1.0f, FP4_MEMORY_HOST};
+    const float want = c < 2 ? 32.0f * values[c] * 0x1p100f : 32.0f * 0x1p-127f * 0x1p100f;
+    for (int b = 1; b < 3; b++) {
+      fp4_options o = {.backend = backends[b][0], .config = backends[b][1]};
+      out[0] = out[1] = NAN;
+      const fp4_status st = c < 2 ? fp4_mm_w4a16(NULL, &tm, &mw, 1.0f, &om, &o) : fp4_mm(NULL, &tq, &mw, 1.0f, &om, &o);
+      CHECK(st == FP4_OK && out[0] == want && out[1] == 0.0f, "%s%s%s %s: 32 x %a x 2^100 = %a (want %a) (%s)",
+            backends[b][0], backends[b][1] ? ":" : "", backends[b][1] ? backends[b][1] : "", c < 2 ? "w4a16" : "w4a4",
+            c < 2 ? (double)values[c] : 0x1p-127, (double)out[0], (double)want, st ? fp4_last_error() : "ok");
+    }
+  }
+}
+
 int main(void) {
   for (int w = 0; w < 2; w++) {
     run_case(1, 64, 256, FP4_FORMAT_NVFP4, FP4_DTYPE_BF16, FP4_DTYPE_F32, w);
@@ -84,5 +160,6 @@ int main(void) {
     run_case(2, 9, 32, FP4_FORMAT_MXFP4, FP4_DTYPE_BF16, FP4_DTYPE_F16, w);
     run_case(5, 40, 4096, FP4_FORMAT_MXFP4, FP4_DTYPE_F32, FP4_DTYPE_F32, w);
   }
+  extreme_scales();
   return TEST_SUMMARY();
 }

@@ -91,13 +91,13 @@ static fp4_status check_experts(const char *fn, const char *name, const fp4_moe_
   if (dn->memory != gu->memory)
     return BAD("%s: %s is in %s memory but %s in %s memory", fn, gname, fp4_memory_name(gu->memory), dname,
                fp4_memory_name(dn->memory));
-  if (mode == FP4_MOE_W4A4) {
-    if (gu->format == FP4_FORMAT_NVFP4 && !x->act_scales_device && !(isfinite(x->gate_up_act_scale) && x->gate_up_act_scale > 0.0f))
-      return BAD("%s: %s.gate_up_act_scale (%g) must be finite and positive for W4A4 NVFP4", fn, name,
-                 (double)x->gate_up_act_scale);
-    if (dn->format == FP4_FORMAT_NVFP4 && !x->act_scales_device && !(isfinite(x->down_act_scale) && x->down_act_scale > 0.0f))
-      return BAD("%s: %s.down_act_scale (%g) must be finite and positive for W4A4 NVFP4", fn, name,
-                 (double)x->down_act_scale);
+  if (mode == FP4_MOE_W4A4 && !x->act_scales_device) { /* W4A4 NVFP4 quantizes the activations with them */
+    char what[80];
+    snprintf(what, sizeof what, "%s.gate_up_act_scale", name);
+    if (gu->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, what, x->gate_up_act_scale);
+    snprintf(what, sizeof what, "%s.down_act_scale", name);
+    if (!st && dn->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, what, x->down_act_scale);
+    return st;
   }
   return FP4_OK;
 }

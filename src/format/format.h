@@ -14,8 +14,11 @@ float fp4_matrix_get(const fp4_matrix *m, int64_t r, int64_t c);
 void fp4_matrix_set(fp4_matrix *m, int64_t r, int64_t c, float v);
 
 /* Dequantizes rows [r0, r0+nrows) of host q into dst (nrows x q->cols floats, row-major) as
- * e2m1 * block scale, WITHOUT the per-tensor multiplier. Exact: every such product fits a float. */
+ * e2m1 * block scale, WITHOUT the per-tensor multiplier. Exact, except that e2m1 x an MXFP4 scale
+ * of 2^126 or more (up to 6 x 2^127) exceeds a float and becomes inf: fp4_dequantize_rows_f64 holds
+ * every value. */
 void fp4_dequantize_rows(const fp4_qmatrix *q, int64_t r0, int64_t nrows, float *dst);
+void fp4_dequantize_rows_f64(const fp4_qmatrix *q, int64_t r0, int64_t nrows, double *dst);
 
 /* The reference runtime-recipe quantizer on host data (validated arguments). */
 void fp4_quantize_rows_ref(const fp4_matrix *x, float global_scale, fp4_qmatrix *out, int64_t r0,

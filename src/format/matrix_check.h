@@ -19,6 +19,10 @@ fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *
 /* Checks a quantized matrix; data is checked for read (scales may be written by quantize). */
 fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix *q);
 
+/* Checks an NVFP4 global (activation) scale: finite, positive, and with a finite float reciprocal
+ * (the quantized matrix's multiplier), which excludes scales below about 2.9e-39. */
+fp4_status fp4_check_global_scale(const char *fn, const char *name, float scale);
+
 /* Checks a quantize call: x dense, out quantized, same shape and memory. */
 fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_qmatrix *out);
 

@@ -51,22 +51,34 @@ void fp4_scales_zero_padding(fp4_qmatrix *q) {
       if (r >= q->rows || c >= C) s[fp4_layout_offset((int)q->layout, C, r, c)] = 0;
 }
 
-void fp4_dequantize_rows(const fp4_qmatrix *q, int64_t r0, int64_t nrows, float *dst) {
+/* Rows [r0, r0 + nrows) of q as e2m1 x scale, into f (float) or, where f is NULL, d (double). The
+ * product is exact in double; in float it overflows to inf for MXFP4 scales of 2^126 and up. */
+static void dequantize_rows_to(const fp4_qmatrix *q, int64_t r0, int64_t nrows, float *f, double *d) {
   const int bs = fp4_format_block_size(q->format);
   const int64_t C = fp4_scale_cols(q->format, q->cols);
   const uint8_t *scales = q->scales;
   for (int64_t r = r0; r < r0 + nrows; r++) {
     const uint8_t *src = q_row(q, r);
-    float *d = dst + (r - r0) * q->cols;
+    const int64_t row = (r - r0) * q->cols;
     for (int64_t c = 0; c < C; c++) {
       uint8_t sb = scales[fp4_layout_offset((int)q->layout, C, r, c)];
       float s = q->format == FP4_FORMAT_NVFP4 ? fp4_e4m3_decode_inline(sb) : fp4_ue8m0_decode_inline(sb);
       for (int i = 0; i < bs; i++) {
-        int64_t k = c * bs + i;
-        d[k] = fp4_e2m1_decode_inline((uint8_t)(src[k / 2] >> (4 * (k & 1)))) * s;
+        const int64_t k = c * bs + i;
+        const float e = fp4_e2m1_decode_inline((uint8_t)(src[k / 2] >> (4 * (k & 1))));
+        if (f) f[row + k] = e * s;
+        else d[row + k] = (double)e * (double)s;
       }
     }
   }
+}
+
+void fp4_dequantize_rows(const fp4_qmatrix *q, int64_t r0, int64_t nrows, float *dst) {
+  dequantize_rows_to(q, r0, nrows, dst, NULL);
+}
+
+void fp4_dequantize_rows_f64(const fp4_qmatrix *q, int64_t r0, int64_t nrows, double *dst) {
+  dequantize_rows_to(q, r0, nrows, NULL, dst);
 }
 
 fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_version version, fp4_qmatrix *out,
@@ -150,11 +162,12 @@ fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out) {
                     (long long)out->rows, (long long)out->cols, (long long)q->rows, (long long)q->cols);
   if (q->memory != FP4_MEMORY_HOST || out->memory != FP4_MEMORY_HOST)
     return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: runs on host memory only", fn);
-  float *row = malloc((size_t)q->cols * sizeof *row);
+  double *row = malloc((size_t)q->cols * sizeof *row);
   if (!row) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   for (int64_t r = 0; r < q->rows; r++) {
-    fp4_dequantize_rows(q, r, 1, row);
-    for (int64_t c = 0; c < q->cols; c++) fp4_matrix_set(out, r, c, row[c] * q->multiplier);
+    fp4_dequantize_rows_f64(q, r, 1, row);
+    /* exact product, rounded to f32, then to the output dtype (as the reference GEMM rounds) */
+    for (int64_t c = 0; c < q->cols; c++) fp4_matrix_set(out, r, c, (float)(row[c] * (double)q->multiplier));
   }
   free(row);
   return FP4_OK;

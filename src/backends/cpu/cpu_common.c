@@ -58,5 +58,5 @@ float fp4_cpu_block_scale(fp4_qmatrix *out, const fp4_nvfp4_recipe *recipe, int6
 }
 
 void fp4_cpu_store(const fp4_cpu_gemm *g, int64_t m, int64_t n, float sum) {
-  fp4_matrix_set(g->out, m, n, sum * g->scale);
+  fp4_matrix_set(g->out, m, n, (float)((double)sum * g->scale));
 }

@@ -94,6 +94,30 @@ static void pack_unit(void *arg, int64_t unit, int thread) {
   }
 }
 
+/* Whether the M rows of p's activations (W4A4 codes, or bf16) may hold a nonzero value below 2^e
+ * in magnitude (e > -127). W4A4 values are e2m1 (0.5 and up) x scale: only UE8M0 scales reach that
+ * low, and a scale byte below 128 + e is counted whatever its codes. A bf16 value is below 2^e where
+ * its exponent field is below 127 + e; the loop has no exit so that it vectorizes. */
+static int activations_below(const fp4_problem *p, int64_t M, int64_t K, int e) {
+  if (p->op == FP4_OP_MM) {
+    const fp4_qmatrix *q = p->a_q;
+    if (q->format != FP4_FORMAT_MXFP4) return 0; /* E4M3 scales: 0.5 x 2^-9 at the least */
+    const int64_t C = fp4_scale_cols(q->format, K);
+    const uint8_t *s = q->scales;
+    for (int64_t r = 0; r < M; r++)
+      for (int64_t c = 0; c < C; c++)
+        if (s[fp4_layout_offset((int)q->layout, C, r, c)] < 128 + e) return 1;
+    return 0;
+  }
+  const uint16_t below = (uint16_t)((127 + e) << 7);
+  unsigned tiny = 0;
+  for (int64_t r = 0; r < M; r++) {
+    const uint16_t *s = fp4_cpu_dense_row(p->a, r);
+    for (int64_t k = 0; k < K; k++) tiny |= (uint16_t)((s[k] & 0x7FFF) - 1) < (uint16_t)(below - 1);
+  }
+  return tiny != 0;
+}
+
 static void gemv_unit(void *arg, int64_t unit, int thread) {
   (void)thread;
   gemm_job *j = arg;
@@ -173,7 +197,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->gstride = b->layout == FP4_LAYOUT_128X4 ? 512 : b->layout == FP4_LAYOUT_8X4 ? 32 : 4;
   double scale = (double)p->alpha * (double)b->multiplier;
   if (p->op == FP4_OP_MM) scale *= (double)p->a_q->multiplier;
-  g->scale = (float)scale;
+  g->scale = scale;
   g->out = p->out;
 
   j.small = g->m <= FP4_CPU_GEMV_MAX_M;
@@ -182,6 +206,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->lda = j.small ? g->kp : g->kp + FP4_CPU_ROWPAD;
   int bf16_input = p->op == FP4_OP_MM || p->a->dtype == FP4_DTYPE_BF16;
   j.bf16 = bf16_input && j.small && k->gemv_bf16 != NULL;
+  if (j.bf16 && k->gemv_bf16_min_exp) j.bf16 = !activations_below(p, g->m, g->k, k->gemv_bf16_min_exp);
   j.order = j.bf16 ? k->order_gemv_bf16 : k->order_f32;
 
   /* Scratch per thread: one f32 row of A while packing; for the panel path, FP4_CPU_PANELS decoded

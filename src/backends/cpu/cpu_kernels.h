@@ -98,7 +98,8 @@ typedef struct fp4_cpu_gemm {
   int64_t gstride;      /* bytes between groups of 4 consecutive scale columns in a row      */
   int layout;           /* fp4_scale_layout of the weight scales                            */
   int mx;               /* 1 for MXFP4 (UE8M0 per 32), 0 for NVFP4 (E4M3 per 16)            */
-  float scale;          /* alpha times the per-tensor multipliers                           */
+  double scale;         /* alpha times the per-tensor multipliers, unrounded (as a float it
+                           under- or overflows where the factors are extreme)                */
   fp4_matrix *out;
 } fp4_cpu_gemm;
 
@@ -171,6 +172,9 @@ typedef struct fp4_cpu_kernels {
   /* Streaming kernel for mr <= FP4_CPU_GEMV_MAX_M rows of A starting at m0, weight rows [n0, n1). */
   void (*gemv_f32)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
   void (*gemv_bf16)(const fp4_cpu_gemm *g, int64_t m0, int64_t mr, int64_t n0, int64_t n1);
+  /* gemv_bf16 is exact where every nonzero |A| is at least 2^gemv_bf16_min_exp (0: every value).
+   * vdpbf16ps takes subnormal inputs and sums as zero; calls with smaller activations take gemv_f32. */
+  int gemv_bf16_min_exp;
   /* Decodes elements [k0, k1) (multiples of FP4_CPU_KALIGN, k1 <= kp) of weight rows [n0, n0+nr)
    * (nr <= FP4_CPU_NR), scales applied, into the same elements of FP4_CPU_NR rows lda elements apart
    * (rows past nr and elements past K are zero). The panel path is f32 at every level. */

@@ -497,6 +497,9 @@ static const fp4_cpu_kernels avx512 = {
     .order_gemv_bf16 = FP4_CPU_ORDER_NIB128,
     .gemv_f32 = gemv_f32,
     .gemv_bf16 = gemv_bf16,
+    /* From 2^-100 up every product with an e2m1 value, and every nonzero sum of such products (a
+     * multiple of 2^-109), is a normal float. */
+    .gemv_bf16_min_exp = -100,
     .panel_f32 = panel_f32,
     .micro_f32 = micro_f32,
     .quantize_rows = quantize_rows,

@@ -1,7 +1,7 @@
 /*
  * The reference backend: plain C, host memory, the oracle every other backend is compared with.
- * Operands are dequantized exactly to float (e2m1 * scale always fits), products are exact in
- * double, sums are double; the multipliers and alpha are applied once to the double sum, which is
+ * Operands are dequantized exactly to double (e2m1 * an MXFP4 scale can exceed a float), products
+ * are exact in double, sums are double; the multipliers and alpha are applied once to the double sum, which is
  * rounded to float and then to the output dtype.
  */
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * The reference grouped GEMM and MoE layer: the oracle of docs/moe.md's numeric contract.
- * Every GEMM is exact dequantization + double accumulation, its result rounded once to f32 (the
+ * Every GEMM is exact dequantization to double + double accumulation, its result rounded once to f32 (the
  * intermediates) or to the output dtype. The MoE intermediates live in the caller's workspace in
  * the common layout (src/dispatch/moe_workspace.h); only dequantization scratch is allocated here.
  */
@@ -30,7 +30,7 @@ fp4_status fp4_ref_grouped_mm(const fp4_problem *p) {
   int64_t most = 0;
   for (int64_t e = 0; e < p->gb->experts; e++)
     if (p->offsets[e + 1] - p->offsets[e] > most) most = p->offsets[e + 1] - p->offsets[e];
-  float *a = malloc((size_t)(most ? most : 1) * (size_t)K * sizeof *a);
+  double *a = malloc((size_t)(most ? most : 1) * (size_t)K * sizeof *a);
   if (!a) return oom("the grouped GEMM's activations");
   fp4_status st = FP4_OK;
   for (int64_t e = 0; e < p->gb->experts && !st; e++) {
@@ -41,7 +41,7 @@ fp4_status fp4_ref_grouped_mm(const fp4_problem *p) {
     double scale = (double)p->alpha * (double)w.multiplier;
     if (w4a4) {
       scale *= (double)p->a_q->multiplier;
-      fp4_dequantize_rows(p->a_q, r0, n, a);
+      fp4_dequantize_rows_f64(p->a_q, r0, n, a);
     } else {
       for (int64_t m = 0; m < n; m++)
         for (int64_t k = 0; k < K; k++) a[m * K + k] = fp4_matrix_get(p->a, r0 + m, k);
@@ -61,7 +61,7 @@ typedef struct moe_run {
   int64_t T, k, H;
   int32_t *sorted, *inverse;
   int64_t *offsets;
-  float *scratch; /* dequantized activation rows of one expert */
+  double *scratch; /* activation rows of one expert, dequantized or converted */
 } moe_run;
 
 static void *section(const moe_run *r, size_t off) { return r->base + off; }
@@ -112,8 +112,8 @@ static fp4_status run_experts(moe_run *r, const fp4_moe_experts *x, int shared, 
     if (w4a4) scale *= (double)hq.multiplier;
     for (int64_t m = 0; m < n; m++) {
       int64_t t = shared ? r0 + m : r->sorted[r0 + m] / r->k;
-      float *dst = r->scratch + m * H;
-      if (w4a4) fp4_dequantize_rows(&hq, t, 1, dst);
+      double *dst = r->scratch + m * H;
+      if (w4a4) fp4_dequantize_rows_f64(&hq, t, 1, dst);
       else
         for (int64_t c = 0; c < H; c++) dst[c] = fp4_matrix_get(p->a, t, c);
     }
@@ -142,9 +142,9 @@ static fp4_status run_experts(moe_run *r, const fp4_moe_experts *x, int shared, 
     double scale = (double)w.multiplier;
     if (w4a4) {
       scale *= (double)aq.multiplier;
-      fp4_dequantize_rows(&aq, r0, n, r->scratch);
+      fp4_dequantize_rows_f64(&aq, r0, n, r->scratch);
     } else {
-      memcpy(r->scratch, act + r0 * I, (size_t)(n * I) * sizeof *act);
+      for (int64_t j = 0; j < n * I; j++) r->scratch[j] = act[r0 * I + j];
     }
     st = fp4_ref_rows_times_weights(r->scratch, n, &w, scale, &d, r0);
   }
@@ -163,7 +163,7 @@ fp4_status fp4_ref_moe(const fp4_problem *p) {
   r.sorted = section(&r, r.ws.sorted);
   r.inverse = section(&r, r.ws.inverse);
   r.offsets = section(&r, r.ws.offsets);
-  /* Scratch: the rows of the busiest expert (at most max(P, T)) times max(H, Imax) floats. */
+  /* Scratch: the rows of the busiest expert (at most max(P, T)) times max(H, Imax) doubles. */
   const int64_t width = r.H > r.ws.inter ? r.H : r.ws.inter;
   r.scratch = malloc((size_t)r.ws.rows * (size_t)width * sizeof *r.scratch);
   if (!r.scratch) return oom("the MoE activations");
