@@ -243,6 +243,7 @@ static void test_options(void) {
       {"--step llama-3.1-8b --batch ,", "names no batch size"},
       {"--step llama-3.1-8b --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "at most 16"},
       {"--step llama-3.1-8b --rounds 2", "--rounds takes an integer in [3, 10000]"},
+      {"--step llama-3.1-8b --seed 99999999999999999999", "--seed takes an integer in [0, 9223372036854775807]"},
       {"--step llama-3.1-8b --layers 0", "--layers takes an integer"},
       {"--step llama-3.1-8b --mode fp8", "--mode is w4a16 or w4a4"},
       {"--step llama-3.1-8b --bogus", "unknown option or missing value: '--bogus'"},
@@ -265,6 +266,7 @@ static void test_options(void) {
       {"--step qwen3.5-397b-a17b --ep 8 --gpus 1 --moe-comm all-to-all", "(here --tp 1, --ep 8, --gpus 1)"},
       {"--step qwen3.5-397b-a17b --tp 2 --ep 4 --gpus 8 --moe-comm all-to-all", "(here --tp 2, --ep 4, --gpus 8)"},
       {"--step llama-3.1-8b --gpus 1 --moe-comm all-to-all", "llama-3.1-8b has no MoE layer"},
+      {"--step llama-3.1-8b --plan --csv p.csv", "--plan prints the plan as text; --json, --csv and --html record"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -273,6 +275,14 @@ static void test_options(void) {
   }
   int rc = run("--step llama-3.1-8b --help");
   CHECK(rc == 0 && strstr(g_out, "usage: fp4kit bench --step MODEL") && !g_err[0], "--help: exit %d", rc);
+  rc = run("--step --help"); /* what the hint after a bad option says to run */
+  CHECK(rc == 0 && strstr(g_out, "usage: fp4kit bench --step MODEL") && !g_err[0], "--step --help: exit %d, '%s'", rc,
+        g_err);
+  /* A report file that cannot be written stops the command before anything is built or timed. */
+  rc = run("--step llama-3.1-8b --layers 1 --json /nonexistent-dir/step.json");
+  CHECK(rc == 3 && strstr(g_err, "cannot write the --json file '/nonexistent-dir/step.json'") &&
+            strstr(g_err, "nothing was timed"),
+        "unwritable --json: exit %d, '%s'", rc, g_err);
   rc = run("--step qwen3.5-397b-a17b --ep 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10 per token on the rank)") && strstr(g_out, "7077888 bytes per expert") &&
             strstr(g_out, "one layer reads 21233664 FP4 bytes"),
@@ -665,6 +675,19 @@ static void check_exchange(int ranks, int64_t tokens, int64_t stride, int64_t to
   }
   CHECK(out_rows == back_rows && (ranks > 1 || out_rows == 0), "rows leaving ranks %lld, coming back %lld",
         (long long)out_rows, (long long)back_rows);
+  /* The plan's one-pass counts of the same routing agree with every rank's exchange. */
+  step_exchange_count cnt[XMAX_RANKS];
+  unsigned char *seen = malloc((size_t)(ranks * local));
+  step_exchange_counts(ids, ranks, tokens, stride, top_k, local, seen, cnt);
+  for (int r = 0; r < ranks; r++)
+    CHECK(cnt[r].received == X[r].received && cnt[r].rows_out == step_exchange_rows_out(&X[r]) &&
+              cnt[r].rows_back == step_exchange_rows_back(&X[r]) &&
+              cnt[r].touched == step_touched(X[r].recv_expert, X[r].received, local),
+          "exchange %d ranks, %lld tokens: rank %d counts %lld/%lld/%lld/%lld, exchange %lld/%lld/%lld/%lld", ranks,
+          (long long)tokens, r, (long long)cnt[r].received, (long long)cnt[r].rows_out, (long long)cnt[r].rows_back,
+          (long long)cnt[r].touched, (long long)X[r].received, (long long)step_exchange_rows_out(&X[r]),
+          (long long)step_exchange_rows_back(&X[r]), (long long)step_touched(X[r].recv_expert, X[r].received, local));
+  free(seen);
   free(ids);
   free(w);
   for (int r = 0; r < ranks; r++) {

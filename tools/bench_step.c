@@ -42,6 +42,7 @@
  */
 #include "bench_step.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -52,6 +53,7 @@
 
 #include "fp4kit_bench.h"
 #include "provenance.h"
+#include "report_files.h"
 #include "step_comm.h"
 #include "step_exchange.h"
 #include "step_report.h"
@@ -145,8 +147,9 @@ static void step_usage(FILE *f) {
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
   char *end = NULL;
+  errno = 0;
   long long v = strtoll(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) {
+  if (!*s || *end || errno == ERANGE || v < lo || v > hi) {
     fprintf(stderr, "fp4kit bench --step: %s takes an integer in [%lld, %lld], not '%s'\n", opt, lo, hi, s);
     return 0;
   }
@@ -236,7 +239,13 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     int ok = 1;
     switch (c) {
       case 'h': *help = 1; return EXIT_OK;
-      case O_STEP: o->model = optarg; break;
+      case O_STEP:
+        if (!strcmp(optarg, "--help") || !strcmp(optarg, "-h")) { /* `bench --step --help`: the options */
+          *help = 1;
+          return EXIT_OK;
+        }
+        o->model = optarg;
+        break;
       case O_TP: ok = parse_int("--tp", optarg, 1, 4096, &v) && (o->tp = (int)v); break;
       case O_EP: ok = parse_int("--ep", optarg, 1, 4096, &v) && (o->ep = (int)v); break;
       case O_BATCH: ok = parse_batches(optarg, o); break;
@@ -303,14 +312,12 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     fprintf(stderr, "fp4kit bench --step: --trace records one rank; run it without --gpus %d\n", o->gpus);
     return EXIT_USAGE;
   }
-  const char *outs[] = {o->json, o->csv, o->html};
-  int to_stdout = 0;
-  for (int i = 0; i < 3; i++) to_stdout += outs[i] && !strcmp(outs[i], "-");
-  if (to_stdout > 1) {
-    fprintf(stderr, "fp4kit bench --step: only one of --json, --csv and --html may write to stdout ('-')\n");
+  const char *const outs[3] = {o->json, o->csv, o->html};
+  if (o->plan_only && (o->json || o->csv || o->html)) {
+    fprintf(stderr, "fp4kit bench --step: --plan prints the plan as text; --json, --csv and --html record a timed step\n");
     return EXIT_USAGE;
   }
-  return EXIT_OK;
+  return report_files_one_stdout("bench --step", outs) ? EXIT_OK : EXIT_USAGE;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1805,6 +1812,11 @@ int bench_step_main(int argc, char **argv) {
     if (bad) fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
     free(r);
     return bad ? EXIT_ERROR : EXIT_OK;
+  }
+  const char *const outs[3] = {o.json, o.csv, o.html};
+  if (!report_files_writable("bench --step", outs)) { /* before the run: a wrong path costs nothing */
+    free(r);
+    return EXIT_ERROR;
   }
 #if FP4KIT_HAVE_CUDA
   if (fp4_probe_device_count() <= o.device) {

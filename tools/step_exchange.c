@@ -82,3 +82,22 @@ oom:
 int64_t step_exchange_rows_out(const step_exchange *x) { return x->sent - x->send_count[x->rank]; }
 
 int64_t step_exchange_rows_back(const step_exchange *x) { return x->received - x->recv_count[x->rank]; }
+
+void step_exchange_counts(const int32_t *ids, int ranks, int64_t tokens, int64_t stride, int64_t top_k,
+                          int64_t local_experts, unsigned char *seen, step_exchange_count *per_rank) {
+  memset(seen, 0, (size_t)ranks * (size_t)local_experts);
+  memset(per_rank, 0, (size_t)ranks * sizeof *per_rank);
+  for (int s = 0; s < ranks; s++)
+    for (int64_t i = (int64_t)s * stride * top_k; i < ((int64_t)s * stride + tokens) * top_k; i++) {
+      const int d = (int)(ids[i] / local_experts);
+      per_rank[d].received++;
+      if (d != s) {
+        per_rank[s].rows_out++;
+        per_rank[d].rows_back++;
+      }
+      if (!seen[ids[i]]) {
+        seen[ids[i]] = 1;
+        per_rank[d].touched++;
+      }
+    }
+}

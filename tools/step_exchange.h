@@ -52,4 +52,19 @@ void step_exchange_free(step_exchange *x);
 int64_t step_exchange_rows_out(const step_exchange *x);
 int64_t step_exchange_rows_back(const step_exchange *x);
 
+/* What one rank does in a layer's exchange, as step_exchange_make's would say. */
+typedef struct step_exchange_count {
+  int64_t received;  /* rows it receives, its own included                                          */
+  int64_t touched;   /* distinct local experts those rows name                                      */
+  int64_t rows_out;  /* rows it sends to other ranks in the dispatch (step_exchange_rows_out)        */
+  int64_t rows_back; /* rows it returns to other ranks in the combine (step_exchange_rows_back)      */
+} step_exchange_count;
+
+/* Every rank's counts at `tokens` per rank in one pass, from the routing ids of all ranks' stride
+ * tokens (step_routing of ranks * stride tokens over ranks * local_experts experts, as
+ * step_exchange_make draws them): what the plan prints without building an exchange per rank.
+ * seen: ranks * local_experts bytes of scratch; per_rank: ranks entries. */
+void step_exchange_counts(const int32_t *ids, int ranks, int64_t tokens, int64_t stride, int64_t top_k,
+                          int64_t local_experts, unsigned char *seen, step_exchange_count *per_rank);
+
 #endif

@@ -214,17 +214,39 @@ void step_print_plan(FILE *f, const step_plan *p) {
 int step_print_plan_batches(FILE *f, const step_plan *p, const step_opts *o) {
   const step_type *moe = step_moe_type(p);
   if (!moe) return 0;
+  /* All-reduce form: one rank's tokens pick top_k of its experts; all-to-all: every rank's tokens
+   * pick `active` of all ranks' experts. Either is a one-pass count of one routing per layer. */
   const int ranks = o->a2a ? o->ep : 1;
+  const int64_t top_k = o->a2a ? moe->active : moe->top_k;
   const int64_t layers = o->layers && o->layers < p->layers ? o->layers : p->layers;
+  const int nb = o->nbatches;
   int64_t bmax = 0;
-  for (int i = 0; i < o->nbatches; i++)
+  for (int i = 0; i < nb; i++)
     if (o->batches[i] > bmax) bmax = o->batches[i];
-  int32_t *ids = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *ids);
-  float *w = o->a2a ? NULL : malloc((size_t)(bmax * moe->top_k) * sizeof *w);
-  if (!o->a2a && (!ids || !w)) {
-    free(ids);
-    free(w);
+  const size_t pairs = (size_t)ranks * (size_t)bmax * (size_t)top_k;
+  int32_t *ids = malloc(pairs * sizeof *ids);
+  float *w = malloc(pairs * sizeof *w);
+  unsigned char *seen = malloc((size_t)ranks * (size_t)moe->experts);
+  step_exchange_count *c = malloc((size_t)ranks * sizeof *c);
+  /* per batch and rank: experts touched and rows received summed over the layers, FP4 bytes and
+   * bytes sent per step */
+  double *acc = calloc((size_t)nb * (size_t)ranks * 4, sizeof *acc);
+  if (!ids || !w || !seen || !c || !acc) {
+    free(ids), free(w), free(seen), free(c), free(acc);
     return fp4_set_error(FP4_ERR_OUT_OF_MEMORY, "no host memory for the routing");
+  }
+  for (int64_t l = 0; l < layers; l++) {
+    step_routing(o->seed, l, (int64_t)ranks * bmax, top_k, (int64_t)ranks * moe->experts, ids, w);
+    for (int i = 0; i < nb; i++) {
+      step_exchange_counts(ids, ranks, o->batches[i], bmax, top_k, moe->experts, seen, c);
+      for (int r = 0; r < ranks; r++) {
+        double *a = acc + ((size_t)i * (size_t)ranks + (size_t)r) * 4;
+        a[0] += (double)c[r].touched;
+        a[1] += (double)c[r].received;
+        a[2] += (double)step_layer_bytes(p, c[r].touched);
+        a[3] += (double)(c[r].rows_out + c[r].rows_back) * (double)moe->hidden * 2.0;
+      }
+    }
   }
   fprintf(f, "  per batch, from the routing (seed %llu, %lld layers)%s:\n", (unsigned long long)o->seed,
           (long long)layers, o->a2a ? "; rank means, and the largest rank's" : "");
@@ -233,46 +255,21 @@ int step_print_plan_batches(FILE *f, const step_plan *p, const step_opts *o) {
             "MB sent/step");
   else
     fprintf(f, "  %6s %7s %15s %19s\n", "batch", "tokens", "experts/layer", "FP4 MB/step");
-  fp4_status st = FP4_OK;
-  for (int i = 0; i < o->nbatches && !st; i++) {
-    const int64_t B = o->batches[i];
-    double touched = 0, bytes = 0, rows = 0, sent = 0, bytes_max = 0, sent_max = 0, touched_max = 0, rows_max = 0;
-    for (int r = 0; r < ranks && !st; r++) {
-      double rb = 0, rs = 0, rt = 0, rr = 0;
-      for (int64_t l = 0; l < layers && !st; l++) {
-        int64_t t = 0;
-        if (o->a2a) {
-          step_exchange x;
-          if ((st = step_exchange_make(o->seed, l, ranks, r, B, bmax, moe->active, moe->experts, &x))) break;
-          t = step_touched(x.recv_expert, x.received, moe->experts);
-          rr += (double)x.received;
-          rs += (double)(step_exchange_rows_out(&x) + step_exchange_rows_back(&x)) * (double)moe->hidden * 2.0;
-          step_exchange_free(&x);
-        } else {
-          step_routing(o->seed, l, bmax, moe->top_k, moe->experts, ids, w);
-          t = step_touched(ids, B * moe->top_k, moe->experts);
-        }
-        rt += (double)t;
-        rb += (double)step_layer_bytes(p, t);
+  for (int i = 0; i < nb; i++) {
+    double mean[4] = {0}, most[4] = {0};
+    for (int r = 0; r < ranks; r++)
+      for (int q = 0; q < 4; q++) {
+        const double v = acc[((size_t)i * (size_t)ranks + (size_t)r) * 4 + (size_t)q] / (q < 2 ? (double)layers : 1.0);
+        mean[q] += v / ranks;
+        if (v > most[q]) most[q] = v;
       }
-      touched += rt / (double)layers / ranks;
-      bytes += rb / ranks;
-      rows += rr / (double)layers / ranks;
-      sent += rs / ranks;
-      if (rb > bytes_max) bytes_max = rb;
-      if (rs > sent_max) sent_max = rs;
-      if (rt / (double)layers > touched_max) touched_max = rt / (double)layers;
-      if (rr / (double)layers > rows_max) rows_max = rr / (double)layers;
-    }
-    if (st) break;
+    const long long B = (long long)o->batches[i];
     if (o->a2a)
-      fprintf(f, "  %6lld %7lld %6.1f (%6.1f) %8.1f (%8.1f) %7.1f (%7.1f) %6.2f (%5.2f)\n", (long long)B,
-              (long long)(B * ranks), touched, touched_max, bytes / 1e6, bytes_max / 1e6, rows, rows_max, sent / 1e6,
-              sent_max / 1e6);
+      fprintf(f, "  %6lld %7lld %6.1f (%6.1f) %8.1f (%8.1f) %7.1f (%7.1f) %6.2f (%5.2f)\n", B, B * ranks, mean[0],
+              most[0], mean[2] / 1e6, most[2] / 1e6, mean[1], most[1], mean[3] / 1e6, most[3] / 1e6);
     else
-      fprintf(f, "  %6lld %7lld %15.1f %19.1f\n", (long long)B, (long long)B, touched, bytes / 1e6);
+      fprintf(f, "  %6lld %7lld %15.1f %19.1f\n", B, B, mean[0], mean[2] / 1e6);
   }
-  free(ids);
-  free(w);
-  return st;
+  free(ids), free(w), free(seen), free(c), free(acc);
+  return 0;
 }
