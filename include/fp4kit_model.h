@@ -124,6 +124,25 @@ typedef enum fp4_ckpt_layout {
 } fp4_ckpt_layout;
 
 typedef void (*fp4_progress_fn)(void *user, const char *tensor, int64_t done, int64_t total);
+/* One line for the user, without a trailing newline. */
+typedef void (*fp4_warning_fn)(void *user, const char *message);
+
+/* What fp4_model_quantize does with the input. A "weight" here is a 2-D floating-point (BF16/F16/F32)
+ * ".weight" tensor, or a floating-point tensor of 3 or more dimensions under an "experts" module
+ * (fused expert weights such as experts.gate_up_proj); every weight is quantized or kept, and every
+ * kept one is named in the output config's ignore list (by module). */
+typedef struct fp4_model_quantize_summary {
+  int64_t quantized;        /* weights written in FP4                                                  */
+  int64_t kept_by_default;  /* weights kept by the default rules (lm_head, embeddings, norms, MoE
+                               routers, MTP layers, vision towers)                                     */
+  int64_t kept_by_pattern;  /* weights kept by the caller's patterns (not included, or excluded)       */
+  int64_t kept_for_shape;   /* weights kept because FP4 [N, K] cannot hold them: 3-D and larger (fused
+                               experts), empty, K not a multiple of the block; each one is warned about */
+  int64_t other_tensors;    /* other tensors, copied unchanged (norms, biases, convolutions, ...)      */
+  int64_t files_copied;     /* other files of in_dir copied unchanged (tokenizer, generation config)   */
+  int64_t entries_skipped;  /* entries of in_dir not copied (subdirectories, hidden entries, shards the
+                               index does not list, links to nothing); each one is warned about         */
+} fp4_model_quantize_summary;
 
 typedef struct fp4_model_quantize_options {
   fp4_format format;          /* NVFP4 (Model Optimizer recipe) or MXFP4                              */
@@ -132,7 +151,7 @@ typedef struct fp4_model_quantize_options {
   int include_count;
   const char *const *exclude; /* patterns never quantized, added to the defaults                       */
   int exclude_count;
-  int no_default_excludes;    /* 1: drop the defaults (lm_head, embeddings, norms, routers, MTP)       */
+  int no_default_excludes;    /* 1: drop the defaults (lm_head, embeddings, norms, MoE routers, MTP)   */
   fp4_modelopt_version modelopt_version; /* NVFP4: the Model Optimizer release whose weight bits to
                                             reproduce; 0 = FP4_MODELOPT_CURRENT (0.45 and later)    */
   float input_amax;           /* NVFP4: > 0 writes input_scale = input_amax/(6*448) (a static activation
@@ -142,11 +161,19 @@ typedef struct fp4_model_quantize_options {
   void *progress_user;
   int force;                  /* 1: a non-empty out_dir is replaced (once the new output is complete);
                                  0: a non-empty out_dir is refused                                      */
+  fp4_warning_fn warning;     /* optional: one call per weight kept for its shape and per entry of in_dir
+                                 not copied, all made before any output is written                      */
+  void *warning_user;
+  fp4_model_quantize_summary *summary; /* optional: the counts, filled in once the input is planned
+                                          (before any output is written, so also when the run fails) */
 } fp4_model_quantize_options;
 
-/* Quantizes the BF16/F16/F32 linear weights of in_dir into out_dir, shard by shard with the input's
- * shard names, copying every other tensor and file; writes hf_quant_config.json and config.json's
- * quantization_config. Memory: about the largest tensor's quantized size.
+/* Quantizes the BF16/F16/F32 linear weights of in_dir (a directory) into out_dir, shard by shard with
+ * the input's shard names, copying every other tensor and the other files of in_dir (streamed, holes
+ * kept); writes hf_quant_config.json and config.json's quantization_config. Memory: about the largest
+ * tensor's quantized size. Before any output is written the whole input is planned and checked: a
+ * run that would quantize no weight is refused (FP4_ERR_NOT_FOUND, naming what kept them), as is an
+ * unreadable file to copy or an output larger than the free space beside out_dir.
  * Everything is written into a temporary sibling directory ".OUT.fp4kit-tmp.PID.XXXXXX" that takes
  * out_dir's place only when every shard, the index and the configs are complete; a failure removes
  * it, and a later run removes those left by runs that were killed. out_dir must not exist, be empty,
@@ -155,7 +182,9 @@ typedef struct fp4_model_quantize_options {
  * found. */
 FP4_API fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir,
                                       const fp4_model_quantize_options *options);
-/* The default exclude patterns, NULL-terminated. */
+/* The default exclude patterns, NULL-terminated. The default rules also keep MoE routers (a 2-D
+ * weight of a module named gate or router, or of one directly under such a module as in router.layer
+ * and gate.wg, with one output row per expert of the model) and DeepSeek-style MTP layers. */
 FP4_API const char *const *fp4_model_default_excludes(void);
 /* Glob match used by the patterns, fnmatch(3) without flags: '*' any run of characters (dots
  * included), '?' one, [...] one of a set. 0 when either argument is NULL. */

@@ -265,6 +265,8 @@ int main(void) {
   /* The MTP expert and lm_head stayed BF16. */
   CHECK(st && fp4_safetensors_find(st, "mtp.layers.0.mlp.experts.0.gate_proj.weight")->dtype == FP4_ST_BF16, "mtp");
   CHECK(st && fp4_safetensors_find(st, "lm_head.weight")->dtype == FP4_ST_BF16, "lm_head");
+  const fp4_st_tensor *router = st ? fp4_safetensors_find(st, "model.language_model.layers.0.mlp.gate.weight") : NULL;
+  CHECK(router && router->dtype == FP4_ST_BF16, "the router was quantized");
   fp4_safetensors_close(st);
 
   /* The compressed-tensors and MXFP4 outputs load too. */

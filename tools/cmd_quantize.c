@@ -19,6 +19,14 @@ static void quantize_usage(FILE *f) {
           "Optimizer's recipe bit for bit (weight U8, weight_scale F8_E4M3 linear, weight_scale_2 F32);\n"
           "writes hf_quant_config.json and config.json's quantization_config. An input that is already\n"
           "quantized (hf_quant_config.json, a quantization_config, FP4/FP8 tensors or scales) is refused.\n"
+          "\n"
+          "IN_DIR is the checkpoint's directory. Its other files (tokenizer, ...) are copied, any size;\n"
+          "subdirectories, hidden entries and shards the index does not list are not, each named in a\n"
+          "warning. Weights FP4 cannot hold (3-D fused experts, empty, K not a multiple of the block)\n"
+          "stay as they are, each named in a warning; every weight left unquantized is in the config's\n"
+          "ignore list. The last line counts the tensors quantized and those kept, by reason. A run\n"
+          "that would quantize nothing is refused, as are unreadable files and an output larger than\n"
+          "the free disk space: all checked before any work.\n"
           "The output is written into a temporary directory beside OUT_DIR (.OUT_DIR.fp4kit-tmp.PID.*)\n"
           "that becomes OUT_DIR only once complete: a failed run leaves no partial model, and a later\n"
           "run removes the temporary directories of runs that were killed.\n"
@@ -34,7 +42,9 @@ static void quantize_usage(FILE *f) {
   for (const char *const *p = fp4_model_default_excludes(); *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
-          "                           (and DeepSeek-style MTP layers, index >= num_hidden_layers)\n"
+          "                           and MoE routers (a 2-D 'gate' or 'router' weight, or one under\n"
+          "                           such a module like router.layer, with one row per expert) and\n"
+          "                           DeepSeek-style MTP layers (index >= num_hidden_layers)\n"
           "  --input-amax A           NVFP4: write input_scale = A/(6*448) for every layer, a static\n"
           "                           activation range (no calibration is done), quant_algo NVFP4;\n"
           "                           without it: weight-only, quant_algo W4A16_NVFP4\n"
@@ -44,7 +54,7 @@ static void quantize_usage(FILE *f) {
           "  --force                  OUT_DIR may be a non-empty directory: it is replaced, with all it\n"
           "                           holds, when (and only when) the new output is complete; without\n"
           "                           --force a non-empty OUT_DIR is refused before any work\n"
-          "  --quiet                  no progress lines\n"
+          "  --quiet                  no progress lines (warnings and errors still print)\n"
           "\n"
           "Progress goes to stderr: one updating line on a terminal; otherwise (a log, a pipe) a line\n"
           "at the start, every %d seconds and at the end.\n", 10);
@@ -76,6 +86,16 @@ static void progress(void *user, const char *tensor, int64_t done, int64_t total
   }
   fflush(stderr);
 }
+
+/* Warnings on stderr: the first ones in full, then only how many more (all kept weights are in the
+ * output's ignore list anyway). */
+enum { WARNINGS_SHOWN = 20 };
+static void warning(void *user, const char *message) {
+  long *count = user;
+  if (++*count <= WARNINGS_SHOWN) fprintf(stderr, "fp4kit quantize: warning: %s\n", message);
+}
+
+static const char *plural(int64_t n) { return n == 1 ? "" : "s"; }
 
 int fp4cli_quantize(int argc, char **argv) {
   fp4_model_quantize_options o;
@@ -170,10 +190,30 @@ int fp4cli_quantize(int argc, char **argv) {
       o.progress = progress;
       o.progress_user = &ps;
     }
+    long warnings = 0;
+    o.warning = warning;
+    o.warning_user = &warnings;
+    fp4_model_quantize_summary sum;
+    memset(&sum, 0, sizeof sum);
+    o.summary = &sum;
     fp4_status st = fp4_model_quantize(in, out, &o);
-    if (st) rc = fp4cli_report("quantize", st);
-    else printf("fp4kit quantize: wrote %s (%s%s)\n", out, o.format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4",
-                o.layout == FP4_CKPT_COMPRESSED_TENSORS ? ", compressed-tensors" : ", Model Optimizer layout");
+    if (warnings > WARNINGS_SHOWN)
+      fprintf(stderr, "fp4kit quantize: warning: %ld more warnings not shown\n", warnings - WARNINGS_SHOWN);
+    if (st) {
+      rc = fp4cli_report("quantize", st);
+    } else {
+      const int64_t kept = sum.kept_by_default + sum.kept_by_pattern + sum.kept_for_shape;
+      printf("fp4kit quantize: wrote %s (%s%s): %lld tensor%s quantized, %lld kept unquantized (%lld by the default "
+             "rules, %lld by --include/--exclude, %lld for an unsupported shape); %lld other tensor%s and %lld file%s "
+             "copied", out, o.format == FP4_FORMAT_MXFP4 ? "MXFP4" : "NVFP4",
+             o.layout == FP4_CKPT_COMPRESSED_TENSORS ? ", compressed-tensors" : ", Model Optimizer layout",
+             (long long)sum.quantized, plural(sum.quantized), (long long)kept, (long long)sum.kept_by_default,
+             (long long)sum.kept_by_pattern, (long long)sum.kept_for_shape, (long long)sum.other_tensors,
+             plural(sum.other_tensors), (long long)sum.files_copied, plural(sum.files_copied));
+      if (sum.entries_skipped)
+        printf(", %lld entr%s of IN_DIR not copied", (long long)sum.entries_skipped, sum.entries_skipped == 1 ? "y" : "ies");
+      printf("\n");
+    }
   }
   free(inc);
   free(exc);
