@@ -25,31 +25,44 @@ ERR_INTERNAL = -8
 
 
 class Error(Exception):
-    """Base of every error fp4kit raises on behalf of the C library; ``status`` is the C status."""
+    """Base of every error fp4kit raises. ``status`` is the C status: the library's for an error it
+    returned, the status of the error's kind for one the package's own checks raise (the C library
+    would have returned that status for the same mistake)."""
+
+    STATUS = None  # the status of the kind, where there is one
 
     def __init__(self, message, status=None):
         super().__init__(message)
-        self.status = status
+        self.status = self.STATUS if status is None else status
 
 
 class InvalidArgumentError(Error, ValueError):
     """A bad argument: shape, dtype, layout, alignment, device mismatch (FP4_ERR_INVALID_ARGUMENT)."""
 
+    STATUS = ERR_INVALID_ARGUMENT
+
 
 class UnsupportedError(Error, NotImplementedError):
     """A valid request that no backend, device or build here can run (FP4_ERR_UNSUPPORTED)."""
+
+    STATUS = ERR_UNSUPPORTED
 
 
 class NotFoundError(Error, ValueError):
     """A named backend or config that does not exist (FP4_ERR_NOT_FOUND)."""
 
+    STATUS = ERR_NOT_FOUND
+
 
 class OutOfMemoryError(Error, MemoryError):
     """A host or device allocation failed (FP4_ERR_OUT_OF_MEMORY)."""
 
+    STATUS = ERR_OUT_OF_MEMORY
+
 
 class LibraryError(Error, RuntimeError):
-    """CUDA, I/O, format or internal failures of the library."""
+    """CUDA, I/O, format or internal failures of the library (always raised with the library's
+    status: FP4_ERR_CUDA, FP4_ERR_IO, FP4_ERR_FORMAT or FP4_ERR_INTERNAL)."""
 
 
 _STATUS_ERRORS = {
@@ -242,6 +255,7 @@ class TuneResult(ctypes.Structure):
 
 
 OPTIONAL_SYMBOLS = {
+    "fp4_build_cuda_targets": (ctypes.c_char_p, []),
     "fp4_probe_device_count": (ctypes.c_int, []),
     "fp4_probe_device": (_c_status, [ctypes.c_int, ctypes.POINTER(DeviceProbe)]),
     "fp4_probe_backend": (_c_status, [_vp, ctypes.c_char_p, ctypes.POINTER(BackendProbe)]),

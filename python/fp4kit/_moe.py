@@ -5,6 +5,7 @@ runner calls it.
 
 import ctypes
 import enum
+import numbers
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class _MoePlan(P.Plan):
             r.act_scales_device = keep.data_ptr()
         elif mode == P.SCALAR_HOST:
             r.gate_up_act_scale, r.down_act_scale = (float(v) for v in act_scales.reshape(-1).tolist())
-        elif act_scales is not None:
+        elif mode == P.SCALAR_NUMBER:  # a pair of numbers of the types the plan was built with
             r.gate_up_act_scale, r.down_act_scale = float(act_scales[0]), float(act_scales[1])
         if self.torch:
             if out is None:  # hidden's device (torch.empty would parse it again)
@@ -79,6 +80,33 @@ class _MoePlan(P.Plan):
         P.invoke(self)
         del keep, ws  # the workspace is released in stream order after the queued call
         return out
+
+
+def check_act_scales_given(act_scales, mode, use_nvfp4, fn):
+    """W4A4 NVFP4 experts quantize their activations with the two encode scales: None is refused
+    (with a Python message, here and in the torch op's trace, before the library would refuse a
+    zero scale)."""
+    if act_scales is None and mode == "w4a4" and use_nvfp4:
+        raise InvalidArgumentError("%s: mode='w4a4' with NVFP4 experts needs act_scales, the gate_up and down "
+                                   "activation encode scales (1/input_scale): a pair of numbers or a [2] float32 "
+                                   "array/tensor" % fn)
+
+
+def _number(x, name, fn):
+    """A Python or NumPy real number as a float (a string or another object is refused)."""
+    if isinstance(x, (str, bytes)) or not isinstance(x, numbers.Real):
+        raise InvalidArgumentError("%s: %s must be a number, not %s" % (fn, name, type(x).__name__))
+    return float(x)
+
+
+def act_scales_key(act_scales):
+    """What a plan depends on in act_scales: None, the kind and length of a sequence with the type
+    of each element (the plan checked those elements), or the array's or tensor's key."""
+    if act_scales is None:
+        return None
+    if isinstance(act_scales, (tuple, list)):
+        return (type(act_scales),) + tuple(type(x) for x in act_scales)
+    return P.key(act_scales)
 
 
 def _bytes_3d(v, what, fn):
@@ -169,13 +197,15 @@ def _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_
     layer.routed.gate_up.scales, layer.routed.down.scales = vs13.ptr, vs2.ptr
     layer.routed.gate_up.multipliers = vm13.ptr if vm13 else None
     layer.routed.down.multipliers = vm2.ptr if vm2 else None
+    check_act_scales_given(act_scales, mode, use_nvfp4, fn)
     if isinstance(act_scales, (tuple, list)):
         if len(act_scales) != 2:
             raise InvalidArgumentError("%s: act_scales must be (gate_up_act_scale, down_act_scale)" % fn)
         plan.act_mode = P.SCALAR_NUMBER
-        layer.routed.gate_up_act_scale, layer.routed.down_act_scale = (float(x) for x in act_scales)
+        layer.routed.gate_up_act_scale, layer.routed.down_act_scale = (
+            _number(x, "act_scales[%d]" % i, fn) for i, x in enumerate(act_scales))
     elif act_scales is None:
-        plan.act_mode = P.SCALAR_NUMBER
+        plan.act_mode = P.SCALAR_UNUSED
     else:
         va = T.View(act_scales, "act_scales")
         if va.numel != 2 or not va.is_contiguous():
@@ -242,7 +272,7 @@ def moe_forward(hidden, topk_ids, topk_weights, w13, w13_scales, w13_multipliers
     key = ("moe", P.first_key(hidden), P.key(topk_ids), P.key(topk_weights), P.key(w13), P.key(w13_scales),
            None if w13_multipliers is None else P.key(w13_multipliers), P.key(w2), P.key(w2_scales),
            None if w2_multipliers is None else P.key(w2_multipliers),
-           "n" if act_scales is None or isinstance(act_scales, (tuple, list)) else P.key(act_scales),
+           act_scales_key(act_scales),
            mode, use_nvfp4, scale_layout, out_dtype, P.out_key(out), backend, enable_pdl)
     try:
         plan = P.tls.plans[key]

@@ -92,9 +92,12 @@ _FORMAT_ARG_VALUE = {
 }
 
 
-def _format(block_size, use_ue8m0, fn, block_arg="block_size", fmt_arg="use_nvfp4"):
+def _format(block_size, use_ue8m0, fn, block_arg="block_size", fmt_arg="use_nvfp4", other_block=UnsupportedError):
+    """The format of (block size, scale flag). other_block: the error for a block size that is
+    neither 16 nor 32, as FlashInfer raises it for the function: NotImplementedError from its
+    quantizers, ValueError from mm_fp4."""
     if block_size not in (16, 32):
-        raise UnsupportedError("%s: %s can only be 16 or 32, got %r" % (fn, block_arg, block_size), _lib.ERR_UNSUPPORTED)
+        raise other_block("%s: %s can only be 16 or 32, got %r" % (fn, block_arg, block_size))
     fmt = _lib.FORMAT_MXFP4 if use_ue8m0 else _lib.FORMAT_NVFP4
     if _BLOCK[fmt] != block_size:
         raise InvalidArgumentError(
@@ -107,9 +110,13 @@ _scales_sizes = {}
 
 
 def scales_size(fmt, layout, rows, cols):
+    """Bytes of the scales of a [rows, cols] matrix (fp4_scales_size); 0 for no rows (an empty
+    batch has no scales: the 128x4 and 8x4 paddings of 0 rows are 0 rows)."""
     k = (fmt, layout, rows, cols)
     n = _scales_sizes.get(k)
     if n is None:
+        if rows == 0:
+            return 0
         c = ctypes.c_size_t()
         _lib.check(_lib.LIB.fp4_scales_size(fmt, layout, rows, cols, ctypes.byref(c)), "fp4_scales_size")
         n = _scales_sizes[k] = c.value
@@ -118,11 +125,20 @@ def scales_size(fmt, layout, rows, cols):
 
 def scale_bytes(fmt, layout, rows, cols):
     """fp4_scales_size as a formula (works on symbolic sizes while PyTorch traces shapes)."""
+    r, c = scale_shape(fmt, layout, rows, cols)
+    return r * c
+
+
+def scale_shape(fmt, layout, rows, cols):
+    """The 2-D shape of the scales of a [rows, cols] matrix as fp4_quantize returns them, FlashInfer's:
+    linear [rows, K/block]; 128x4 [roundup(rows, 128), roundup(K/block, 4)]; 8x4 [roundup(rows, 8),
+    roundup(K/block, 4)]: the padded grid, whatever rows is. Integer arithmetic only, so the fake
+    implementation of the torch op computes the same shape on symbolic sizes."""
     c = cols // _BLOCK[fmt]
     if layout == _lib.LAYOUT_LINEAR:
-        return rows * c
+        return (rows, c)
     pad = 128 if layout == _lib.LAYOUT_128X4 else 8
-    return (rows + pad - 1) // pad * pad * ((c + 3) // 4 * 4)
+    return ((rows + pad - 1) // pad * pad, (c + 3) // 4 * 4)
 
 
 def _fp4_rowmajor(v, fn):
@@ -332,8 +348,12 @@ def _use_native(on):
 # Tags of the tensor fast-path keys (the general keys start with the function's name).
 _MM_FP4, _MM_W4A16, _QUANTIZE = "mm_fp4/t", "mm_w4a16/t", "q/t"
 
-_MM_FIX = {_lib.LAYOUT_LINEAR: "swizzle checkpoint scales with fp4kit.block_scale_interleave first",
-           _lib.LAYOUT_128X4: "mm_fp4 takes 128x4 scales"}
+# What to do when a scale tensor has another layout's shape (see _layout_by_shape), per layout seen.
+_MM_FIX_A = {_lib.LAYOUT_LINEAR: "swizzle checkpoint scales with fp4kit.block_scale_interleave first",
+             _lib.LAYOUT_128X4: "pass use_8x4_sf_layout=False for 128x4 scales",
+             _lib.LAYOUT_8X4: "pass use_8x4_sf_layout=True for 8x4 scales"}
+_MM_FIX_B = {_lib.LAYOUT_LINEAR: "swizzle checkpoint scales with fp4kit.block_scale_interleave first",
+             _lib.LAYOUT_8X4: "the weight's scales must be 128x4 (use_8x4_sf_layout is about a_descale only)"}
 _W4A16_FIX = {_lib.LAYOUT_LINEAR: "pass b_descale_layout='linear' for scales as a checkpoint stores them",
               _lib.LAYOUT_128X4: "pass b_descale_layout='128x4' for swizzled scales"}
 
@@ -359,8 +379,6 @@ class _GemmPlan(P.Plan):
                 out = empty(self.template)  # torch.empty_like: see P.output_template
             else:
                 out = empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
-        if not out.shape[0]:  # M = 0: an empty result, as FlashInfer returns (the C GEMMs need M >= 1)
-            return out
         if self.torch:  # every operand a tensor
             a_struct.data = a.data_ptr()
             if not self.w4a16:
@@ -378,12 +396,30 @@ class _GemmPlan(P.Plan):
         return out
 
     def native(self):
-        """This plan as the compiled path runs it, or None where only run() can (NumPy operands,
-        M = 0)."""
-        if not self.torch or not self.mo.rows:
+        """This plan as the compiled path runs it, or None where only run() can (NumPy operands)."""
+        if not self.torch:
             return None
         return P.native_plan(self, 1 if self.w4a16 else 0, self.a, self.qb, self.mo, self.alpha_mode,
                              getattr(self, "template", None), None)
+
+
+class _EmptyGemmPlan(_GemmPlan):
+    """A validated GEMM whose output has no elements (M = 0, an empty batch, or N = 0): returns the
+    empty [M, N] output without calling the library (its GEMMs need M, N >= 1), as FlashInfer does."""
+
+    __slots__ = ()
+
+    def run(self, a, b, sa, sb, alpha, out):
+        if out is not None:
+            return out
+        if self.empty is None:
+            return np.empty(self.out_shape, self.out_dtype)
+        if self.torch:
+            return self.empty(self.template)
+        return self.empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
+
+    def native(self):
+        return None
 
 
 def _finish_plan(plan, device, backend, enable_pdl, fn, c_name, size_fn, first, second, views, out_given):
@@ -405,7 +441,7 @@ def _finish_plan(plan, device, backend, enable_pdl, fn, c_name, size_fn, first, 
             torch = T._torch()
             plan.empty = torch.empty_like if plan.torch else torch.empty
             plan.template = P.output_template(torch, plan.out_shape, plan.out_dtype, plan.out_device)
-    if ctx is not None:
+    if ctx is not None and not isinstance(plan, _EmptyGemmPlan):
         P.reserve_workspace(ctx, getattr(_lib.LIB, size_fn, None),
                             [ctx.handle, r(first), r(second), r(plan.mo), r(opts)], size_fn)
     return plan
@@ -415,16 +451,16 @@ def _mm_fp4_plan(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, 
                  use_nvfp4, enable_pdl):
     fn = "mm_fp4"
     out_given = out is not None
-    fmt = _format(block_size, not use_nvfp4, fn)
+    fmt = _format(block_size, not use_nvfp4, fn, other_block=InvalidArgumentError)  # FlashInfer's ValueError
     va, vb = T.View(a, "a"), T.View(b, "b")
     vsa, vsb = T.View(a_descale, "a_descale"), T.View(b_descale, "b_descale")
     device = T.same_place(va, vb, vsa, vsb)
     m, k = _fp4_rowmajor(va, fn)
     n = _weight_n(vb, va, k, "[M, K/2]", block_size, fn)
     a_layout = _lib.LAYOUT_8X4 if use_8x4_sf_layout else _lib.LAYOUT_128X4
-    sa = _scales(vsa, fmt, a_layout, m, k, fn, fix=_MM_FIX)
-    sb = _scales(vsb, fmt, _lib.LAYOUT_128X4, n, k, fn, fix=_MM_FIX)
-    plan = _GemmPlan()
+    sa = _scales(vsa, fmt, a_layout, m, k, fn, fix=_MM_FIX_A)
+    sb = _scales(vsb, fmt, _lib.LAYOUT_128X4, n, k, fn, fix=_MM_FIX_B)
+    plan = _GemmPlan() if m and n else _EmptyGemmPlan()
     plan.w4a16 = False
     plan.alpha_mode = P.scalar_mode(alpha, "alpha", device)
     out, vo, ld = _output(out, out_dtype, va, m, n, T.BF16, fn)
@@ -448,11 +484,12 @@ def mm_fp4(a, b, a_descale, b_descale, alpha=None, out_dtype=None, out=None, blo
     alpha: FP32 scalar (None = 1): a float, a host array, or a one-element tensor; a CUDA tensor is
     read by the kernel on the GPU (no host synchronization; a CUDA graph replays with its current
     value). out_dtype: bfloat16 (default), float16 or float32. block_size / use_nvfp4: 16 and True
-    for NVFP4, 32 and False for MXFP4. backend: 'auto' or an fp4kit backend name (fp4kit.backends()).
+    for NVFP4, 32 and False for MXFP4 (another block size raises ValueError, as FlashInfer does).
+    backend: 'auto' or an fp4kit backend name (fp4kit.backends()).
     enable_pdl: launch with programmatic dependent launch on SM90+ (None: when the device has it).
     skip_check: FlashInfer's switch to skip its Python checks; fp4kit checks a call's arguments
     once per shape anyway, so it changes nothing.
-    Returns out (allocated when None) as the kind of array/tensor given.
+    Returns out (allocated when None) as the kind of array/tensor given; [0, N] for M = 0.
     """
     if _compiling():
         return _torch_ops.mm_fp4(a, b, a_descale, b_descale, alpha, out_dtype, out, block_size, use_8x4_sf_layout,
@@ -500,9 +537,20 @@ def _mm_fp4_is_backend_supported(backend, cc=None):
         raise UnsupportedError("mm_fp4.is_backend_supported: the loaded libfp4kit has no fp4_probe_backend_arch",
                                _lib.ERR_UNSUPPORTED)
     bp = _lib.BackendProbe()
-    _lib.check(_lib.LIB.fp4_probe_backend_arch(("sm_%d" % int(cc)).encode(), backend.encode(), ctypes.byref(bp)),
-               "fp4_probe_backend_arch")
+    status = _lib.LIB.fp4_probe_backend_arch(("sm_%d" % _cc(cc)).encode(), backend.encode(), ctypes.byref(bp))
+    if status == _lib.ERR_NOT_FOUND:  # a compute capability the architecture table does not know: no
+        return False
+    _lib.check(status, "fp4_probe_backend_arch")
     return bp.caps[0].support == 1
+
+
+def _cc(cc):
+    """A compute capability major*10+minor as an int (a Python or NumPy integer)."""
+    n = T.integer(cc)
+    if n is None:
+        raise InvalidArgumentError("mm_fp4: a compute capability is an integer major*10+minor (such as 90), not %r"
+                                   % (cc,))
+    return n
 
 
 def _mm_fp4_is_compute_capability_supported(cc):
@@ -520,7 +568,7 @@ def _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4
                    enable_pdl):
     fn = "mm_w4a16"
     out_given = out is not None
-    fmt = _format(block_size, not use_nvfp4, fn)
+    fmt = _format(block_size, not use_nvfp4, fn, other_block=InvalidArgumentError)  # FlashInfer's ValueError
     layout = _LAYOUT_BY_NAME.get(b_descale_layout)
     if layout is None:
         raise InvalidArgumentError("%s: b_descale_layout %r is not one of %s" % (fn, b_descale_layout, sorted(_LAYOUT_BY_NAME)))
@@ -530,7 +578,7 @@ def _mm_w4a16_plan(a, b, b_descale, alpha, out_dtype, out, block_size, use_nvfp4
     m, k = va.shape
     n = _weight_n(vb, va, k, "[M, K]", block_size, fn)
     sb = _scales(vsb, fmt, layout, n, k, fn, fix=_W4A16_FIX)
-    plan = _GemmPlan()
+    plan = _GemmPlan() if m and n else _EmptyGemmPlan()
     plan.w4a16 = True
     plan.alpha_mode = P.scalar_mode(alpha, "alpha", device)
     out, vo, ld = _output(out, out_dtype, va, m, n, va.dtype, fn)
@@ -587,16 +635,6 @@ def _mm_w4a16_python(native_key, a, b, b_descale, alpha, out_dtype, out, block_s
 
 # ---- quantization -------------------------------------------------------------------------------------
 
-def _scale_shape(nbytes, fmt, layout, k):
-    """FlashInfer reshapes scales to (-1, K/block); when the padded buffer does not divide that way
-    (K/block not a multiple of 4 in a swizzled layout) the padded 2-D shape is returned instead."""
-    c = k // _BLOCK[fmt]
-    if nbytes % c == 0:
-        return (nbytes // c, c)
-    cp = (c + 3) // 4 * 4
-    return (nbytes // cp, cp)
-
-
 class _QuantizePlan(P.Plan):
     __slots__ = ("mx", "q", "gs_mode", "transpose", "q_shape", "sf_shape", "empty_like", "q_template", "sf_template")
 
@@ -634,6 +672,23 @@ class _QuantizePlan(P.Plan):
         return x_q, sf
 
 
+class _EmptyQuantizePlan(_QuantizePlan):
+    """A validated quantization of no rows: returns empty codes [..., 0, K/2] and scales [0, C]
+    without calling the library."""
+
+    __slots__ = ()
+
+    def native(self):
+        return None
+
+    def run(self, x, global_scale):
+        if self.torch:
+            x_q, sf = self.empty_like(self.q_template), self.empty_like(self.sf_template)
+        else:
+            x_q, sf = np.empty(self.q_shape, np.uint8), np.empty(self.sf_shape, np.uint8)
+        return (x_q.T, sf.T) if self.transpose else (x_q, sf)
+
+
 _ORDERS = {"flashinfer": 0, "exact": 1}  # fp4_quantize_order
 
 
@@ -660,9 +715,8 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     if len(v.shape) < 2:
         raise InvalidArgumentError("%s: input must be [..., K] with at least 2 dimensions; got shape %s" % (fn, list(v.shape)))
     v.require_dtype(T.DENSE_DTYPES, "the values to quantize")
-    plan = _QuantizePlan()
-    plan.transpose = len(v.shape) == 2 and v.row_stride() is None and v.is_transposed_contiguous()
-    if plan.transpose:  # a column-major input is quantized along its memory rows, results transposed back
+    transpose = len(v.shape) == 2 and v.row_stride() is None and v.is_transposed_contiguous()
+    if transpose:  # a column-major input is quantized along its memory rows, results transposed back
         v = T.View(input.T, "input")
     k = v.shape[-1]
     if k % sf_vec_size:
@@ -678,14 +732,18 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     if ld is None:
         raise InvalidArgumentError("%s: input must be row-major (2-D: unit column stride; N-D: contiguous); strides %s"
                                    % (fn, list(v.strides)))
+    if rows:
+        scales_size(fmt, layout, rows, k)  # the library's own size checks (fp4_scales_size)
+    # An empty batch gets empty codes and scales, as FlashInfer returns (the library needs rows).
+    plan = _QuantizePlan() if rows else _EmptyQuantizePlan()
+    plan.transpose = transpose
     mxfp4 = fmt == _lib.FORMAT_MXFP4
     plan.gs_mode = P.SCALAR_UNUSED if mxfp4 else P.scalar_mode(global_scale, "global_scale", v.device)
     if c_order and not mxfp4 and plan.gs_mode >= P.SCALAR_DEVICE:
         raise UnsupportedError("%s: order='exact' runs on host data (the reference quantizer); a CUDA global_scale "
                                "is quantized in FlashInfer's order only" % fn, _lib.ERR_UNSUPPORTED)
-    nbytes = scales_size(fmt, layout, rows, k)
     plan.q_shape = lead + (k // 2,)
-    plan.sf_shape = _scale_shape(nbytes, fmt, layout, k)
+    plan.sf_shape = scale_shape(fmt, layout, rows, k)
     plan.torch = v.torch
     if v.torch:
         torch = T._torch()
@@ -723,7 +781,9 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
     build: sf = vmax * (gsf / 6), one E4M3 step apart where the two float32 scales straddle a
     rounding boundary); 'exact' runs on host data on the ref backend only and raises
     NotImplementedError otherwise. MXFP4 has one order.
-    Returns (x_q uint8 [..., K/2], sf uint8 [-1, K/sf_vec_size]).
+    Returns (x_q uint8 [..., K/2], sf uint8), sf in FlashInfer's shape for M = the input's rows:
+    [roundup(M, 128), roundup(K/sf_vec_size, 4)] (128x4), [roundup(M, 8), roundup(K/sf_vec_size, 4)]
+    (8x4) or [M, K/sf_vec_size] (linear). An input of no rows gives empty results.
     """
     if is_global_scale_inversed:
         _check_global_scale_inversed(is_global_scale_inversed, "fp4_quantize")
@@ -780,18 +840,25 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
                                "quantization) is not implemented in fp4kit" % fn, _lib.ERR_UNSUPPORTED)
     if sf_vec_size != 16:
         raise UnsupportedError("nvfp4_quantize: NVFP4 has sf_vec_size 16, got %r" % (sf_vec_size,), _lib.ERR_UNSUPPORTED)
-    layout = _SF_LAYOUT_C.get(sfLayout) if isinstance(sfLayout, SfLayout) else None
-    if layout is None:
-        raise InvalidArgumentError("nvfp4_quantize: sfLayout must be an fp4kit.SfLayout, not %r" % (sfLayout,))
+    layout = _SF_LAYOUT_C[_sf_layout(sfLayout, fn)]
     return fp4_quantize(a, a_global_sf, 16, False, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, False,
                         enable_pdl, backend, order=order)
 
 
 def _sf_layout(sfLayout, fn):
-    try:
-        return SfLayout(sfLayout.value if isinstance(sfLayout, enum.Enum) else sfLayout)
-    except ValueError:
-        raise InvalidArgumentError("%s: sfLayout must be an fp4kit.SfLayout (or its value), not %r" % (fn, sfLayout))
+    """The SfLayout of an sfLayout argument, one rule for every function that takes one: an
+    fp4kit.SfLayout; a member of another enum of the same name and value (FlashInfer's IntEnum
+    SfLayout); or the value as a Python or NumPy integer (0 128x4, 1 8x4, 2 linear)."""
+    if isinstance(sfLayout, SfLayout):
+        return sfLayout
+    if isinstance(sfLayout, enum.Enum):
+        mine = SfLayout.__members__.get(sfLayout.name)
+        if mine is not None and sfLayout.value == mine.value:
+            return mine
+    elif T.integer(sfLayout) in (0, 1, 2):
+        return SfLayout(T.integer(sfLayout))
+    raise InvalidArgumentError("%s: sfLayout must be an fp4kit.SfLayout, FlashInfer's SfLayout or its value (0 "
+                               "layout_128x4, 1 layout_8x4, 2 layout_linear), not %r" % (fn, sfLayout))
 
 
 def mxfp4_quantize(a, backend="auto", enable_pdl=None, sfLayout=SfLayout.layout_128x4):
@@ -809,9 +876,20 @@ def _host(x):
     return x.cpu() if T.is_torch(x) and x.is_cuda else x
 
 
-_DEQUANTIZE_FIX = {_lib.LAYOUT_LINEAR: "pass is_sf_swizzled_layout=False for linear scales",
-                   _lib.LAYOUT_128X4: "pass is_sf_8x4_layout=False for 128x4 scales",
-                   _lib.LAYOUT_8X4: "pass is_sf_8x4_layout=True for 8x4 scales"}
+def _dequantize_fix(is_sf_swizzled_layout, is_sf_8x4_layout):
+    """What e2m1_and_ufp8sf_scale_to_float's caller passes for scales of each layout seen: the flags
+    that differ from the ones given."""
+    flags = {_lib.LAYOUT_LINEAR: (False, False), _lib.LAYOUT_128X4: (True, False), _lib.LAYOUT_8X4: (True, True)}
+    fix = {}
+    for layout, (swizzled, s8x4) in flags.items():
+        change = []
+        if bool(is_sf_swizzled_layout) != swizzled:
+            change.append("is_sf_swizzled_layout=%s" % swizzled)
+        if bool(is_sf_8x4_layout) != s8x4 and swizzled:
+            change.append("is_sf_8x4_layout=%s" % s8x4)
+        if change:
+            fix[layout] = "pass %s for %s scales" % (" and ".join(change), _LAYOUT_NAME[layout])
+    return fix
 
 
 def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_tensor=None, sf_vec_size=16,
@@ -837,9 +915,11 @@ def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_
     m, k = _fp4_rowmajor(ve, fn)
     if k % sf_vec_size:
         raise InvalidArgumentError("%s: K = %d is not a multiple of sf_vec_size %d" % (fn, k, sf_vec_size))
-    sp = _scales(vs, fmt, layout, m, k, fn, exact=False, fix=_DEQUANTIZE_FIX)
+    sp = _scales(vs, fmt, layout, m, k, fn, exact=False, fix=_dequantize_fix(is_sf_swizzled_layout, is_sf_8x4_layout))
     mult = 1.0 if ufp8_type == 0 else T.scalar(global_scale_tensor, "global_scale_tensor", 1.0)
     out = T.empty(ve, (m, k), T.F32)
+    if not m:  # no rows: an empty result (the library needs rows)
+        return out
     vo = T.View(out, "out")
     q = _qmatrix(ve.ptr, sp, m, k, fmt, layout, mult, _lib.MEMORY_HOST)
     mo = _matrix(vo, m, k, k)
@@ -867,7 +947,7 @@ def block_scale_interleave(unswizzled_sf):
     per = scales_size(_lib.FORMAT_NVFP4, _lib.LAYOUT_128X4, rows, 16 * cols)
     out = T.empty(vh, (experts * per,), T.U8)
     vo = T.View(out, "out")
-    for e in range(experts):
+    for e in range(experts if per else 0):  # no rows: nothing to swizzle
         _lib.check(_lib.LIB.fp4_scales_convert(_lib.FORMAT_NVFP4, rows, 16 * cols, vh.ptr + e * rows * cols,
                                                _lib.LAYOUT_LINEAR, vo.ptr + e * per, _lib.LAYOUT_128X4), fn)
     if v.device >= 0:

@@ -83,9 +83,15 @@ def output_template(torch, shape, dtype, device):
     return torch.empty((1,), dtype=dtype, device=device).expand(shape)
 
 
+class _OTHER:
+    """The tag of key() for an object that is neither an array nor a tensor."""
+
+
 def key(x):
-    """What a plan depends on in an array or tensor: kind, shape, strides, dtype and device. None
-    for anything else (the call then takes the validating path, which says what is wrong)."""
+    """What a plan depends on in an array or tensor: kind, shape, strides, dtype and device. For
+    anything else its type, under a tag no array's key has: such a key never shares a plan with an
+    array's, with None's or with a number's, so an argument of another type is validated on its own
+    (and, being refused there, on every call)."""
     if type(x) is _ndarray:
         return (x.shape, x.strides, x.dtype)
     try:
@@ -93,7 +99,7 @@ def key(x):
     except (AttributeError, TypeError):
         if isinstance(x, _ndarray):
             return (x.shape, x.strides, x.dtype, type(x))
-        return None
+        return (_OTHER, type(x))
 
 
 def first_key(x):
@@ -113,18 +119,19 @@ def out_key(x):
         return None
     if isinstance(x, _ndarray):
         return (x.shape, x.strides, x.dtype, x.flags.writeable, type(x))
-    return key(x)
+    return key(x)  # a tensor's key, or the type of anything else (validated, and refused, on its own)
 
 
 def scalar_key(x):
-    """How a per-tensor scalar (alpha, global scale) is passed: 'n' for None or a number, else the
-    array or tensor key. A string is refused here (float('0.5') would accept it)."""
+    """How a per-tensor scalar (alpha, global scale) is passed: 'n' for None, a float or an int,
+    else key(): an array's or tensor's, or for any other object its type (a NumPy scalar, a list),
+    which the plan then validates as it would validate that object. A string is refused here
+    (float('0.5') would accept it)."""
     if x is None or type(x) is float or type(x) is int:
         return "n"
     if isinstance(x, (str, bytes)):
         raise InvalidArgumentError("a scale must be a number or a one-element array/tensor, not %s" % type(x).__name__)
-    k = key(x)
-    return "n" if k is None else k
+    return key(x)
 
 
 def ptr(x):
@@ -169,9 +176,16 @@ def scalar_mode(x, name, device):
 
 
 def host_scalar(x, mode):
-    """The float of a scalar passed by value (modes SCALAR_NUMBER and SCALAR_HOST)."""
+    """The float of a scalar passed by value (modes SCALAR_NUMBER and SCALAR_HOST). A number of a
+    type whose plan was built converts as the one the plan was built with did; one that does not
+    (a type that converts some values only) gets the validation's error."""
     if mode == SCALAR_NUMBER:
-        return 1.0 if x is None else float(x)
+        if x is None:
+            return 1.0
+        try:
+            return float(x)
+        except (TypeError, ValueError):
+            return T.scalar(x, "scalar", 1.0)
     return T.scalar(x, "scalar", 1.0)
 
 

@@ -4,6 +4,7 @@ PyTorch is optional: it is looked up in sys.modules, so the package never import
 tensor can only reach us if the caller imported torch already.
 """
 
+import operator
 import sys
 import threading
 
@@ -102,6 +103,8 @@ class View:
             self.dtype = dtype_name(obj.dtype)
             self.itemsize = obj.element_size()
         elif isinstance(obj, np.ndarray):
+            if not obj.dtype.isnative:
+                raise InvalidArgumentError(_byte_order_message(name, obj.dtype))
             self.torch = False
             self.device = -1
             self.ptr = obj.__array_interface__["data"][0]
@@ -141,8 +144,8 @@ class View:
     def row_stride(self):
         """Elements between rows of a 2-D view with unit column stride, else None."""
         rows, cols = self.shape
-        if rows == 0:
-            return cols  # no rows: any stride describes it (NumPy and PyTorch report 0 or anything)
+        if rows == 0 or cols == 0:
+            return cols  # no elements: any stride describes it (NumPy and PyTorch report 0 or anything)
         if cols != 1 and self.strides[1] != 1:
             return None
         ld = self.strides[0] if rows > 1 else cols
@@ -161,7 +164,14 @@ class View:
             raise InvalidArgumentError("%s is a read-only array" % self.name)
 
 
+def _byte_order_message(name, dtype):
+    return ("%s is a NumPy array of dtype %s in non-native byte order (%r); the library reads values in this "
+            "machine's byte order: pass x.astype(x.dtype.newbyteorder('='))" % (name, dtype.name, dtype.str))
+
+
 def _is_contig(shape, strides):
+    if 0 in shape:
+        return True  # no elements: any strides describe it (NumPy reports 0 for np.zeros((0, k)))
     expect = 1
     for size, stride in zip(reversed(shape), reversed(strides)):
         if size != 1 and stride != expect:
@@ -207,6 +217,16 @@ def reshape(obj, shape):
     return obj.reshape(shape)
 
 
+def integer(x):
+    """A Python or NumPy integer as an int; None for anything else (a bool, a float, a string)."""
+    if isinstance(x, bool):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
+
+
 def scalar(x, name, default):
     """A float from None (default), a Python/NumPy number or a one-element array or tensor. Only the
     host helpers (dequantization) read a CUDA tensor back this way; the GEMM and quantize paths pass
@@ -214,6 +234,8 @@ def scalar(x, name, default):
     if x is None:
         return float(default)
     if is_torch(x) or isinstance(x, np.ndarray):
+        if not is_torch(x) and not x.dtype.isnative:
+            raise InvalidArgumentError(_byte_order_message(name, x.dtype))
         n = x.numel() if is_torch(x) else x.size
         if n != 1:
             raise InvalidArgumentError("%s must be a scalar (one element); got %d elements" % (name, n))
@@ -237,7 +259,11 @@ class _Context:
 
     def __init__(self, device):
         handle = _lib.ctypes.c_void_p()
-        _lib.check(_lib.LIB.fp4_context_create(_lib.ctypes.byref(handle), device), "fp4_context_create")
+        status = _lib.LIB.fp4_context_create(_lib.ctypes.byref(handle), device)
+        if status == _lib.ERR_UNSUPPORTED:  # the library's hint is about its C API; say it in Python terms
+            raise _lib.UnsupportedError("CUDA device %d asked for, but this fp4kit was built without CUDA (host "
+                                        "backends only): pass NumPy arrays or CPU tensors, or device=None" % device)
+        _lib.check(status, "fp4_context_create")
         self.handle = handle
         self.device = device
         self.lock = threading.Lock()

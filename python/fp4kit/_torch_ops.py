@@ -133,11 +133,8 @@ def _(input, global_scale, global_scale_value, sf_vec_size, sf_use_ue8m0, is_sf_
     fmt = _lib.FORMAT_MXFP4 if sf_use_ue8m0 else _lib.FORMAT_NVFP4
     layout = ((_lib.LAYOUT_8X4 if is_sf_8x4_layout else _lib.LAYOUT_128X4) if is_sf_swizzled_layout
               else _lib.LAYOUT_LINEAR)
-    nbytes = _ops.scale_bytes(fmt, layout, rows, k)
     x_q = input.new_empty(tuple(input.shape[:-1]) + (k // 2,), dtype=torch.uint8)
-    c = k // sf_vec_size
-    cols = c if layout == _lib.LAYOUT_LINEAR or c % 4 == 0 else (c + 3) // 4 * 4
-    return x_q, input.new_empty((nbytes // cols, cols), dtype=torch.uint8)
+    return x_q, input.new_empty(_ops.scale_shape(fmt, layout, rows, k), dtype=torch.uint8)  # eager's shape
 
 
 def fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl,
@@ -174,6 +171,8 @@ def _(hidden, topk_ids, topk_weights, w13, w13_scales, w13_multipliers, w2, w2_s
 
 def moe_forward(hidden, topk_ids, topk_weights, w13, w13_scales, w13_multipliers, w2, w2_scales, w2_multipliers,
                 act_scales, mode, use_nvfp4, scale_layout, out_dtype, backend, enable_pdl):
+    from . import _moe
+    _moe.check_act_scales_given(act_scales, mode, use_nvfp4, "moe_forward")  # as the eager call refuses None
     if isinstance(act_scales, torch.Tensor):
         t, g, d = act_scales, 1.0, 1.0
     else:

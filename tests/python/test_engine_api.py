@@ -7,7 +7,11 @@ visibly otherwise).
 """
 
 import ctypes
+import enum
 import inspect
+import os
+import pathlib
+import re
 import threading
 
 import numpy as np
@@ -200,6 +204,96 @@ def test_mm_fp4_skip_check_and_backend_queries():
     assert fp4kit.mm_fp4.has_backend("ref") and fp4kit.mm_fp4.is_compute_capability_supported(100)
 
 
+def test_unknown_compute_capabilities_are_answered_no():
+    """FlashInfer's queries answer False for a compute capability no backend runs on, including
+    those the architecture table does not list (Turing, Orin, Thor), instead of raising."""
+    for cc in (75, 87, 110, 0):
+        assert fp4kit.mm_fp4.is_compute_capability_supported(cc) is False
+        for backend in ("ref", "cpu"):
+            assert fp4kit.mm_fp4.is_backend_supported(backend, cc) is False
+    assert fp4kit.mm_fp4.is_backend_supported("ref", np.int64(90)) is True
+    with pytest.raises(ValueError, match="compute capability"):
+        fp4kit.mm_fp4.is_backend_supported("ref", "sm_90")
+
+
+def test_gemm_block_size_errors_are_value_errors_as_in_flashinfer():
+    """FlashInfer's mm_fp4 raises ValueError for a block size its format does not have (64 among
+    them); fp4_quantize's NotImplementedError for sf_vec_size 64 is FlashInfer's too."""
+    xq, xs, wq, ws, alpha, _ = base._operands(3, 32, 64)
+    for block, nv in ((64, True), (64, False), (8, True), (32, True)):
+        with pytest.raises(ValueError, match="block_size") as e:
+            fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, block_size=block, use_nvfp4=nv)
+        assert not isinstance(e.value, NotImplementedError)
+        with pytest.raises(ValueError, match="block_size") as e:
+            fp4kit.mm_w4a16(np.ones((3, 64), np.float32), wq.T, ws.T, alpha, block_size=block, use_nvfp4=nv)
+        assert not isinstance(e.value, NotImplementedError)
+    with pytest.raises(NotImplementedError, match="sf_vec_size"):
+        fp4kit.fp4_quantize(np.ones((3, 64), np.float32), 1.0, 64)
+
+
+class FlashInferSfLayout(enum.IntEnum):
+    """FlashInfer's flashinfer.tllm_enums.SfLayout: an IntEnum of the same names and values."""
+
+    layout_128x4 = 0
+    layout_8x4 = 1
+    layout_linear = 2
+
+
+class OtherLayout(enum.IntEnum):
+    row_major = 2
+
+
+def test_sf_layout_arguments_follow_one_rule():
+    """nvfp4_quantize, mxfp4_quantize and mxfp4_dequantize take the same sfLayout values: fp4kit's
+    SfLayout, FlashInfer's IntEnum of the same names, or the value as an integer; a bool, another
+    enum or an unknown value is refused by each."""
+    x = base.random_input(np.random.default_rng(7), 9, 64)
+    for name, value in (("layout_128x4", 0), ("layout_8x4", 1), ("layout_linear", 2)):
+        mine = fp4kit.SfLayout[name]
+        for given in (FlashInferSfLayout[name], value, np.int32(value)):
+            for a, b in zip(fp4kit.nvfp4_quantize(x, 2.0, given), fp4kit.nvfp4_quantize(x, 2.0, mine)):
+                np.testing.assert_array_equal(a, b)
+            mq, ms = fp4kit.mxfp4_quantize(x, "auto", None, given)
+            mq2, ms2 = fp4kit.mxfp4_quantize(x, "auto", None, mine)
+            np.testing.assert_array_equal(ms, ms2)
+            np.testing.assert_array_equal(fp4kit.mxfp4_dequantize(mq, ms, given),
+                                          fp4kit.mxfp4_dequantize(mq2, ms2, mine))
+    q, s = fp4kit.mxfp4_quantize(x)
+    for bad in (True, 7, 1.0, "layout_linear", OtherLayout.row_major):
+        with pytest.raises(ValueError, match="sfLayout"):
+            fp4kit.nvfp4_quantize(x, 2.0, bad)
+        with pytest.raises(ValueError, match="sfLayout"):
+            fp4kit.mxfp4_quantize(x, "auto", None, bad)
+        with pytest.raises(ValueError, match="sfLayout"):
+            fp4kit.mxfp4_dequantize(q, s, bad)
+
+
+def test_layout_hints_name_the_flag_that_fixes_the_call():
+    """A scale tensor in another layout's shape is refused with the argument value that reads it:
+    128x4 scales given to the linear dequantizer ask for is_sf_swizzled_layout=True, 128x4 scales of
+    a with use_8x4_sf_layout=True ask for use_8x4_sf_layout=False, and the reverse."""
+    x = base.random_input(np.random.default_rng(8), 4, 64)
+    xq, xs = fp4kit.fp4_quantize(x, 1.0)
+    _, xs8 = fp4kit.fp4_quantize(x, 1.0, 16, False, True, True)
+    _, xs_lin = fp4kit.fp4_quantize(x, 1.0, 16, False, False)
+    wq, ws = fp4kit.fp4_quantize(base.random_input(np.random.default_rng(9), 32, 64), 1.0)
+    deq = fp4kit.e2m1_and_ufp8sf_scale_to_float
+    with pytest.raises(ValueError, match=r"pass is_sf_swizzled_layout=True for 128x4 scales$"):
+        deq(xq, xs, None, 16, 1, False)
+    with pytest.raises(ValueError, match=r"pass is_sf_swizzled_layout=True and is_sf_8x4_layout=True for 8x4"):
+        deq(xq, xs8, None, 16, 1, False)
+    with pytest.raises(ValueError, match=r"pass is_sf_8x4_layout=False for 128x4 scales$"):
+        deq(xq, xs, None, 16, 1, True, True)
+    with pytest.raises(ValueError, match=r"pass is_sf_swizzled_layout=False for linear scales$"):
+        deq(xq, xs_lin, None, 16, 1, True, True)
+    with pytest.raises(ValueError, match=r"pass use_8x4_sf_layout=False for 128x4 scales$"):
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 1.0, use_8x4_sf_layout=True)
+    with pytest.raises(ValueError, match=r"pass use_8x4_sf_layout=True for 8x4 scales$"):
+        fp4kit.mm_fp4(xq, wq.T, xs8, ws.T, 1.0)
+    np.testing.assert_array_equal(fp4kit.mm_fp4(xq, wq.T, xs8, ws.T, 1.0, np.float32, use_8x4_sf_layout=True),
+                                  fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 1.0, np.float32))
+
+
 # ---- scale layouts told apart by shape ----------------------------------------------------------------------
 
 
@@ -240,6 +334,86 @@ def test_tune_defaults_to_the_host_without_a_gpu(tmp_path):
     assert results and results[0]["backend"] in [b["name"] for b in fp4kit.backends() if b["available"]]
     with pytest.raises(ValueError, match="device"):
         fp4kit.tune([(32, 64)], device=-2, cache_path=str(tmp_path / "t.json"))
+
+
+def test_tune_takes_path_objects_and_numpy_integers(tmp_path):
+    path = tmp_path / "tuning.json"
+    results = fp4kit.tune([(np.int64(32), np.int32(64))], m=np.int64(4), runs=np.int64(1), cache_path=path,
+                          device=None)
+    assert [(r["m"], r["n"], r["k"]) for r in results] == [(4, 32, 64)]
+    assert path.exists()
+    results = fp4kit.tune([(32, 64)], m=np.array([1, 3]), runs=1, cache_path=pathlib.PurePath(path), device=None)
+    assert [r["m"] for r in results] == [1, 4]
+    for bad in (dict(m=2.5), dict(m="4"), dict(runs=1.5), dict(cache_path=3), dict(device=True)):
+        kw = dict(m=1, runs=1, cache_path=path, device=None)
+        kw.update(bad)
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            fp4kit.tune([(32, 64)], **kw)
+
+
+def test_backends_and_probe_of_a_device_this_build_cannot_use_say_why():
+    """backends(device) and probe(device) answer, as their docstrings promise, also where the device
+    cannot be used (a build without CUDA, no GPU): every backend unavailable, with the reason."""
+    from fp4kit import _lib
+    if _lib.LIB.fp4_probe_device_count() > 0:
+        pytest.skip("the library sees a CUDA device")
+    for device in (0, np.int64(0), 7):
+        listed = fp4kit.backends(device)
+        assert [b["name"] for b in listed] == [b["name"] for b in fp4kit.backends()]
+        for b in listed:
+            assert b["available"] is False and b["reason"] and "device -1" not in b["reason"], b
+        report = fp4kit.probe(device)
+        assert [r["backend"] for r in report["backends"]] == [b["name"] for b in listed]
+        for r in report["backends"]:
+            assert r["available"] == "no" and r["reason"] == listed[0]["reason"]
+            assert all(c["support"] == "no" and c["reason"] == r["reason"] for c in r["capabilities"].values())
+    assert report["device"] == 7
+    with pytest.raises(ValueError, match="device"):
+        fp4kit.backends(True)
+    with pytest.raises(fp4kit.UnsupportedError) as e:
+        fp4kit.tune([(32, 64)], device=0)
+    assert "device -1" not in str(e.value)
+
+
+def _doc_calls(path):
+    """(function name, listed parameters) of every inline `name(p1, p2=..., ...)` in a document whose
+    parameters are plain names or '...' (examples that pass expressions are left out)."""
+    text = open(path, encoding="utf-8").read()
+    for name, args in re.findall(r"`(?:fp4kit\.)?([a-z_0-9]+)\(([^`]*)\)`", text):
+        parts, depth, cur = [], 0, ""
+        for ch in args:  # split at the commas outside parentheses (defaults such as m=(1, 16))
+            depth += (ch == "(") - (ch == ")")
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        params = [p.strip().split("=")[0].strip() for p in parts + [cur] if p.strip()]
+        if all(p == "..." or re.fullmatch(r"[A-Za-z_][A-Za-z_0-9]*", p) for p in params):
+            yield name, params
+
+
+def test_documented_signatures_match_the_code():
+    """Every call written out in docs/python.md and python/README.md names the function's parameters
+    in the code's order: those before any '...' are its first parameters, and every name listed is
+    one of its parameters, in order (trailing ones may be left out). A call whose first argument is
+    not the first parameter's name is an example with the caller's variables and is left out."""
+    checked = 0
+    for doc in (os.path.join(base.REPO, "docs", "python.md"), os.path.join(base.REPO, "python", "README.md")):
+        for name, params in _doc_calls(doc):
+            fn = getattr(fp4kit, name, None)
+            if not callable(fn) or name not in fp4kit.__all__:
+                continue
+            real = list(inspect.signature(fn).parameters)
+            if params and params[0] not in (real[0], "..."):
+                continue  # a call with the caller's variables (an example), not a signature
+            lead = params[:params.index("...")] if "..." in params else params
+            assert lead == real[:len(lead)], (doc, name, params, real)
+            named = [p for p in params if p != "..."]
+            at = [real.index(p) if p in real else -1 for p in named]
+            assert -1 not in at and at == sorted(at), (doc, name, params, real)
+            checked += 1
+    assert checked >= 8
 
 
 # ---- call plans: shapes and threads never share a stale plan ---------------------------------------------------
@@ -632,6 +806,55 @@ def test_moe_forward_equals_fp4_moe_forward(mode):
         gt = fp4kit.moe_forward(th, torch.from_numpy(ids), torch.from_numpy(weights), *tt,
                                 act_scales=torch.tensor(act), mode=mode)
         np.testing.assert_array_equal(gt.view(torch.uint16).numpy(), expect.view(np.uint16))
+
+
+def test_moe_forward_act_scales_and_multipliers_are_part_of_the_plan():
+    """A call's activation scales are never those of an earlier call: W4A4 NVFP4 with act_scales=None
+    is refused every time, also after a call with a pair; a new pair computes with its own values;
+    list multipliers are refused rather than ignored after a call without multipliers."""
+    hidden, ids, weights, p = moe_operands(4)
+    w13, s13, m13 = p["w13"]
+    w2, s2, m2 = p["w2"]
+    for act in ((3.0, 5.0), (2.0, 0.5), [np.float32(4.0), 1]):
+        expect = c_moe(hidden, ids, weights, w13, s13, m13, w2, s2, m2, 1, tuple(float(v) for v in act))
+        got = fp4kit.moe_forward(hidden, ids, weights, w13, s13, m13, w2, s2, m2, act, "w4a4")
+        np.testing.assert_array_equal(got.view(np.uint16), expect.view(np.uint16))
+        for _ in range(2):
+            with pytest.raises(fp4kit.InvalidArgumentError, match="needs act_scales"):
+                fp4kit.moe_forward(hidden, ids, weights, w13, s13, m13, w2, s2, m2, None, "w4a4")
+    for bad in ((1.0,), ("1.0", 2.0), 2.0):
+        with pytest.raises(fp4kit.InvalidArgumentError, match="act_scales"):
+            fp4kit.moe_forward(hidden, ids, weights, w13, s13, m13, w2, s2, m2, bad, "w4a4")
+    plain = fp4kit.moe_forward(hidden, ids, weights, w13, s13, None, w2, s2, None, None, "w4a16")
+    for _ in range(2):
+        with pytest.raises(fp4kit.InvalidArgumentError, match="w13_multipliers"):
+            fp4kit.moe_forward(hidden, ids, weights, w13, s13, list(m13), w2, s2, None, None, "w4a16")
+    np.testing.assert_array_equal(
+        plain.view(np.uint16),
+        c_moe(hidden, ids, weights, w13, s13, np.ones(E, np.float32), w2, s2, np.ones(E, np.float32), 0,
+              (0.0, 0.0)).view(np.uint16))
+
+
+def test_moe_forward_of_no_tokens_returns_an_empty_output():
+    hidden, ids, weights, p = moe_operands(5)
+    for empty in ((hidden[:0], ids[:0], weights[:0]),
+                  (np.zeros((0, H), hidden.dtype), np.zeros((0, TOP_K), np.int32), np.zeros((0, TOP_K), np.float32))):
+        out = fp4kit.moe_forward(*empty, *p["w13"], *p["w2"], (2.0, 2.0), "w4a4")
+        assert out.shape == (0, H) and out.dtype == hidden.dtype
+
+
+@torch_only
+@pytest.mark.parametrize("m,k", [(300, 96), (100, 96), (4, 32), (9, 16)])
+@pytest.mark.parametrize("layout", ["128x4", "8x4", "linear"])
+def test_fp4_quantize_fake_shapes_equal_eager_shapes(m, k, layout):
+    """The torch op's fake implementation gives the shapes the eager call returns (FlashInfer's)."""
+    x = torch.randn(m, k, dtype=torch.bfloat16)
+    args = (x, torch.tensor([1.0]), 1.0, 16, False, layout != "linear", layout == "8x4", None, "auto", "flashinfer")
+    torch.library.opcheck(torch.ops.fp4kit.fp4_quantize, args, test_utils=("test_faketensor",))
+    q, s = fp4kit.fp4_quantize(x, 1.0, 16, False, layout != "linear", layout == "8x4")
+    c = k // 16
+    assert tuple(s.shape) == {"128x4": ((m + 127) // 128 * 128, (c + 3) // 4 * 4),
+                              "8x4": ((m + 7) // 8 * 8, (c + 3) // 4 * 4), "linear": (m, c)}[layout]
 
 
 @torch_only

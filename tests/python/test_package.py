@@ -283,6 +283,36 @@ def test_scale_shape_follows_flashinfer():
     assert s.shape == (3, 5)
 
 
+@pytest.mark.parametrize("m", [1, 4, 100, 128, 300])
+@pytest.mark.parametrize("k", [16, 32, 96, 128])
+@pytest.mark.parametrize("fmt,layout", [(NVFP4, "128x4"), (NVFP4, "8x4"), (NVFP4, "linear"), (MXFP4, "128x4"),
+                                        (MXFP4, "8x4"), (MXFP4, "linear")])
+def test_scale_shape_is_the_padded_grid_for_every_m(m, k, fmt, layout):
+    """FlashInfer's shape of the returned scales: [roundup(M, 128), roundup(K/block, 4)] for 128x4,
+    [roundup(M, 8), roundup(K/block, 4)] for 8x4 and [M, K/block] for linear, whatever M is (no
+    reshaping of the padded buffer to K/block columns where that divides)."""
+    bs = 16 if fmt == NVFP4 else 32
+    if k % bs:
+        pytest.skip("K not a multiple of the block")
+    c = k // bs
+    want = {"128x4": ((m + 127) // 128 * 128, (c + 3) // 4 * 4), "8x4": ((m + 7) // 8 * 8, (c + 3) // 4 * 4),
+            "linear": (m, c)}[layout]
+    x = random_input(np.random.default_rng(m + k), m, k)
+    q, s = fp4kit.fp4_quantize(x, None if fmt == MXFP4 else 1.0, bs, fmt == MXFP4, layout != "linear",
+                               layout == "8x4")
+    assert q.shape == (m, k // 2) and s.shape == want
+    q_ref, s_ref, _ = c_quantize_ref(x, fmt, layout, 1.0)
+    np.testing.assert_array_equal(s.reshape(-1), s_ref)
+    # a column-major input gives the transposes, and N-D inputs the scales of their rows
+    qt, st = fp4kit.fp4_quantize(np.asfortranarray(x.T).T, None if fmt == MXFP4 else 1.0, bs, fmt == MXFP4,
+                                 layout != "linear", layout == "8x4")
+    assert st.shape == want
+    if m % 2 == 0:
+        _, s3 = fp4kit.fp4_quantize(x.reshape(2, m // 2, k), None if fmt == MXFP4 else 1.0, bs, fmt == MXFP4,
+                                    layout != "linear", layout == "8x4")
+        assert s3.shape == want
+
+
 # ---- block_scale_interleave ------------------------------------------------------------------------------
 
 
@@ -390,6 +420,22 @@ def test_mm_rejects_a_weight_that_is_not_the_transposed_view():
 
 
 # ---- errors ------------------------------------------------------------------------------------------------
+
+
+def test_errors_carry_their_status():
+    """Every fp4kit error carries a C status: the library's, or for the package's own checks the
+    status of the error's kind."""
+    with pytest.raises(fp4kit.InvalidArgumentError) as e:
+        fp4kit.fp4_quantize(np.ones(64, np.float32), 1.0)  # refused in Python (a 1-D input)
+    assert e.value.status == -1
+    with pytest.raises(fp4kit.UnsupportedError) as e:
+        fp4kit.fp4_quantize(np.ones((4, 64), np.float32), 1.0, sf_vec_size=64)
+    assert e.value.status == -2
+    with pytest.raises(fp4kit.InvalidArgumentError) as e:
+        fp4kit.fp4_quantize(np.ones((4, 64), np.float32), 0.0)  # refused by the library
+    assert e.value.status == -1
+    assert fp4kit.NotFoundError("x").status == -7 and fp4kit.OutOfMemoryError("x").status == -3
+    assert fp4kit.InvalidArgumentError("x", -5).status == -5
 
 
 def test_errors_carry_the_library_message():
@@ -645,3 +691,87 @@ def test_bad_scalars_and_empty_batches():
         fp4kit.mm_w4a16(np.ones((4, 64), np.float32), wq.T, ws.T, "2")
     out = fp4kit.mm_w4a16(np.ones((0, 64), np.float32), wq.T, ws.T, alpha)
     assert out.shape == (0, 32)
+
+
+def test_empty_batches_return_empty_results():
+    """M = 0 (an empty batch) is a valid call everywhere, as in FlashInfer: quantizing no rows gives
+    empty codes and scales, and the GEMMs, the MoE layer and the dequantizer give empty outputs,
+    for sliced arrays and for the zero-stride arrays np.zeros((0, k)) makes."""
+    xq, xs, wq, ws, alpha, ref = _operands(4, 32, 64)
+    x = random_input(np.random.default_rng(3), 4, 64)
+    for empty in (x[:0], np.zeros((0, 64), np.float32)):
+        for swizzled, s8x4, sf_shape in ((True, False, (0, 4)), (True, True, (0, 4)), (False, False, (0, 4))):
+            q0, s0 = fp4kit.fp4_quantize(empty, 1.0, 16, False, swizzled, s8x4)
+            assert q0.shape == (0, 32) and s0.shape == sf_shape and q0.dtype == s0.dtype == np.uint8
+        q0, s0 = fp4kit.fp4_quantize(empty, 1.0)
+        assert fp4kit.mm_fp4(q0, wq.T, s0, ws.T, alpha).shape == (0, 32)
+        out = np.empty((0, 32), np.float32)
+        assert fp4kit.mm_fp4(q0, wq.T, s0, ws.T, alpha, np.float32, out) is out
+        assert fp4kit.mm_w4a16(empty, wq.T, ws.T, alpha).shape == (0, 32)
+        assert fp4kit.e2m1_and_ufp8sf_scale_to_float(q0, s0).shape == (0, 64)
+    a0 = np.zeros((0, 32), np.uint8)
+    assert fp4kit.mm_fp4(a0, wq.T, np.zeros((0, 4), np.uint8), ws.T, alpha).shape == (0, 32)
+    q3, s3 = fp4kit.fp4_quantize(np.zeros((2, 0, 64), np.float32), 1.0)
+    assert q3.shape == (2, 0, 32) and s3.shape == (0, 4)
+    assert fp4kit.block_scale_interleave(np.zeros((0, 4), np.uint8)).shape == (0,)
+    # calls with rows after calls without them still compute (the plans differ)
+    out = np.full((4, 32), np.nan, np.float32)
+    fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, out, backend="ref")
+    np.testing.assert_array_equal(out, ref.astype(np.float32))
+
+
+def test_arrays_in_non_native_byte_order_are_refused():
+    """The library reads values in the machine's byte order: a big-endian array (whose dtype is still
+    named float32) is refused with a ValueError at every entry that takes arrays, also after a call
+    of the same shape in native order, instead of being read as other numbers."""
+    xq, xs, wq, ws, alpha, _ = _operands(4, 32, 64)
+    x = random_input(np.random.default_rng(4), 4, 64)
+    swapped = lambda a: a.astype(a.dtype.newbyteorder("S"))  # noqa: E731
+    for _ in range(2):  # before and after the native calls below built their plans
+        cases = [
+            lambda: fp4kit.fp4_quantize(swapped(x), 1.0),
+            lambda: fp4kit.fp4_quantize(x, swapped(np.array([1.0], np.float32))),
+            lambda: fp4kit.mm_w4a16(swapped(x), wq.T, ws.T, alpha),
+            lambda: fp4kit.mm_w4a16(x, wq.T, ws.T, swapped(np.array([0.5], np.float32))),
+            lambda: fp4kit.mm_w4a16(x, wq.T, ws.T, alpha, np.float32, swapped(np.zeros((4, 32), np.float32))),
+            lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, swapped(np.array([0.5], np.float32))),
+            lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, swapped(np.zeros((4, 32), np.float32))),
+            lambda: fp4kit.e2m1_and_ufp8sf_scale_to_float(xq, xs, swapped(np.array([0.5], np.float32))),
+        ]
+        for call in cases:
+            with pytest.raises(fp4kit.InvalidArgumentError, match="byte order"):
+                call()
+        fp4kit.fp4_quantize(x, 1.0)
+        fp4kit.fp4_quantize(x, np.array([1.0], np.float32))
+        fp4kit.mm_w4a16(x, wq.T, ws.T, np.array([0.5], np.float32), np.float32, np.zeros((4, 32), np.float32))
+        fp4kit.mm_fp4(xq, wq.T, xs, ws.T, np.array([0.5], np.float32), np.float32, np.zeros((4, 32), np.float32))
+
+
+def test_errors_do_not_depend_on_earlier_calls():
+    """An argument that is neither None, a number nor an array (a list alpha or global scale, a list
+    `out`) is refused with the same error whether or not a valid call of the same shapes built a plan
+    before it: such arguments never share a plan with None or with numbers."""
+    from fp4kit import _plan
+    xq, xs, wq, ws, alpha, _ = _operands(4, 32, 64)
+    a = np.ones((4, 64), np.float32)
+    x = random_input(np.random.default_rng(5), 4, 64)
+    cases = [
+        (lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, [0.5]), lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 0.5)),
+        (lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 1j), lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 0.5)),
+        (lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 0.5, None, [[0.0] * 32] * 4),
+         lambda: fp4kit.mm_fp4(xq, wq.T, xs, ws.T, 0.5, None, None)),
+        (lambda: fp4kit.mm_w4a16(a, wq.T, ws.T, [0.5]), lambda: fp4kit.mm_w4a16(a, wq.T, ws.T, None)),
+        (lambda: fp4kit.mm_w4a16(a, wq.T, ws.T, 0.5, None, (1, 2)), lambda: fp4kit.mm_w4a16(a, wq.T, ws.T, 0.5)),
+        (lambda: fp4kit.fp4_quantize(x, [2.0]), lambda: fp4kit.fp4_quantize(x, 2.0)),
+    ]
+    for bad, good in cases:
+        _plan.forget_plans()
+        with pytest.raises(fp4kit.InvalidArgumentError) as first:
+            bad()
+        good()
+        with pytest.raises(fp4kit.InvalidArgumentError) as again:
+            bad()
+        assert str(again.value) == str(first.value)
+    # NumPy scalars take their own plan and their value
+    np.testing.assert_array_equal(fp4kit.mm_w4a16(a, wq.T, ws.T, np.float32(0.25)),
+                                  fp4kit.mm_w4a16(a, wq.T, ws.T, 0.25))
