@@ -2,7 +2,8 @@
 /* `fp4kit tune` and its cache file, end to end on the host: 8 tune processes on distinct shapes
  * into one cache keep all 8 entries; an invalid entry in the cache costs only itself (the valid
  * ones and the new one are written back, never as null); a cache path that cannot be written fails
- * before any tuning, saying which path. No timing is asserted. */
+ * before any tuning, saying which path; an M, N or K out of range is a usage error found before
+ * the cache is written. No timing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,15 @@ static int count_entries(const char *cache_path, int *count) {
   *count = fp4_tuning_cache_count(c);
   fp4_tuning_cache_destroy(c);
   return st;
+}
+
+/* Writes text to DIR/name; path receives the file's path. */
+static void write_in_dir(const char *name, const char *text, char *path, size_t path_size) {
+  snprintf(path, path_size, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(text, f);
+  fclose(f);
 }
 
 static void eight_tune_processes(void) {
@@ -98,10 +108,7 @@ static void invalid_entry_costs_only_itself(void) {
 
 static void unwritable_cache_fails_first(void) {
   char file[128], cache[200];
-  snprintf(file, sizeof file, "%s/plain-file", dir);
-  FILE *f = fopen(file, "w");
-  fputs("x", f);
-  fclose(f);
+  write_in_dir("plain-file", "x", file, sizeof file);
   snprintf(cache, sizeof cache, "%s/sub/tuning.json", file);
   /* many keys: were they tuned first, the progress lines would show it */
   int rc = tune(cache, "--shapes 64x128,128x128,192x128,256x128 --m 1,2,4,8", "unwritable");
@@ -129,6 +136,36 @@ static void unwritable_cache_fails_first(void) {
   }
 }
 
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* Values that fp4_tune would refuse: exit 2, nothing tuned, the cache not created. */
+static void out_of_range_values_are_usage_errors(void) {
+  char shapes[128], big[300];
+  write_in_dir("huge-n.txt", "99999999999999999999 256 huge\n", shapes, sizeof shapes);
+  snprintf(big, sizeof big, "--shapes %s", shapes);
+  const struct {
+    const char *args, *said;
+  } cases[] = {
+      {"--shape 128x256 --m 99999999999999999999", "'99999999999999999999' is not an integer from 1 to 2147483648"},
+      {"--shape 128x256 --m 2147483649", "'2147483649'"},
+      {"--shape 128x256 --m 4,-8", "'-8'"},
+      {"--shape 128x256 --m 1,,2", "'' is not an integer"},
+      {"--shape 128x100", "K must be a multiple of 16 for nvfp4"},
+      {"--shape 128x272 --format nvfp4,mxfp4", "K must be a multiple of 32 for mxfp4"},
+      {big, "N and K integers from 1 to 2147483648"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char cache[128];
+    snprintf(cache, sizeof cache, "%s/range%zu.json", dir, i);
+    int rc = tune(cache, cases[i].args, "range");
+    char *err = cli_slurp("range.err");
+    CHECK(rc == 2 && err && strstr(err, cases[i].said) && !cli_count(err, "fp4kit tune: ["),
+          "%s: exit %d (expected 2, saying %s):\n%s", cases[i].args, rc, cases[i].said, err ? err : "");
+    CHECK(!file_exists(cache), "%s: the cache is not written", cases[i].args);
+    free(err);
+  }
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/fp4kit_tune_cache_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -138,6 +175,7 @@ int main(void) {
   eight_tune_processes();
   invalid_entry_costs_only_itself();
   unwritable_cache_fails_first();
+  out_of_range_values_are_usage_errors();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -443,7 +443,15 @@ static void test_concurrent_readers(fp4_context *ctx) {
   CHECK(r.bad_loads == 0, "%d of %d loads saw a partial file", r.bad_loads, r.loads);
 }
 
-/* The tuner on the host: the winner is recorded and auto then uses it. */
+/* Candidates announced to the progress callback ("done" is not one). */
+static void count_candidates(void *user, int done, int total, const char *what) {
+  (void)done;
+  (void)total;
+  *(int *)user += strcmp(what, "done") != 0;
+}
+
+/* The tuner on the host: the winner is recorded and auto then uses it; every key is checked before
+ * any is timed. */
 static void test_tuner_host(void) {
   fp4_context *ctx = NULL;
   fp4_context_create(&ctx, -1);
@@ -461,9 +469,13 @@ static void test_tuner_host(void) {
     CHECK(fp4_tuning_cache_lookup(c, &keys[i], be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, res[i].backend),
           "cached winner %d", i);
   }
-  fp4_tune_key bad = keys[0];
-  bad.k = 40; /* not a multiple of 16 */
-  CHECK(fp4_tune(ctx, &bad, 1, 3, c, NULL, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "K must fit the block");
+  fp4_tune_key bad[2] = {keys[0], keys[0]};
+  bad[1].k = 40; /* not a multiple of 16 */
+  int announced = 0;
+  CHECK(fp4_tune(ctx, bad, 2, 3, c, NULL, count_candidates, &announced) == FP4_ERR_INVALID_ARGUMENT &&
+            strstr(fp4_last_error(), "keys[1].k"),
+        "K must fit the block: %s", fp4_last_error());
+  CHECK(announced == 0, "a refused key stops the call before any key is timed (%d candidates ran)", announced);
   CHECK(fp4_tune(ctx, keys, 1, 0, c, NULL, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT, "runs >= 1");
   fp4_tuning_cache_destroy(c);
   fp4_context_destroy(ctx);

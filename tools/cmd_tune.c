@@ -11,6 +11,11 @@
 #include "bench.h"
 #include "cli.h"
 
+/* The largest M, N or K fp4_tune takes: a larger value is a usage error, found before the cache is
+ * touched. */
+#define TUNE_MAX_DIM ((int64_t)1 << 31)
+enum { TUNE_MAX_M = 32 };
+
 static void tune_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit tune (--model NAME [--tp N] | --shapes FILE|NxK[,NxK...] | --shape NxK)...\n"
@@ -35,7 +40,8 @@ static void tune_usage(FILE *f) {
           "  --shapes       a file with one GEMM per line ('N K [name]'; '#' starts a comment), or a\n"
           "                 list NxK[,NxK...] as fp4kit bench takes it\n"
           "  --shape NxK    one GEMM (repeatable)\n"
-          "  --m LIST       comma-separated M values (default 1,16,128,1024,4096); each is tuned at its bucket\n"
+          "  --m LIST       comma-separated M values from 1 to %lld (default 1,16,128,1024,4096; at most\n"
+          "                 %d); each is tuned at its bucket\n"
           "  --op LIST      w4a16 (16-bit activations) and/or w4a4 (FP4 activations); default w4a16,w4a4\n"
           "  --format LIST  nvfp4 and/or mxfp4; default nvfp4\n"
           "  --act          W4A16 activation dtype (default bf16, as fp4kit bench)\n"
@@ -45,7 +51,24 @@ static void tune_usage(FILE *f) {
           "                 CUDA device is present, else -1)\n"
           "  --cache FILE   default: $FP4KIT_TUNING_CACHE, $XDG_CACHE_HOME/fp4kit/tuning.json or\n"
           "                 ~/.cache/fp4kit/tuning.json\n"
-          "  --list-shapes  print the shapes (N K name) and exit\n");
+          "  --list-shapes  print the shapes (N K name) and exit\n",
+          (long long)TUNE_MAX_DIM, TUNE_MAX_M);
+}
+
+/* A decimal integer from 1 to TUNE_MAX_DIM in s[0..len) into *out; 0 when it is not one (a sign,
+ * space, other character, or a value out of range however many digits it has). */
+static int parse_dim(const char *s, size_t len, int64_t *out) {
+  size_t i = 0;
+  while (i + 1 < len && s[i] == '0') i++; /* leading zeros do not count towards the length */
+  if (!len || len - i > 10) return 0;
+  int64_t v = 0;
+  for (; i < len; i++) {
+    if (s[i] < '0' || s[i] > '9') return 0;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < 1 || v > TUNE_MAX_DIM) return 0;
+  *out = v;
+  return 1;
 }
 
 static int read_shapes(const char *path, bench_shape *shapes, int *count) {
@@ -60,15 +83,16 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
     lineno++;
     char *hash = strchr(line, '#');
     if (hash) *hash = 0;
-    long long n = 0, k = 0;
-    char name[64] = "";
-    int got = sscanf(line, "%lld %lld %63s", &n, &k, name);
+    char ns[32] = "", ks[32] = "", name[64] = "";
+    int64_t n = 0, k = 0;
+    int got = sscanf(line, "%31s %31s %63s", ns, ks, name);
     if (got <= 0) continue; /* blank or comment */
-    if (got < 2 || n < 1 || k < 1) {
-      fprintf(stderr, "fp4kit tune: %s:%d: expected 'N K [name]'\n", path, lineno);
+    if (got < 2 || !parse_dim(ns, strlen(ns), &n) || !parse_dim(ks, strlen(ks), &k)) {
+      fprintf(stderr, "fp4kit tune: %s:%d: expected 'N K [name]' with N and K integers from 1 to %lld\n", path, lineno,
+              (long long)TUNE_MAX_DIM);
       ok = 0;
     } else {
-      if (!name[0]) snprintf(name, sizeof name, "%lldx%lld", n, k);
+      if (!name[0]) snprintf(name, sizeof name, "%lldx%lld", (long long)n, (long long)k);
       ok = bench_add_shape(shapes, count, n, k, name) == 0;
     }
   }
@@ -76,16 +100,22 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
   return ok;
 }
 
-static int parse_m_list(const char *s, int64_t *m, int max) {
-  int n = 0;
-  while (*s) {
-    char *end = NULL;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v < 1 || n == max || (*end && *end != ',')) return -1;
-    m[n++] = v;
-    s = *end == ',' ? end + 1 : end;
+/* A comma-separated list of M values into m (at most max); the count, or -1 with why filled. */
+static int parse_m_list(const char *s, int64_t *m, int max, char *why, size_t why_size) {
+  for (int n = 0;; n++) {
+    const size_t len = strcspn(s, ",");
+    if (n == max) {
+      snprintf(why, why_size, "more than %d values", max);
+      return -1;
+    }
+    if (!parse_dim(s, len, &m[n])) {
+      snprintf(why, why_size, "'%.*s' is not an integer from 1 to %lld", (int)(len < 40 ? len : 40), s,
+               (long long)TUNE_MAX_DIM);
+      return -1;
+    }
+    if (!s[len]) return n + 1;
+    s += len + 1;
   }
-  return n;
 }
 
 /* Comma list of names into flags; 0 on an unknown name. */
@@ -124,7 +154,7 @@ static void progress(void *user, int done, int total, const char *what) {
 int fp4cli_tune(int argc, char **argv) {
   bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
   int nshapes = 0;
-  int64_t ms[32] = {1, 16, 128, 1024, 4096};
+  int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096};
   int nm = 5, runs = 20, device = -2, tp = 1, list_only = 0, rc = FP4CLI_OK;
   int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
   static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
@@ -177,7 +207,7 @@ int fp4cli_tune(int argc, char **argv) {
         if (strchr(v, ',') || bench_parse_shapes(v, shapes, &nshapes, why, sizeof why) < 0) bad = "one NxK";
         break;
       case OPT_M:
-        if ((nm = parse_m_list(v, ms, 32)) < 1) bad = "a list of positive M values (at most 32)";
+        if ((nm = parse_m_list(v, ms, TUNE_MAX_M, why, sizeof why)) < 1) bad = "a comma-separated list of M values";
         break;
       case OPT_OP:
         if (!parse_flags(v, op_names, 2, ops)) bad = "w4a16 and/or w4a4";
@@ -226,6 +256,16 @@ int fp4cli_tune(int argc, char **argv) {
     free(shapes);
     return FP4CLI_OK;
   }
+  /* What fp4_tune would refuse is refused here, before the device or the cache is touched. */
+  for (int s = 0; s < nshapes; s++)
+    for (int f = 0; f < 2; f++) {
+      const int block = fp4_format_block_size((fp4_format)f);
+      if (fmts[f] && shapes[s].k % block) {
+        fprintf(stderr, "fp4kit tune: shape %s (N %lld, K %lld): K must be a multiple of %d for %s\n", shapes[s].name,
+                (long long)shapes[s].n, (long long)shapes[s].k, block, fmt_names[f]);
+        goto usage_quiet;
+      }
+    }
   char path[4096];
   if (cache_path) snprintf(path, sizeof path, "%s", cache_path);
   else if (fp4_tuning_cache_default_path(path, sizeof path)) {

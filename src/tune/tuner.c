@@ -156,11 +156,9 @@ static fp4_status tune_one(fp4_context *ctx, const fp4_tune_key *key, int runs, 
                            fp4_tune_result *res, fp4_tune_progress_fn progress, void *user, int index, int total) {
   const fp4_memory mem = fp4_context_device(ctx) >= 0 ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
   const int64_t M = fp4_tune_m_bucket(key->m), N = key->n, K = key->k;
-  const int bs = fp4_format_block_size(key->format);
   memset(res, 0, sizeof *res);
   res->key = *key;
   res->key.m = M;
-  if (K % bs) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_tune: K (%lld) is not a multiple of %d", (long long)K, bs);
   tune_buffers tb = {.memory = mem};
   size_t sa = 0, sb = 0;
   fp4_status st = fp4_scales_size(key->format, FP4_LAYOUT_128X4, M, K, &sa);
@@ -306,6 +304,10 @@ fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int count, int r
       return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].a_dtype must be bf16, f16 or f32 for W4A16", fn, i);
     if (k->out_dtype != FP4_DTYPE_BF16 && k->out_dtype != FP4_DTYPE_F16 && k->out_dtype != FP4_DTYPE_F32)
       return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].out_dtype must be bf16, f16 or f32", fn, i);
+    const int bs = fp4_format_block_size(k->format);
+    if (k->k % bs)
+      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].k (%lld) is not a multiple of %d (%s)", fn, i,
+                      (long long)k->k, bs, fp4_format_name(k->format));
   }
   for (int i = 0; i < count; i++) {
     fp4_tune_result scratch;
