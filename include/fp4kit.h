@@ -657,7 +657,9 @@ typedef void (*fp4_tune_progress_fn)(void *user, int done, int total, const char
 /* Times every available (backend, config) on each key (at M = its bucket) on ctx's device (or the
  * host), on random data, rejecting candidates that fail or return NaN or all zeros, and stores each
  * winner in cache. results (optional) receives count entries. runs: timed calls per candidate.
- * Every key is checked (shape range, K a multiple of the format's block) before any is timed. */
+ * Every key is checked (shape range, K a multiple of the format's block) before any is timed. Keys
+ * that name one cache entry (M values in one bucket) are timed once: the later ones' results are
+ * copies of the first's. */
 FP4_API fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int count, int runs, fp4_tuning_cache *cache,
                             fp4_tune_result *results, fp4_tune_progress_fn progress, void *user);
 

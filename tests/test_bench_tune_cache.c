@@ -2,8 +2,8 @@
 /* `fp4kit tune` and its cache file, end to end on the host: 8 tune processes on distinct shapes
  * into one cache keep all 8 entries; an invalid entry in the cache costs only itself (the valid
  * ones and the new one are written back, never as null); a cache path that cannot be written fails
- * before any tuning, saying which path; an M, N or K out of range is a usage error found before
- * the cache is written. No timing is asserted. */
+ * before any tuning, saying which path; M values that share a bucket are tuned once; an M, N or K
+ * out of range is a usage error found before the cache is written. No timing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +138,21 @@ static void unwritable_cache_fails_first(void) {
 
 static int file_exists(const char *path) { return access(path, F_OK) == 0; }
 
+static void m_values_sharing_a_bucket(void) {
+  char cache[128];
+  snprintf(cache, sizeof cache, "%s/bucket.json", dir);
+  int rc = tune(cache, "--shape 128x256 --m 100,128,1", "bucket");
+  char *out = cli_slurp("bucket"), *err = cli_slurp("bucket.err");
+  CHECK(rc == 0, "exit %d:\n%s", rc, err ? err : "");
+  CHECK(cli_count(err, "fp4kit tune: [") == 2 && cli_count(err, "M=128 N=128") == 1,
+        "M buckets 128 and 1 tuned once each:\n%s", err ? err : "");
+  CHECK(err && strstr(err, "M=128 shares M bucket 128 with M=100"), "the shared bucket is said:\n%s", err ? err : "");
+  CHECK(cli_count(out, "\nw4a16 ") == 2 && out && strstr(out, "2 M buckets") && strstr(out, "wrote 2 entries"),
+        "one table row per bucket:\n%s", out ? out : "");
+  free(out);
+  free(err);
+}
+
 /* Values that fp4_tune would refuse: exit 2, nothing tuned, the cache not created. */
 static void out_of_range_values_are_usage_errors(void) {
   char shapes[128], big[300];
@@ -175,6 +190,7 @@ int main(void) {
   eight_tune_processes();
   invalid_entry_costs_only_itself();
   unwritable_cache_fails_first();
+  m_values_sharing_a_bucket();
   out_of_range_values_are_usage_errors();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -450,8 +450,9 @@ static void count_candidates(void *user, int done, int total, const char *what) 
   *(int *)user += strcmp(what, "done") != 0;
 }
 
-/* The tuner on the host: the winner is recorded and auto then uses it; every key is checked before
- * any is timed. */
+/* The tuner on the host: the winner is recorded and auto then uses it; M values that share a bucket
+ * are timed once (one winner per cache entry, never the last of two timings); every key is checked
+ * before any is timed. */
 static void test_tuner_host(void) {
   fp4_context *ctx = NULL;
   fp4_context_create(&ctx, -1);
@@ -469,9 +470,20 @@ static void test_tuner_host(void) {
     CHECK(fp4_tuning_cache_lookup(c, &keys[i], be, sizeof be, cfg, sizeof cfg) == FP4_OK && !strcmp(be, res[i].backend),
           "cached winner %d", i);
   }
+  fp4_tune_key same[2] = {keys[1], keys[1]};
+  same[0].m = 100;
+  same[1].m = 128; /* both in M bucket 128 */
+  int announced = 0;
+  CHECK(fp4_tune(ctx, same, 2, 3, c, res, count_candidates, &announced) == FP4_OK, "tune: %s", fp4_last_error());
+  CHECK(announced == res[0].candidates, "one bucket timed once: %d candidates announced, %d in the result", announced,
+        res[0].candidates);
+  CHECK(!strcmp(res[1].backend, res[0].backend) && !strcmp(res[1].config, res[0].config) &&
+            res[1].median_us == res[0].median_us && res[1].key.m == 128,
+        "the second key's result is the first's: %s:%s %.3f us vs %s:%s %.3f us", res[1].backend, res[1].config,
+        res[1].median_us, res[0].backend, res[0].config, res[0].median_us);
   fp4_tune_key bad[2] = {keys[0], keys[0]};
   bad[1].k = 40; /* not a multiple of 16 */
-  int announced = 0;
+  announced = 0;
   CHECK(fp4_tune(ctx, bad, 2, 3, c, NULL, count_candidates, &announced) == FP4_ERR_INVALID_ARGUMENT &&
             strstr(fp4_last_error(), "keys[1].k"),
         "K must fit the block: %s", fp4_last_error());

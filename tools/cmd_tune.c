@@ -34,6 +34,8 @@ static void tune_usage(FILE *f) {
           "Candidates run in heuristic order; one slower than 20x the best median so far after its\n"
           "warm-up is cut (not timed further). Progress goes to stderr, one line per key.\n"
           "\n"
+          "Shapes, M values, ops and formats that name one cache key are tuned once.\n"
+          "\n"
           "  --model NAME  a shape set (fp4kit bench --model list); the shapes are bench's:\n"
           "              " BENCH_MODEL_SHAPES_HELP "\n"
           "  --tp N         tensor-parallel degree the model shapes are sharded for (default 1)\n"
@@ -41,7 +43,8 @@ static void tune_usage(FILE *f) {
           "                 list NxK[,NxK...] as fp4kit bench takes it\n"
           "  --shape NxK    one GEMM (repeatable)\n"
           "  --m LIST       comma-separated M values from 1 to %lld (default 1,16,128,1024,4096; at most\n"
-          "                 %d); each is tuned at its bucket\n"
+          "                 %d). Each is tuned at its M bucket, the M the cache keeps one winner for; values\n"
+          "                 that share a bucket (100 and 128 are both 128) are tuned once\n"
           "  --op LIST      w4a16 (16-bit activations) and/or w4a4 (FP4 activations); default w4a16,w4a4\n"
           "  --format LIST  nvfp4 and/or mxfp4; default nvfp4\n"
           "  --act          W4A16 activation dtype (default bf16, as fp4kit bench)\n"
@@ -118,6 +121,24 @@ static int parse_m_list(const char *s, int64_t *m, int max, char *why, size_t wh
   }
 }
 
+/* The M buckets of ms[0..nm) into buckets, each once, in the order given; their count. A value whose
+ * bucket an earlier one already has is said on stderr: it names the same cache key, and the tuner
+ * times every M at its bucket, so tuning it again would only measure the same GEMM twice. */
+static int m_buckets(const int64_t *ms, int nm, int64_t *buckets) {
+  int nb = 0;
+  for (int i = 0; i < nm; i++) {
+    const int64_t b = fp4_tune_m_bucket(ms[i]);
+    int j = 0;
+    while (j < i && fp4_tune_m_bucket(ms[j]) != b) j++;
+    if (j < i)
+      fprintf(stderr, "fp4kit tune: M=%lld shares M bucket %lld with M=%lld: the bucket is tuned once\n",
+              (long long)ms[i], (long long)b, (long long)ms[j]);
+    else
+      buckets[nb++] = b;
+  }
+  return nb;
+}
+
 /* Comma list of names into flags; 0 on an unknown name. */
 static int parse_flags(const char *s, const char *const *names, int count, int *flags) {
   memset(flags, 0, sizeof *flags * (size_t)count);
@@ -154,7 +175,7 @@ static void progress(void *user, int done, int total, const char *what) {
 int fp4cli_tune(int argc, char **argv) {
   bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
   int nshapes = 0;
-  int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096};
+  int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096}, buckets[TUNE_MAX_M];
   int nm = 5, runs = 20, device = -2, tp = 1, list_only = 0, rc = FP4CLI_OK;
   int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
   static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
@@ -266,6 +287,7 @@ int fp4cli_tune(int argc, char **argv) {
         goto usage_quiet;
       }
     }
+  const int nb = m_buckets(ms, nm, buckets);
   char path[4096];
   if (cache_path) snprintf(path, sizeof path, "%s", cache_path);
   else if (fp4_tuning_cache_default_path(path, sizeof path)) {
@@ -282,7 +304,7 @@ int fp4cli_tune(int argc, char **argv) {
   }
 
   const int nops = ops[0] + ops[1], nfmts = fmts[0] + fmts[1];
-  const int nk = nshapes * nm * nops * nfmts;
+  const int nk = nshapes * nb * nops * nfmts;
   fp4_context *ctx = NULL;
   fp4_tuning_cache *cache = NULL;
   fp4_tune_key *keys = calloc((size_t)nk, sizeof *keys);
@@ -316,21 +338,21 @@ int fp4cli_tune(int argc, char **argv) {
   for (int s = 0; s < nshapes; s++)
     for (int f = 0; f < 2; f++)
       for (int o = 0; o < 2; o++)
-        for (int i = 0; i < nm && fmts[f] && ops[o]; i++)
+        for (int i = 0; i < nb && fmts[f] && ops[o]; i++)
           keys[k++] = (fp4_tune_key){(fp4_tune_op)o, (fp4_format)f, o == FP4_TUNE_MM ? FP4_DTYPE_E2M1X2 : act, out,
-                                     ms[i], shapes[s].n, shapes[s].k};
+                                     buckets[i], shapes[s].n, shapes[s].k};
   char ops_s[16], fmts_s[16];
   snprintf(ops_s, sizeof ops_s, "%s%s%s", ops[1] ? "w4a16" : "", ops[0] && ops[1] ? "," : "", ops[0] ? "w4a4" : "");
   snprintf(fmts_s, sizeof fmts_s, "%s%s%s", fmts[0] ? "nvfp4" : "", nfmts == 2 ? "," : "", fmts[1] ? "mxfp4" : "");
   if (device >= 0)
-    printf("fp4kit %s tune: %d shapes x %d M values x %s x %s on device %d (%s, SM%d%d), act %s, out %s, %d runs per "
+    printf("fp4kit %s tune: %d shapes x %d M buckets x %s x %s on device %d (%s, SM%d%d), act %s, out %s, %d runs per "
            "candidate\n",
-           fp4_version(), nshapes, nm, ops_s, fmts_s, device, dev.name, dev.cc_major, dev.cc_minor, fp4_dtype_name(act),
+           fp4_version(), nshapes, nb, ops_s, fmts_s, device, dev.name, dev.cc_major, dev.cc_minor, fp4_dtype_name(act),
            fp4_dtype_name(out), runs);
   else
-    printf("fp4kit %s tune: %d shapes x %d M values x %s x %s on the host (%s, %d threads), act %s, out %s, %d runs per "
+    printf("fp4kit %s tune: %d shapes x %d M buckets x %s x %s on the host (%s, %d threads), act %s, out %s, %d runs per "
            "candidate\n",
-           fp4_version(), nshapes, nm, ops_s, fmts_s, dev.name, dev.processors, fp4_dtype_name(act), fp4_dtype_name(out),
+           fp4_version(), nshapes, nb, ops_s, fmts_s, dev.name, dev.processors, fp4_dtype_name(act), fp4_dtype_name(out),
            runs);
   printf("%d keys; cache %s\n", nk, path);
   fflush(stdout);

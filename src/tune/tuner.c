@@ -310,6 +310,14 @@ fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int count, int r
                       (long long)k->k, bs, fp4_format_name(k->format));
   }
   for (int i = 0; i < count; i++) {
+    /* A key whose M shares an earlier key's bucket is the same GEMM, timed at the same M: it gets the
+     * earlier result, never a second timing whose winner would replace the first in the cache. */
+    int j = 0;
+    while (j < i && !fp4_tune_same_entry(&keys[j], &keys[i])) j++;
+    if (j < i) {
+      if (results) results[i] = results[j];
+      continue;
+    }
     fp4_tune_result scratch;
     fp4_status st = tune_one(ctx, &keys[i], runs, cache, results ? &results[i] : &scratch, progress, user, i, count);
     if (st) return st;

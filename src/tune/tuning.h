@@ -26,6 +26,9 @@ typedef struct fp4_tuning_hit {
   int index;
 } fp4_tuning_hit;
 
+/* Whether a and b name one cache entry: the same op, format, dtypes, N, K and M bucket. */
+int fp4_tune_same_entry(const fp4_tune_key *a, const fp4_tune_key *b);
+
 /* The entry for key (its M bucketed): FP4_OK, FP4_ERR_NOT_FOUND or FP4_ERR_INVALID_ARGUMENT. */
 fp4_status fp4_tuning_cache_find(const fp4_tuning_cache *cache, const fp4_tune_key *key, fp4_tuning_hit *hit);
 /* 1 the first time it is asked about an entry, 0 afterwards (thread-safe): one warning per entry. */

@@ -121,6 +121,13 @@ static int same_key(const fp4_tune_key *a, const fp4_tune_key *b) {
          a->m == b->m && a->n == b->n && a->k == b->k;
 }
 
+int fp4_tune_same_entry(const fp4_tune_key *a, const fp4_tune_key *b) {
+  fp4_tune_key x = *a, y = *b;
+  x.m = fp4_tune_m_bucket(x.m);
+  y.m = fp4_tune_m_bucket(y.m);
+  return same_key(&x, &y);
+}
+
 /* Index of the entry with key k (k.m already a bucket), or -1. */
 static int find_entry(const fp4_tuning_cache *c, const fp4_tune_key *k) {
   for (int i = 0; i < c->count; i++)
