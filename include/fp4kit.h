@@ -608,11 +608,16 @@ FP4_API fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *pa
  * <path>.lock (created beside it and kept), the file's entries are read again; entries set on this
  * cache since it was created or loaded replace the file's, the file's other entries are kept, and
  * this cache's remaining entries fill keys the file lacks. Concurrent writers therefore keep every
- * entry. A file that is not a usable cache (another version or device, malformed) is replaced. The
+ * entry. An existing file is replaced only when it is recognisably a tuning cache: a usable one, one
+ * of another version or device, a damaged one that still starts as a JSON object naming its format
+ * ("format": "fp4kit-tuning-cache"), or a blank one. Any other file (or a folder) is left as it is and
+ * the save fails with FP4_ERR_INVALID_ARGUMENT saying so; one that cannot be read, FP4_ERR_IO. The
  * text goes to a new file created exclusively (never through a link) under an unpredictable name in
- * path's folder, mode 0600 less the umask, which is renamed over path: readers see the old or the
- * new file, never a mix, and a link planted at path is replaced, never written through. Creates the
- * folder if needed; a folder that cannot be written fails with FP4_ERR_IO naming it. */
+ * the target's folder, which is renamed over the target: readers see the old or the new file, never
+ * a mix. The file keeps the permissions of the one it replaces; a new one gets 0666 less the umask.
+ * When path is a symbolic link, the target is the file it leads to (the link stays a link, and the
+ * lock is <target>.lock); a link to a file that does not exist fails with FP4_ERR_INVALID_ARGUMENT.
+ * Creates the folder if needed; a folder that cannot be written fails with FP4_ERR_IO naming it. */
 FP4_API fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path);
 /* Records a winner (replaces an entry with the same key). config may be NULL (backend default).
  * median_us must be a plausible time (finite, from 0.001 us to 1e10 us), else FP4_ERR_INVALID_ARGUMENT. */

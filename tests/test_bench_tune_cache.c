@@ -2,8 +2,9 @@
 /* `fp4kit tune` and its cache file, end to end on the host: 8 tune processes on distinct shapes
  * into one cache keep all 8 entries; an invalid entry in the cache costs only itself (the valid
  * ones and the new one are written back, never as null); a cache path that cannot be written fails
- * before any tuning, saying which path; M values that share a bucket are tuned once; an M, N or K
- * out of range is a usage error found before the cache is written. No timing is asserted. */
+ * before any tuning, saying which path, and one naming a file that is not a cache is refused (exit
+ * 2) and left whole; M values that share a bucket are tuned once; an M, N or K out of range is a
+ * usage error found before the cache is written. No timing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,21 @@ static void m_values_sharing_a_bucket(void) {
   free(err);
 }
 
+static void non_cache_file_is_kept(void) {
+  static const char notes[] = "notes that --cache names by mistake\n";
+  char path[128];
+  write_in_dir("notes.txt", notes, path, sizeof path);
+  int rc = tune(path, "--shape 128x256", "notes");
+  char *err = cli_slurp("notes.err"), *text = cli_slurp("notes.txt");
+  CHECK(rc == 2, "exit %d (expected 2):\n%s", rc, err ? err : "");
+  CHECK(err && strstr(err, "is not an fp4kit tuning cache") && strstr(err, path) && strstr(err, "nothing was tuned") &&
+            !cli_count(err, "fp4kit tune: ["),
+        "the refusal names the file, nothing tuned:\n%s", err ? err : "");
+  CHECK(text && !strcmp(text, notes), "the file is left whole: '%s'", text ? text : "(gone)");
+  free(err);
+  free(text);
+}
+
 /* Values that fp4_tune would refuse: exit 2, nothing tuned, the cache not created. */
 static void out_of_range_values_are_usage_errors(void) {
   char shapes[128], big[300];
@@ -191,6 +207,7 @@ int main(void) {
   invalid_entry_costs_only_itself();
   unwritable_cache_fails_first();
   m_values_sharing_a_bucket();
+  non_cache_file_is_kept();
   out_of_range_values_are_usage_errors();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

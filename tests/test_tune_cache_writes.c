@@ -1,7 +1,9 @@
-/* How the tuning cache is written: never through a link planted at the target, at a temporary name
- * or at the lock file, with no temporary file left behind; concurrent writers in 8 processes keep
- * every entry (load, set, save merge under the lock); an entry set here wins over the file's, and
- * the file's other entries survive a save of an older copy. */
+/* How the tuning cache is written: never through a link planted at a temporary name or at the lock
+ * file, with no temporary file left behind; a link at the target is written through to a cache and
+ * refused when it leads to another file or nowhere; a file that is not recognisably a cache is never
+ * replaced, and a replaced file keeps its permissions; concurrent writers in 8 processes keep every
+ * entry (load, set, save merge under the lock); an entry set here wins over the file's, and the
+ * file's other entries survive a save of an older copy. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -62,8 +64,9 @@ static int count_files(const char *prefix) {
   return n;
 }
 
-/* Links planted at the target, at the temporary name earlier versions used (<path>.tmp.<pid>) and
- * at names of the form temporaries take: the files they point at are never written. */
+/* Links planted at the temporary name earlier versions used (<path>.tmp.<pid>), at names of the form
+ * temporaries take and at the target: the files they point at are never written, except a cache
+ * that a link at the target leads to. */
 static void test_no_write_through_links(void) {
   static const char secret[] = "precious contents\n";
   char victim[256], path[256], link[300];
@@ -77,20 +80,27 @@ static void test_no_write_through_links(void) {
     snprintf(link, sizeof link, "%s.tmp.%s", path, guesses[i]);
     CHECK(symlink(victim, link) == 0, "symlink %s", link);
   }
-  CHECK(symlink(victim, path) == 0, "symlink at the target");
   fp4_tuning_cache *c = new_cache();
   fp4_tune_key k = key_of(0, 0);
   CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, 3.0) == FP4_OK, "set");
-  /* The target is a link to a file that is not a cache: it is replaced, the victim kept. */
   CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "save beside planted links: %s", fp4_last_error());
   char *v = read_text(victim);
   CHECK(v && !strcmp(v, secret), "the linked file is untouched: '%s'", v ? v : "(gone)");
   free(v);
   struct stat sb;
-  CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "the target is now a regular file, not the link");
+  CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "the target is a regular file");
   const mode_t um = umask(0);
   umask(um);
-  CHECK((sb.st_mode & 0777) == (0600 & ~um), "mode %o: 0600 less the umask", (unsigned)(sb.st_mode & 0777));
+  CHECK((sb.st_mode & 0777) == (0666 & ~um), "mode %o: a new file's, 0666 less the umask", (unsigned)(sb.st_mode & 0777));
+  /* A link at the target to a file that is not a cache: refused, the link and the file kept. */
+  char lpath[256];
+  path_of(lpath, sizeof lpath, "to-victim.json");
+  CHECK(symlink(victim, lpath) == 0, "symlink at the target");
+  CHECK_ERROR(fp4_tuning_cache_save(c, lpath), FP4_ERR_INVALID_ARGUMENT, "not an fp4kit tuning cache");
+  v = read_text(victim);
+  CHECK(v && !strcmp(v, secret), "the file a link leads to is untouched: '%s'", v ? v : "(gone)");
+  free(v);
+  CHECK(is_symlink_to(lpath, victim), "the link is left as it is");
   fp4_tuning_cache *d = new_cache();
   CHECK(fp4_tuning_cache_load(d, path) == FP4_OK && fp4_tuning_cache_count(d) == 1, "the cache was written: %s",
         fp4_last_error());
@@ -102,7 +112,7 @@ static void test_no_write_through_links(void) {
         count_files("linked.json.tmp."));
 
   /* A link at the lock file: the save fails cleanly and writes nothing through it. */
-  char lpath[256], lock[300];
+  char lock[300];
   path_of(lpath, sizeof lpath, "locklinked.json");
   snprintf(lock, sizeof lock, "%s.lock", lpath);
   CHECK(symlink(victim, lock) == 0, "symlink at the lock");
@@ -111,6 +121,82 @@ static void test_no_write_through_links(void) {
   CHECK(v && !strcmp(v, secret), "the linked file is untouched by the lock: '%s'", v ? v : "(gone)");
   free(v);
   CHECK(access(lpath, F_OK) != 0, "nothing was written");
+  fp4_tuning_cache_destroy(c);
+}
+
+static mode_t mode_of(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? sb.st_mode & 0777 : 0;
+}
+
+/* What a save may replace: a file that is not recognisably a cache is refused and left whole (a
+ * mistyped path must not destroy it; no lock file appears beside it), as is a folder; an empty
+ * file and a damaged or stale cache are replaced; a replaced file keeps its permissions; a link
+ * to a cache is written through (the link stays, the lock is the cache's) and a dangling one is
+ * refused, creating nothing. */
+static void test_what_a_save_replaces(void) {
+  fp4_tuning_cache *c = new_cache();
+  const fp4_tune_key x = key_of(3, 0);
+  CHECK(fp4_tuning_cache_set(c, &x, "cpu", NULL, 2.0) == FP4_OK, "set");
+  static const char *const others[] = {"notes\n", "[1, 2, 3]\n", "{\"format\": \"another-tool\"}\n",
+                                       "not json {\"format\": \"fp4kit-tuning-cache\"}"};
+  char path[256], lock[300];
+  path_of(path, sizeof path, "notes.txt");
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+    write_text(path, others[i]);
+    CHECK_ERROR(fp4_tuning_cache_save(c, path), FP4_ERR_INVALID_ARGUMENT, "not an fp4kit tuning cache");
+    char *t = read_text(path);
+    CHECK(t && !strcmp(t, others[i]), "'%s' is left as it is: '%s'", others[i], t ? t : "(gone)");
+    free(t);
+  }
+  CHECK(access(lock, F_OK) != 0, "no lock file beside a refused file");
+  path_of(path, sizeof path, "folder.json");
+  CHECK(mkdir(path, 0700) == 0, "mkdir");
+  CHECK_ERROR(fp4_tuning_cache_save(c, path), FP4_ERR_INVALID_ARGUMENT, "not a regular file");
+
+  /* Replaced, keeping the permissions the file had. */
+  static const char *const replaced[] = {"", "\n", "{\n\t\"format\":\t\"fp4kit-tuning-cache\",\n\t\"format_v",
+                                         "{\"format\": \"fp4kit-tuning-cache\", \"format_version\": 7}"};
+  path_of(path, sizeof path, "kept-mode.json");
+  for (size_t i = 0; i < sizeof replaced / sizeof *replaced; i++) {
+    write_text(path, replaced[i]);
+    chmod(path, 0640);
+    CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "'%s' is replaced: %s", replaced[i], fp4_last_error());
+    fp4_tuning_cache *r = new_cache();
+    CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 1, "'%s': the new cache is there",
+          replaced[i]);
+    fp4_tuning_cache_destroy(r);
+    CHECK(mode_of(path) == 0640, "'%s': mode %o, expected 0640 kept", replaced[i], (unsigned)mode_of(path));
+  }
+  chmod(path, 0604);
+  CHECK(fp4_tuning_cache_save(c, path) == FP4_OK && mode_of(path) == 0604, "a usable cache keeps mode 0604: %o",
+        (unsigned)mode_of(path));
+
+  /* A link to that cache: written through, and the link stays a link. */
+  char link[256], target_lock[300];
+  path_of(link, sizeof link, "link-to-cache.json");
+  CHECK(symlink(path, link) == 0, "symlink");
+  const fp4_tune_key y = key_of(4, 0);
+  CHECK(fp4_tuning_cache_set(c, &y, "cpu", NULL, 2.0) == FP4_OK, "set");
+  CHECK(fp4_tuning_cache_save(c, link) == FP4_OK, "save through a link: %s", fp4_last_error());
+  CHECK(is_symlink_to(link, path), "the link is still a link to the cache");
+  fp4_tuning_cache *r = new_cache();
+  CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 2, "the cache the link leads to "
+        "has both entries: %d", fp4_tuning_cache_count(r));
+  fp4_tuning_cache_destroy(r);
+  CHECK(mode_of(path) == 0604, "mode kept through the link: %o", (unsigned)mode_of(path));
+  snprintf(lock, sizeof lock, "%s.lock", link);
+  snprintf(target_lock, sizeof target_lock, "%s.lock", path);
+  CHECK(access(lock, F_OK) != 0 && access(target_lock, F_OK) == 0, "the lock is the cache's, not the link's");
+
+  /* A dangling link: refused, nothing created where it points. */
+  char nowhere[256];
+  path_of(link, sizeof link, "dangling.json");
+  path_of(nowhere, sizeof nowhere, "nowhere.json");
+  CHECK(symlink(nowhere, link) == 0, "symlink");
+  CHECK_ERROR(fp4_tuning_cache_save(c, link), FP4_ERR_INVALID_ARGUMENT, "does not exist");
+  CHECK(access(nowhere, F_OK) != 0 && is_symlink_to(link, nowhere), "nothing created through the dangling link");
   fp4_tuning_cache_destroy(c);
 }
 
@@ -222,6 +308,7 @@ int main(void) {
     return 1;
   }
   test_no_write_through_links();
+  test_what_a_save_replaces();
   test_concurrent_writers_keep_every_entry();
   test_merge_rules();
   test_unwritable();

@@ -53,7 +53,12 @@ static void tune_usage(FILE *f) {
           "  --device N     CUDA ordinal, or -1 for the host (default: FP4KIT_DEVICE, else 0 when a\n"
           "                 CUDA device is present, else -1)\n"
           "  --cache FILE   default: $FP4KIT_TUNING_CACHE, $XDG_CACHE_HOME/fp4kit/tuning.json or\n"
-          "                 ~/.cache/fp4kit/tuning.json\n"
+          "                 ~/.cache/fp4kit/tuning.json. An existing FILE must be a tuning cache: any\n"
+          "                 other file is refused (exit 2) and left as it is. A cache of another version\n"
+          "                 or device, a damaged one (a JSON object that still names its format) or an\n"
+          "                 empty file is replaced, with a warning. A link is written through to the\n"
+          "                 file it leads to, which must exist. The file keeps its permissions; a new\n"
+          "                 one gets 0666 less the umask\n"
           "  --list-shapes  print the shapes (N K name) and exit\n",
           (long long)TUNE_MAX_DIM, TUNE_MAX_M);
 }
@@ -318,22 +323,28 @@ int fp4cli_tune(int argc, char **argv) {
     rc = fp4cli_report(device >= 0 ? "opening the device to tune" : "preparing to tune", st);
     goto done;
   }
-  /* Merge with the cache already there; one that cannot be used is replaced, with one warning, and
-   * invalid entries of a usable one are dropped, said here. */
+  /* Merge with the cache already there: invalid entries of a usable one are dropped, said here; one
+   * that cannot be used is replaced by the first save, with one warning, when it is recognisably a
+   * cache (the save refuses any other file). */
+  char unusable[512] = "";
   if (access(path, F_OK) == 0) {
     if (fp4_tuning_cache_load(cache, path) != FP4_OK)
-      fprintf(stderr, "fp4kit tune: warning: %s; it will be replaced\n", fp4_last_error());
+      snprintf(unusable, sizeof unusable, "%s", fp4_last_error());
     else if (fp4_last_error()[0])
       fprintf(stderr, "fp4kit tune: warning: %s\n", fp4_last_error());
   }
   /* The cache is written once before any tuning (the same locked merge as at the end, so nothing
-   * changes in a usable file): a path that cannot be written fails now, not after the work. */
+   * changes in a usable file): a path that cannot be written, or names a file that is not a cache,
+   * fails now, not after the work. */
   if ((st = fp4_tuning_cache_save(cache, path))) {
-    fprintf(stderr, "fp4kit tune: cannot write the tuning cache %s; nothing was tuned (give a writable --cache "
-                    "FILE or set FP4KIT_TUNING_CACHE)\n", path);
-    rc = fp4cli_report("writing the cache", st);
+    const int refused = st == FP4_ERR_INVALID_ARGUMENT; /* the path names something other than a cache */
+    fprintf(stderr, "fp4kit tune: cannot write the tuning cache %s; nothing was tuned (give a%s --cache FILE or set "
+                    "FP4KIT_TUNING_CACHE)\n", path, refused ? "nother" : " writable");
+    fp4cli_report("writing the cache", st);
+    rc = refused ? FP4CLI_USAGE : FP4CLI_ERROR;
     goto done;
   }
+  if (unusable[0]) fprintf(stderr, "fp4kit tune: warning: %s; replaced by an empty cache\n", unusable);
   int k = 0;
   for (int s = 0; s < nshapes; s++)
     for (int f = 0; f < 2; f++)

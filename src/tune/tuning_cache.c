@@ -7,10 +7,12 @@
  * leaves the cache empty and says why. Inside a usable file, each invalid entry is skipped on its
  * own with a warning and the others load.
  *
- * Saves take an advisory lock on <path>.lock, merge with the entries the file holds by then, write
- * a temporary file created exclusively (never through a link) under an unpredictable name beside
- * the target, and rename it over the target: concurrent tuners keep every entry and concurrent
- * readers see one whole file.
+ * Saves follow a link at path to the file it leads to (the target), take an advisory lock on
+ * <target>.lock, merge with the entries the target holds by then (refusing a file that is not
+ * recognisably a cache: a mistyped path must not destroy it), write a temporary file created
+ * exclusively (never through a link) under an unpredictable name beside the target, with the
+ * target's permissions, and rename it over the target: concurrent tuners keep every entry and
+ * concurrent readers see one whole file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -475,26 +477,43 @@ fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, siz
 /* A cache is small; anything past 64 MiB is not one. */
 enum { CACHE_MAX_BYTES = 64 << 20 };
 
+/* The bytes of the file at path into *text (malloc'ed, *len of them; the caller frees it). A file that
+ * cannot be opened is FP4_ERR_NOT_FOUND, one past CACHE_MAX_BYTES FP4_ERR_FORMAT. */
+static fp4_status read_cache_text(const char *path, char **text, size_t *len) {
+  *text = NULL;
+  *len = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
+  char *t = malloc((size_t)CACHE_MAX_BYTES + 1);
+  if (!t) {
+    fclose(f);
+    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "tuning cache %s: out of host memory", path);
+  }
+  size_t n = fread(t, 1, (size_t)CACHE_MAX_BYTES + 1, f);
+  int err = ferror(f);
+  fclose(f);
+  fp4_status st = FP4_OK;
+  if (err) st = fp4_fail(FP4_ERR_IO, "tuning cache %s: read error", path);
+  else if (n > CACHE_MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, CACHE_MAX_BYTES);
+  if (st) {
+    free(t);
+    return st;
+  }
+  *text = t;
+  *len = n;
+  return FP4_OK;
+}
+
 fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path) {
   fp4_clear_error();
   static const char fn[] = "fp4_tuning_cache_load";
   if (!cache || !path) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, cache ? "path" : "cache");
   cache->count = 0;
   cache->generation = next_generation();
-  FILE *f = fopen(path, "rb");
-  if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
-  char *text = malloc((size_t)CACHE_MAX_BYTES + 1);
-  if (!text) {
-    fclose(f);
-    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  }
-  size_t n = fread(text, 1, (size_t)CACHE_MAX_BYTES + 1, f);
-  int err = ferror(f);
-  fclose(f);
-  fp4_status st;
-  if (err) st = fp4_fail(FP4_ERR_IO, "tuning cache %s: read error", path);
-  else if (n > CACHE_MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, CACHE_MAX_BYTES);
-  else st = fp4_tuning_cache_parse(cache, text, n, path);
+  char *text = NULL;
+  size_t n = 0;
+  fp4_status st = read_cache_text(path, &text, &n);
+  if (!st) st = fp4_tuning_cache_parse(cache, text, n, path);
   free(text);
   return st;
 }
@@ -557,7 +576,7 @@ static uint64_t mix64(uint64_t z) {
 }
 
 /* Creates a new file beside path under an unpredictable name (<path>.tmp.XXXXXXXXXXXX), exclusively
- * and never through a link; mode 0600 less the umask. */
+ * and never through a link; mode 0666 less the umask, as any new file. */
 static int create_temporary(const char *path, char *tmp, size_t tmp_size) {
   static const char digits[] = "abcdefghijklmnopqrstuvwxyz012345";
   static uint64_t counter;
@@ -573,7 +592,7 @@ static int create_temporary(const char *path, char *tmp, size_t tmp_size) {
       errno = ENAMETOOLONG;
       return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
@@ -590,13 +609,16 @@ static int write_all(int fd, const char *p, size_t n) {
   return 1;
 }
 
-/* text into a temporary file beside path, then renamed over path. */
-static fp4_status replace_file(const char *path, const char *text) {
+/* text into a temporary file beside path, then renamed over path. mode: the permissions the file
+ * keeps (those of the file it replaces), or -1 for a new file's (0666 less the umask). */
+static fp4_status replace_file(const char *path, const char *text, int mode) {
   static const char fn[] = "fp4_tuning_cache_save";
   char tmp[4200];
   int fd = create_temporary(path, tmp, sizeof tmp);
   if (fd < 0) return fp4_fail(FP4_ERR_IO, "%s: cannot create a temporary file beside %s: %s", fn, path, strerror(errno));
-  int ok = write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) && fsync(fd) == 0;
+  /* set while the file is still empty: the text is never readable beyond what the old file allowed */
+  int ok = (mode < 0 || fchmod(fd, (mode_t)mode) == 0) && write_all(fd, text, strlen(text)) && write_all(fd, "\n", 1) &&
+           fsync(fd) == 0;
   int e = errno;
   if (close(fd) != 0 && ok) ok = 0, e = errno;
   if (ok && rename(tmp, path) != 0) ok = 0, e = errno;
@@ -607,23 +629,79 @@ static fp4_status replace_file(const char *path, const char *text) {
   return FP4_OK;
 }
 
-/* The cache to write: the entries the file at path holds now (when it is a usable cache of the same
- * library, device and versions), overridden by cache's entries set in this process, plus cache's
- * other entries whose keys the file lacks. */
-static fp4_status merged_with_file(const fp4_tuning_cache *cache, const char *path, fp4_tuning_cache **out) {
+static const char *skip_blanks(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+  return p;
+}
+
+/* Whether text (len bytes) is recognisably a tuning cache, even a damaged one: blank, or a JSON object
+ * whose text names the format ("format": "fp4kit-tuning-cache", the first member every save writes,
+ * so a truncated cache keeps it). Anything else may be a file the path names by mistake. */
+
+static int looks_like_cache(const char *text, size_t len) {
+  static const char key[] = "\"format\"", value[] = "\"" CACHE_FORMAT "\"";
+  const char *const end = text + len, *p = skip_blanks(text, end);
+  if (p == end) return 1; /* nothing that could be lost */
+  if (*p != '{') return 0;
+  for (; (size_t)(end - p) >= sizeof key - 1; p++) {
+    if (memcmp(p, key, sizeof key - 1)) continue;
+    const char *q = skip_blanks(p + sizeof key - 1, end);
+    if (q == end || *q != ':') continue;
+    q = skip_blanks(q + 1, end);
+    if ((size_t)(end - q) >= sizeof value - 1 && !memcmp(q, value, sizeof value - 1)) return 1;
+  }
+  return 0;
+}
+
+/* The file at path, when there is one, if a save may replace it: *text receives its bytes (malloc'ed,
+ * *len of them) and *mode its permissions; NULL and -1 when there is no file. A folder or other
+ * non-regular file, a file that cannot be read, or one that is not recognisably a tuning cache is
+ * refused: a save never destroys what it cannot tell is a cache. */
+static fp4_status read_replaceable(const char *path, char **text, size_t *len, int *mode) {
+  static const char fn[] = "fp4_tuning_cache_save";
+  *text = NULL;
+  *len = 0;
+  *mode = -1;
+  struct stat sb;
+  if (stat(path, &sb) != 0) return FP4_OK; /* no file yet (a folder that cannot be searched fails later, naming it) */
+  if (!S_ISREG(sb.st_mode))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s exists and is not a regular file; it is left as it is", fn, path);
+  fp4_status st = read_cache_text(path, text, len);
+  if (st == FP4_ERR_NOT_FOUND || st == FP4_ERR_IO) {
+    char why[512];
+    fp4_reason(why, sizeof why, "%s", fp4_last_error());
+    return fp4_fail(FP4_ERR_IO, "%s: %s exists but cannot be read (%s); it is left as it is", fn, path, why);
+  }
+  if (st == FP4_ERR_FORMAT || (!st && !looks_like_cache(*text, *len))) {
+    free(*text);
+    *text = NULL;
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: %s exists and is not an fp4kit tuning cache (%s); it is left as it is: remove it or give "
+                    "another path",
+                    fn, path, st ? "larger than any cache" : "no JSON object naming \"format\": \"" CACHE_FORMAT "\"");
+  }
+  if (!st) *mode = (int)(sb.st_mode & 0777);
+  return st;
+}
+
+/* The cache to write: the entries of the file's text (when it is a usable cache of the same library,
+ * device and versions; NULL when there is no file), overridden by cache's entries set in this
+ * process, plus cache's other entries whose keys the file lacks. */
+static fp4_status merged_with_file(const fp4_tuning_cache *cache, const char *path, const char *text, size_t len,
+                                   fp4_tuning_cache **out) {
+  static const char fn[] = "fp4_tuning_cache_save";
   *out = NULL;
   fp4_tuning_cache *m = calloc(1, sizeof *m);
-  if (!m) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "fp4_tuning_cache_save: out of host memory");
+  if (!m) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   *m = *cache;
   m->entries = NULL;
   m->count = m->capacity = 0;
-  fp4_status st = fp4_tuning_cache_load(m, path);
-  if (st && st != FP4_ERR_NOT_FOUND)
-    fp4_log(FP4_LOG_WARN, "fp4_tuning_cache_save: replacing %s, which is not a usable cache: %s", path, fp4_last_error());
-  st = FP4_OK;
+  if (text && fp4_tuning_cache_parse(m, text, len, path) != FP4_OK)
+    fp4_log(FP4_LOG_WARN, "%s: replacing %s, which is not a usable cache: %s", fn, path, fp4_last_error());
+  fp4_status st = FP4_OK;
   for (int i = 0; i < cache->count && !st; i++) {
     const cache_entry *e = &cache->entries[i];
-    if (e->dirty || find_entry(m, &e->key) < 0) st = put_entry(m, e, "fp4_tuning_cache_save");
+    if (e->dirty || find_entry(m, &e->key) < 0) st = put_entry(m, e, fn);
   }
   if (st) {
     fp4_tuning_cache_destroy(m);
@@ -633,20 +711,57 @@ static fp4_status merged_with_file(const fp4_tuning_cache *cache, const char *pa
   return FP4_OK;
 }
 
+/* The file a save writes: path itself, or when path is a symbolic link, the file it leads to (through
+ * every link), which must exist: a link is written through, never replaced by a file, and a dangling
+ * one is refused rather than followed to create a file wherever it points. */
+static fp4_status resolve_target(const char *path, char *target, size_t target_size) {
+  static const char fn[] = "fp4_tuning_cache_save";
+  struct stat sb;
+  if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) {
+    fp4_reason(target, target_size, "%s", path); /* missing (created) or not a link */
+    return FP4_OK;
+  }
+  char *real = realpath(path, NULL);
+  if (!real && errno == ENOENT)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: %s is a symbolic link to a file that does not exist; no file is created through it: give "
+                    "the target's path",
+                    fn, path);
+  if (!real) return fp4_fail(FP4_ERR_IO, "%s: cannot follow the symbolic link %s: %s", fn, path, strerror(errno));
+  const size_t n = strlen(real);
+  if (n >= target_size) {
+    free(real);
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s leads to a path longer than %zu bytes", fn, path, target_size - 1);
+  }
+  memcpy(target, real, n + 1);
+  free(real);
+  return FP4_OK;
+}
+
 fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path) {
   fp4_clear_error();
   static const char fn[] = "fp4_tuning_cache_save";
   if (!cache || !path || !*path) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL or empty", fn, cache ? "path" : "cache");
   if (strlen(path) >= 4096) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: path longer than 4095 bytes", fn);
+  char target[4096], *text = NULL;
+  size_t len = 0;
+  int mode = -1;
   fp4_status st = make_parent(path);
+  if (!st) st = resolve_target(path, target, sizeof target);
+  /* A file that may not be replaced is refused before the lock file is created beside it. */
+  if (!st) st = read_replaceable(target, &text, &len, &mode);
+  free(text);
   if (st) return st;
   int lock = -1;
-  if ((st = lock_cache(path, &lock))) return st;
+  if ((st = lock_cache(target, &lock))) return st;
+  /* Under the lock, the file there now decides what is merged and the permissions kept. */
+  st = read_replaceable(target, &text, &len, &mode);
   fp4_tuning_cache *merged = NULL;
-  st = merged_with_file(cache, path, &merged);
-  char *text = NULL;
+  if (!st) st = merged_with_file(cache, target, text, len, &merged);
+  free(text);
+  text = NULL;
   if (!st && !(text = fp4_tuning_cache_text(merged))) st = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
-  if (!st) st = replace_file(path, text);
+  if (!st) st = replace_file(target, text, mode);
   free(text);
   fp4_tuning_cache_destroy(merged);
   close(lock);
