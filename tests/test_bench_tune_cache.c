@@ -4,7 +4,8 @@
  * ones and the new one are written back, never as null); a cache path that cannot be written fails
  * before any tuning, saying which path, and one naming a file that is not a cache is refused (exit
  * 2) and left whole; M values that share a bucket are tuned once; an M, N or K out of range is a
- * usage error found before the cache is written. No timing is asserted. */
+ * usage error found before the cache is written; repeated --model options merge their shape sets,
+ * each sharded by its own --tp. No timing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,32 @@ static void out_of_range_values_are_usage_errors(void) {
   }
 }
 
+static void repeated_models_merge(void) {
+  static const struct {
+    const char *args, *expect[2];
+  } cases[] = {
+      /* each --model with the --tp after it; llama-3.1-8b has none: 1 */
+      {"--model llama-3.3-70b --tp 2 --model llama-3.1-8b",
+       {"5120 8192 llama-3.3-70b self_attn.qkv_proj", "6144 4096 llama-3.1-8b self_attn.qkv_proj"}},
+      /* a --tp before any --model: every --model without its own */
+      {"--tp 2 --model llama-3.3-70b --model llama-3.1-8b --tp 4",
+       {"5120 8192 llama-3.3-70b self_attn.qkv_proj", "1536 4096 llama-3.1-8b self_attn.qkv_proj"}},
+      {"--model llama-3.3-70b --model qwen3.5-397b",
+       {"10240 8192 llama-3.3-70b self_attn.qkv_proj", "17408 4096 qwen3.5-397b-a17b self_attn.qkv_proj"}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char args[200];
+    snprintf(args, sizeof args, "tune %s --list-shapes", cases[i].args);
+    int rc = cli_run("", args, "models");
+    char *out = cli_slurp("models"), *err = cli_slurp("models.err");
+    CHECK(rc == 0, "%s: exit %d:\n%s", args, rc, err ? err : "");
+    for (int j = 0; j < 2; j++)
+      CHECK(out && strstr(out, cases[i].expect[j]), "%s: '%s' listed:\n%s", args, cases[i].expect[j], out ? out : "");
+    free(out);
+    free(err);
+  }
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/fp4kit_tune_cache_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -209,6 +236,7 @@ int main(void) {
   m_values_sharing_a_bucket();
   non_cache_file_is_kept();
   out_of_range_values_are_usage_errors();
+  repeated_models_merge();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -14,7 +14,7 @@
 /* The largest M, N or K fp4_tune takes: a larger value is a usage error, found before the cache is
  * touched. */
 #define TUNE_MAX_DIM ((int64_t)1 << 31)
-enum { TUNE_MAX_M = 32 };
+enum { TUNE_MAX_M = 32, TUNE_MAX_MODELS = 16 };
 
 static void tune_usage(FILE *f) {
   fprintf(f,
@@ -38,7 +38,9 @@ static void tune_usage(FILE *f) {
           "\n"
           "  --model NAME  a shape set (fp4kit bench --model list); the shapes are bench's:\n"
           "              " BENCH_MODEL_SHAPES_HELP "\n"
-          "  --tp N         tensor-parallel degree the model shapes are sharded for (default 1)\n"
+          "              Repeatable (at most %d): the sets' shapes are merged, each shape once.\n"
+          "  --tp N         tensor-parallel degree the shapes of the --model before it are sharded for\n"
+          "                 (default 1); a --tp before any --model is that of every --model without its own\n"
           "  --shapes       a file with one GEMM per line ('N K [name]'; '#' starts a comment), or a\n"
           "                 list NxK[,NxK...] as fp4kit bench takes it\n"
           "  --shape NxK    one GEMM (repeatable)\n"
@@ -60,7 +62,7 @@ static void tune_usage(FILE *f) {
           "                 file it leads to, which must exist. The file keeps its permissions; a new\n"
           "                 one gets 0666 less the umask\n"
           "  --list-shapes  print the shapes (N K name) and exit\n",
-          (long long)TUNE_MAX_DIM, TUNE_MAX_M);
+          TUNE_MAX_MODELS, (long long)TUNE_MAX_DIM, TUNE_MAX_M);
 }
 
 /* A decimal integer from 1 to TUNE_MAX_DIM in s[0..len) into *out; 0 when it is not one (a sign,
@@ -181,10 +183,16 @@ int fp4cli_tune(int argc, char **argv) {
   bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
   int nshapes = 0;
   int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096}, buckets[TUNE_MAX_M];
-  int nm = 5, runs = 20, device = -2, tp = 1, list_only = 0, rc = FP4CLI_OK;
+  int nm = 5, runs = 20, device = -2, list_only = 0, rc = FP4CLI_OK;
   int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
   static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
-  const char *cache_path = NULL, *model = NULL;
+  const char *cache_path = NULL;
+  /* Each --model with the --tp that follows it (0: none; then default_tp, a --tp before any --model). */
+  struct {
+    const char *name;
+    int tp;
+  } models[TUNE_MAX_MODELS];
+  int nmodels = 0, default_tp = 1;
   fp4_dtype act = FP4_DTYPE_BF16, out = FP4_DTYPE_BF16;
   if (!shapes) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
   enum { OPT_MODEL = 256, OPT_TP, OPT_SHAPES, OPT_SHAPE, OPT_M, OPT_OP, OPT_FORMAT, OPT_ACT, OPT_OUT, OPT_RUNS, OPT_CACHE,
@@ -219,11 +227,16 @@ int fp4cli_tune(int argc, char **argv) {
         list_only = 1;
         break;
       case OPT_MODEL:
-        model = v;
+        if (nmodels == TUNE_MAX_MODELS) {
+          fprintf(stderr, "fp4kit tune: --model '%s': at most %d shape sets can be tuned together\n", v, TUNE_MAX_MODELS);
+          goto usage_quiet;
+        }
+        models[nmodels].name = v;
+        models[nmodels++].tp = 0;
         break;
       case OPT_TP:
         if ((rc = fp4cli_parse_int("tune", "--tp", v, 1, 1024, &x))) goto usage_quiet;
-        tp = (int)x;
+        *(nmodels ? &models[nmodels - 1].tp : &default_tp) = (int)x;
         break;
       case OPT_SHAPES:
         if (access(v, F_OK) == 0 ? !read_shapes(v, shapes, &nshapes) : bench_parse_shapes(v, shapes, &nshapes, why, sizeof why) < 0)
@@ -269,10 +282,11 @@ int fp4cli_tune(int argc, char **argv) {
     }
   }
   if ((rc = fp4cli_no_operands("tune", argc, argv))) goto usage_quiet;
-  if (model && (rc = bench_model_shapes("tune", model, tp, shapes, &nshapes))) {
-    free(shapes);
-    return rc;
-  }
+  for (int i = 0; i < nmodels; i++)
+    if ((rc = bench_model_shapes("tune", models[i].name, models[i].tp ? models[i].tp : default_tp, shapes, &nshapes))) {
+      free(shapes);
+      return rc;
+    }
   if (!nshapes) {
     fprintf(stderr, "fp4kit tune: no shapes: give --model, --shapes or --shape\n");
     goto usage;
