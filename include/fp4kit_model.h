@@ -58,7 +58,8 @@ enum {
  * differs from its data_offsets, offsets out of range, overlapping or leaving holes, duplicate
  * names (also across shards), names or other strings that are not UTF-8 (or hold a NUL), index
  * entries naming a missing tensor or a file outside the directory: FP4_ERR_FORMAT naming the file,
- * the tensor and the byte offset. */
+ * the tensor and the byte offset. A shard that is not a regular file (a FIFO, a device) is refused
+ * with FP4_ERR_IO saying what it is, without waiting on it. */
 FP4_API fp4_status fp4_safetensors_open(const char *path, unsigned flags, fp4_safetensors **st);
 /* Parses one safetensors image held in memory (the caller keeps it alive until close). */
 FP4_API fp4_status fp4_safetensors_open_memory(const void *image, size_t size, fp4_safetensors **st);

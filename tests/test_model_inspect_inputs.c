@@ -1,7 +1,7 @@
 /* fp4_model_inspect on what a user or an attacker may hand it: one .safetensors file (which must
  * be parsed as such, so that a malformed file is reported for what is wrong with it), an index file,
  * configs with numbers no integer can hold or that overflow the sharding arithmetic, text that is
- * not UTF-8, and NULL arguments. */
+ * not UTF-8, a FIFO as config.json and NULL arguments. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -40,8 +40,32 @@ static const cJSON *gemm(const cJSON *doc, const char *name) {
   return NULL;
 }
 
+/* A fresh directory root/name in out. */
+static void subdir(char *out, size_t size, const char *name) {
+  snprintf(out, size, "%s/%s", root, name);
+  CHECK(mkdir(out, 0700) == 0, "mkdir %s", out);
+}
+
+/* A FIFO as config.json is refused at once: the alarm turns waiting for a writer into a failure. */
+static void fifo_config(void) {
+  char dir[600], path[700], *report = NULL;
+  subdir(dir, sizeof dir, "fifo");
+  const ckpt_tensor ts[] = {{"model.layers.0.self_attn.o_proj.weight", 32, 64, -1}};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_shard(path, ts, 1), "%s", fp4_last_error());
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+  alarm(30);
+  fp4_status st = inspect(dir, 1, 1, &report);
+  alarm(0);
+  CHECK(st == FP4_ERR_FORMAT && strstr(fp4_last_error(), "config.json") && strstr(fp4_last_error(), "FIFO"),
+        "config.json as a FIFO: %s %s", fp4_status_str(st), fp4_last_error());
+  fp4_model_free(report);
+}
+
 int main(void) {
   if (!mkdtemp(root)) return 1;
+  fifo_config();
   char path[600], dir[600], cmd[16384], *report = NULL;
 
   /* One file, alone in its directory and beside a config. */

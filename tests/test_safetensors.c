@@ -1,8 +1,10 @@
-/* safetensors: writer -> reader round trip, sharded index, and every hostile-header rule. */
+/* safetensors: writer -> reader round trip, sharded index, every hostile-header rule, and a FIFO
+ * where a shard should be. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fp4kit_model.h"
@@ -272,6 +274,20 @@ int main(void) {
   n = image(buf, "{}", 0);
   CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK && fp4_safetensors_count(hs) == 0, "%s", fp4_last_error());
   fp4_safetensors_close(hs);
+
+  /* A FIFO in a shard's place is refused at once, in both modes, not waited on (a writer never comes):
+   * the alarm turns a wait into a failure. */
+  char fifo_dir[600], fifo[700];
+  snprintf(fifo_dir, sizeof fifo_dir, "%s/fifo", dir);
+  snprintf(fifo, sizeof fifo, "%s/model.safetensors", fifo_dir);
+  CHECK(mkdir(fifo_dir, 0700) == 0 && mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+  for (unsigned flags = 0; flags < 2; flags++) {
+    alarm(30);
+    fp4_status fs = fp4_safetensors_open(fifo_dir, flags, &st);
+    alarm(0);
+    CHECK(fs == FP4_ERR_IO && strstr(fp4_last_error(), fifo) && strstr(fp4_last_error(), "FIFO") && !st,
+          "a FIFO shard (flags %u): %s %s", flags, fp4_status_str(fs), fp4_last_error());
+  }
 
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -3,6 +3,7 @@
 #define FP4_MODEL_INTERNAL_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "fp4kit_model.h"
 
@@ -10,6 +11,10 @@
 extern "C" {
 #endif
 
+/* Opens path read-only as a regular file without ever blocking in open (a FIFO would wait for a
+ * writer): the descriptor, with *sb filled. -1 when it is not one: *kind then names what it is ("a
+ * FIFO (named pipe)", "a directory", ...), else *kind is NULL and errno says why open failed. */
+int fp4_model_open_regular(const char *path, struct stat *sb, const char **kind);
 /* Reads a whole text file of at most max_bytes into a malloc'ed NUL-terminated buffer. */
 fp4_status fp4_model_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 /* Writes bytes to path atomically (temporary file in the same directory, fsync, rename). */

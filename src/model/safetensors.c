@@ -797,14 +797,14 @@ static fp4_status load_file(fp4_safetensors *st, st_part *part, int fi, unsigned
   const char *path = st->files[fi].path;
   if (st->files[fi].map && !st->files[fi].mapped) /* the caller's image */
     return parse_image(st, part, fi, st->files[fi].map, st->files[fi].map_size);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  const char *kind = NULL;
+  int fd = fp4_model_open_regular(path, &sb, &kind);
+  if (fd < 0 && kind) return fp4_fail(FP4_ERR_IO, "safetensors: %s is %s, not a regular file", path, kind);
   if (fd < 0) return fp4_fail(errno == ENOENT ? FP4_ERR_NOT_FOUND : FP4_ERR_IO, "safetensors: cannot open %s: %s",
                               path, strerror(errno));
-  struct stat sb;
   fp4_status status = FP4_OK;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    status = fp4_fail(FP4_ERR_IO, "safetensors: %s is not a readable regular file", path);
-  } else if (flags & FP4_SAFETENSORS_HEADERS_ONLY) {
+  if (flags & FP4_SAFETENSORS_HEADERS_ONLY) {
     uint64_t size = (uint64_t)sb.st_size;
     uint8_t len8[8];
     if (size < 8 || pread(fd, len8, 8, 0) != 8) {

@@ -14,16 +14,50 @@
 #include "core/error.h"
 #include "model/model_internal.h"
 
+int fp4_model_open_regular(const char *path, struct stat *sb, const char **kind) {
+  *kind = NULL;
+  /* O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, forever. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return -1;
+  if (fstat(fd, sb) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  if (!S_ISREG(sb->st_mode)) {
+    *kind = S_ISDIR(sb->st_mode)    ? "a directory"
+            : S_ISFIFO(sb->st_mode) ? "a FIFO (named pipe)"
+            : S_ISSOCK(sb->st_mode) ? "a socket"
+            : S_ISCHR(sb->st_mode)  ? "a character device"
+            : S_ISBLK(sb->st_mode)  ? "a block device"
+                                    : "not a regular file";
+    close(fd);
+    return -1;
+  }
+  /* A regular file: reads block as they always do. */
+  const int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
 fp4_status fp4_model_read_text(const char *path, size_t max_bytes, char **text, size_t *len) {
   *text = NULL;
   *len = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  const char *kind = NULL;
+  int fd = fp4_model_open_regular(path, &sb, &kind);
+  if (fd < 0 && kind) return fp4_fail(FP4_ERR_FORMAT, "%s is %s, not a regular file", path, kind);
   if (fd < 0)
     return fp4_fail(errno == ENOENT ? FP4_ERR_NOT_FOUND : FP4_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max_bytes) {
+  if ((uint64_t)sb.st_size > max_bytes) {
     close(fd);
-    return fp4_fail(FP4_ERR_FORMAT, "%s is not a regular file of at most %zu bytes", path, max_bytes);
+    return fp4_fail(FP4_ERR_FORMAT, "%s is larger than %zu bytes", path, max_bytes);
   }
   size_t n = (size_t)sb.st_size;
   char *buf = malloc(n + 1);
