@@ -111,7 +111,8 @@ typedef struct fp4_inspect_options {
  * config files are read from the directory holding it) from config.json, hf_quant_config.json and
  * the tensor headers only:
  * architecture, quantization scheme, census of modules by storage type, excluded modules, MTP
- * heads, GEMM list sharded for tp/ep. *report is malloc'ed; free it with fp4_model_free. */
+ * heads, GEMM list sharded for tp/ep. JSON reports are valid UTF-8 (a path's invalid bytes become
+ * U+FFFD). *report is malloc'ed; free it with fp4_model_free. */
 FP4_API fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options, char **report);
 FP4_API void fp4_model_free(void *p);
 

@@ -1,7 +1,7 @@
 /* fp4_model_inspect on what a user or an attacker may hand it: one .safetensors file (which must
  * be parsed as such, so that a malformed file is reported for what is wrong with it), an index file,
  * configs with numbers no integer can hold or that overflow the sharding arithmetic, text that is
- * not UTF-8, a FIFO as config.json and NULL arguments. */
+ * not UTF-8, a directory name that is not, a FIFO as config.json and NULL arguments. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -46,6 +46,33 @@ static void subdir(char *out, size_t size, const char *name) {
   CHECK(mkdir(out, 0700) == 0, "mkdir %s", out);
 }
 
+/* The JSON report of dir, parsed (NULL, reported, on failure); *text keeps the text when asked for. */
+static cJSON *inspect_doc(const char *dir, int tp, int ep, char **text) {
+  char *report = NULL;
+  fp4_status st = inspect(dir, tp, ep, &report);
+  CHECK(st == FP4_OK, "inspect %s: %s %s", dir, fp4_status_str(st), fp4_last_error());
+  cJSON *doc = report ? cJSON_Parse(report) : NULL;
+  CHECK(!report || doc, "the report of %s does not parse: %s", dir, report);
+  if (text) *text = report;
+  else fp4_model_free(report);
+  return doc;
+}
+
+/* A directory name that is not UTF-8 (Linux allows any bytes): the JSON report stays valid UTF-8. */
+static void non_utf8_directory(void) {
+  char dir[600], path[700];
+  subdir(dir, sizeof dir, "bad\xff" "dir");
+  const ckpt_tensor ts[] = {{"model.layers.0.self_attn.o_proj.weight", 32, 64, -1}};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_shard(path, ts, 1), "%s", fp4_last_error());
+  char *text = NULL;
+  cJSON *doc = inspect_doc(dir, 1, 1, &text);
+  CHECK(text && !strchr(text, '\xff') && strstr(text, "bad\xef\xbf\xbd" "dir"),
+        "the invalid byte of the directory name is written as U+FFFD: %s", text ? text : "");
+  fp4_model_free(text);
+  cJSON_Delete(doc);
+}
+
 /* A FIFO as config.json is refused at once: the alarm turns waiting for a writer into a failure. */
 static void fifo_config(void) {
   char dir[600], path[700], *report = NULL;
@@ -65,6 +92,7 @@ static void fifo_config(void) {
 
 int main(void) {
   if (!mkdtemp(root)) return 1;
+  non_utf8_directory();
   fifo_config();
   char path[600], dir[600], cmd[16384], *report = NULL;
 
@@ -168,6 +196,14 @@ int main(void) {
     char *text = ckpt_slurp(path);
     doc = text ? cJSON_Parse(text) : NULL;
     CHECK(doc && cJSON_GetObjectItem(doc, "tp")->valuedouble == 2, "inspect FILE --json: '%s'", text ? text : "");
+    cJSON_Delete(doc);
+    free(text);
+    snprintf(cmd, sizeof cmd, "%s inspect --json '%s/bad\xff" "dir' > %s/out.json", tool, root, root);
+    CHECK(ckpt_run(cmd) == 0, "%s", cmd);
+    text = ckpt_slurp(path);
+    doc = text ? cJSON_Parse(text) : NULL;
+    CHECK(doc && !strchr(text, '\xff') && strstr(text, "bad\xef\xbf\xbd" "dir"), "inspect --json of a non-UTF-8 "
+          "directory name: '%s'", text ? text : "");
     cJSON_Delete(doc);
     free(text);
     snprintf(cmd, sizeof cmd, "%s inspect %s/model.safetensors --tp 2>/dev/null", tool, root);

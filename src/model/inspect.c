@@ -345,7 +345,11 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
   }
   char *out = NULL;
   if (o.json) {
-    out = cJSON_Print(doc);
+    /* JSON text is UTF-8: a directory name that is not (any bytes on Linux) has its invalid bytes
+     * replaced by U+FFFD rather than written raw. */
+    char *printed = cJSON_Print(doc);
+    out = printed ? fp4_model_utf8_repair(printed) : NULL;
+    free(printed);
   } else {
     /* Text for people, from the same document. */
     size_t cap = 1 << 16, len = 0;

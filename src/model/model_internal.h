@@ -22,6 +22,9 @@ fp4_status fp4_model_write_file(const char *path, const void *data, size_t len);
 /* Length of the longest valid UTF-8 prefix of text[0..len): len when all of it is valid, else the
  * offset of the first byte of the first invalid sequence. */
 size_t fp4_model_utf8_span(const char *text, size_t len);
+/* A malloc'ed copy of the NUL-terminated text with every byte that is not part of a valid UTF-8
+ * sequence replaced by U+FFFD (NULL when out of memory). */
+char *fp4_model_utf8_repair(const char *text);
 
 /* JSON files beside a checkpoint (config.c). */
 struct cJSON;

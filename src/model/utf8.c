@@ -1,7 +1,10 @@
 /* UTF-8 validation of text read from checkpoints: the safetensors format and JSON require UTF-8, and
- * a name that is not would be echoed into invalid JSON reports. */
+ * a name that is not would be echoed into invalid JSON reports. Text from elsewhere (a path given on
+ * the command line) is repaired instead before it goes into JSON. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model/model_internal.h"
 
@@ -35,4 +38,27 @@ size_t fp4_model_utf8_span(const char *text, size_t len) {
     i += need + 1;
   }
   return len;
+}
+
+char *fp4_model_utf8_repair(const char *text) {
+  const size_t len = strlen(text);
+  size_t bad = 0;
+  for (size_t i = fp4_model_utf8_span(text, len); i < len; i += 1 + fp4_model_utf8_span(text + i + 1, len - i - 1))
+    bad++;
+  char *out = malloc(len + 2 * bad + 1); /* each invalid byte becomes the 3 bytes of U+FFFD */
+  if (!out) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < len;) {
+    const size_t valid = fp4_model_utf8_span(text + i, len - i);
+    memcpy(out + o, text + i, valid);
+    o += valid;
+    i += valid;
+    if (i < len) {
+      memcpy(out + o, "\xEF\xBF\xBD", 3);
+      o += 3;
+      i++;
+    }
+  }
+  out[o] = 0;
+  return out;
 }
