@@ -110,9 +110,10 @@ typedef struct fp4_inspect_options {
 /* Inspects a model (a directory, one .safetensors file or a model.safetensors.index.json; the
  * config files are read from the directory holding it) from config.json, hf_quant_config.json and
  * the tensor headers only:
- * architecture, quantization scheme, census of modules by storage type, excluded modules, MTP
- * heads, GEMM list sharded for tp/ep. JSON reports are valid UTF-8 (a path's invalid bytes become
- * U+FFFD). *report is malloc'ed; free it with fp4_model_free. */
+ * architecture, quantization scheme, census of modules by storage type, excluded modules, every
+ * tensor by kind (unclassified ones listed), MTP heads, GEMM list sharded for tp/ep (one row per name
+ * with numeric indices collapsed, MTP layers apart). JSON reports are valid UTF-8 (a path's invalid
+ * bytes become U+FFFD). *report is malloc'ed; free it with fp4_model_free. */
 FP4_API fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options, char **report);
 FP4_API void fp4_model_free(void *p);
 

@@ -1,5 +1,6 @@
-/* Small checkpoints for the model tests: BF16 shards written with the library's writer, text files,
- * raw safetensors files with a given header, and the fp4kit command next to the test binaries. */
+/* Small checkpoints for the model tests: BF16 shards written with the library's writer, zero-filled
+ * shards of any dtype and shape, text files, raw safetensors files with a given header, and the
+ * fp4kit command next to the test binaries. */
 #ifndef FP4_TESTS_MODEL_CKPT_TESTING_H
 #define FP4_TESTS_MODEL_CKPT_TESTING_H
 
@@ -30,6 +31,34 @@ static inline int ckpt_shard(const char *path, const ckpt_tensor *t, int count) 
     uint16_t *v = malloc((size_t)e * 2);
     for (int64_t j = 0; v && j < e; j++) v[j] = fp4_bf16_from_f32(j == t[i].nan_at ? 0.0f / 0.0f : (float)((j * 37 + i) % 19 - 9) * 0.01f);
     ok = v && fp4_st_writer_write(w, t[i].name, v, (size_t)e * 2) == FP4_OK;
+    free(v);
+  }
+  if (!ok) {
+    fp4_st_writer_abort(w);
+    return 0;
+  }
+  return fp4_st_writer_finish(w) == FP4_OK;
+}
+
+/* A tensor of any dtype and rank up to 4, written as zeros: header shapes for inspection tests. */
+typedef struct ckpt_decl {
+  const char *name;
+  fp4_st_dtype dtype;
+  int ndim;
+  int64_t shape[4];
+} ckpt_decl;
+
+static inline int ckpt_zeros(const char *path, const ckpt_decl *t, int count) {
+  fp4_st_writer *w = NULL;
+  if (fp4_st_writer_create(path, &w)) return 0;
+  int ok = 1;
+  for (int i = 0; i < count && ok; i++) ok = fp4_st_writer_declare(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape) == FP4_OK;
+  for (int i = 0; i < count && ok; i++) {
+    int64_t e = 1;
+    for (int d = 0; d < t[i].ndim; d++) e *= t[i].shape[d];
+    const size_t bytes = (size_t)((e * fp4_st_dtype_bits(t[i].dtype) + 7) / 8);
+    void *v = calloc(bytes ? bytes : 1, 1);
+    ok = v && fp4_st_writer_write(w, t[i].name, v, bytes) == FP4_OK;
     free(v);
   }
   if (!ok) {

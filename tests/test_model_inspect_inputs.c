@@ -1,7 +1,10 @@
 /* fp4_model_inspect on what a user or an attacker may hand it: one .safetensors file (which must
  * be parsed as such, so that a malformed file is reported for what is wrong with it), an index file,
  * configs with numbers no integer can hold or that overflow the sharding arithmetic, text that is
- * not UTF-8, a directory name that is not, a FIFO as config.json and NULL arguments. */
+ * not UTF-8, a directory name that is not, a FIFO as config.json and NULL arguments; and checkpoint
+ * layouts the GEMM list must read right: a DeepSeek MTP layer and the exclude list's spellings,
+ * vision blocks and GPT-2 layers, gpt-oss MXFP4 experts, int4 pack-quantized weights, and tensors of no
+ * known kind. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -40,6 +43,23 @@ static const cJSON *gemm(const cJSON *doc, const char *name) {
   return NULL;
 }
 
+static double num(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItem(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItem(o, key);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* The row of that name among the MTP rows (mtp 1) or the others (mtp 0). */
+static const cJSON *gemm_row(const cJSON *doc, const char *name, int mtp) {
+  for (const cJSON *e = cJSON_GetObjectItem(doc, "gemms")->child; e; e = e->next)
+    if (!strcmp(str(e, "name"), name) && cJSON_IsTrue(cJSON_GetObjectItem(e, "mtp")) == mtp) return e;
+  return NULL;
+}
+
 /* A fresh directory root/name in out. */
 static void subdir(char *out, size_t size, const char *name) {
   snprintf(out, size, "%s/%s", root, name);
@@ -56,6 +76,236 @@ static cJSON *inspect_doc(const char *dir, int tp, int ep, char **text) {
   if (text) *text = report;
   else fp4_model_free(report);
   return doc;
+}
+
+/* DeepSeek V3: decoder layers 0-2 and the MTP layer 3 (index = num_hidden_layers). The MTP layer's
+ * modules are rows of their own, and the exclude list is matched against their names in each
+ * spelling of a pattern (glob, module name, regular expression), whatever the pattern says. */
+static void deepseek_mtp(void) {
+  char dir[600], path[700], cfg[1024];
+  subdir(dir, sizeof dir, "deepseek");
+  ckpt_tensor ts[16];
+  char names[16][96];
+  int nt = 0;
+  for (int l = 0; l < 4; l++) {
+    snprintf(names[nt], sizeof names[nt], "model.layers.%d.self_attn.o_proj.weight", l);
+    ts[nt] = (ckpt_tensor){names[nt], 32, 64, -1}, nt++;
+    snprintf(names[nt], sizeof names[nt], "model.layers.%d.self_attn.q_a_proj.weight", l);
+    ts[nt] = (ckpt_tensor){names[nt], 16, 32, -1}, nt++;
+    for (int e = 0; l > 0 && e < 2; e++) {
+      snprintf(names[nt], sizeof names[nt], "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+      ts[nt] = (ckpt_tensor){names[nt], 32, 16, -1}, nt++;
+    }
+  }
+  ts[nt++] = (ckpt_tensor){"model.layers.3.eh_proj.weight", 32, 64, -1};
+  ts[nt++] = (ckpt_tensor){"model.layers.3.shared_head.head.weight", 128, 32, -1};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_shard(path, ts, nt), "%s", fp4_last_error());
+  /* exclude_modules, and how many of the MTP layer's 6 modules it excludes. */
+  static const struct {
+    const char *patterns;
+    int excluded;
+  } cases[] = {{"\"model.layers.3*\", \"lm_head\"", 6},
+               {"\"lm_head\"", 0},
+               {"\"model.layers.3\"", 6},
+               {"\"re:model\\\\.layers\\\\.3\\\\.\"", 6},
+               {"\"model.layers.*.eh_proj\", \"re:.*shared_head\"", 2},
+               {"\"re:model\\\\.layers\\\\.\\\\d+\\\\.self_attn\"", 2},
+               {"\"model.layers.[3-4].mlp.experts.?.down_proj\"", 2},
+               {"\"re:model\\\\.layers\\\\.\\\\d{1}\"", 0}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    snprintf(cfg, sizeof cfg,
+             "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"num_hidden_layers\": 3, \"num_nextn_predict_layers\": 1,"
+             " \"n_routed_experts\": 2, \"num_experts_per_tok\": 1, \"quantization_config\": {\"quant_method\": "
+             "\"modelopt\", \"exclude_modules\": [%s]}}\n", cases[c].patterns);
+    CHECK(ckpt_text(dir, "config.json", cfg), "config");
+    char *text = NULL;
+    cJSON *doc = inspect_doc(dir, 1, 1, &text);
+    if (!doc) continue;
+    const cJSON *mtp = cJSON_GetObjectItem(doc, "mtp");
+    CHECK(num(mtp, "modules") == 6 && num(mtp, "modules_excluded") == cases[c].excluded &&
+              cJSON_IsTrue(cJSON_GetObjectItem(mtp, "listed_in_excludes")) == (cases[c].excluded == 6),
+          "MTP modules in the exclude list [%s]: want %d of 6: %s", cases[c].patterns, cases[c].excluded, text);
+    fp4_model_free(text);
+    if (c == 0) { /* the rows: decoder layers apart from the MTP layer */
+      const cJSON *g = gemm_row(doc, "model.layers.*.self_attn.o_proj", 0);
+      CHECK(g && num(g, "count") == 3, "o_proj of the 3 decoder layers: count %g", g ? num(g, "count") : -1);
+      g = gemm_row(doc, "model.layers.*.self_attn.o_proj", 1);
+      CHECK(g && num(g, "count") == 1, "o_proj of the MTP layer: count %g", g ? num(g, "count") : -1);
+      g = gemm_row(doc, "model.layers.*.mlp.experts.*.down_proj", 0);
+      CHECK(g && num(g, "count") == 2 && num(g, "experts") == 2, "experts of decoder layers 1-2: count %g",
+            g ? num(g, "count") : -1);
+      g = gemm_row(doc, "model.layers.*.mlp.experts.*.down_proj", 1);
+      CHECK(g && num(g, "count") == 1 && num(g, "experts") == 2, "experts of the MTP layer: count %g",
+            g ? num(g, "count") : -1);
+      CHECK(gemm_row(doc, "model.layers.*.eh_proj", 1) && !gemm_row(doc, "model.layers.*.eh_proj", 0), "eh_proj is MTP");
+      CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "gemms")) == 8, "8 rows: 3 of the decoder layers, 5 of the MTP layer");
+    }
+    if (c == 7) {
+      const cJSON *ne = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "quantization"), "patterns_not_evaluated");
+      CHECK(cJSON_GetArraySize(ne) == 1 && strstr(ne->child->valuestring, "{1}"),
+            "a regular expression with a repetition count is reported as not evaluated");
+    }
+    cJSON_Delete(doc);
+  }
+  /* The text says so when none is listed. */
+  char *report = NULL;
+  fp4_inspect_options text = {1, 1, 0};
+  CHECK(fp4_model_inspect(dir, &text, &report) == FP4_OK && strstr(report, "(0 of 6") == NULL &&
+            strstr(report, "not evaluated"),
+        "text: %s", report ? report : fp4_last_error());
+  fp4_model_free(report);
+  snprintf(cfg, sizeof cfg, "{\"num_hidden_layers\": 3, \"num_nextn_predict_layers\": 1, \"quantization_config\": "
+           "{\"quant_method\": \"modelopt\", \"exclude_modules\": [\"model.layers.*.eh_proj\"]}}");
+  CHECK(ckpt_text(dir, "config.json", cfg), "config");
+  CHECK(fp4_model_inspect(dir, &text, &report) == FP4_OK && strstr(report, "(1 of 6 modules in the exclude list)"),
+        "text: %s", report ? report : fp4_last_error());
+  fp4_model_free(report);
+  snprintf(cfg, sizeof cfg, "{\"num_hidden_layers\": 3, \"num_nextn_predict_layers\": 1}");
+  CHECK(ckpt_text(dir, "config.json", cfg), "config");
+  CHECK(fp4_model_inspect(dir, &text, &report) == FP4_OK && strstr(report, "(not in the exclude list)"), "text: %s",
+        report ? report : fp4_last_error());
+  fp4_model_free(report);
+}
+
+/* Every numeric path component collapses: a vision tower's blocks.N and GPT-2's h.N are one row each,
+ * counting their instances, while a routed expert's row still counts layers and experts. */
+static void numeric_components(void) {
+  char dir[600], path[700];
+  subdir(dir, sizeof dir, "blocks");
+  const ckpt_tensor ts[] = {{"model.visual.blocks.0.attn.qkv.weight", 96, 32, -1},
+                            {"model.visual.blocks.1.attn.qkv.weight", 96, 32, -1},
+                            {"model.visual.blocks.2.attn.qkv.weight", 96, 32, -1},
+                            {"transformer.h.0.mlp.c_fc.weight", 64, 32, -1},
+                            {"transformer.h.1.mlp.c_fc.weight", 64, 32, -1},
+                            {"transformer.h.10.mlp.c_fc.weight", 64, 32, -1},
+                            {"model.layers.0.mlp.experts.0.down_proj.weight", 32, 16, -1},
+                            {"model.layers.0.mlp.experts.1.down_proj.weight", 32, 16, -1},
+                            {"model.layers.0.mlp.experts.2.down_proj.weight", 32, 16, -1},
+                            {"model.layers.1.mlp.experts.0.down_proj.weight", 32, 16, -1},
+                            {"model.layers.1.mlp.experts.1.down_proj.weight", 32, 16, -1},
+                            {"model.layers.1.mlp.experts.2.down_proj.weight", 32, 16, -1}};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_shard(path, ts, (int)(sizeof ts / sizeof ts[0])), "%s", fp4_last_error());
+  CHECK(ckpt_text(dir, "config.json", "{\"num_hidden_layers\": 2, \"num_experts_per_tok\": 1}\n"), "config");
+  char *text = NULL;
+  cJSON *doc = inspect_doc(dir, 1, 1, &text);
+  if (!doc) return;
+  const cJSON *g = gemm_row(doc, "model.visual.blocks.*.attn.qkv", 0);
+  CHECK(g && num(g, "count") == 3 && num(g, "n") == 96, "vision blocks: one row of count 3: %s", text);
+  g = gemm_row(doc, "transformer.h.*.mlp.c_fc", 0);
+  CHECK(g && num(g, "count") == 3, "transformer.h.N: one row of count 3: %s", text);
+  g = gemm_row(doc, "model.layers.*.mlp.experts.*.down_proj", 0);
+  CHECK(g && num(g, "count") == 2 && num(g, "experts") == 3, "experts: 2 layers x 1 active of 3: %s", text);
+  CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "gemms")) == 3, "3 rows: %s", text);
+  fp4_model_free(text);
+  cJSON_Delete(doc);
+}
+
+/* gpt-oss: MXFP4 experts as X_blocks U8 [E, N, K/32, 16] + X_scales U8 [E, N, K/32], the exclude list in
+ * modules_to_not_convert; a tensor of no known kind (a 3-D convolution weight) is reported, not dropped. */
+static void gpt_oss(void) {
+  char dir[600], path[700];
+  subdir(dir, sizeof dir, "gpt-oss");
+  ckpt_decl ts[32];
+  char names[32][96];
+  int nt = 0;
+#define DECL(dt, nd, ...)                                                     \
+  do {                                                                        \
+    ts[nt] = (ckpt_decl){names[nt], dt, nd, {__VA_ARGS__}};                   \
+    nt++;                                                                     \
+  } while (0)
+  for (int l = 0; l < 2; l++) {
+    static const char *const parts[] = {"mlp.experts.gate_up_proj_blocks", "mlp.experts.gate_up_proj_scales",
+                                        "mlp.experts.gate_up_proj_bias", "mlp.experts.down_proj_blocks",
+                                        "mlp.experts.down_proj_scales", "mlp.experts.down_proj_bias",
+                                        "mlp.router.weight", "mlp.router.bias", "self_attn.q_proj.weight",
+                                        "self_attn.sinks", "input_layernorm.weight", "linear_attn.conv1d.weight"};
+    for (int p = 0; p < 12; p++) snprintf(names[nt + p], sizeof names[0], "model.layers.%d.%s", l, parts[p]);
+    DECL(FP4_ST_U8, 4, 4, 128, 2, 16);
+    DECL(FP4_ST_U8, 3, 4, 128, 2);
+    DECL(FP4_ST_BF16, 2, 4, 128);
+    DECL(FP4_ST_U8, 4, 4, 64, 2, 16);
+    DECL(FP4_ST_U8, 3, 4, 64, 2);
+    DECL(FP4_ST_BF16, 2, 4, 64);
+    DECL(FP4_ST_BF16, 2, 4, 64);
+    DECL(FP4_ST_BF16, 1, 4);
+    DECL(FP4_ST_BF16, 2, 64, 64);
+    DECL(FP4_ST_BF16, 1, 8);
+    DECL(FP4_ST_BF16, 1, 64);
+    DECL(FP4_ST_BF16, 3, 8, 1, 4);
+  }
+  snprintf(names[nt], sizeof names[0], "model.embed_tokens.weight");
+  DECL(FP4_ST_BF16, 2, 100, 64);
+  snprintf(names[nt], sizeof names[0], "lm_head.weight");
+  DECL(FP4_ST_BF16, 2, 100, 64);
+#undef DECL
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_zeros(path, ts, nt), "%s", fp4_last_error());
+  CHECK(ckpt_text(dir, "config.json",
+                  "{\"architectures\": [\"GptOssForCausalLM\"], \"num_hidden_layers\": 2, \"num_local_experts\": 4,"
+                  " \"num_experts_per_tok\": 2, \"quantization_config\": {\"quant_method\": \"mxfp4\", "
+                  "\"modules_to_not_convert\": [\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", "
+                  "\"model.embed_tokens\", \"lm_head\"]}}\n"),
+        "config");
+  char *text = NULL;
+  cJSON *doc = inspect_doc(dir, 1, 1, &text);
+  if (!doc) return;
+  const cJSON *q = cJSON_GetObjectItem(doc, "quantization");
+  CHECK(!strcmp(str(q, "algorithm"), "MXFP4") && cJSON_GetArraySize(cJSON_GetObjectItem(q, "excluded_modules")) == 4,
+        "gpt-oss quantization: %s", text);
+  CHECK(num(cJSON_GetObjectItem(doc, "census"), "mxfp4") == 2 * 2 * 4, "16 MXFP4 expert modules: %s", text);
+  const cJSON *g = gemm_row(doc, "model.layers.*.mlp.experts.gate_up_proj", 0);
+  /* 2 layers x 2 active of 4 experts */
+  CHECK(g && num(g, "n") == 128 && num(g, "k") == 64 && num(g, "experts") == 4 && num(g, "count") == 4 &&
+            !strcmp(str(g, "dtype"), "mxfp4"),
+        "gpt-oss gate_up: %s", text);
+  g = gemm_row(doc, "model.layers.*.mlp.experts.down_proj", 0);
+  CHECK(g && num(g, "n") == 64 && num(g, "k") == 64 && !strcmp(str(g, "dtype"), "mxfp4"), "gpt-oss down: %s", text);
+  /* Every tensor has a kind; the conv1d weights are listed as unclassified. */
+  const cJSON *k = cJSON_GetObjectItem(doc, "tensor_kinds");
+  CHECK(num(k, "gemm_weights") == 9 && num(k, "gemm_scales_and_biases") == 10 && num(k, "embeddings") == 1 &&
+            num(k, "vectors") == 4 && num(k, "unclassified") == 2,
+        "tensor kinds: %s", text);
+  double sum = 0;
+  for (const cJSON *e = k ? k->child : NULL; e; e = e->next) sum += e->valuedouble;
+  CHECK(sum == num(doc, "tensors"), "the kinds add up to %g of %g tensors", sum, num(doc, "tensors"));
+  const cJSON *u = cJSON_GetObjectItem(doc, "unclassified");
+  CHECK(cJSON_GetArraySize(u) == 1 && !strcmp(str(u->child, "name"), "model.layers.*.linear_attn.conv1d.weight") &&
+            num(u->child, "tensors") == 2 && cJSON_GetArraySize(cJSON_GetObjectItem(u->child, "shape")) == 3,
+        "unclassified conv1d: %s", text);
+  fp4_model_free(text);
+  cJSON_Delete(doc);
+  doc = inspect_doc(dir, 2, 2, NULL);
+  g = doc ? gemm_row(doc, "model.layers.*.mlp.experts.gate_up_proj", 0) : NULL;
+  CHECK(g && num(g, "experts") == 2 && num(g, "n") == 128, "gpt-oss EP 2: 2 experts a rank");
+  cJSON_Delete(doc);
+  fp4_inspect_options plain = {1, 1, 0};
+  CHECK(fp4_model_inspect(dir, &plain, &text) == FP4_OK && strstr(text, "unclassified 2 tensor(s)") &&
+            strstr(text, "conv1d.weight bf16 [8,1,4] x2"),
+        "text: %s", text ? text : fp4_last_error());
+  fp4_model_free(text);
+}
+
+/* compressed-tensors pack-quantized: 8 int4 values in each I32 of weight_packed [N, K/8]. */
+static void int4_packed(void) {
+  char dir[600], path[700];
+  subdir(dir, sizeof dir, "int4");
+  const ckpt_decl ts[] = {{"model.layers.0.mlp.down_proj.weight_packed", FP4_ST_I32, 2, {64, 16}},
+                          {"model.layers.0.mlp.down_proj.weight_scale", FP4_ST_BF16, 2, {64, 1}},
+                          {"model.layers.0.mlp.down_proj.weight_shape", FP4_ST_I32, 1, {2}}};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_zeros(path, ts, 3), "%s", fp4_last_error());
+  CHECK(ckpt_text(dir, "config.json", "{\"num_hidden_layers\": 1, \"quantization_config\": {\"quant_method\": "
+                  "\"compressed-tensors\", \"format\": \"pack-quantized\"}}\n"), "config");
+  char *text = NULL;
+  cJSON *doc = inspect_doc(dir, 1, 1, &text);
+  const cJSON *g = doc ? gemm_row(doc, "model.layers.*.mlp.down_proj", 0) : NULL;
+  CHECK(g && !strcmp(str(g, "dtype"), "int4") && num(g, "k") == 128 && num(g, "n") == 64 &&
+            num(cJSON_GetObjectItem(doc, "census"), "int4") == 1,
+        "int4 pack-quantized: %s", text ? text : "");
+  fp4_model_free(text);
+  cJSON_Delete(doc);
 }
 
 /* A directory name that is not UTF-8 (Linux allows any bytes): the JSON report stays valid UTF-8. */
@@ -92,6 +342,10 @@ static void fifo_config(void) {
 
 int main(void) {
   if (!mkdtemp(root)) return 1;
+  deepseek_mtp();
+  numeric_components();
+  gpt_oss();
+  int4_packed();
   non_utf8_directory();
   fifo_config();
   char path[600], dir[600], cmd[16384], *report = NULL;
