@@ -2,24 +2,27 @@
 /* The options of every fp4kit command (getopt_long: --opt value and --opt=value, --help and -h,
  * refused options and values named with exit status 2) and what check, probe, bench and tune say
  * when the CUDA device asked for cannot be used: one line naming the device and the runtime's
- * reason, then the host backends (check, probe) or nothing (bench, tune). Device 99 is unusable on
- * every machine (no driver, no GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
+ * reason, then the host backends (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level
+ * is named. Device 99 is unusable on every machine (no driver, no GPU, a build without CUDA, or no
+ * such ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
 #include "testing.h"
 
-/* Exit status of `fp4kit ARGS`; out and err receive its stdout and stderr (caller frees). */
-static int fp4kit(const char *args, char **out, char **err) {
+/* Exit status of `ENV fp4kit ARGS`; out and err receive its stdout and stderr (caller frees). */
+static int fp4kit_env(const char *env, const char *args, char **out, char **err) {
   static int n;
   char name[32], errname[40];
   snprintf(name, sizeof name, "run%d", n++);
-  int rc = cli_run("", args, name);
+  int rc = cli_run(env, args, name);
   snprintf(errname, sizeof errname, "%s.err", name);
   *out = cli_slurp(name);
   *err = cli_slurp(errname);
   return rc;
 }
+
+static int fp4kit(const char *args, char **out, char **err) { return fp4kit_env("", args, out, err); }
 
 /* Lines of s that contain needle. */
 static int lines_with(const char *s, const char *needle) {
@@ -131,6 +134,23 @@ static void options(void) {
   }
 }
 
+/* FP4KIT_LOG with an unknown level is named once and logs nothing. */
+static void environment(void) {
+  char *out, *err;
+  /* A library failure (a missing checkpoint) logs through FP4KIT_LOG. */
+  int rc = fp4kit_env("FP4KIT_LOG=warning", "inspect /nonexistent/model.safetensors", &out, &err);
+  CHECK(rc == 3 && cli_count(err, "FP4KIT_LOG='warning' is not a log level: use error, warn, info or debug") == 1 &&
+            !strstr(err, "fp4kit debug:"),
+        "an unknown FP4KIT_LOG is named once with the levels, and nothing is logged (rc %d):\n%s", rc, err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit_env("FP4KIT_LOG=debug", "inspect /nonexistent/model.safetensors", &out, &err);
+  CHECK(rc == 3 && err && strstr(err, "fp4kit debug:") && !strstr(err, "FP4KIT_LOG"), "FP4KIT_LOG=debug logs (rc %d):\n%s", rc,
+        err ? err : "");
+  free(out);
+  free(err);
+}
+
 static void unusable_device(void) {
   char *out, *err;
   /* check: one line on stderr, the host backends checked (no FAIL), exit 3 (the device was asked for). */
@@ -200,6 +220,7 @@ int main(void) {
     return 77;
   }
   options();
+  environment();
   unusable_device();
   char cleanup[128];
   snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);

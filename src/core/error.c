@@ -1,5 +1,6 @@
 #include "core/error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,20 +53,29 @@ const char *fp4_status_str(fp4_status status) {
   return "FP4_ERR_UNKNOWN_STATUS";
 }
 
-static int log_threshold(void) {
-  /* Read once per process; a race here only repeats the same getenv. */
-  static int level = -1;
-  if (level < 0) {
-    const char *env = getenv("FP4KIT_LOG");
-    level = 0;
-    if (env) {
-      if (!strcmp(env, "error")) level = FP4_LOG_ERROR;
-      else if (!strcmp(env, "warn")) level = FP4_LOG_WARN;
-      else if (!strcmp(env, "info")) level = FP4_LOG_INFO;
-      else if (!strcmp(env, "debug")) level = FP4_LOG_DEBUG;
-    }
+/* FP4KIT_LOG's level; an unknown value is said once on stderr (it was set to ask for messages) and
+ * the default, silent, stays. */
+static int log_level = -1;
+
+static void read_log_level(void) {
+  const char *env = getenv("FP4KIT_LOG");
+  int level = 0;
+  if (env && *env) {
+    if (!strcmp(env, "error")) level = FP4_LOG_ERROR;
+    else if (!strcmp(env, "warn")) level = FP4_LOG_WARN;
+    else if (!strcmp(env, "info")) level = FP4_LOG_INFO;
+    else if (!strcmp(env, "debug")) level = FP4_LOG_DEBUG;
+    else
+      fprintf(stderr, "fp4kit warn: FP4KIT_LOG='%s' is not a log level: use error, warn, info or debug; "
+                      "logging stays off\n", env);
   }
-  return level;
+  log_level = level;
+}
+
+static int log_threshold(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, read_log_level);
+  return log_level;
 }
 
 void fp4_log(fp4_log_level level, const char *fmt, ...) {
