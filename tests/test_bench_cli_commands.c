@@ -121,6 +121,7 @@ static void options(void) {
       {"tune --shape 128x256 stray", "unexpected argument 'stray'"},
       {"tune --shape 128x256 --device", "'--device' needs a value"},
       {"bench --runs=10", "--runs '10'"},
+      {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
       {"version stray", "unexpected argument 'stray'"},

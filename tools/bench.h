@@ -80,8 +80,9 @@ typedef struct bench_shape {
   "              shared experts, router, lm_head; whatever the checkpoint stores them as) after\n" \
   "              --tp sharding, one per distinct N x K; MoE expert GEMMs are grouped GEMMs, timed\n" \
   "              by fp4kit bench --moe. --list-shapes prints them."
-/* A model name matches a shape set exactly, or as the unique set whose name starts with it. */
-const char *bench_find_model(const char *want);
+/* A model name matches a shape set exactly, or as the unique set whose name starts with it; matches
+ * receives how many sets it matches (more than 1: ambiguous, and NULL is returned; 0: none). */
+const char *bench_find_model(const char *want, int *matches);
 /* Adds a shape unless the same N x K is there; -1 when the table is full. */
 int bench_add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name);
 /* Appends the shapes of a list "NxK[,NxK...]" (x or X, N and K in [1, 2^31], deduplicated).

@@ -7,18 +7,21 @@
 #include "bench.h"
 #include "cli.h"
 
-const char *bench_find_model(const char *want) {
+const char *bench_find_model(const char *want, int *matches) {
   const char *hit = NULL;
-  int hits = 0;
+  *matches = 0;
   for (int i = 0; fp4_shape_set_name(i); i++) {
     const char *s = fp4_shape_set_name(i);
-    if (!strcmp(s, want)) return s;
+    if (!strcmp(s, want)) {
+      *matches = 1;
+      return s;
+    }
     if (!strncmp(s, want, strlen(want))) {
       hit = s;
-      hits++;
+      (*matches)++;
     }
   }
-  return hits == 1 ? hit : NULL;
+  return *matches == 1 ? hit : NULL;
 }
 
 int bench_add_shape(bench_shape *shapes, int *count, int64_t n, int64_t k, const char *name) {
@@ -65,7 +68,15 @@ void bench_list_models(FILE *f) {
 }
 
 int bench_model_shapes(const char *tool, const char *want, int tp, bench_shape *shapes, int *count) {
-  const char *model = bench_find_model(want);
+  int matches = 0;
+  const char *model = bench_find_model(want, &matches);
+  if (matches > 1) {
+    fprintf(stderr, "fp4kit %s: '%s' is ambiguous: %d shape sets start with it:", tool, want, matches);
+    for (int i = 0; fp4_shape_set_name(i); i++)
+      if (!strncmp(fp4_shape_set_name(i), want, strlen(want))) fprintf(stderr, " %s", fp4_shape_set_name(i));
+    fprintf(stderr, "; give more of the name\n");
+    return FP4CLI_USAGE;
+  }
   if (!model) {
     fprintf(stderr, "fp4kit %s: no shape set matches '%s'\n", tool, want);
     bench_list_models(stderr);
