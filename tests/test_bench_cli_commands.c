@@ -1,10 +1,11 @@
 #define _POSIX_C_SOURCE 200809L
 /* The options of every fp4kit command (getopt_long: --opt value and --opt=value, --help and -h,
- * refused options and values named with exit status 2) and what check, probe, bench and tune say
- * when the CUDA device asked for cannot be used: one line naming the device and the runtime's
- * reason, then the host backends (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level
- * is named. Device 99 is unusable on every machine (no driver, no GPU, a build without CUDA, or no
- * such ordinal). No timing is asserted. */
+ * refused options and values named with exit status 2 and nothing on stdout, decimal integers
+ * within their range) and what check, probe, bench and tune say when the CUDA device asked for
+ * cannot be used: one line naming the device and the runtime's reason, then the host backends
+ * (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level is named. Device 99 is
+ * unusable on every machine (no driver, no GPU, a build without CUDA, or no such ordinal). No
+ * timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
@@ -121,6 +122,9 @@ static void options(void) {
       {"tune --shape 128x256 stray", "unexpected argument 'stray'"},
       {"tune --shape 128x256 --device", "'--device' needs a value"},
       {"bench --runs=10", "--runs '10'"},
+      {"check --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
+      {"check --device 0x1", "'0x1'"},
+      {"check --device ' 1'", "' 1'"},
       {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
@@ -130,9 +134,24 @@ static void options(void) {
     rc = fp4kit(bad[i].args, &out, &err);
     CHECK(rc == 2 && err && strstr(err, bad[i].says), "fp4kit %s: exit 2 (got %d) saying %s; said: %s", bad[i].args, rc,
           bad[i].says, err ? err : "");
+    CHECK(out && !out[0], "fp4kit %s prints nothing on stdout before its usage error: %s", bad[i].args, out ? out : "");
     free(out);
     free(err);
   }
+
+  /* Decimal, whatever the leading zeros: 010 is device 10 and 08 is device 8 (not octal). */
+  rc = fp4kit("check --device 010 --backend ref", &out, &err);
+  CHECK(rc == 3 && lines_with(err, "no usable CUDA device 10 (") == 1, "check --device 010 is device 10 (rc %d): %s", rc,
+        err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit("probe --device 08 --json", &out, &err);
+  cJSON *j = out ? cJSON_Parse(out) : NULL;
+  CHECK(rc == 0 && j && cJSON_GetNumberValue(cJSON_GetObjectItem(j, "device_asked")) == 8, "probe --device 08 is device 8 (rc %d): %s",
+        rc, err ? err : "");
+  cJSON_Delete(j);
+  free(out);
+  free(err);
 }
 
 /* FP4KIT_LOG with an unknown level is named once and logs nothing. */

@@ -1,4 +1,6 @@
-/* The fp4kit command: one function per subcommand, registered in the table of fp4kit.c. */
+/* The fp4kit command: one function per subcommand, registered in the table of fp4kit.c. The value
+ * parser (fp4cli_parse_int) is in cli_options.c, part of the fp4kit_step library, so that bench --step
+ * (bench_step.c) can share it; the rest is in fp4kit.c. */
 #ifndef FP4_TOOLS_CLI_H
 #define FP4_TOOLS_CLI_H
 
@@ -37,8 +39,9 @@ int fp4cli_device_usable(int device, char *why, size_t size);
 
 /* Option parsing (getopt_long, opterr = 0) shares its messages: the option getopt_long refused
  * (c is '?' for an unknown option, ':' for a missing value; optstrings start with ':'), and a value
- * that is not an integer in [lo, hi]. Each prints "fp4kit CMD: ..." and the hint to run --help, and
- * returns FP4CLI_USAGE. */
+ * that is not an integer in [lo, hi]. fp4cli_bad_option prints "fp4kit CMD: ..." and the hint to run
+ * --help; both return FP4CLI_USAGE. Integers are decimal (a leading 0 is not octal, no hex), the whole
+ * value, within long long; the message gives the range. */
 int fp4cli_bad_option(const char *cmd, int c, char **argv);
 int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out);
 /* "bf16", "f16"/"fp16", "f32"/"fp32"; 0 on success, -1 for another name. */

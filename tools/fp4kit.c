@@ -86,17 +86,6 @@ int fp4cli_bad_option(const char *cmd, int c, char **argv) {
   return FP4CLI_USAGE;
 }
 
-int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out) {
-  char *end = NULL;
-  long long v = strtoll(value, &end, 0);
-  if (!*value || *end || v < lo || v > hi) {
-    fprintf(stderr, "fp4kit %s: %s needs an integer from %lld to %lld, not '%s'\n", cmd, opt, lo, hi, value);
-    return FP4CLI_USAGE;
-  }
-  *out = v;
-  return FP4CLI_OK;
-}
-
 int fp4cli_parse_dtype(const char *s, fp4_dtype *t) {
   if (!strcmp(s, "bf16")) *t = FP4_DTYPE_BF16;
   else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *t = FP4_DTYPE_F16;

@@ -1,0 +1,31 @@
+/* The parsers every fp4kit command mode shares, bench --step included: that mode lives in a library
+ * of its own (fp4kit_step), which this file is part of, so one rule serves all. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* A base-10 integer, the whole text: no sign other than a leading '-', no space, no octal or hex
+ * (a leading 0 is a decimal digit), nothing past the end of long long. 0, or -1 when it is not. */
+static int parse_decimal(const char *s, long long *out) {
+  if (!(*s == '-' ? s[1] >= '0' && s[1] <= '9' : *s >= '0' && *s <= '9')) return -1;
+  char *end = NULL;
+  errno = 0;
+  const long long v = strtoll(s, &end, 10);
+  if (*end || errno == ERANGE) return -1;
+  *out = v;
+  return 0;
+}
+
+int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out) {
+  long long v = 0;
+  if (parse_decimal(value, &v) || v < lo || v > hi) {
+    fprintf(stderr, "fp4kit %s: %s needs an integer from %lld to %lld, not '%s'\n", cmd, opt, lo, hi, value);
+    return FP4CLI_USAGE;
+  }
+  *out = v;
+  return FP4CLI_OK;
+}
