@@ -1,11 +1,11 @@
 #define _POSIX_C_SOURCE 200809L
 /* The options of every fp4kit command (getopt_long: --opt value and --opt=value, --help and -h,
  * refused options and values named with exit status 2 and nothing on stdout, decimal integers
- * within their range) and what check, probe, bench and tune say when the CUDA device asked for
- * cannot be used: one line naming the device and the runtime's reason, then the host backends
- * (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level is named. Device 99 is
- * unusable on every machine (no driver, no GPU, a build without CUDA, or no such ordinal). No
- * timing is asserted. */
+ * within their range, lists within their length) and what check, probe, bench and tune say when the
+ * CUDA device asked for cannot be used: one line naming the device and the runtime's reason, then
+ * the host backends (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level is named.
+ * Device 99 is unusable on every machine (no driver, no GPU, a build without CUDA, or no such
+ * ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
@@ -121,7 +121,9 @@ static void options(void) {
       {"bench --shapes 128x+256", "'128x+256' is not NxK"},
       {"tune --shape 128x256 stray", "unexpected argument 'stray'"},
       {"tune --shape 128x256 --device", "'--device' needs a value"},
-      {"bench --runs=10", "--runs '10'"},
+      {"bench --runs=10", "--runs needs an integer from 50 to 1000000, not '10'"},
+      {"bench --runs 1000001", "--runs needs an integer from 50 to 1000000, not '1000001'"},
+      {"bench --m 1,0", "'0' is not an integer from 1 to 16777216"},
       {"check --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
       {"check --device 0x1", "'0x1'"},
       {"check --device ' 1'", "' 1'"},
@@ -139,6 +141,14 @@ static void options(void) {
     free(err);
   }
 
+  /* More values than a list takes: the limit is said. */
+  char ms[512] = "bench --shapes 128x256 --m 1";
+  for (int m = 2; m <= 65; m++) snprintf(ms + strlen(ms), sizeof ms - strlen(ms), ",%d", m);
+  rc = fp4kit(ms, &out, &err);
+  CHECK(rc == 2 && err && strstr(err, "--m takes at most 64 values, not 65"), "bench --m with 65 values names the limit (rc %d): %s",
+        rc, err ? err : "");
+  free(out);
+  free(err);
   /* Decimal, whatever the leading zeros: 010 is device 10 and 08 is device 8 (not octal). */
   rc = fp4kit("check --device 010 --backend ref", &out, &err);
   CHECK(rc == 3 && lines_with(err, "no usable CUDA device 10 (") == 1, "check --device 010 is device 10 (rc %d): %s", rc,

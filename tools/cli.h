@@ -1,6 +1,6 @@
 /* The fp4kit command: one function per subcommand, registered in the table of fp4kit.c. The value
- * parser (fp4cli_parse_int) is in cli_options.c, part of the fp4kit_step library, so that bench --step
- * (bench_step.c) can share it; the rest is in fp4kit.c. */
+ * parsers (fp4cli_parse_int, fp4cli_parse_int_list) are in cli_options.c, part of the fp4kit_step
+ * library, so that bench --step (bench_step.c) can share them; the rest is in fp4kit.c. */
 #ifndef FP4_TOOLS_CLI_H
 #define FP4_TOOLS_CLI_H
 
@@ -44,6 +44,10 @@ int fp4cli_device_usable(int device, char *why, size_t size);
  * value, within long long; the message gives the range. */
 int fp4cli_bad_option(const char *cmd, int c, char **argv);
 int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out);
+/* A comma list of at most max integers in [lo, hi] (e.g. --m 1,2,4) into out: returns how many, or -1
+ * after printing "fp4kit CMD: OPT ..." with the bad item and the limits (or the count over max). */
+int fp4cli_parse_int_list(const char *cmd, const char *opt, const char *list, long long lo, long long hi, int max,
+                          long long *out);
 /* "bf16", "f16"/"fp16", "f32"/"fp32"; 0 on success, -1 for another name. */
 int fp4cli_parse_dtype(const char *s, fp4_dtype *t);
 /* Arguments left after the options: none is expected. Prints the first and returns FP4CLI_USAGE. */

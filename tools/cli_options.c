@@ -29,3 +29,28 @@ int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long l
   *out = v;
   return FP4CLI_OK;
 }
+
+int fp4cli_parse_int_list(const char *cmd, const char *opt, const char *list, long long lo, long long hi, int max,
+                          long long *out) {
+  int n = 0;
+  for (const char *s = list;; n++) {
+    const size_t len = strcspn(s, ",");
+    char item[32];
+    long long v = 0;
+    if (n == max) {
+      int items = n + 1;
+      for (const char *p = s; *p; p++) items += *p == ',';
+      fprintf(stderr, "fp4kit %s: %s takes at most %d values, not %d\n", cmd, opt, max, items);
+      return -1;
+    }
+    snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), s);
+    if (len >= sizeof item || parse_decimal(item, &v) || v < lo || v > hi) {
+      fprintf(stderr, "fp4kit %s: %s '%s': '%.*s' is not an integer from %lld to %lld (give up to %d, separated by commas)\n",
+              cmd, opt, list, (int)len, s, lo, hi, max);
+      return -1;
+    }
+    out[n] = v;
+    if (!s[len]) return n + 1;
+    s += len + 1;
+  }
+}

@@ -27,6 +27,7 @@ enum {
   BENCH_ROW_BLOCK = 128
 };
 #define BENCH_REF_MAX_MNK (1LL << 24) /* the reference is the slow oracle: small problems only */
+#define BENCH_MAX_M (1LL << 24)
 #define BENCH_DEFAULT_CACHE (64LL << 20)
 
 static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
@@ -102,13 +103,13 @@ static void bench_usage(FILE *f) {
           "  --list-shapes  print the shapes (N K name) the options select, and exit.\n"
           "  --shapes    explicit weight shapes N x K (N outputs, K inputs), e.g. 8192x28672,57344x8192.\n"
           "  --tp        tensor-parallel degree the model shapes are sharded for (default 1).\n"
-          "  --m         token counts (default 1,2,4,8,16,32,64).\n"
+          "  --m         token counts, at most %d, each 1 to %lld (default 1,2,4,8,16,32,64).\n"
           "  --op        default w4a16,w4a4. W4A4 points also time the activation quantize alone and\n"
           "              quantize followed by the GEMM (the total a layer pays).\n"
           "  --format    default nvfp4. --act: W4A16 activations and quantize input (default bf16).\n"
           "  --out       output dtype (default bf16). --layout: scale layout of both operands (128x4).\n"
-          "  --runs      timed calls per point, >= 50 (default 100 on a device, 50 on the host); the\n"
-          "              median is reported. --warmup: untimed calls first (default 10).\n"
+          "  --runs      timed calls per point, 50 to 1000000 (default 100 on a device, 50 on the host);\n"
+          "              the median is reported. --warmup: untimed calls first, 0 to 100000 (default 10).\n"
           "  --moe       time the MoE layer instead (fp4kit bench --moe --help).\n"
           "  --step      time one rank's decode step of a model instead (fp4kit bench --step MODEL --help).\n"
           "  --no-peers  skip the same-run peers (ratios are then left empty).\n"
@@ -126,20 +127,12 @@ static void bench_usage(FILE *f) {
           "FP4KIT_COMMIT from the environment when set, else 'git rev-parse HEAD' of the source tree this\n"
           "command was built from (with -dirty when its tracked files differ from that commit), else\n"
           "unknown. The --json, --csv and --html files are checked for writing before anything is timed.\n",
-          (long long)BENCH_REF_MAX_MNK, default_models[0], default_models[1]);
+          (long long)BENCH_REF_MAX_MNK, default_models[0], default_models[1], BENCH_MAX_MS, BENCH_MAX_M);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Option parsing                                                                                 */
 /* ---------------------------------------------------------------------------------------------- */
-
-static int parse_int(const char *s, long long lo, long long hi, long long *out) {
-  char *end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) return -1;
-  *out = v;
-  return 0;
-}
 
 /* Splits a comma list into a scratch copy; returns the count or -1 when there are too many. */
 static int split_list(const char *s, char *buf, size_t size, char **items, int max) {
@@ -219,20 +212,20 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
       case OPT_HTML: o->html = v; break;
       case OPT_CACHE: o->cache = v; break;
       case OPT_CONFIG: o->config = v; break;
-      case OPT_RUNS:
-        if (parse_int(v, 50, 1000000, &x)) return usage_error("--runs '%s': give a number >= 50 (the median needs them)", v);
+      case OPT_RUNS: /* the median needs them */
+        if (fp4cli_parse_int("bench", "--runs", v, 50, 1000000, &x)) return FP4CLI_USAGE;
         o->runs = (int)x;
         break;
       case OPT_WARMUP:
-        if (parse_int(v, 0, 100000, &x)) return usage_error("--warmup '%s': give a number >= 0", v);
+        if (fp4cli_parse_int("bench", "--warmup", v, 0, 100000, &x)) return FP4CLI_USAGE;
         o->warmup = (int)x;
         break;
       case OPT_DEVICE:
-        if (parse_int(v, -1, 1024, &x)) return usage_error("--device '%s': give a CUDA ordinal or -1 for the host", v);
+        if (fp4cli_parse_int("bench", "--device", v, -1, 1024, &x)) return FP4CLI_USAGE;
         o->device = (int)x;
         break;
       case OPT_TP:
-        if (parse_int(v, 1, 1024, &x)) return usage_error("--tp '%s': give a tensor-parallel degree >= 1", v);
+        if (fp4cli_parse_int("bench", "--tp", v, 1, 1024, &x)) return FP4CLI_USAGE;
         o->tp = (int)x;
         break;
       case OPT_ACT:
@@ -935,15 +928,12 @@ static void progress_end(const bench_point *pt) {
 }
 
 static int parse_selection(const bench_opts *o, int64_t *ms, int *nms, int *ops, int *fmts) {
-  char buf[1024], *items[BENCH_MAX_MS];
-  int n = split_list(o->ms, buf, sizeof buf, items, BENCH_MAX_MS);
-  if (n <= 0) return usage_error("--m '%s': give M values like 1,2,4", o->ms);
-  for (int i = 0; i < n; i++) {
-    long long v = 0;
-    if (parse_int(items[i], 1, 1LL << 24, &v)) return usage_error("--m: '%s' is not a positive token count", items[i]);
-    ms[i] = v;
-  }
+  long long m[BENCH_MAX_MS];
+  int n = fp4cli_parse_int_list("bench", "--m", o->ms, 1, BENCH_MAX_M, BENCH_MAX_MS, m);
+  if (n < 0) return FP4CLI_USAGE;
+  for (int i = 0; i < n; i++) ms[i] = m[i];
   *nms = n;
+  char buf[1024], *items[8];
   memset(ops, 0, 3 * sizeof *ops);
   if ((n = split_list(o->ops, buf, sizeof buf, items, 8)) <= 0) return usage_error("--op '%s': use w4a16, w4a4 or quantize", o->ops);
   for (int i = 0; i < n; i++) {
