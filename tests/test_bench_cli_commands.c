@@ -3,9 +3,9 @@
  * refused options and values named with exit status 2 and nothing on stdout, decimal integers
  * within their range, lists within their length) and what check, probe, bench and tune say when the
  * CUDA device asked for cannot be used: one line naming the device and the runtime's reason, then
- * the host backends (check, probe) or nothing (bench, tune); an unknown FP4KIT_LOG level is named.
- * Device 99 is unusable on every machine (no driver, no GPU, a build without CUDA, or no such
- * ordinal). No timing is asserted. */
+ * the host backends (check, probe) or nothing (bench, tune); the environment (FP4KIT_DEVICE,
+ * FP4KIT_LOG) is checked like an option. Device 99 is unusable on every machine (no driver, no GPU,
+ * a build without CUDA, or no such ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
@@ -164,11 +164,40 @@ static void options(void) {
   free(err);
 }
 
-/* FP4KIT_LOG with an unknown level is named once and logs nothing. */
+/* FP4KIT_DEVICE is checked where a command reads it (no --device given): a usage error naming the
+ * variable and what it takes; FP4KIT_LOG with an unknown level is named once and logs nothing. */
 static void environment(void) {
+  static const char *const cases[][2] = {
+      {"FP4KIT_DEVICE=cpu", "bench --backend cpu --shapes 128x256 --m 1 --op w4a16 --runs 50"},
+      {"FP4KIT_DEVICE=-5", "check"},
+      {"FP4KIT_DEVICE=99999999999", "probe --json"},
+      {"FP4KIT_DEVICE=0x1", "check --backend ref"},
+  };
   char *out, *err;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    int rc = fp4kit_env(cases[i][0], cases[i][1], &out, &err);
+    char want[64];
+    snprintf(want, sizeof want, "FP4KIT_DEVICE='%s' is not a device", cases[i][0] + strlen("FP4KIT_DEVICE="));
+    CHECK(rc == 2 && err && strstr(err, want) && strstr(err, "CUDA ordinal from 0 to 1024, or -1 for the host only") &&
+              cli_count(err, "\n") == 1 && out && !out[0],
+          "%s fp4kit %s: exit 2 (got %d) with one line naming the variable and its values:\n%s", cases[i][0], cases[i][1], rc,
+          err ? err : "");
+    free(out);
+    free(err);
+  }
+  /* --device wins: the variable is not read. */
+  int rc = fp4kit_env("FP4KIT_DEVICE=cpu", "check --backend ref --device -1", &out, &err);
+  CHECK(rc == 0 && err && !strstr(err, "FP4KIT_DEVICE"), "check --device -1 does not read FP4KIT_DEVICE (rc %d): %s", rc,
+        err ? err : "");
+  free(out);
+  free(err);
+  rc = fp4kit_env("FP4KIT_DEVICE=-1", "check --backend ref", &out, &err);
+  CHECK(rc == 0 && out && strstr(out, "device -1"), "FP4KIT_DEVICE=-1 checks the host (rc %d)", rc);
+  free(out);
+  free(err);
+
   /* A library failure (a missing checkpoint) logs through FP4KIT_LOG. */
-  int rc = fp4kit_env("FP4KIT_LOG=warning", "inspect /nonexistent/model.safetensors", &out, &err);
+  rc = fp4kit_env("FP4KIT_LOG=warning", "inspect /nonexistent/model.safetensors", &out, &err);
   CHECK(rc == 3 && cli_count(err, "FP4KIT_LOG='warning' is not a log level: use error, warn, info or debug") == 1 &&
             !strstr(err, "fp4kit debug:"),
         "an unknown FP4KIT_LOG is named once with the levels, and nothing is logged (rc %d):\n%s", rc, err ? err : "");

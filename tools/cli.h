@@ -1,6 +1,7 @@
 /* The fp4kit command: one function per subcommand, registered in the table of fp4kit.c. The value
- * parsers (fp4cli_parse_int, fp4cli_parse_int_list) are in cli_options.c, part of the fp4kit_step
- * library, so that bench --step (bench_step.c) can share them; the rest is in fp4kit.c. */
+ * parsers (fp4cli_env_device, fp4cli_resolve_device, fp4cli_parse_int, fp4cli_parse_int_list) are in
+ * cli_options.c, part of the fp4kit_step library, so that bench --step (bench_step.c) can share them;
+ * the rest is in fp4kit.c. */
 #ifndef FP4_TOOLS_CLI_H
 #define FP4_TOOLS_CLI_H
 
@@ -28,8 +29,20 @@ int fp4cli_tune(int argc, char **argv);
 /* "fp4kit: <what>: <status> (<fp4_last_error()>)" on stderr; returns FP4CLI_ERROR. */
 int fp4cli_report(const char *what, fp4_status st);
 
-/* The device to use: the FP4KIT_DEVICE environment variable, else 0 when a CUDA device is
- * present, else -1 (host only). */
+/* Devices: a CUDA ordinal from 0 to FP4CLI_MAX_DEVICE, or -1 for the host only; FP4CLI_DEVICE_UNSET
+ * stands for "no --device given". */
+enum { FP4CLI_MAX_DEVICE = 1024, FP4CLI_DEVICE_UNSET = -2 };
+
+/* FP4KIT_DEVICE, the device of a command given no --device. Unset or empty: *device is left as it is.
+ * A value other than -1 or an ordinal (decimal, whole text) is a usage error: prints "fp4kit CMD:
+ * FP4KIT_DEVICE='...' is not a device: ..." with the accepted values (CMD NULL: "fp4kit: ...") and
+ * returns FP4CLI_USAGE; else FP4CLI_OK with *device set. */
+int fp4cli_env_device(const char *cmd, int *device);
+/* The device of a command: *device as given unless it is FP4CLI_DEVICE_UNSET, then FP4KIT_DEVICE
+ * (fp4cli_env_device), else 0 when a CUDA device is present, else -1. FP4CLI_OK or FP4CLI_USAGE. */
+int fp4cli_resolve_device(const char *cmd, int *device);
+/* fp4cli_resolve_device for a caller that cannot return a usage status (prefer that one): exits with
+ * FP4CLI_USAGE after saying why when FP4KIT_DEVICE is not a device. */
 int fp4cli_default_device(void);
 
 /* Whether a CUDA ordinal can be used: a context on it allocates and frees device memory. When it

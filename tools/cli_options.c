@@ -20,6 +20,28 @@ static int parse_decimal(const char *s, long long *out) {
   return 0;
 }
 
+int fp4cli_env_device(const char *cmd, int *device) {
+  const char *env = getenv("FP4KIT_DEVICE");
+  if (!env || !*env) return FP4CLI_OK;
+  long long v = 0;
+  if (parse_decimal(env, &v) || v < -1 || v > FP4CLI_MAX_DEVICE) {
+    fprintf(stderr,
+            "fp4kit%s%s: FP4KIT_DEVICE='%s' is not a device: give a CUDA ordinal from 0 to %d, or -1 for the host "
+            "only (or unset it)\n",
+            cmd ? " " : "", cmd ? cmd : "", env, FP4CLI_MAX_DEVICE);
+    return FP4CLI_USAGE;
+  }
+  *device = (int)v;
+  return FP4CLI_OK;
+}
+
+int fp4cli_resolve_device(const char *cmd, int *device) {
+  if (*device != FP4CLI_DEVICE_UNSET) return FP4CLI_OK;
+  const int rc = fp4cli_env_device(cmd, device);
+  if (!rc && *device == FP4CLI_DEVICE_UNSET) *device = fp4_probe_device_count() > 0 ? 0 : -1;
+  return rc;
+}
+
 int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, long long *out) {
   long long v = 0;
   if (parse_decimal(value, &v) || v < lo || v > hi) {

@@ -159,7 +159,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
   o->ops = "w4a16,w4a4";
   o->formats = "nvfp4";
   o->warmup = 10;
-  o->device = -2;
+  o->device = FP4CLI_DEVICE_UNSET;
   o->tp = 1;
   o->peers = 1;
   o->act_dtype = FP4_DTYPE_BF16;
@@ -221,7 +221,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
         o->warmup = (int)x;
         break;
       case OPT_DEVICE:
-        if (fp4cli_parse_int("bench", "--device", v, -1, 1024, &x)) return FP4CLI_USAGE;
+        if (fp4cli_parse_int("bench", "--device", v, -1, FP4CLI_MAX_DEVICE, &x)) return FP4CLI_USAGE;
         o->device = (int)x;
         break;
       case OPT_TP:
@@ -1087,10 +1087,11 @@ int fp4cli_bench(int argc, char **argv) {
     bench_print_shapes(stdout, shapes, nshapes);
     goto done;
   }
+  int device = e->o.device;
+  if ((rc = fp4cli_resolve_device("bench", &device))) goto done;
   if ((rc = check_outputs(&e->o))) goto done;
 
   bench_run *r = &e->run;
-  int device = e->o.device == -2 ? fp4cli_default_device() : e->o.device;
   char why[320];
   if (device >= 0 && !fp4cli_device_usable(device, why, sizeof why)) {
     fprintf(stderr, "fp4kit bench: no usable CUDA device %d (%s); nothing was timed (--device -1 times the host backends)\n",

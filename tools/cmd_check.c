@@ -29,7 +29,7 @@ static void check_usage(FILE *f) {
 
 int fp4cli_check(int argc, char **argv) {
   const char *only = NULL;
-  long long seed = 1, device = -2;
+  long long seed = 1, device = FP4CLI_DEVICE_UNSET;
   enum { OPT_BACKEND = 256, OPT_SEED, OPT_DEVICE };
   static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
                                         {"backend", required_argument, NULL, OPT_BACKEND},
@@ -51,7 +51,7 @@ int fp4cli_check(int argc, char **argv) {
         rc = fp4cli_parse_int("check", "--seed", optarg, 0, INT64_MAX, &seed);
         break;
       case OPT_DEVICE:
-        rc = fp4cli_parse_int("check", "--device", optarg, -1, 1024, &device);
+        rc = fp4cli_parse_int("check", "--device", optarg, -1, FP4CLI_MAX_DEVICE, &device);
         break;
       default:
         return fp4cli_bad_option("check", c, argv);
@@ -59,11 +59,12 @@ int fp4cli_check(int argc, char **argv) {
     if (rc) return rc;
   }
   if (fp4cli_no_operands("check", argc, argv)) return FP4CLI_USAGE;
-  if (device == -2) device = fp4cli_default_device();
+  int asked = (int)device;
+  if (fp4cli_resolve_device("check", &asked)) return FP4CLI_USAGE;
+  device = asked;
   /* A device that cannot be used says so once; the host backends are then checked on a host
    * context (on a device context without a driver every host case would fail on the device). */
   char why[320] = "";
-  const int asked = (int)device;
   if (device >= 0 && !fp4cli_device_usable(asked, why, sizeof why)) {
     fprintf(stderr, "fp4kit check: no usable CUDA device %d (%s); checking the host backends only\n", asked, why);
     device = -1;

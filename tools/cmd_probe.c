@@ -191,7 +191,7 @@ static void version_text(char *buf, size_t size, int v, int cudnn_style) {
 
 int fp4cli_probe(int argc, char **argv) {
   int json = 0, check = 0;
-  long long device = -2, seed = 1;
+  long long device = FP4CLI_DEVICE_UNSET, seed = 1;
   const char *arch = NULL;
   enum { OPT_JSON = 256, OPT_CHECK, OPT_ARCH, OPT_DEVICE, OPT_SEED };
   static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
@@ -219,7 +219,7 @@ int fp4cli_probe(int argc, char **argv) {
         arch = optarg;
         break;
       case OPT_DEVICE:
-        bad = fp4cli_parse_int("probe", "--device", optarg, -1, 1024, &device);
+        bad = fp4cli_parse_int("probe", "--device", optarg, -1, FP4CLI_MAX_DEVICE, &device);
         break;
       case OPT_SEED:
         bad = fp4cli_parse_int("probe", "--seed", optarg, 0, INT64_MAX, &seed);
@@ -281,12 +281,16 @@ int fp4cli_probe(int argc, char **argv) {
   }
 
   /* This machine. */
-  if (device == -2) device = fp4cli_default_device();
+  int asked = (int)device;
+  if (fp4cli_resolve_device("probe", &asked)) {
+    rc = FP4CLI_USAGE;
+    goto out;
+  }
+  device = asked;
   /* A device that cannot be used is named once, with the runtime's reason, and the backends are
    * probed on the host instead (a device context without a driver answers every question with the
    * driver's error). */
   char why[320] = "";
-  const int asked = (int)device;
   if (device >= 0 && !fp4cli_device_usable(asked, why, sizeof why)) {
     fprintf(stderr, "fp4kit probe: no usable CUDA device %d (%s); probing the backends on the host\n", asked, why);
     cJSON_AddNumberToObject(root, "device_asked", asked);

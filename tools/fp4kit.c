@@ -54,9 +54,9 @@ int fp4cli_report(const char *what, fp4_status st) {
 }
 
 int fp4cli_default_device(void) {
-  const char *env = getenv("FP4KIT_DEVICE");
-  if (env && *env) return atoi(env);
-  return fp4_probe_device_count() > 0 ? 0 : -1;
+  int device = FP4CLI_DEVICE_UNSET;
+  if (fp4cli_resolve_device(NULL, &device)) exit(FP4CLI_USAGE); /* said why; the caller cannot */
+  return device;
 }
 
 int fp4cli_device_usable(int device, char *why, size_t size) {
