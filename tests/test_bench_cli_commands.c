@@ -3,9 +3,9 @@
  * refused options and values named with exit status 2 and nothing on stdout, decimal integers
  * within their range, lists within their length) and what check, probe, bench and tune say when the
  * CUDA device asked for cannot be used: one line naming the device and the runtime's reason, then
- * the host backends (check, probe) or nothing (bench, tune); the environment (FP4KIT_DEVICE,
- * FP4KIT_LOG) is checked like an option. Device 99 is unusable on every machine (no driver, no GPU,
- * a build without CUDA, or no such ordinal). No timing is asserted. */
+ * the host backends (check, probe) or nothing (bench, tune); a check that runs nothing exits 3; the
+ * environment (FP4KIT_DEVICE, FP4KIT_LOG) is checked like an option. Device 99 is unusable on every
+ * machine (no driver, no GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
@@ -127,6 +127,7 @@ static void options(void) {
       {"check --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
       {"check --device 0x1", "'0x1'"},
       {"check --device ' 1'", "' 1'"},
+      {"check --backend nope", "no backend named 'nope'; registered: ref"},
       {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
@@ -224,6 +225,12 @@ static void unusable_device(void) {
   free(err);
   rc = fp4kit("check --device 99 --backend cpu", &out, &err);
   CHECK(rc == 3 && out && lines_with(out, "cpu ") > 1 && !lines_with(out, "FAIL"), "check --device 99 --backend cpu (rc %d)", rc);
+  free(out);
+  free(err);
+  /* A backend that does not run on the host, on the host: nothing ran, which is exit 3 with why. */
+  rc = fp4kit("check --device -1 --backend cublaslt", &out, &err);
+  CHECK(rc == 3 && out && strstr(out, "0 passed, 0 failed, 1 skipped") && strstr(out, "nothing could run: cublaslt cannot run here: "),
+        "check --device -1 --backend cublaslt exits 3 saying why (rc %d):\n%s", rc, out ? out : "");
   free(out);
   free(err);
   /* A device backend alone: nothing can run, and the output says so. */

@@ -61,6 +61,9 @@ int fp4cli_parse_int(const char *cmd, const char *opt, const char *value, long l
  * after printing "fp4kit CMD: OPT ..." with the bad item and the limits (or the count over max). */
 int fp4cli_parse_int_list(const char *cmd, const char *opt, const char *list, long long lo, long long hi, int max,
                           long long *out);
+/* Whether a backend of that name is registered; when not, prints "fp4kit CMD: no backend named
+ * 'NAME'; registered: ..." and returns 0. */
+int fp4cli_backend_known(const char *cmd, const char *name);
 /* "bf16", "f16"/"fp16", "f32"/"fp32"; 0 on success, -1 for another name. */
 int fp4cli_parse_dtype(const char *s, fp4_dtype *t);
 /* Arguments left after the options: none is expected. Prints the first and returns FP4CLI_USAGE. */

@@ -563,17 +563,8 @@ static int collect_backends(bench_env *e, bench_backend *list, int *count, const
     nitems = split_list(sel, buf, sizeof buf, items, BENCH_MAX_BACKENDS);
     if (nitems <= 0) return usage_error("--backend '%s': give a name, a list, auto or all", sel);
   }
-  for (int i = 0; !all && i < nitems; i++) {
-    if (!strcmp(items[i], "auto")) continue;
-    int found = 0;
-    for (int j = 0; j < fp4_backend_count(); j++) found |= !strcmp(fp4_backend_name(j), items[i]);
-    if (!found) {
-      fprintf(stderr, "fp4kit bench: no backend named '%s'; registered:", items[i]);
-      for (int j = 0; j < fp4_backend_count(); j++) fprintf(stderr, " %s", fp4_backend_name(j));
-      fprintf(stderr, "\n");
-      return FP4CLI_USAGE;
-    }
-  }
+  for (int i = 0; !all && i < nitems; i++)
+    if (strcmp(items[i], "auto") && !fp4cli_backend_known("bench", items[i])) return FP4CLI_USAGE;
   const int run_mem = e->dctx ? FP4_MEMORY_DEVICE : FP4_MEMORY_HOST;
   int names = all ? fp4_backend_count() : nitems;
   for (int i = 0; i < names && *count < BENCH_MAX_BACKENDS; i++) {

@@ -23,8 +23,10 @@ static void check_usage(FILE *f) {
           "                  cannot be used (no driver, no GPU) is named once with the runtime's reason,\n"
           "                  and the host backends are checked without it.\n"
           "\n"
-          "Exit status: 0 every case that ran passed, 1 a case failed, 3 the device asked for cannot be\n"
-          "used (after checking what runs on the host) or nothing could run.\n");
+          "Exit status: 0 every case that ran passed, 1 a case failed, 2 a usage error (an unknown option,\n"
+          "backend or FP4KIT_DEVICE value), 3 the device asked for cannot be used (after checking what runs\n"
+          "on the host) or nothing could run (every case of the backends asked for was skipped; the last\n"
+          "line says why).\n");
 }
 
 int fp4cli_check(int argc, char **argv) {
@@ -59,6 +61,7 @@ int fp4cli_check(int argc, char **argv) {
     if (rc) return rc;
   }
   if (fp4cli_no_operands("check", argc, argv)) return FP4CLI_USAGE;
+  if (only && !fp4cli_backend_known("check", only)) return FP4CLI_USAGE;
   int asked = (int)device;
   if (fp4cli_resolve_device("check", &asked)) return FP4CLI_USAGE;
   device = asked;
@@ -75,17 +78,18 @@ int fp4cli_check(int argc, char **argv) {
 
   int ncases = 0;
   const fp4h_case *cases = fp4h_default_cases(&ncases);
-  int passed = 0, failed = 0, skipped = 0, matched = 0;
+  int passed = 0, failed = 0, skipped = 0;
+  char unavailable[320] = ""; /* the first backend that cannot run here, and why */
   if (why[0]) printf("fp4kit %s check, seed %lld, host only (device %d is not usable)\n\n", fp4_version(), seed, asked);
   else printf("fp4kit %s check, seed %lld, device %d\n\n", fp4_version(), seed, asked);
   printf("%-16s %-30s %-6s %s\n", "backend", "case", "result", "detail");
   for (int bi = 0; bi < fp4_backend_count(); bi++) {
     const char *name = fp4_backend_name(bi);
     if (only && strcmp(only, name)) continue;
-    matched++;
     char reason[256];
     if (fp4_backend_available(ctx, name, reason, sizeof reason) != FP4_OK) {
       printf("%-16s %-30s %-6s %s%s\n", name, "(all)", "skip", why[0] ? "no usable CUDA device; on the host: " : "", reason);
+      if (!unavailable[0]) snprintf(unavailable, sizeof unavailable, "%s cannot run here: %s", name, reason);
       skipped++;
       continue;
     }
@@ -104,16 +108,17 @@ int fp4cli_check(int argc, char **argv) {
     }
   }
   fp4_context_destroy(ctx);
-  if (only && !matched) {
-    fprintf(stderr, "fp4kit check: no backend named '%s'\n", only);
-    return FP4CLI_USAGE;
-  }
   printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   if (failed) return FP4CLI_FAILED;
+  if (!passed) { /* nothing ran for the backend(s) asked for: that is no success, whatever the device */
+    if (why[0] && only) printf("nothing could run: no usable CUDA device %d (%s), and %s does not run on the host\n", asked, why, only);
+    else if (why[0]) printf("nothing could run: no usable CUDA device %d (%s), and no host backend is available\n", asked, why);
+    else if (only && unavailable[0]) printf("nothing could run: %s\n", unavailable);
+    else printf("nothing could run: every case was skipped (the detail column says why)\n");
+    return FP4CLI_ERROR;
+  }
   if (why[0]) {
-    if (passed) printf("device %d was not checked: no usable CUDA device (%s)\n", asked, why);
-    else if (only) printf("nothing could run: no usable CUDA device %d (%s), and %s does not run on the host\n", asked, why, only);
-    else printf("nothing could run: no usable CUDA device %d (%s), and no host backend is available\n", asked, why);
+    printf("device %d was not checked: no usable CUDA device (%s)\n", asked, why);
     return FP4CLI_ERROR;
   }
   return FP4CLI_OK;

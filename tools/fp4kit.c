@@ -86,6 +86,15 @@ int fp4cli_bad_option(const char *cmd, int c, char **argv) {
   return FP4CLI_USAGE;
 }
 
+int fp4cli_backend_known(const char *cmd, const char *name) {
+  for (int i = 0; i < fp4_backend_count(); i++)
+    if (!strcmp(fp4_backend_name(i), name)) return 1;
+  fprintf(stderr, "fp4kit %s: no backend named '%s'; registered:", cmd, name);
+  for (int i = 0; i < fp4_backend_count(); i++) fprintf(stderr, " %s", fp4_backend_name(i));
+  fprintf(stderr, "\n");
+  return 0;
+}
+
 int fp4cli_parse_dtype(const char *s, fp4_dtype *t) {
   if (!strcmp(s, "bf16")) *t = FP4_DTYPE_BF16;
   else if (!strcmp(s, "f16") || !strcmp(s, "fp16")) *t = FP4_DTYPE_F16;
