@@ -250,6 +250,9 @@ int main(void) {
   CHECK(run("--help", "help") == 0, "--help exits 0");
   char *help = cli_slurp("help");
   CHECK(help && strstr(help, "usage: fp4kit bench"), "--help prints the usage");
+  CHECK(help && strstr(help, "[--json FILE|-] [--csv FILE|-] [--html FILE|-]") &&
+            strstr(help, "For each of --json, --csv and --html, '-' writes to stdout"),
+        "--help gives '-' for each report form");
   free(help);
   CHECK(run("--runs 10", "e1") == 2, "--runs below 50 is a usage error");
   CHECK(run("--op gemm", "e2") == 2, "an unknown --op is a usage error");
@@ -341,6 +344,26 @@ int main(void) {
   char *se = cli_slurp("stdout.json.err");
   CHECK(se && strstr(se, "median_us"), "the table went to stderr");
   free(se);
+  /* So does the HTML page: stdout holds the page alone; two reports on stdout are refused. */
+  rc = run("--device -1 --backend ref --shapes 128x256 --m 2 --op w4a16 --runs 50 --warmup 0 --no-peers --html -", "stdout.html");
+  char *sh = cli_slurp("stdout.html"), *she = cli_slurp("stdout.html.err");
+  size_t shn = sh ? strlen(sh) : 0;
+  CHECK(rc == 0 && sh && !strncmp(sh, "<!DOCTYPE html>", 15) && shn > 8 && !strcmp(sh + shn - 8, "</html>\n"),
+        "--html - writes one whole page to stdout and nothing else (rc %d): %.80s", rc, sh ? sh : "");
+  CHECK(she && strstr(she, "median_us"), "with --html - the table went to stderr");
+  free(sh);
+  free(she);
+  static const char *const two[] = {"--html - --json -", "--html - --csv -", "--csv - --json -"};
+  for (size_t i = 0; i < sizeof two / sizeof *two; i++) {
+    char a[256];
+    snprintf(a, sizeof a, "--device -1 --backend ref --shapes 128x256 --m 2 --op w4a16 --runs 50 %s", two[i]);
+    rc = run(a, "two_stdout");
+    char *te = cli_slurp("two_stdout.err"), *to = cli_slurp("two_stdout");
+    CHECK(rc == 2 && te && strstr(te, "only one of --json, --csv and --html can write to stdout ('-')") && to && !to[0],
+          "%s is a usage error before anything runs (rc %d): %s", two[i], rc, te ? te : "");
+    free(te);
+    free(to);
+  }
 
   unwritable_outputs();
   commit_and_integers();

@@ -129,6 +129,7 @@ static void options(void) {
       {"check --device ' 1'", "' 1'"},
       {"check --backend nope", "no backend named 'nope'; registered: ref"},
       {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
+      {"bench --html - --json - --shapes 128x256", "only one of --json, --csv and --html can write to stdout"},
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
       {"version stray", "unexpected argument 'stray'"},

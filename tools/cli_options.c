@@ -1,10 +1,11 @@
-/* The parsers every fp4kit command mode shares, bench --step included: that mode lives in a library
- * of its own (fp4kit_step), which this file is part of, so one rule serves all. */
+/* The parsers and report outputs every fp4kit command mode shares, bench --step included: that mode
+ * lives in a library of its own (fp4kit_step), which this file is part of, so one rule serves all. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -75,4 +76,46 @@ int fp4cli_parse_int_list(const char *cmd, const char *opt, const char *list, lo
     if (!s[len]) return n + 1;
     s += len + 1;
   }
+}
+
+int fp4cli_stdout_report(const char *cmd, int n, const char *const options[], const char *const paths[]) {
+  int count = 0;
+  for (int i = 0; i < n; i++) count += paths[i] && !strcmp(paths[i], "-");
+  if (count <= 1) return count;
+  fprintf(stderr, "fp4kit %s: only one of", cmd);
+  for (int i = 0; i < n; i++) fprintf(stderr, "%s%s", i == 0 ? " " : i + 1 < n ? ", " : " and ", options[i]);
+  fprintf(stderr, " can write to stdout ('-')\nRun 'fp4kit %s --help' for the options.\n", cmd);
+  return -1;
+}
+
+int fp4cli_reports_writable(const char *cmd, int n, const char *const options[], const char *const paths[]) {
+  for (int i = 0; i < n; i++) {
+    if (!paths[i] || !strcmp(paths[i], "-")) continue;
+    const int existed = access(paths[i], F_OK) == 0;
+    FILE *f = fopen(paths[i], "a");
+    if (!f) {
+      fprintf(stderr, "fp4kit %s: cannot write the %s file '%s': %s; nothing was timed\n", cmd, options[i], paths[i],
+              strerror(errno));
+      return FP4CLI_ERROR;
+    }
+    fclose(f);
+    if (!existed) remove(paths[i]);
+  }
+  return FP4CLI_OK;
+}
+
+FILE *fp4cli_report_open(const char *cmd, const char *option, const char *path) {
+  if (!strcmp(path, "-")) return stdout;
+  FILE *f = fopen(path, "w");
+  if (!f) fprintf(stderr, "fp4kit %s: cannot write the %s file '%s': %s\n", cmd, option, path, strerror(errno));
+  return f;
+}
+
+int fp4cli_report_close(const char *cmd, const char *option, const char *path, FILE *f, int failed) {
+  failed |= ferror(f) != 0;
+  const int closed = (f == stdout ? fflush(f) : fclose(f)) == 0, err = errno; /* what the final write met */
+  if (!failed && closed) return FP4CLI_OK;
+  fprintf(stderr, "fp4kit %s: writing the %s output '%s' failed%s%s\n", cmd, option, path, closed ? "" : ": ",
+          closed ? "" : strerror(err));
+  return FP4CLI_ERROR;
 }

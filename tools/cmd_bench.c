@@ -5,14 +5,12 @@
  * host's read bandwidth and FMA peak). Benchmarks are not tests: correctness is `fp4kit check`'s
  * job; the bench only refuses to report a time for a call that left NaN in its output.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "bench.h"
 #include "bench_step.h"
@@ -31,11 +29,13 @@ enum {
 #define BENCH_DEFAULT_CACHE (64LL << 20)
 
 static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
+static const char *const report_options[] = {"--json", "--csv", "--html"}; /* in bench_opts' order */
 
 typedef struct bench_opts {
   const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html, *cache;
   const char *config; /* --config: one named configuration of the one named backend (GEMM ops) */
   int runs, warmup, device, tp, peers, list_shapes;
+  int stdout_report; /* one of --json, --csv and --html is '-': the table goes to stderr */
   fp4_dtype act_dtype, out_dtype;
   fp4_scale_layout layout;
 } bench_opts;
@@ -81,7 +81,7 @@ static void bench_usage(FILE *f) {
           "                    [--act bf16|f16|f32] [--out bf16|f16|f32] [--layout 128x4|linear|8x4]\n"
           "                    [--runs N] [--warmup N] [--no-peers] [--device N] [--cache FILE]\n"
           "                    [--config NAME]\n"
-          "                    [--json FILE|-] [--csv FILE|-] [--html FILE] [--list-shapes]\n"
+          "                    [--json FILE|-] [--csv FILE|-] [--html FILE|-] [--list-shapes]\n"
           "\n"
           "Times FP4 GEMMs (W4A16: FP4 weights x 16-bit activations; W4A4: both FP4) and activation\n"
           "quantization for every (shape, M, backend), and measures peers in the same run so every\n"
@@ -117,10 +117,12 @@ static void bench_usage(FILE *f) {
           "              candidate names, e.g. small-m.r32.w4 or large-m.wgra.128x64).\n"
           "  --device    CUDA ordinal, or -1 for host backends only (default: FP4KIT_DEVICE, else 0\n"
           "              when a CUDA device is present, else -1).\n"
-          "  --json      one record per point (with device, driver, runtime, commit, date, command);\n"
-          "              '-' writes to stdout and moves the table to stderr. --csv likewise.\n"
+          "  --json      one record per point (with device, driver, runtime, commit, date, command).\n"
+          "  --csv       the same records as CSV.\n"
           "  --html      one self-contained page: roofline chart (SVG) against the same-run copy\n"
           "              bandwidth and BF16 tensor-core ceilings, and the table.\n"
+          "              For each of --json, --csv and --html, '-' writes to stdout and moves the table\n"
+          "              to stderr; at most one of them can be '-'.\n"
           "\n"
           "Operands are random (never zero), quantized with the runtime recipe, and rotated through\n"
           "enough copies to exceed 3x the last-level cache (GPU L2 or CPU LLC). The commit recorded is\n"
@@ -248,8 +250,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
   if (o->model && o->shapes) return usage_error("%s", "--model and --shapes exclude each other");
   if (o->config && (!strcmp(o->backends, "all") || !strcmp(o->backends, "auto") || strchr(o->backends, ',')))
     return usage_error("%s", "--config names a configuration of one backend: give --backend NAME too");
-  if (o->json && o->csv && !strcmp(o->json, "-") && !strcmp(o->csv, "-"))
-    return usage_error("%s", "only one of --json and --csv can write to stdout");
+  const char *const paths[] = {o->json, o->csv, o->html};
+  if ((o->stdout_report = fp4cli_stdout_report("bench", 3, report_options, paths)) < 0) return FP4CLI_USAGE;
   return FP4CLI_OK;
 }
 
@@ -825,57 +827,18 @@ static void measure_point(bench_env *e, bench_point *pt, const bench_backend *b,
 /* The run                                                                                        */
 /* ---------------------------------------------------------------------------------------------- */
 
-/* The report files can be written: checked before any timing, so a wrong path costs nothing. A file
- * that is there is opened for appending (its contents stay until the report replaces them); one
- * that is not is created and removed again. */
-static int check_outputs(const bench_opts *o) {
-  const char *const paths[] = {o->json, o->csv, o->html}, *const whats[] = {"--json", "--csv", "--html"};
-  for (int i = 0; i < 3; i++) {
-    if (!paths[i] || !strcmp(paths[i], "-")) continue; /* "-": stdout */
-    const int existed = access(paths[i], F_OK) == 0;
-    FILE *f = fopen(paths[i], "a");
-    if (!f) {
-      fprintf(stderr, "fp4kit bench: cannot write the %s file '%s': %s; nothing was timed\n", whats[i], paths[i],
-              strerror(errno));
-      return FP4CLI_ERROR;
-    }
-    fclose(f);
-    if (!existed) remove(paths[i]);
-  }
-  return FP4CLI_OK;
-}
-
-static FILE *open_out(const char *path, FILE *std, const char *what) {
-  if (!strcmp(path, "-")) return std;
-  FILE *f = fopen(path, "w");
-  if (!f) fprintf(stderr, "fp4kit bench: cannot write the %s file '%s'\n", what, path);
-  return f;
-}
-
 static int write_reports(bench_env *e) {
   const bench_opts *o = &e->o;
-  int to_stdout = (o->json && !strcmp(o->json, "-")) || (o->csv && !strcmp(o->csv, "-"));
-  bench_print_table(to_stdout ? stderr : stdout, &e->run);
-  struct {
-    const char *path;
-    const char *what;
-    int (*write)(FILE *, const bench_run *);
-  } outs[] = {{o->json, "JSON", bench_write_json}, {o->csv, "CSV", bench_write_csv}, {o->html, "HTML", bench_write_html}};
+  bench_print_table(o->stdout_report ? stderr : stdout, &e->run);
+  const char *const paths[] = {o->json, o->csv, o->html};
+  int (*const writers[])(FILE *, const bench_run *) = {bench_write_json, bench_write_csv, bench_write_html};
   int rc = FP4CLI_OK;
-  for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
-    if (!outs[i].path) continue;
-    FILE *f = open_out(outs[i].path, stdout, outs[i].what);
-    if (!f) {
-      rc = FP4CLI_ERROR;
-      continue;
-    }
-    int bad = outs[i].write(f, &e->run);
-    if (f == stdout) bad |= fflush(f) != 0;
-    else bad |= fclose(f) != 0;
-    if (bad) {
-      fprintf(stderr, "fp4kit bench: writing the %s output '%s' failed\n", outs[i].what, outs[i].path);
-      rc = FP4CLI_ERROR;
-    }
+  for (int i = 0; i < 3; i++) {
+    if (!paths[i]) continue;
+    FILE *f = fp4cli_report_open("bench", report_options[i], paths[i]);
+    const int bad = f ? fp4cli_report_close("bench", report_options[i], paths[i], f, writers[i](f, &e->run) != 0)
+                      : FP4CLI_ERROR;
+    if (bad) rc = FP4CLI_ERROR;
   }
   return rc;
 }
@@ -1080,7 +1043,10 @@ int fp4cli_bench(int argc, char **argv) {
   }
   int device = e->o.device;
   if ((rc = fp4cli_resolve_device("bench", &device))) goto done;
-  if ((rc = check_outputs(&e->o))) goto done;
+  {
+    const char *const paths[] = {e->o.json, e->o.csv, e->o.html};
+    if ((rc = fp4cli_reports_writable("bench", 3, report_options, paths))) goto done;
+  }
 
   bench_run *r = &e->run;
   char why[320];
