@@ -124,12 +124,21 @@ static void options(void) {
       {"bench --runs=10", "--runs needs an integer from 50 to 1000000, not '10'"},
       {"bench --runs 1000001", "--runs needs an integer from 50 to 1000000, not '1000001'"},
       {"bench --m 1,0", "'0' is not an integer from 1 to 16777216"},
+      {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
+      {"bench --html - --json - --shapes 128x256", "only one of --json, --csv and --html can write to stdout"},
       {"check --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
       {"check --device 0x1", "'0x1'"},
       {"check --device ' 1'", "' 1'"},
       {"check --backend nope", "no backend named 'nope'; registered: ref"},
-      {"bench --model qwen --list-shapes", "'qwen' is ambiguous: 2 shape sets start with it: qwen3.5-397b-a17b qwen3-30b-a3b"},
-      {"bench --html - --json - --shapes 128x256", "only one of --json, --csv and --html can write to stdout"},
+      {"bench --moe --device abc", "--device needs an integer from 0 to 1024, not 'abc'"},
+      {"bench --moe --device -1", "--device needs an integer from 0 to 1024, not '-1'"},
+      {"bench --moe --runs 10abc", "--runs needs an integer from 10 to 1000000, not '10abc'"},
+      {"bench --moe --runs 9", "--runs needs an integer from 10 to 1000000, not '9'"},
+      {"bench --moe --m 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "--m takes at most 16 values, not 17"},
+      {"bench --moe --m 1,x", "'x' is not an integer from 1 to 65536"},
+      {"bench --moe --budget 2s", "--budget needs a number of seconds > 0, not '2s'"},
+      {"bench --moe --json - --csv -", "only one of --json and --csv can write to stdout"},
+      {"bench --moe --nope", "unknown option '--nope'"},
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
       {"version stray", "unexpected argument 'stray'"},
@@ -164,6 +173,12 @@ static void options(void) {
   cJSON_Delete(j);
   free(out);
   free(err);
+  /* The help of bench --moe states the limits of --runs and --m. */
+  rc = fp4kit("bench --moe --help", &out, &err);
+  CHECK(rc == 0 && out && strstr(out, "--runs (10 to 1000000") && strstr(out, "at most 16 values"),
+        "bench --moe --help states the --runs and --m limits:\n%s", out ? out : "");
+  free(out);
+  free(err);
 }
 
 /* FP4KIT_DEVICE is checked where a command reads it (no --device given): a usage error naming the
@@ -174,6 +189,7 @@ static void environment(void) {
       {"FP4KIT_DEVICE=-5", "check"},
       {"FP4KIT_DEVICE=99999999999", "probe --json"},
       {"FP4KIT_DEVICE=0x1", "check --backend ref"},
+      {"FP4KIT_DEVICE=cpu", "bench --moe"},
   };
   char *out, *err;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -275,6 +291,12 @@ static void unusable_device(void) {
             strstr(err, "nothing was tuned") && !cache,
         "tune --device 99: one line, nothing tuned or written (rc %d):\n%s", rc, err ? err : "");
   free(cache);
+  free(out);
+  free(err);
+  /* bench --moe: the same line; an unusable device is a runtime error (3), not a failed point. */
+  rc = fp4kit("bench --moe --device 99 --m 1", &out, &err);
+  CHECK(rc == 3 && cli_count(err, "\n") == 1 && lines_with(err, "no usable CUDA device 99 (") == 1 && strstr(err, "nothing was timed"),
+        "bench --moe --device 99: one line, exit 3 (rc %d):\n%s", rc, err ? err : "");
   free(out);
   free(err);
 }

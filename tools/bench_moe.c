@@ -1,4 +1,4 @@
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 /*
  * `fp4kit bench --moe`: the whole routed-expert MoE layer (fp4_moe_forward on the device) for the
  * expert shapes of Qwen3.5-397B and DeepSeek-R1 at several batch sizes with uniform random top-k
@@ -17,6 +17,7 @@
  * at least 5 runs, the count is reported), and cuBLAS timings are shared by every point and mode
  * of a model (they depend only on the row count and shape), with at most 20 runs each.
  */
+#include <getopt.h>
 #include <math.h>
 #include <time.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "harness.h"
 #include "harness_moe.h"
 
@@ -37,6 +39,9 @@ static const moe_model kModels[] = {
     {"deepseek-r1", 256, 8, 2048, 7168},
 };
 static const int64_t kBatches[] = {1, 8, 64, 256, 1024, 4096};
+enum { MOE_MAX_BATCHES = 16, MOE_MAX_BATCH = 65536, MOE_MIN_RUNS = 10, MOE_MAX_RUNS = 1000000 };
+static const char *const kReportOptions[] = {"--json", "--csv"};
+#define MOE_CMD "bench --moe" /* how messages name the command */
 
 typedef struct moe_point {
   const char *model;
@@ -59,18 +64,25 @@ static void bench_moe_usage(FILE *f) {
              "\n"
              "Times fp4_moe_forward (the cuda backend) on Qwen3.5-397B's experts (512, top-10, w13 2048x4096,\n"
              "w2 4096x1024) and DeepSeek-R1's (256, top-8, w13 4096x7168, w2 7168x2048) at B in\n"
-             "{1, 8, 64, 256, 1024, 4096} tokens (--m), uniform random routing, bf16 hidden states.\n"
+             "{1, 8, 64, 256, 1024, 4096} tokens (--m: at most %d values, each 1 to %d), uniform random\n"
+             "routing, bf16 hidden states.\n"
              "Per point: layer time (median), touched expert bytes of the actual routing, effective bandwidth,\n"
              "the time over the same-run copy floor (touched bytes / copy bandwidth) and the same-run loop\n"
              "over active experts calling cuBLAS BF16 (its time and our speedup over it); under moe.default\n"
              "the kernel variant each GEMM ran (the table's last column; \"variants\" in JSON and CSV), and in\n"
              "JSON and CSV the routed rows per expert slot, B x top-k / min(experts, B x top-k), which the\n"
              "default choice reads.\n"
-             "--runs (default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its timed loop\n"
-             "lasts about --budget seconds (default 2); the runs used are reported. Progress goes to stderr.\n"
+             "--runs (%d to %d, default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its\n"
+             "timed loop lasts about --budget seconds (default 2); the runs used are reported. Progress goes to\n"
+             "stderr. --device: the CUDA ordinal (default FP4KIT_DEVICE, else 0). --json and --csv write the\n"
+             "records to a file, or with '-' to stdout (then the table goes to stderr; at most one of them).\n"
              "--config: the cuda backend's MoE config (default moe.default: the library's choice per GEMM;\n"
              "moe.streaming, moe.prefill, or one kernel variant for every GEMM, e.g. moe.lean.r32.k2.s1,\n"
-             "moe.mma.w1, moe.prefill.wgra128: src/backends/cuda/config/moe_config.h lists them).\n");
+             "moe.mma.w1, moe.prefill.wgra128: src/backends/cuda/config/moe_config.h lists them).\n"
+             "\n"
+             "Exit status: 0 every point ran, 1 a point failed, 2 a usage error, 3 nothing could be timed (no\n"
+             "usable CUDA device, no cuda backend) or a report could not be written.\n",
+          MOE_MAX_BATCHES, MOE_MAX_BATCH, MOE_MIN_RUNS, MOE_MAX_RUNS);
 }
 
 typedef struct layer_call {
@@ -355,95 +367,167 @@ static void write_csv(FILE *f, double copy_bps, const moe_point *p, int n) {
   }
 }
 
-static FILE *open_out(const char *path) { return !strcmp(path, "-") ? stdout : fopen(path, "w"); }
+/* --budget: a number of seconds > 0, the whole value. */
+static int parse_budget(const char *v, double *out) {
+  char *end = NULL;
+  const double x = strtod(v, &end);
+  if (end == v || *end || !isfinite(x) || x <= 0) {
+    fprintf(stderr, "fp4kit " MOE_CMD ": --budget needs a number of seconds > 0, not '%s'\n", v);
+    return FP4CLI_USAGE;
+  }
+  *out = x;
+  return FP4CLI_OK;
+}
+
+typedef struct moe_opts {
+  const char *json, *csv, *config;
+  int runs, peers, device, nmodes, nb, stdout_report;
+  double budget_s;
+  fp4_moe_mode modes[2];
+  fp4_format fmt;
+  int64_t batches[MOE_MAX_BATCHES];
+} moe_opts;
+
+/* FP4CLI_OK with o filled (help set for --help), or FP4CLI_USAGE after saying why. */
+static int parse_moe_opts(int argc, char **argv, moe_opts *o, int *help) {
+  enum { OPT_MOE = 256, OPT_NO_PEERS, OPT_JSON, OPT_CSV, OPT_M, OPT_CONFIG, OPT_RUNS, OPT_DEVICE, OPT_BUDGET, OPT_MODE,
+         OPT_FORMAT };
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {"moe", no_argument, NULL, OPT_MOE},
+                                        {"no-peers", no_argument, NULL, OPT_NO_PEERS},
+                                        {"json", required_argument, NULL, OPT_JSON},
+                                        {"csv", required_argument, NULL, OPT_CSV},
+                                        {"m", required_argument, NULL, OPT_M},
+                                        {"config", required_argument, NULL, OPT_CONFIG},
+                                        {"runs", required_argument, NULL, OPT_RUNS},
+                                        {"device", required_argument, NULL, OPT_DEVICE},
+                                        {"budget", required_argument, NULL, OPT_BUDGET},
+                                        {"mode", required_argument, NULL, OPT_MODE},
+                                        {"format", required_argument, NULL, OPT_FORMAT},
+                                        {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->runs = 50;
+  o->peers = 1;
+  o->device = FP4CLI_DEVICE_UNSET;
+  o->budget_s = 2.0;
+  o->modes[0] = FP4_MOE_W4A16;
+  o->modes[1] = FP4_MOE_W4A4;
+  o->nmodes = 2;
+  o->fmt = FP4_FORMAT_NVFP4;
+  for (size_t i = 0; i < sizeof kBatches / sizeof *kBatches; i++) o->batches[o->nb++] = kBatches[i];
+  *help = 0;
+  optind = 1;
+  opterr = 0; /* our own messages, naming the command */
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
+    const char *v = optarg;
+    long long x = 0, ms[MOE_MAX_BATCHES];
+    int rc = FP4CLI_OK;
+    switch (c) {
+      case 'h': *help = 1; return FP4CLI_OK;
+      case OPT_MOE: break;
+      case OPT_NO_PEERS: o->peers = 0; break;
+      case OPT_JSON: o->json = v; break;
+      case OPT_CSV: o->csv = v; break;
+      case OPT_CONFIG: o->config = v; break;
+      case OPT_M:
+        if ((o->nb = fp4cli_parse_int_list(MOE_CMD, "--m", v, 1, MOE_MAX_BATCH, MOE_MAX_BATCHES, ms)) < 0) return FP4CLI_USAGE;
+        for (int i = 0; i < o->nb; i++) o->batches[i] = ms[i];
+        break;
+      case OPT_RUNS:
+        if (!(rc = fp4cli_parse_int(MOE_CMD, "--runs", v, MOE_MIN_RUNS, MOE_MAX_RUNS, &x))) o->runs = (int)x;
+        break;
+      case OPT_DEVICE: /* the cuda backend's layer: a device, not the host */
+        if (!(rc = fp4cli_parse_int(MOE_CMD, "--device", v, 0, FP4CLI_MAX_DEVICE, &x))) o->device = (int)x;
+        break;
+      case OPT_BUDGET: rc = parse_budget(v, &o->budget_s); break;
+      case OPT_MODE:
+        if (strcmp(v, "w4a16") && strcmp(v, "w4a4")) {
+          fprintf(stderr, "fp4kit " MOE_CMD ": --mode is w4a16 or w4a4, not '%s'\n", v);
+          return FP4CLI_USAGE;
+        }
+        o->modes[0] = !strcmp(v, "w4a4") ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
+        o->nmodes = 1;
+        break;
+      case OPT_FORMAT:
+        if (strcmp(v, "nvfp4") && strcmp(v, "mxfp4")) {
+          fprintf(stderr, "fp4kit " MOE_CMD ": --format is nvfp4 or mxfp4, not '%s'\n", v);
+          return FP4CLI_USAGE;
+        }
+        o->fmt = !strcmp(v, "mxfp4") ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+        break;
+      default: return fp4cli_bad_option(MOE_CMD, c, argv);
+    }
+    if (rc) return rc;
+  }
+  if (fp4cli_no_operands(MOE_CMD, argc, argv)) return FP4CLI_USAGE;
+  const char *const paths[] = {o->json, o->csv};
+  if ((o->stdout_report = fp4cli_stdout_report(MOE_CMD, 2, kReportOptions, paths)) < 0) return FP4CLI_USAGE;
+  return FP4CLI_OK;
+}
+
+/* Opens the report, writes it and closes it: FP4CLI_OK, or FP4CLI_ERROR after saying what failed. */
+static int write_report(int which, const char *path, const bench_origin *origin, const fp4_device_info *dev,
+                        const char *config, double copy_bps, const moe_point *pts, int np) {
+  FILE *f = fp4cli_report_open(MOE_CMD, kReportOptions[which], path);
+  if (!f) return FP4CLI_ERROR;
+  if (which == 0) write_json(f, origin, dev, config, copy_bps, pts, np);
+  else write_csv(f, copy_bps, pts, np);
+  return fp4cli_report_close(MOE_CMD, kReportOptions[which], path, f, 0);
+}
 
 int bench_moe_main(int argc, char **argv) {
-  const char *json = NULL, *csv = NULL, *ms = NULL, *config = NULL;
   bench_origin origin;
   bench_provenance(argc, argv, &origin); /* every record names the command, commit and date */
-  int runs = 50, peers = 1, device = 0;
-  double budget_s = 2.0;
-  fp4_moe_mode modes[2] = {FP4_MOE_W4A16, FP4_MOE_W4A4};
-  int nmodes = 2;
-  fp4_format fmt = FP4_FORMAT_NVFP4;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--moe")) continue;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      bench_moe_usage(stdout);
-      return 0;
-    }
-    if (!strcmp(a, "--no-peers")) {
-      peers = 0;
-      continue;
-    }
-    if (!v) {
-      fprintf(stderr, "fp4kit bench --moe: %s needs a value (or is unknown)\n\n", a);
-      bench_moe_usage(stderr);
-      return 2;
-    }
-    i++;
-    if (!strcmp(a, "--json")) json = v;
-    else if (!strcmp(a, "--csv")) csv = v;
-    else if (!strcmp(a, "--m")) ms = v;
-    else if (!strcmp(a, "--config")) config = v;
-    else if (!strcmp(a, "--runs") && atoi(v) >= 10) runs = atoi(v);
-    else if (!strcmp(a, "--device") && atoi(v) >= 0) device = atoi(v);
-    else if (!strcmp(a, "--budget") && atof(v) > 0) budget_s = atof(v);
-    else if (!strcmp(a, "--mode") && (!strcmp(v, "w4a16") || !strcmp(v, "w4a4"))) {
-      modes[0] = !strcmp(v, "w4a4") ? FP4_MOE_W4A4 : FP4_MOE_W4A16;
-      nmodes = 1;
-    } else if (!strcmp(a, "--format") && (!strcmp(v, "nvfp4") || !strcmp(v, "mxfp4")))
-      fmt = !strcmp(v, "mxfp4") ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
-    else {
-      fprintf(stderr, "fp4kit bench --moe: bad option or value '%s %s' (--runs >= 10, --budget > 0, --device >= 0)\n\n", a, v);
-      bench_moe_usage(stderr);
-      return 2;
-    }
+  moe_opts o;
+  int help = 0, rc = parse_moe_opts(argc, argv, &o, &help);
+  if (rc || help) {
+    if (help) bench_moe_usage(stdout);
+    return rc;
   }
-  int64_t batches[16];
-  int nb = 0;
-  if (ms) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", ms);
-    for (char *tok = strtok(buf, ","); tok && nb < 16; tok = strtok(NULL, ",")) {
-      long long b = atoll(tok);
-      if (b < 1 || b > 65536) {
-        fprintf(stderr, "fp4kit bench --moe: --m '%s': token counts must be in [1, 65536]\n", tok);
-        return 2;
-      }
-      batches[nb++] = b;
-    }
-  } else {
-    for (size_t i = 0; i < sizeof kBatches / sizeof *kBatches; i++) batches[nb++] = kBatches[i];
+  const char *const config = o.config;
+  const int nmodes = o.nmodes, nb = o.nb;
+  int device = o.device;
+  if (fp4cli_resolve_device(MOE_CMD, &device)) return FP4CLI_USAGE;
+  const char *const paths[] = {o.json, o.csv};
+  if ((rc = fp4cli_reports_writable(MOE_CMD, 2, kReportOptions, paths))) return rc;
+  char reason[320];
+  if (device < 0) {
+    fprintf(stderr, "fp4kit " MOE_CMD ": the MoE layer runs on a CUDA device, not the host (device -1: FP4KIT_DEVICE=-1, "
+                    "or no CUDA device is present); nothing was timed\n");
+    return FP4CLI_ERROR;
+  }
+  if (!fp4cli_device_usable(device, reason, sizeof reason)) {
+    fprintf(stderr, "fp4kit " MOE_CMD ": no usable CUDA device %d (%s); nothing was timed\n", device, reason);
+    return FP4CLI_ERROR;
   }
   fp4_context *ctx = NULL;
-  char reason[256];
-  if (fp4_context_create(&ctx, device) != FP4_OK) {
-    fprintf(stderr, "fp4kit bench --moe: no context on device %d: %s\n", device, fp4_last_error());
-    return 1;
-  }
+  fp4_status cst = fp4_context_create(&ctx, device);
+  if (cst) return fp4cli_report("opening the device", cst);
   if (fp4_backend_available(ctx, "cuda", reason, sizeof reason) != FP4_OK) {
-    fprintf(stderr, "fp4kit bench --moe: the cuda backend cannot run here: %s\n", reason);
+    fprintf(stderr, "fp4kit " MOE_CMD ": the cuda backend cannot run here: %s; nothing was timed\n", reason);
     fp4_context_destroy(ctx);
-    return 1;
+    return FP4CLI_ERROR;
   }
   fp4_device_info dev;
   memset(&dev, 0, sizeof dev);
   fp4_device_info_get(ctx, &dev);
   double copy_bps = 0;
-  if (peers) {
+  if (o.peers) {
     fp4_timing t;
-    if (fp4_time_peer(ctx, FP4_PEER_COPY, 1, 1024, 1024 * 1024, runs, &t, &copy_bps) != FP4_OK) {
-      fprintf(stderr, "fp4kit bench --moe: copy peer unavailable: %s\n", fp4_last_error());
+    if (fp4_time_peer(ctx, FP4_PEER_COPY, 1, 1024, 1024 * 1024, o.runs, &t, &copy_bps) != FP4_OK) {
+      fprintf(stderr, "fp4kit " MOE_CMD ": copy peer unavailable: %s\n", fp4_last_error());
       copy_bps = 0;
     }
   }
   /* Copy bandwidth counts bytes read + written; the floor of a read-mostly layer is its reads at the
    * copy's rate: touched bytes / (copy bytes per second). */
   moe_point *pts = calloc((size_t)(2 * nb * nmodes), sizeof *pts);
+  if (!pts) {
+    fp4_context_destroy(ctx);
+    return fp4cli_report("recording the points", FP4_ERR_OUT_OF_MEMORY);
+  }
   int np = 0;
-  FILE *tab = (json && !strcmp(json, "-")) || (csv && !strcmp(csv, "-")) ? stderr : stdout;
+  FILE *tab = o.stdout_report ? stderr : stdout;
   fprintf(tab, "device %s, copy %.0f GB/s (read+write), config %s\n", dev.name, copy_bps / 1e9,
           config ? config : "moe.default");
   fprintf(tab, "%-13s %-5s %5s %6s %10s %10s %8s %6s %8s %10s %7s %5s  %s\n", "model", "mode", "B", "active", "layer_us",
@@ -451,7 +535,7 @@ int bench_moe_main(int argc, char **argv) {
   fflush(tab);
   const int nmodels = (int)(sizeof kModels / sizeof *kModels);
   progress pr = {now_s(), 0, nmodels * nmodes * nb};
-  for (int mi = 0; mi < nmodels && pts; mi++) {
+  for (int mi = 0; mi < nmodels; mi++) {
     const moe_model *m = &kModels[mi];
     fp4_grouped_qmatrix w1 = {0}, w2 = {0};
     cublas_cache cache = {NULL, 0};
@@ -459,9 +543,9 @@ int bench_moe_main(int argc, char **argv) {
     fprintf(stderr, "[moe %7.1f s] %s: placing %lld experts on the device\n", now_s() - pr.t0, m->name,
             (long long)m->experts);
     fflush(stderr);
-    fp4_status ws = make_experts(ctx, &g, &w1, m->experts, 2 * m->inter, m->hidden, fmt);
-    if (!ws) ws = make_experts(ctx, &g, &w2, m->experts, m->hidden, m->inter, fmt);
-    const bench_setup bs = {config, runs, peers, budget_s, copy_bps, fmt, &w1, &w2, &cache, &pr};
+    fp4_status ws = make_experts(ctx, &g, &w1, m->experts, 2 * m->inter, m->hidden, o.fmt);
+    if (!ws) ws = make_experts(ctx, &g, &w2, m->experts, m->hidden, m->inter, o.fmt);
+    const bench_setup bs = {config, o.runs, o.peers, o.budget_s, copy_bps, o.fmt, &w1, &w2, &cache, &pr};
     for (int md = 0; md < nmodes; md++)
       for (int b = 0; b < nb; b++) {
         moe_point *p = &pts[np++];
@@ -469,12 +553,12 @@ int bench_moe_main(int argc, char **argv) {
         if (ws) { /* the experts could not be placed: every point of the model says why */
           memset(p, 0, sizeof *p);
           p->model = m->name;
-          p->batch = batches[b];
-          p->mode = modes[md] == FP4_MOE_W4A4 ? "w4a4" : "w4a16";
+          p->batch = o.batches[b];
+          p->mode = o.modes[md] == FP4_MOE_W4A4 ? "w4a4" : "w4a16";
           p->status = "error";
           snprintf(p->reason, sizeof p->reason, "placing the experts: %s", fp4_last_error());
         } else {
-          run_point(ctx, m, batches[b], modes[md], &bs, p);
+          run_point(ctx, m, o.batches[b], o.modes[md], &bs, p);
         }
         fprintf(tab, "%-13s %-5s %5lld %6lld %10.1f %10.1f %8.0f %6.2f %8.2f %10.1f %7.2f %5d  %s %s\n", p->model,
                 p->mode, (long long)p->batch, (long long)p->active, p->layer_us, p->touched_bytes / 1e6, p->gbps,
@@ -486,29 +570,13 @@ int bench_moe_main(int argc, char **argv) {
     free_experts(ctx, &w2);
     free(cache.us);
   }
-  int rc = pts ? 0 : 1;
-  if (json && pts) {
-    FILE *f = open_out(json);
-    if (!f) {
-      fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", json);
-      rc = 1;
-    } else {
-      write_json(f, &origin, &dev, config ? config : "moe.default", copy_bps, pts, np);
-      if (f != stdout) fclose(f);
-    }
-  }
-  if (csv && pts) {
-    FILE *f = open_out(csv);
-    if (!f) {
-      fprintf(stderr, "fp4kit bench --moe: cannot write %s\n", csv);
-      rc = 1;
-    } else {
-      write_csv(f, copy_bps, pts, np);
-      if (f != stdout) fclose(f);
-    }
-  }
+  /* A point that failed is a failed run (1); a report that cannot be written is an error (3). */
+  rc = FP4CLI_OK;
   for (int i = 0; i < np; i++)
-    if (strcmp(pts[i].status, "ok")) rc = 1;
+    if (strcmp(pts[i].status, "ok")) rc = FP4CLI_FAILED;
+  for (int i = 0; i < 2; i++)
+    if (paths[i] && write_report(i, paths[i], &origin, &dev, config ? config : "moe.default", copy_bps, pts, np))
+      rc = FP4CLI_ERROR;
   free(pts);
   fp4_context_destroy(ctx);
   return rc;
