@@ -4,11 +4,13 @@
  * within their range, lists within their length) and what check, probe, bench and tune say when the
  * CUDA device asked for cannot be used: one line naming the device and the runtime's reason, then
  * the host backends (check, probe) or nothing (bench, tune); a check that runs nothing exits 3; the
- * environment (FP4KIT_DEVICE, FP4KIT_LOG) is checked like an option. Device 99 is unusable on every
- * machine (no driver, no GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
+ * environment (FP4KIT_DEVICE, FP4KIT_LOG) is checked like an option; probe --json keeps a device
+ * that could not be probed inside the JSON. Device 99 is unusable on every machine (no driver, no
+ * GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
 
 #include "cli_testing.h"
+#include "probe_devices.h"
 #include "testing.h"
 
 /* Exit status of `ENV fp4kit ARGS`; out and err receive its stdout and stderr (caller frees). */
@@ -228,6 +230,35 @@ static void environment(void) {
   free(err);
 }
 
+/* probe: a device that could not be probed is a record with its error in the JSON, and a line in the
+ * text, never text inside the JSON. */
+static void probe_failed_device(void) {
+  cJSON *devs = cJSON_CreateArray();
+  cJSON_AddItemToArray(devs, probe_device_json(2, NULL, "cudaGetDeviceProperties: unknown error"));
+  char *text = cJSON_Print(devs);
+  cJSON *back = text ? cJSON_Parse(text) : NULL;
+  cJSON *d = cJSON_GetArrayItem(back, 0);
+  CHECK(back && cJSON_GetNumberValue(cJSON_GetObjectItem(d, "device")) == 2 &&
+            !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(d, "error")) ? cJSON_GetStringValue(cJSON_GetObjectItem(d, "error")) : "",
+                    "cudaGetDeviceProperties: unknown error") &&
+            !cJSON_GetObjectItem(d, "name"),
+        "a device that failed to probe is {device, error} in valid JSON: %s", text ? text : "(none)");
+  cJSON_Delete(back);
+  free(text);
+  cJSON_Delete(devs);
+  char path[128];
+  snprintf(path, sizeof path, "%s/probe_text", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    probe_device_print(f, 2, NULL, "cudaGetDeviceProperties: unknown error", 0);
+    fclose(f);
+  }
+  char *line = cli_slurp("probe_text");
+  CHECK(line && !strcmp(line, "  2: could not be probed: cudaGetDeviceProperties: unknown error\n"), "the text says it: %s",
+        line ? line : "");
+  free(line);
+}
+
 static void unusable_device(void) {
   char *out, *err;
   /* check: one line on stderr, the host backends checked (no FAIL), exit 3 (the device was asked for). */
@@ -310,6 +341,7 @@ int main(void) {
   }
   options();
   environment();
+  probe_failed_device();
   unusable_device();
   char cleanup[128];
   snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);

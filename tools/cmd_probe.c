@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "harness.h"
+#include "probe_devices.h"
 
 static void probe_usage(FILE *f) {
   fprintf(f,
@@ -183,12 +184,6 @@ static int run_checks(fp4_context *ctx, fp4_backend_probe *p, uint64_t seed, int
   return wrong;
 }
 
-static void version_text(char *buf, size_t size, int v, int cudnn_style) {
-  if (!v) snprintf(buf, size, "-");
-  else if (cudnn_style) snprintf(buf, size, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
-  else snprintf(buf, size, "%d.%d", v / 1000, (v % 1000) / 10);
-}
-
 int fp4cli_probe(int argc, char **argv) {
   int json = 0, check = 0;
   long long device = FP4CLI_DEVICE_UNSET, seed = 1;
@@ -306,36 +301,12 @@ int fp4cli_probe(int argc, char **argv) {
   }
   for (int d = 0; d < ndev; d++) {
     fp4_device_probe info;
-    if (fp4_probe_device(d, &info)) {
-      printf("  %d: %s\n", d, fp4_last_error());
-      continue;
-    }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "device", d);
-    cJSON_AddStringToObject(o, "name", info.name);
-    cJSON_AddStringToObject(o, "arch", info.arch);
-    cJSON_AddNumberToObject(o, "cc", info.cc);
-    cJSON_AddNumberToObject(o, "sm_count", info.sm_count);
-    cJSON_AddNumberToObject(o, "memory_bytes", (double)info.memory_bytes);
-    cJSON_AddNumberToObject(o, "driver_version", info.driver_version);
-    cJSON_AddNumberToObject(o, "runtime_version", info.runtime_version);
-    cJSON_AddNumberToObject(o, "cublaslt_version", info.cublaslt_version);
-    cJSON_AddNumberToObject(o, "cudnn_version", info.cudnn_version);
-    cJSON_AddBoolToObject(o, "binary_has_code", info.binary_has_code);
-    cJSON_AddItemToArray(devs, o);
-    if (!json) {
-      char drv[16], rt[16], lt[16], dnn[16];
-      version_text(drv, sizeof drv, info.driver_version, 0);
-      version_text(rt, sizeof rt, info.runtime_version, 0);
-      version_text(lt, sizeof lt, info.cublaslt_version, 1);
-      version_text(dnn, sizeof dnn, info.cudnn_version, 1);
-      printf("  %d: %s, %s (cc %d.%d), %d SMs, %.1f GiB; driver CUDA %s, runtime %s, cuBLASLt %s, cuDNN %s;\n"
-             "     this binary has code for it: %s%s\n",
-             d, info.name, info.arch, info.cc / 10, info.cc % 10, info.sm_count, (double)info.memory_bytes / (1u << 30), drv,
-             rt, lt, dnn, info.binary_has_code ? "yes" : "NO", d == (int)device ? "   <- probed below" : "");
-      const fp4_arch_info *a = fp4_arch_for_cc(info.cc);
-      if (a) print_arch(a);
-    }
+    const int ok = fp4_probe_device(d, &info) == FP4_OK;
+    cJSON_AddItemToArray(devs, probe_device_json(d, ok ? &info : NULL, fp4_last_error()));
+    if (json) continue;
+    probe_device_print(stdout, d, ok ? &info : NULL, fp4_last_error(), d == (int)device);
+    const fp4_arch_info *a = ok ? fp4_arch_for_cc(info.cc) : NULL;
+    if (a) print_arch(a);
   }
   /* The CPU backend's instruction-set level per kernel by default (its configs name lower ones). */
   cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
