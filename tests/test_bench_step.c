@@ -235,16 +235,16 @@ static void test_options(void) {
     const char *args, *needle;
   } bad[] = {
       {"--tp 1", "--step names the model"},
-      {"--step llama-3.1-8b --tp 0", "--tp takes an integer"},
-      {"--step llama-3.1-8b --ep x", "--ep takes an integer"},
-      {"--step llama-3.1-8b --batch 0", "--batch takes an integer in [1, 4096], not '0'"},
+      {"--step llama-3.1-8b --tp 0", "--tp needs an integer from 1 to 4096"},
+      {"--step llama-3.1-8b --ep x", "--ep needs an integer from 1 to 4096"},
+      {"--step llama-3.1-8b --batch 0", "--batch needs an integer from 1 to 4096, not '0'"},
       {"--step llama-3.1-8b --batch 1,8,x", "not 'x'"},
       {"--step llama-3.1-8b --batch 5000", "not '5000'"},
       {"--step llama-3.1-8b --batch ,", "names no batch size"},
       {"--step llama-3.1-8b --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "at most 16"},
-      {"--step llama-3.1-8b --rounds 2", "--rounds takes an integer in [3, 10000]"},
-      {"--step llama-3.1-8b --seed 99999999999999999999", "--seed takes an integer in [0, 9223372036854775807]"},
-      {"--step llama-3.1-8b --layers 0", "--layers takes an integer"},
+      {"--step llama-3.1-8b --rounds 2", "--rounds needs an integer from 3 to 10000"},
+      {"--step llama-3.1-8b --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
+      {"--step llama-3.1-8b --layers 0", "--layers needs an integer"},
       {"--step llama-3.1-8b --mode fp8", "--mode is w4a16 or w4a4"},
       {"--step llama-3.1-8b --bogus", "unknown option or missing value: '--bogus'"},
       {"--step llama-3.1-8b --json", "unknown option or missing value: '--json'"},
@@ -253,7 +253,7 @@ static void test_options(void) {
       {"--step no-such-model", "no embedded shape set named 'no-such-model'"},
       {"--step qwen3.5-397b-a17b --ep 3", "does not split evenly over 3 ranks"},
       {"--step deepseek-r1", "not one repeated layer"},
-      {"--step llama-3.1-8b --gpus 0", "--gpus takes an integer in [1, 64]"},
+      {"--step llama-3.1-8b --gpus 0", "--gpus needs an integer from 1 to 64"},
       {"--step llama-3.3-70b --tp 8 --gpus 4", "--gpus 4 runs one rank of the shard per GPU, but --tp 8 x --ep 1 is 8 ranks"},
       {"--step llama-3.1-8b --sweep small-m.w8,,small-m.w4", "--sweep 'small-m.w8,,small-m.w4': an empty config name"},
       {"--step llama-3.1-8b --sweep small-m.w8,", "ends with a comma"},
@@ -266,6 +266,7 @@ static void test_options(void) {
       {"--step qwen3.5-397b-a17b --ep 8 --gpus 1 --moe-comm all-to-all", "(here --tp 1, --ep 8, --gpus 1)"},
       {"--step qwen3.5-397b-a17b --tp 2 --ep 4 --gpus 8 --moe-comm all-to-all", "(here --tp 2, --ep 4, --gpus 8)"},
       {"--step llama-3.1-8b --gpus 1 --moe-comm all-to-all", "llama-3.1-8b has no MoE layer"},
+      {"--step llama-3.1-8b --device 010x", "--device needs an integer from 0 to 1024, not '010x'"},
       {"--step llama-3.1-8b --plan --csv p.csv", "--plan prints the plan as text; --json, --csv and --html record"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -275,6 +276,16 @@ static void test_options(void) {
   }
   int rc = run("--step llama-3.1-8b --help");
   CHECK(rc == 0 && strstr(g_out, "usage: fp4kit bench --step MODEL") && !g_err[0], "--help: exit %d", rc);
+  /* FP4KIT_DEVICE where --device is not given: a value that is not a device, or the host only */
+  setenv("FP4KIT_DEVICE", "cpu", 1);
+  rc = run("--step llama-3.1-8b");
+  CHECK(rc == 2 && strstr(g_err, "FP4KIT_DEVICE='cpu' is not a device"), "FP4KIT_DEVICE=cpu: exit %d, '%s'", rc, g_err);
+  setenv("FP4KIT_DEVICE", "-1", 1);
+  rc = run("--step llama-3.1-8b");
+  CHECK(rc == 2 && strstr(g_err, "FP4KIT_DEVICE=-1 asks for the host only"), "FP4KIT_DEVICE=-1: exit %d, '%s'", rc, g_err);
+  rc = run("--step llama-3.1-8b --plan"); /* the plan needs no device */
+  CHECK(rc == 0, "FP4KIT_DEVICE=-1 with --plan: exit %d, '%s'", rc, g_err);
+  unsetenv("FP4KIT_DEVICE");
   rc = run("--step --help"); /* what the hint after a bad option says to run */
   CHECK(rc == 0 && strstr(g_out, "usage: fp4kit bench --step MODEL") && !g_err[0], "--step --help: exit %d, '%s'", rc,
         g_err);

@@ -42,7 +42,6 @@
  */
 #include "bench_step.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -52,8 +51,8 @@
 #include <time.h>
 
 #include "fp4kit_bench.h"
+#include "cli.h"
 #include "provenance.h"
-#include "report_files.h"
 #include "step_comm.h"
 #include "step_exchange.h"
 #include "step_report.h"
@@ -146,16 +145,10 @@ static void step_usage(FILE *f) {
 }
 
 static int parse_int(const char *opt, const char *s, long long lo, long long hi, long long *out) {
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (!*s || *end || errno == ERANGE || v < lo || v > hi) {
-    fprintf(stderr, "fp4kit bench --step: %s takes an integer in [%lld, %lld], not '%s'\n", opt, lo, hi, s);
-    return 0;
-  }
-  *out = v;
-  return 1;
+  return fp4cli_parse_int("bench --step", opt, s, lo, hi, out) == FP4CLI_OK;
 }
+
+static const char *const kReportOptions[3] = {"--json", "--csv", "--html"};
 
 static int parse_batches(const char *s, step_opts *o) {
   char buf[256];
@@ -229,9 +222,9 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   o->batches[1] = 8;
   o->batches[2] = 64;
   o->nbatches = 3;
-  const char *env = getenv("FP4KIT_DEVICE");
-  o->device = env && *env ? atoi(env) : 0;
+  o->device = 0;
   *help = 0;
+  int device_given = 0;
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
   long long v = 0;
@@ -251,7 +244,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       case O_BATCH: ok = parse_batches(optarg, o); break;
       case O_SWEEP: ok = parse_sweep(optarg, o); break;
       case O_LAYERS: ok = parse_int("--layers", optarg, 1, 1 << 20, &v) && (o->layers = v); break;
-      case O_DEVICE: ok = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
+      case O_DEVICE: ok = device_given = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
       case O_ROUNDS: ok = parse_int("--rounds", optarg, 3, 10000, &v) && (o->rounds = (int)v); break;
       case O_GPUS: ok = parse_int("--gpus", optarg, 1, STEP_MAX_GPUS, &v) && (o->gpus = (int)v); break;
       case O_SEED: ok = parse_int("--seed", optarg, 0, INT64_MAX, &v) && ((o->seed = (uint64_t)v) || 1); break;
@@ -312,12 +305,20 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     fprintf(stderr, "fp4kit bench --step: --trace records one rank; run it without --gpus %d\n", o->gpus);
     return EXIT_USAGE;
   }
-  const char *const outs[3] = {o->json, o->csv, o->html};
   if (o->plan_only && (o->json || o->csv || o->html)) {
     fprintf(stderr, "fp4kit bench --step: --plan prints the plan as text; --json, --csv and --html record a timed step\n");
     return EXIT_USAGE;
   }
-  return report_files_one_stdout("bench --step", outs) ? EXIT_OK : EXIT_USAGE;
+  const char *const paths[3] = {o->json, o->csv, o->html};
+  if (fp4cli_stdout_report("bench --step", 3, kReportOptions, paths) < 0) return EXIT_USAGE;
+  /* FP4KIT_DEVICE where --device is not given (a value that is not a device is a usage error) */
+  if (device_given || o->plan_only) return EXIT_OK;
+  const int rc = fp4cli_env_device("bench --step", &o->device);
+  if (!rc && o->device < 0) {
+    fprintf(stderr, "fp4kit bench --step: the step runs on a GPU, and FP4KIT_DEVICE=-1 asks for the host only\n");
+    return EXIT_USAGE;
+  }
+  return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1813,10 +1814,10 @@ int bench_step_main(int argc, char **argv) {
     free(r);
     return bad ? EXIT_ERROR : EXIT_OK;
   }
-  const char *const outs[3] = {o.json, o.csv, o.html};
-  if (!report_files_writable("bench --step", outs)) { /* before the run: a wrong path costs nothing */
+  const char *const paths[3] = {o.json, o.csv, o.html};
+  if ((rc = fp4cli_reports_writable("bench --step", 3, kReportOptions, paths))) { /* a wrong path costs no run */
     free(r);
-    return EXIT_ERROR;
+    return rc;
   }
 #if FP4KIT_HAVE_CUDA
   if (fp4_probe_device_count() <= o.device) {
@@ -1828,10 +1829,7 @@ int bench_step_main(int argc, char **argv) {
   bench_provenance(argc, argv, &r->origin);
   rc = o.gpus ? run_ranks(&o, r) : run_device(&o, r, NULL, 0, 1);
   if (rc == EXIT_OK || rc == EXIT_FAILED) {
-    const int to_stdout = (o.json && !strcmp(o.json, "-")) || (o.csv && !strcmp(o.csv, "-")) ||
-                          (o.html && !strcmp(o.html, "-"));
-    step_report_print(to_stdout ? stderr : stdout, r);
-    const char *paths[3] = {o.json, o.csv, o.html};
+    step_report_print(fp4cli_stdout_report("bench --step", 3, kReportOptions, paths) ? stderr : stdout, r);
     for (int k = 0; k < 3; k++)
       if (paths[k] && !step_report_write(paths[k], r, k)) rc = EXIT_ERROR;
   }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
+
 static double scale_to_model(const step_report *r) {
   return r->layers_built > 0 ? (double)r->plan.layers / (double)r->layers_built : 0.0;
 }
@@ -431,11 +433,9 @@ void step_report_print(FILE *f, const step_report *r) {
 }
 
 int step_report_write(const char *path, const step_report *r, int kind) {
-  FILE *f = !strcmp(path, "-") ? stdout : fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "fp4kit bench --step: cannot write '%s'\n", path);
-    return 0;
-  }
+  static const char *const options[3] = {"--json", "--csv", "--html"};
+  FILE *f = fp4cli_report_open("bench --step", options[kind], path);
+  if (!f) return 0;
   int ok = 1;
   if (kind == 0) {
     cJSON *root = record_json(r);
@@ -448,8 +448,5 @@ int step_report_write(const char *path, const step_report *r, int kind) {
   } else {
     write_html(f, r);
   }
-  if (f != stdout) ok = !fclose(f) && ok;
-  else fflush(f);
-  if (!ok) fprintf(stderr, "fp4kit bench --step: writing '%s' failed\n", path);
-  return ok;
+  return fp4cli_report_close("bench --step", options[kind], path, f, !ok) == FP4CLI_OK;
 }
