@@ -12,7 +12,12 @@
  *     three layouts (linear, 128x4 swizzled, 8x4 swizzled);
  *   - dequantized value = e2m1(code) * block_scale * multiplier, where multiplier is the per-tensor
  *     decode multiplier (Model Optimizer's weight_scale_2 / input_scale, or 1/global_scale);
- *   - GEMM: out[M, N] = alpha * A[M, K] * B[N, K]^T, FP32 (or wider) accumulation.
+ *   - GEMM: out[M, N] = alpha * A[M, K] * B[N, K]^T, FP32 (or wider) accumulation;
+ *   - every array of typed elements (dense f32/bf16/f16 matrices, offsets, ids, routing weights,
+ *     multipliers, device scalars) starts aligned to its element size, on every backend: a call
+ *     given one that is not is refused with FP4_ERR_INVALID_ARGUMENT naming the argument. FP4 codes
+ *     and block scales are bytes and need no alignment; a backend that needs more (the cuda
+ *     backend's 16-byte loads) refuses the problem with FP4_ERR_UNSUPPORTED and the reason.
  */
 #ifndef FP4KIT_H
 #define FP4KIT_H
@@ -130,7 +135,7 @@ typedef struct fp4_qmatrix {
 
 /* A dense matrix of f32, bf16 or f16 elements. */
 typedef struct fp4_matrix {
-  void *data;
+  void *data;              /* aligned to the element size (4 bytes for f32, 2 for bf16 / f16)  */
   int64_t rows;
   int64_t cols;
   int64_t ld;              /* elements between the starts of two rows; 0 means cols */
@@ -160,7 +165,7 @@ FP4_API float fp4_f16_to_f32(uint16_t bits);
 
 /* Converts n elements between host arrays with the codecs above. Supported: any of f32, bf16,
  * f16, e4m3, ue8m0 to any other, e2m1x2 -> f32 (n elements from n/2 bytes) and f32 -> e2m1x2
- * (n even). */
+ * (n even). src and dst are each aligned to their element size. */
 FP4_API fp4_status fp4_convert(const void *src, fp4_dtype src_dtype, void *dst, fp4_dtype dst_dtype,
                                size_t n);
 
@@ -211,8 +216,9 @@ typedef struct fp4_options {
   /* Device-resident scalars, as engines keep their scales (cuBLASLt's pointer mode device). NULL:
    * the by-value argument applies. Otherwise one f32 in device memory on the context's device, read
    * by the kernels on the GPU after the launch's dependencies, never copied to the host, so the call
-   * neither synchronizes nor breaks a CUDA-graph capture. A host pointer, or memory of another
-   * device, is refused with FP4_ERR_INVALID_ARGUMENT. Device backends only. */
+   * neither synchronizes nor breaks a CUDA-graph capture. A host pointer, memory of another device,
+   * or a pointer that is not 4-byte aligned is refused with FP4_ERR_INVALID_ARGUMENT. Device
+   * backends only. */
   const float *alpha_device;        /* fp4_mm, fp4_mm_w4a16, grouped GEMMs: multiplies the alpha
                                        argument (pass alpha = 1.0f to use it alone); fp4_moe_forward,
                                        which has no alpha argument: scales the layer's whole output
@@ -367,7 +373,7 @@ FP4_API fp4_status fp4_shape_set(const char *model, int tp, int ep, fp4_gemm_sha
 typedef struct fp4_grouped_qmatrix {
   void *data;              /* experts * rows * cols/2 bytes                                    */
   void *scales;            /* experts * fp4_scales_size(format, layout, rows, cols) bytes       */
-  const float *multipliers; /* [experts] decode multipliers, or NULL for 1.0                    */
+  const float *multipliers; /* [experts] decode multipliers (4-byte aligned), or NULL for 1.0     */
   int64_t experts;         /* E                                                                */
   int64_t rows;            /* N: output features of one expert                                  */
   int64_t cols;            /* K: input features, a multiple of the block size                   */
@@ -384,8 +390,9 @@ FP4_API fp4_status fp4_grouped_expert(const fp4_grouped_qmatrix *g, int64_t e, f
 /* Grouped W4A4 GEMM. The T rows of a are grouped by expert: rows offsets[e] .. offsets[e+1]-1 use
  * expert e, with offsets[0] = 0, offsets non-decreasing, offsets[E] = T (an expert may have no rows).
  *   out[t, :] = alpha * a.multiplier * b.multipliers[e] * dq(a)[t, :] * dq(b_e)^T      for t in group e
- * a [T, K] and b share the format and K; out is [T, N] (f32, bf16, f16). offsets ([E+1] int64) lives
- * in the operands' memory; its contents are checked when that memory is the host's. T = 0 (a->rows =
+ * a [T, K] and b share the format and K; out is [T, N] (f32, bf16, f16). offsets ([E+1] int64,
+ * 8-byte aligned) lives in the operands' memory; its contents are checked when that memory is the
+ * host's. T = 0 (a->rows =
  * 0, out->rows = 0, data may be NULL) is a valid call that does nothing. */
 FP4_API fp4_status fp4_grouped_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
                                   const int64_t *offsets, float alpha, fp4_matrix *out, const fp4_options *options);
@@ -438,7 +445,8 @@ typedef struct fp4_moe_layer {
 } fp4_moe_layer;
 
 /* The router's decision for T tokens (the caller routes). topk_ids [tokens, top_k] int32 row-major
- * and topk_weights [tokens, top_k] f32 live in the operands' memory. Ids must lie in [0, E); a
+ * and topk_weights [tokens, top_k] f32 live in the operands' memory (each aligned to its 4-byte
+ * elements, as shared_weights). Ids must lie in [0, E); a
  * token may name the same expert more than once: each occurrence contributes (contributions add). */
 typedef struct fp4_moe_routing {
   const int32_t *topk_ids;
@@ -448,6 +456,11 @@ typedef struct fp4_moe_routing {
   const float *shared_weights;     /* NULL (weight 1), or [T] f32: a per-token gate of the shared */
                                    /* expert (Qwen's sigmoid(shared_expert_gate(x)))            */
 } fp4_moe_routing;
+
+/* The alignment in bytes of fp4_moe_forward's workspace: its sections hold int64, int32 and f32
+ * arrays (and vector loads on the device) at multiples of 256 bytes from its start. malloc on 64-bit
+ * systems, cudaMalloc, NumPy and PyTorch allocations are aligned at least this much. */
+#define FP4_MOE_WORKSPACE_ALIGNMENT 16
 
 /* Bytes of workspace fp4_moe_forward needs for T = tokens and k = top_k on the backend options
  * names (or, for auto or NULL options, the most that any registered backend needs). Depends on the
@@ -461,7 +474,8 @@ FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t to
  * Steps: permute tokens by expert -> gate_up grouped GEMM -> SiLU(gate) * up -> (W4A4: re-quantize)
  * -> down grouped GEMM -> weighted combine back to [T, H]. hidden [T, H] and out [T, H] are f32,
  * bf16 or f16; every operand, the workspace included, lives in one memory. workspace: at least
- * fp4_moe_workspace_size() bytes (contents need not be kept between calls). T = 0 does nothing and
+ * fp4_moe_workspace_size() bytes, FP4_MOE_WORKSPACE_ALIGNMENT-aligned (contents need not be kept
+ * between calls). T = 0 does nothing and
  * returns FP4_OK. The numeric contract (what is rounded where) is in docs/moe.md. */
 FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
                                    const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,

@@ -20,7 +20,7 @@ static float w1_mult[E] = {0.5f, 1.0f, 2.0f, 0.25f}, hidden[T * H], tw[T * K2];
 static int32_t ids[T * K2] = {0, 1, 2, 3, 1, 1, 3, 0, 2, 2};
 static int64_t offsets[E + 1] = {0, 1, 1, 4, 5};
 static float out_ctx[T * 2 * I], out_none[T * 2 * I];
-static uint8_t ws[1 << 20];
+static _Alignas(FP4_MOE_WORKSPACE_ALIGNMENT) uint8_t ws[1 << 20];
 
 static uint32_t rng = 12345u;
 static uint32_t next(void) {

@@ -3,6 +3,7 @@
  * succeed. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fp4kit.h"
 #include "testing.h"
@@ -14,7 +15,7 @@ static uint8_t s1_data[2 * I * H / 2], s1_scales[128 * 4], s2_data[H * I / 2], s
 static float w1_mult[E] = {1, 1, 1, 1}, hidden[T * H], outbuf[T * H], tw[T * K2] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
 static int32_t ids[T * K2] = {0, 1, 2, 3, 0, 0};
 static int64_t offsets[E + 1] = {0, 1, 1, 3, 3};
-static uint8_t ws[1 << 20];
+static _Alignas(FP4_MOE_WORKSPACE_ALIGNMENT) uint8_t ws[1 << 20];
 
 static fp4_grouped_qmatrix gq(void *d, void *s, int64_t e, int64_t n, int64_t k) {
   return (fp4_grouped_qmatrix){d, s, NULL, e, n, k, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, FP4_MEMORY_HOST};
@@ -99,6 +100,40 @@ static void moe_rules(void) {
   l = layer0();
   CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, NULL, sizeof ws, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "workspace is NULL");
   CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, ws, 100, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "workspace_bytes (100) is less than");
+
+  /* Typed arrays aligned to their elements, the workspace to FP4_MOE_WORKSPACE_ALIGNMENT, on every
+   * backend (the host backends read them through typed pointers): refused before any backend runs. */
+  const char *host_backends[] = {NULL, "ref", "cpu"};
+  for (int i = 0; i < 3; i++) {
+    const fp4_options opt = {.backend = host_backends[i]};
+    size_t need = 0;
+    CHECK(fp4_moe_workspace_size(&l, T, K2, &opt, &need) == FP4_OK && need + 64 <= sizeof ws, "%s", fp4_last_error());
+    CHECK(fp4_moe_forward(NULL, &l, &h, &r, ws + FP4_MOE_WORKSPACE_ALIGNMENT, need, &o, &opt) == FP4_OK,
+          "a workspace at FP4_MOE_WORKSPACE_ALIGNMENT: %s", fp4_last_error());
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, ws + 4, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT,
+                "fp4_moe_forward: workspace");
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, ws + 1, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT,
+                "16-byte aligned");
+    fp4_matrix h_mis = h, o_mis = o;
+    h_mis.data = (uint8_t *)hidden + 2;
+    o_mis.data = (uint8_t *)outbuf + 2;
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h_mis, &r, ws, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT, "hidden->data");
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r, ws, need, &o_mis, &opt), FP4_ERR_INVALID_ARGUMENT, "out->data");
+    fp4_moe_routing r_mis = r;
+    static int32_t ids_buf[T * K2 + 1];
+    memcpy((uint8_t *)ids_buf + 2, ids, sizeof ids);
+    r_mis.topk_ids = (const int32_t *)(const void *)((uint8_t *)ids_buf + 2);
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r_mis, ws, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT,
+                "routing->topk_ids");
+    r_mis = r;
+    r_mis.topk_weights.data = (uint8_t *)tw + 1;
+    CHECK_ERROR(fp4_moe_forward(NULL, &l, &h, &r_mis, ws, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT,
+                "routing->topk_weights->data");
+    fp4_moe_layer l_mis = l;
+    l_mis.routed.gate_up.multipliers = (const float *)(const void *)((uint8_t *)w1_mult + 2);
+    CHECK_ERROR(fp4_moe_forward(NULL, &l_mis, &h, &r, ws, need, &o, &opt), FP4_ERR_INVALID_ARGUMENT,
+                "layer->routed.gate_up->multipliers");
+  }
 
   /* K alignment and shapes */
   l.routed.gate_up.cols = l.routed.down.rows = 72;
@@ -203,6 +238,18 @@ static void grouped_rules(void) {
   CHECK_ERROR(fp4_grouped_mm_w4a16(NULL, &ad, &b, short_end, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT,
               "offsets[E = 4] is 2 but the activations have T = 3 rows");
   CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, NULL, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "offsets is NULL");
+  /* offsets are int64 and multipliers f32 read through typed pointers: aligned to their elements */
+  static int64_t off_buf[E + 2];
+  memcpy((uint8_t *)off_buf + 4, offsets, sizeof offsets);
+  const int64_t *off_mis = (const int64_t *)(const void *)((uint8_t *)off_buf + 4);
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, off_mis, 1.0f, &o, &(fp4_options){.backend = "ref"}), FP4_ERR_INVALID_ARGUMENT,
+              "offsets (");
+  CHECK_ERROR(fp4_grouped_mm_w4a16(NULL, &ad, &b, off_mis, 1.0f, &o, &(fp4_options){.backend = "cpu"}),
+              FP4_ERR_INVALID_ARGUMENT, "8-byte aligned (int64 elements)");
+  fp4_grouped_qmatrix b_mis = b;
+  b_mis.multipliers = (const float *)(const void *)((uint8_t *)w1_mult + 1);
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b_mis, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "b->multipliers");
+  CHECK_ERROR(fp4_grouped_expert(&b_mis, 0, &(fp4_qmatrix){0}), FP4_ERR_INVALID_ARGUMENT, "g->multipliers");
   CHECK_ERROR(fp4_grouped_mm(NULL, NULL, &b, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "a is NULL");
   CHECK_ERROR(fp4_grouped_mm(NULL, &a, NULL, offsets, 1.0f, &o, NULL), FP4_ERR_INVALID_ARGUMENT, "b is NULL");
   CHECK_ERROR(fp4_grouped_mm(NULL, &a, &b, offsets, 1.0f, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");

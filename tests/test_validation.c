@@ -96,6 +96,36 @@ int main(void) {
   x = dense(4, 64, fbuf);
   CHECK(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL) == FP4_OK, "valid w4a16");
 
+  /* Typed elements are aligned to their size on every backend (the host backends read them through
+   * typed pointers): one rule, checked before any backend is asked. */
+  static uint16_t bf16buf[4 * 64 + 8];
+  fp4_matrix xb = {(uint8_t *)bf16buf + 1, 4, 64, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  const char *host_backends[] = {NULL, "ref", "cpu"};
+  for (int i = 0; i < 3; i++) {
+    fp4_options o = {.backend = host_backends[i]};
+    CHECK_ERROR(fp4_mm_w4a16(NULL, &xb, &b, 1.0f, &out, &o), FP4_ERR_INVALID_ARGUMENT, "fp4_mm_w4a16: a->data");
+    xb.data = bf16buf;
+    fp4_matrix out_mis = out;
+    out_mis.data = (uint8_t *)obuf + 2;
+    CHECK_ERROR(fp4_mm_w4a16(NULL, &xb, &b, 1.0f, &out_mis, &o), FP4_ERR_INVALID_ARGUMENT, "out->data");
+    CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out_mis, &o), FP4_ERR_INVALID_ARGUMENT, "4-byte aligned (f32 elements)");
+    size_t ws_bytes = 7;
+    CHECK_ERROR(fp4_mm_workspace_size(NULL, &a, &b, &out_mis, &o, &ws_bytes), FP4_ERR_INVALID_ARGUMENT, "out->data");
+    xb.data = (uint8_t *)bf16buf + 1;
+  }
+  fp4_matrix x_mis = x;
+  x_mis.data = (uint8_t *)fbuf + 2;
+  fp4_qmatrix q_ok = qa();
+  CHECK_ERROR(fp4_quantize(NULL, &x_mis, 1.0f, &q_ok, NULL), FP4_ERR_INVALID_ARGUMENT, "x->data");
+  CHECK_ERROR(fp4_quantize_modelopt(&x_mis, &q_ok, &(float){0}), FP4_ERR_INVALID_ARGUMENT, "x->data");
+  CHECK_ERROR(fp4_dequantize(&q_ok, &x_mis), FP4_ERR_INVALID_ARGUMENT, "out->data");
+  CHECK_ERROR(fp4_convert((uint8_t *)fbuf + 1, FP4_DTYPE_F32, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_convert: src");
+  CHECK_ERROR(fp4_convert(fbuf, FP4_DTYPE_F32, (uint8_t *)obuf + 1, FP4_DTYPE_F16, 4), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_convert: dst");
+  CHECK(fp4_convert(fbuf, FP4_DTYPE_F32, (uint8_t *)obuf + 1, FP4_DTYPE_E4M3, 4) == FP4_OK, "byte elements: any address");
+  CHECK(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL) == FP4_OK, "aligned operands still run: %s", fp4_last_error());
+
   /* quantize */
   fp4_qmatrix q = qa();
   CHECK_ERROR(fp4_quantize(NULL, &x, 0.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale (0)");

@@ -34,7 +34,7 @@ void **fp4_context_slot(fp4_context *ctx, const void *owner, fp4_context_release
  * graph: then FP4_ERR_UNSUPPORTED naming the bytes to reserve with fp4_context_reserve_workspace.
  * who names the caller in messages ("cuda large-m W4A4 prologue"). */
 fp4_status fp4_context_workspace(fp4_context *ctx, size_t bytes, void *stream, const char *who, void **ptr);
-/* FP4_OK when ptr is NULL or one f32 in device memory of ctx's device; otherwise
+/* FP4_OK when ptr is NULL or one f32 (4-byte aligned) in device memory of ctx's device; otherwise
  * FP4_ERR_INVALID_ARGUMENT saying what it is ("pinned host", "device 1"). what names the argument. */
 fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const char *fn, const char *what);
 /* Frees the workspace (fp4_context_destroy). */

@@ -112,6 +112,8 @@ static const void **scalar_slot(fp4_context *ctx, const void *ptr) {
 
 fp4_status fp4_check_device_scalar(fp4_context *ctx, const float *ptr, const char *fn, const char *what) {
   if (!ptr) return FP4_OK;
+  if ((uintptr_t)ptr % sizeof(float))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not 4-byte aligned (an f32)", fn, what, (const void *)ptr);
   const int device = fp4_context_device(ctx);
   if (device < 0)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is a device scalar but the context is %s", fn, what,

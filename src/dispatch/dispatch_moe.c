@@ -217,6 +217,9 @@ fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const f
   if ((st = workspace_need(fn, layer, T, routing->top_k, options, &need))) return st;
   if (T == 0) return FP4_OK;
   if (!workspace) return BAD("%s: workspace is NULL; fp4_moe_workspace_size() says %zu bytes", fn, need);
+  if ((st = fp4_check_aligned(fn, "workspace", workspace, FP4_MOE_WORKSPACE_ALIGNMENT,
+                              "FP4_MOE_WORKSPACE_ALIGNMENT: its int64, int32 and f32 sections")))
+    return st;
   if (workspace_bytes < need)
     return BAD("%s: workspace_bytes (%zu) is less than the %zu bytes fp4_moe_workspace_size() asks for", fn,
                workspace_bytes, need);

@@ -6,6 +6,8 @@
 #include "core/error.h"
 #include "format/codec.h"
 
+_Static_assert(FP4_MOE_WS_ALIGN % FP4_MOE_WORKSPACE_ALIGNMENT == 0, "sections keep the workspace's alignment");
+
 /* Size arithmetic in uint64 with overflow detection: a sticky flag instead of checks at each use. */
 typedef struct sizer {
   uint64_t cursor;

@@ -15,7 +15,9 @@
 extern "C" {
 #endif
 
-/* Every section starts at a multiple of this many bytes (vector loads, TMA, cp.async). */
+/* Every section starts at a multiple of this many bytes from the workspace start (vector loads, TMA,
+ * cp.async), which is itself FP4_MOE_WORKSPACE_ALIGNMENT-aligned (fp4kit.h; fp4_moe_forward checks it):
+ * so every section is at least that aligned in memory. */
 #define FP4_MOE_WS_ALIGN 256
 
 /* Byte offsets of the sections from the workspace start; an absent section has size 0. P = T*k

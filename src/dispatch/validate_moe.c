@@ -49,6 +49,11 @@ fp4_status fp4_check_grouped_qmatrix(const char *fn, const char *name, const fp4
   if (per_expert > INT64_MAX / g->experts || (uint64_t)(per_expert * g->experts) > (uint64_t)SIZE_MAX)
     return BAD("%s: %s [%lld experts x %lld x %lld] does not fit in memory sizes", fn, name, (long long)g->experts,
                (long long)g->rows, (long long)g->cols);
+  if (g->multipliers) {
+    char arg[80];
+    snprintf(arg, sizeof arg, "%s->multipliers", name);
+    if ((st = fp4_check_aligned(fn, arg, g->multipliers, sizeof(float), "f32 elements"))) return st;
+  }
   if (g->multipliers && g->memory == FP4_MEMORY_HOST)
     for (int64_t e = 0; e < g->experts; e++)
       if (!isfinite(g->multipliers[e]))
@@ -58,7 +63,8 @@ fp4_status fp4_check_grouped_qmatrix(const char *fn, const char *name, const fp4
 
 fp4_status fp4_check_offsets(const char *fn, const int64_t *offsets, int64_t experts, int64_t rows, fp4_memory memory) {
   if (!offsets) return BAD("%s: offsets is NULL", fn);
-  if (memory != FP4_MEMORY_HOST) return FP4_OK;
+  fp4_status st = fp4_check_aligned(fn, "offsets", offsets, sizeof(int64_t), "int64 elements");
+  if (st || memory != FP4_MEMORY_HOST) return st;
   if (offsets[0] != 0) return BAD("%s: offsets[0] is %lld; it must be 0", fn, (long long)offsets[0]);
   for (int64_t e = 0; e < experts; e++)
     if (offsets[e + 1] < offsets[e])
@@ -143,6 +149,11 @@ fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64
   if (w->memory != memory)
     return BAD("%s: routing->topk_weights is in %s memory but the experts in %s memory", fn,
                fp4_memory_name(w->memory), fp4_memory_name(memory));
+  if (r->topk_ids && (st = fp4_check_aligned(fn, "routing->topk_ids", r->topk_ids, sizeof(int32_t), "int32 elements")))
+    return st;
+  if (r->shared_weights &&
+      (st = fp4_check_aligned(fn, "routing->shared_weights", r->shared_weights, sizeof(float), "f32 elements")))
+    return st;
   if (tokens == 0) return FP4_OK;
   if (!r->topk_ids) return BAD("%s: routing->topk_ids is NULL", fn);
   if (memory != FP4_MEMORY_HOST) return FP4_OK;

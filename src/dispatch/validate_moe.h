@@ -19,15 +19,17 @@ extern "C" {
 fp4_status fp4_check_matrix_rows0(const char *fn, const char *name, const fp4_matrix *m);
 /* A quantized matrix that may have zero rows (T = 0): then data and scales may be NULL. */
 fp4_status fp4_check_qmatrix_rows0(const char *fn, const char *name, const fp4_qmatrix *q);
-/* Grouped weights: pointers, format, layout, experts, shape, K alignment, memory, byte counts, and
- * (host memory) finite multipliers. */
+/* Grouped weights: pointers, format, layout, experts, shape, K alignment, memory, byte counts,
+ * multipliers aligned to f32 and (host memory) finite. */
 fp4_status fp4_check_grouped_qmatrix(const char *fn, const char *name, const fp4_grouped_qmatrix *g);
-/* offsets [experts+1]: non-NULL; in host memory also 0 first, non-decreasing, rows last. */
+/* offsets [experts+1]: non-NULL, aligned to int64; in host memory also 0 first, non-decreasing, rows
+ * last. */
 fp4_status fp4_check_offsets(const char *fn, const int64_t *offsets, int64_t experts, int64_t rows, fp4_memory memory);
 /* The layer: both expert sets, their shapes agreeing (gate_up [E, 2I, H], down [E, H, I]), one
  * memory, the mode, the W4A4 activation scales. */
 fp4_status fp4_check_moe_layer(const char *fn, const fp4_moe_layer *layer);
-/* Routing for tokens rows of hidden and a layer of experts experts in memory. */
+/* Routing for tokens rows of hidden and a layer of experts experts in memory (ids, weights and
+ * shared weights aligned to their 4-byte elements). */
 fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64_t tokens, int64_t experts,
                                  fp4_memory memory);
 

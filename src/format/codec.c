@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "format/codec.h"
 #include "format/format.h"
+#include "format/matrix_check.h"
 
 uint8_t fp4_e2m1_encode(float x) { return fp4_e2m1_encode_inline(x); }
 float fp4_e2m1_decode(uint8_t code) { return fp4_e2m1_decode_inline(code); }
@@ -113,6 +114,10 @@ fp4_status fp4_convert(const void *src, fp4_dtype src_dtype, void *dst, fp4_dtyp
                     fp4_dtype_name(src_dtype), fp4_dtype_name(dst_dtype));
   if (e2m1_out && (n & 1))
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_convert: n (%zu) must be even to pack e2m1x2", n);
+  /* The elements are read and written as typed values (f32, 16-bit): each array aligned to its own. */
+  fp4_status st = fp4_check_aligned("fp4_convert", "src", src, fp4_dtype_size(src_dtype), "src_dtype elements");
+  if (st || (st = fp4_check_aligned("fp4_convert", "dst", dst, fp4_dtype_size(dst_dtype), "dst_dtype elements")))
+    return st;
   for (size_t i = 0; i < n; i++) store_scalar(dst, dst_dtype, i, load_scalar(src, src_dtype, i));
   return FP4_OK;
 }

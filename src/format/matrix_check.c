@@ -2,6 +2,8 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "core/error.h"
 
@@ -23,6 +25,11 @@ fp4_status fp4_check_shape(const char *fn, const char *name, int64_t rows, int64
   return FP4_OK;
 }
 
+fp4_status fp4_check_aligned(const char *fn, const char *name, const void *p, size_t align, const char *what) {
+  if (((uintptr_t)p & (align - 1)) == 0) return FP4_OK;
+  return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s (%p) is not %zu-byte aligned (%s)", fn, name, p, align, what);
+}
+
 fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *m) {
   if (!m) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
   if (!m->data) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
@@ -31,6 +38,13 @@ fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *
   if (m->dtype != FP4_DTYPE_F32 && m->dtype != FP4_DTYPE_BF16 && m->dtype != FP4_DTYPE_F16)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s dtype %s is not f32, bf16 or f16", fn, name,
                     fp4_dtype_name(m->dtype) ? fp4_dtype_name(m->dtype) : "(unknown)");
+  const size_t esize = fp4_dtype_size(m->dtype);
+  if (((uintptr_t)m->data & (esize - 1)) != 0) {
+    char what[48], arg[64];
+    snprintf(what, sizeof what, "%s elements", fp4_dtype_name(m->dtype));
+    snprintf(arg, sizeof arg, "%s->data", name);
+    return fp4_check_aligned(fn, arg, m->data, esize, what);
+  }
   if (m->ld != 0 && (m->ld < m->cols || m->ld > FP4_MAX_DIM))
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s ld (%lld) must be 0 or in [cols (%lld), 2^31]", fn, name,
                     (long long)m->ld, (long long)m->cols);

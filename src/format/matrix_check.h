@@ -15,6 +15,12 @@ extern "C" {
 fp4_status fp4_check_format_layout(const char *fn, const char *name, fp4_format format,
                                    fp4_scale_layout layout);
 fp4_status fp4_check_shape(const char *fn, const char *name, int64_t rows, int64_t cols);
+/* FP4_OK when p (the pointer the argument name holds) is a multiple of align bytes (a power of two);
+ * otherwise FP4_ERR_INVALID_ARGUMENT naming fn, name and what the alignment is for ("its f32
+ * elements"). Every backend reads typed elements through such pointers, so the rule is checked once
+ * here rather than left to each backend (a host backend would read misaligned memory). */
+fp4_status fp4_check_aligned(const char *fn, const char *name, const void *p, size_t align, const char *what);
+/* A dense matrix: data not NULL and aligned to its element size, shape, dtype, ld, memory. */
 fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *m);
 /* Checks a quantized matrix; data is checked for read (scales may be written by quantize). */
 fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix *q);

@@ -747,6 +747,24 @@ def test_arrays_in_non_native_byte_order_are_refused():
         fp4kit.mm_fp4(xq, wq.T, xs, ws.T, np.array([0.5], np.float32), np.float32, np.zeros((4, 32), np.float32))
 
 
+def test_misaligned_arrays_are_refused():
+    """A NumPy view that does not start on its element size (flags.aligned False) is refused by the
+    library's rule, the same on every backend, with the argument named, never read misaligned."""
+    _, _, wq, ws, alpha, _ = _operands(4, 32, 64)
+    shifted = lambda shape, dtype, by: (  # noqa: E731
+        np.zeros(int(np.prod(shape)) * np.dtype(dtype).itemsize + by, np.uint8)[by:].view(dtype).reshape(shape))
+    x = shifted((4, 64), np.float32, 1)
+    assert not x.flags.aligned
+    for backend in ("auto", "ref", "cpu"):
+        with pytest.raises(fp4kit.InvalidArgumentError, match=r"fp4_mm_w4a16: a->data .* is not 4-byte aligned"):
+            fp4kit.mm_w4a16(x, wq.T, ws.T, alpha, backend=backend)
+        with pytest.raises(fp4kit.InvalidArgumentError, match=r"out->data .* is not 4-byte aligned"):
+            fp4kit.mm_w4a16(np.ones((4, 64), np.float32), wq.T, ws.T, alpha, np.float32,
+                            shifted((4, 32), np.float32, 2), backend=backend)
+    with pytest.raises(fp4kit.InvalidArgumentError, match=r"fp4_quantize: x->data .* is not 4-byte aligned"):
+        fp4kit.fp4_quantize(x, 1.0)
+
+
 def test_errors_do_not_depend_on_earlier_calls():
     """An argument that is neither None, a number nor an array (a list alpha or global scale, a list
     `out`) is refused with the same error whether or not a valid call of the same shapes built a plan
