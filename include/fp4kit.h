@@ -318,7 +318,8 @@ FP4_API fp4_status fp4_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4
 
 /* Device workspace (fp4_context_reserve_workspace) the call with these operands and options would
  * use on the backend and config that options selects (auto: the one auto would run); 0 when it needs
- * none. The operands are validated as for the call; their data is not read. */
+ * none. The operands and the options (device scalars, backend, config) are validated as for the
+ * call, which the query refuses with the call's status and reason; their data is not read. */
 FP4_API fp4_status fp4_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b,
                                          const fp4_matrix *out, const fp4_options *options, size_t *bytes);
 FP4_API fp4_status fp4_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a, const fp4_qmatrix *b,
@@ -392,8 +393,8 @@ FP4_API fp4_status fp4_grouped_expert(const fp4_grouped_qmatrix *g, int64_t e, f
  *   out[t, :] = alpha * a.multiplier * b.multipliers[e] * dq(a)[t, :] * dq(b_e)^T      for t in group e
  * a [T, K] and b share the format and K; out is [T, N] (f32, bf16, f16). offsets ([E+1] int64,
  * 8-byte aligned) lives in the operands' memory; its contents are checked when that memory is the
- * host's. T = 0 (a->rows =
- * 0, out->rows = 0, data may be NULL) is a valid call that does nothing. */
+ * host's. T = 0 (a->rows = 0, out->rows = 0, data may be NULL) is a valid call that does nothing;
+ * everything else, the options included, is validated as for T > 0. */
 FP4_API fp4_status fp4_grouped_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
                                   const int64_t *offsets, float alpha, fp4_matrix *out, const fp4_options *options);
 
@@ -405,8 +406,8 @@ FP4_API fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, c
 
 /* Device workspace (fp4_context_reserve_workspace) the grouped GEMM with these operands and options
  * would take (0: none), as fp4_mm_workspace_size: reserve it before capturing the call in a CUDA
- * graph. The operands are validated as for the call; their data is not read, offsets excepted when
- * they are in host memory. */
+ * graph. The operands and options are validated as for the call; their data is not read, offsets
+ * excepted when they are in host memory. */
 FP4_API fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
                                                  const int64_t *offsets, const fp4_matrix *out,
                                                  const fp4_options *options, size_t *bytes);
@@ -475,8 +476,8 @@ FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t to
  * -> down grouped GEMM -> weighted combine back to [T, H]. hidden [T, H] and out [T, H] are f32,
  * bf16 or f16; every operand, the workspace included, lives in one memory. workspace: at least
  * fp4_moe_workspace_size() bytes, FP4_MOE_WORKSPACE_ALIGNMENT-aligned (contents need not be kept
- * between calls). T = 0 does nothing and
- * returns FP4_OK. The numeric contract (what is rounded where) is in docs/moe.md. */
+ * between calls). T = 0 does nothing and returns FP4_OK once everything else, the options included,
+ * is validated as for T > 0. The numeric contract (what is rounded where) is in docs/moe.md. */
 FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
                                    const fp4_moe_routing *routing, void *workspace, size_t workspace_bytes,
                                    fp4_matrix *out, const fp4_options *options);
@@ -484,8 +485,8 @@ FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer,
 /* Device workspace (fp4_context_reserve_workspace) fp4_moe_forward with these operands and options
  * takes from the context besides the caller's workspace (0: none; on the cuda backend a shared
  * expert run on the dense GEMM kernels may take some, docs/moe.md): reserve it before capturing the
- * layer in a CUDA graph, as for fp4_mm_workspace_size. The operands are validated as for the call;
- * their data is not read. */
+ * layer in a CUDA graph, as for fp4_mm_workspace_size. The operands and options are validated as for
+ * the call; their data is not read. */
 FP4_API fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer *layer,
                                                   const fp4_matrix *hidden, const fp4_moe_routing *routing,
                                                   const fp4_matrix *out, const fp4_options *options, size_t *bytes);

@@ -75,7 +75,29 @@ static void moe_rules(void) {
   CHECK(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, NULL) == FP4_OK, "T = 0: %s", fp4_last_error());
   size_t bytes = 1;
   CHECK(fp4_moe_workspace_size(&l, 0, K2, NULL, &bytes) == FP4_OK && bytes == 0, "T = 0 needs no workspace (%zu)", bytes);
-  h0.cols = H + 16; /* T = 0 still validates everything else */
+  /* T = 0 still validates everything else: the options as for T > 0 too */
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.backend = "nope"}), FP4_ERR_NOT_FOUND,
+              "fp4_moe_forward: no backend named 'nope'");
+  CHECK_ERROR(fp4_moe_workspace_size(&l, 0, K2, &(fp4_options){.backend = "nope"}, &bytes), FP4_ERR_NOT_FOUND, "'nope'");
+  CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &l, &h0, &r0, &o0, &(fp4_options){.backend = "nope"}, &bytes),
+              FP4_ERR_NOT_FOUND, "'nope'");
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.backend = "cpu", .config = "bogus"}),
+              FP4_ERR_NOT_FOUND, "options->config of backend 'cpu': unknown config 'bogus'");
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.config = "generic"}),
+              FP4_ERR_INVALID_ARGUMENT, "options->config ('generic') needs a named options->backend");
+  static const float dev_alpha = 1.0f;
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.alpha_device = &dev_alpha}),
+              FP4_ERR_INVALID_ARGUMENT, "options->alpha_device is a device scalar but the operands are in host memory");
+#if !FP4KIT_HAVE_CUDA
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.backend = "cuda"}), FP4_ERR_UNSUPPORTED,
+              "built without CUDA");
+#endif
+  fp4_run_info info;
+  memset(&info, 0x55, sizeof info);
+  CHECK(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.backend = "cpu", .info = &info}) == FP4_OK &&
+            info.backend[0] == 0,
+        "T = 0 runs nothing, and info says so: %s '%.32s'", fp4_last_error(), info.backend);
+  h0.cols = H + 16;
   CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, NULL), FP4_ERR_INVALID_ARGUMENT, "hidden has 80 columns");
 
   /* experts with no tokens (experts 1..3 unused, duplicates in every row): valid */
@@ -283,6 +305,30 @@ static void grouped_rules(void) {
   fp4_qmatrix a0 = {NULL, NULL, 0, H, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
   fp4_matrix o0 = {NULL, 0, 2 * I, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
   CHECK(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, NULL) == FP4_OK, "T = 0: %s", fp4_last_error());
+  /* T = 0 does nothing but checks the options as any T does */
+  fp4_matrix ad0 = {NULL, 0, H, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  static const float dev_alpha = 1.0f;
+  const fp4_options nope = {.backend = "nope"}, host_alpha = {.alpha_device = &dev_alpha},
+                    bogus = {.backend = "cpu", .config = "bogus"}, ref_generic = {.backend = "ref", .config = "generic"};
+  size_t bytes = 1;
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, &nope), FP4_ERR_NOT_FOUND, "no backend named 'nope'");
+  CHECK_ERROR(fp4_grouped_mm_w4a16(NULL, &ad0, &b, zeros, 1.0f, &o0, &nope), FP4_ERR_NOT_FOUND, "'nope'");
+  CHECK_ERROR(fp4_grouped_mm_workspace_size(NULL, &a0, &b, zeros, &o0, &nope, &bytes), FP4_ERR_NOT_FOUND, "'nope'");
+  CHECK_ERROR(fp4_grouped_mm_w4a16_workspace_size(NULL, &ad0, &b, zeros, &o0, &nope, &bytes), FP4_ERR_NOT_FOUND, "'nope'");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, &host_alpha), FP4_ERR_INVALID_ARGUMENT,
+              "options->alpha_device is a device scalar but the operands are in host memory");
+  CHECK_ERROR(fp4_grouped_mm_workspace_size(NULL, &a0, &b, zeros, &o0, &host_alpha, &bytes), FP4_ERR_INVALID_ARGUMENT,
+              "options->alpha_device");
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, &bogus), FP4_ERR_NOT_FOUND, "unknown config 'bogus'");
+  CHECK_ERROR(fp4_grouped_mm_w4a16(NULL, &ad0, &b, zeros, 1.0f, &o0, &ref_generic), FP4_ERR_NOT_FOUND,
+              "options->config of backend 'ref'");
+#if !FP4KIT_HAVE_CUDA
+  CHECK_ERROR(fp4_grouped_mm(NULL, &a0, &b, zeros, 1.0f, &o0, &(fp4_options){.backend = "cuda"}), FP4_ERR_UNSUPPORTED,
+              "built without CUDA");
+#endif
+  CHECK(fp4_grouped_mm_w4a16_workspace_size(NULL, &ad0, &b, zeros, &o0, &(fp4_options){.backend = "cpu"}, &bytes) ==
+                FP4_OK && bytes == 0,
+        "T = 0 query: %s", fp4_last_error());
 
   /* expert views */
   fp4_qmatrix v;

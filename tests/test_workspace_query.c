@@ -3,6 +3,7 @@
  * context cannot reserve device memory. The device side (sizes equal to what run() takes, capture
  * failing cleanly when the reservation is short) is in test_cuda_graph and test_cuda_moe. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fp4kit.h"
@@ -47,10 +48,50 @@ int main(void) {
   CHECK_ERROR(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &wrong, NULL, &bytes), FP4_ERR_INVALID_ARGUMENT, "out");
   fp4_options named = {.backend = "no-such-backend"};
   CHECK_ERROR(fp4_mm_workspace_size(ctx, &aq, &b, &o, &named, &bytes), FP4_ERR_NOT_FOUND, "no-such-backend");
-  /* A device scalar on host operands is refused by the call; the query resolves the same way. */
+  /* A device scalar on host operands is refused by the call; the query refuses it the same way. */
   static const float one = 1.0f;
-  fp4_options dev = {.alpha_device = &one};
+  const fp4_options dev = {.alpha_device = &one}, dev_cpu = {.backend = "cpu", .alpha_device = &one};
   CHECK_ERROR(fp4_mm_w4a16(ctx, &a, &b, 1.0f, &o, &dev), FP4_ERR_INVALID_ARGUMENT, "device scalar");
+  CHECK_ERROR(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &o, &dev, &bytes), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_mm_w4a16_workspace_size: options->alpha_device is a device scalar");
+  CHECK_ERROR(fp4_mm_workspace_size(NULL, &aq, &b, &o, &dev, &bytes), FP4_ERR_INVALID_ARGUMENT, "device scalar");
+  CHECK_ERROR(fp4_mm_workspace_size(NULL, &aq, &b, &o, &dev_cpu, &bytes), FP4_ERR_INVALID_ARGUMENT, "device scalar");
+  CHECK_ERROR(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &o, &dev, &bytes), FP4_ERR_INVALID_ARGUMENT,
+              "device scalar");
+  CHECK_ERROR(fp4_grouped_mm_w4a16_workspace_size(ctx, &a, &g, offsets, &o, &dev_cpu, &bytes), FP4_ERR_INVALID_ARGUMENT,
+              "device scalar");
+
+  /* A config the call refuses is refused by the query with the same status and message: an unknown
+   * name, a cpu level this machine does not run, a config of a backend that has only "default". */
+#if defined(__aarch64__)
+  const char *foreign_level = "avx2";
+#else
+  const char *foreign_level = "neon";
+#endif
+  const struct {
+    const char *backend, *config;
+    fp4_status status;
+  } configs[] = {{"cpu", "bogus", FP4_ERR_NOT_FOUND},
+                 {"cpu", foreign_level, FP4_ERR_UNSUPPORTED},
+                 {"ref", "generic", FP4_ERR_NOT_FOUND},
+                 {NULL, "generic", FP4_ERR_INVALID_ARGUMENT}};
+  for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+    const fp4_options opt = {.backend = configs[i].backend, .config = configs[i].config};
+    const fp4_status want = configs[i].status;
+    char call_msg[512];
+    CHECK_ERROR(fp4_mm(ctx, &aq, &b, 1.0f, &o, &opt), want, "options->config");
+    snprintf(call_msg, sizeof call_msg, "%s", strchr(fp4_last_error(), ':'));
+    bytes = 99;
+    CHECK_ERROR(fp4_mm_workspace_size(ctx, &aq, &b, &o, &opt, &bytes), want, call_msg);
+    CHECK(bytes == 0, "a refused query says 0 bytes (%zu)", bytes);
+    CHECK_ERROR(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &o, &opt, &bytes), want, "options->config");
+    CHECK_ERROR(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &o, &opt, &bytes), want, "options->config");
+    CHECK_ERROR(fp4_grouped_mm_w4a16_workspace_size(ctx, &a, &g, offsets, &o, &opt, &bytes), want, "options->config");
+    CHECK_ERROR(fp4_grouped_mm_w4a16(ctx, &a, &g, offsets, 1.0f, &o, &opt), want, "options->config");
+  }
+  const fp4_options cpu_generic = {.backend = "cpu", .config = "generic"}, ref_default = {.backend = "ref", .config = "default"};
+  CHECK(fp4_mm_workspace_size(ctx, &aq, &b, &o, &cpu_generic, &bytes) == FP4_OK && bytes == 0, "%s", fp4_last_error());
+  CHECK(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &o, &ref_default, &bytes) == FP4_OK, "%s", fp4_last_error());
   CHECK_ERROR(fp4_context_reserve_workspace(ctx, 1 << 20), FP4_ERR_INVALID_ARGUMENT, "host-only");
   CHECK_ERROR(fp4_context_reserve_workspace(NULL, 1 << 20), FP4_ERR_INVALID_ARGUMENT, "NULL");
   CHECK(fp4_context_workspace_bytes(ctx) == 0 && fp4_context_workspace_bytes(NULL) == 0, "no workspace on the host");

@@ -126,7 +126,15 @@ typedef struct fp4_backend {
   /* Candidate configurations for the tuner, heuristic best first; returns how many were written to
    * names (at most max). NULL means one default configuration. */
   int (*configs)(fp4_context *ctx, const fp4_problem *p, const char **names, int max);
-  /* Runs the problem with a configuration (NULL: the backend's default). Fills info if non-NULL. */
+  /* Checks a config the options name (never NULL) for p before anything runs or is sized, so that a
+   * call and its workspace query refuse the same configs: FP4_OK; FP4_ERR_NOT_FOUND for a name the
+   * backend does not have, FP4_ERR_UNSUPPORTED for one that cannot run p, with the reason ("unknown
+   * config 'x' (its configs: ...)"). At T = 0 (a grouped GEMM or MoE layer without rows) only the
+   * name need be known. NULL: the backend has one config, "default". */
+  fp4_status (*check_config)(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                             size_t reason_size);
+  /* Runs the problem with a configuration (NULL: the backend's default; a named one has passed
+   * check_config). Fills info if non-NULL. */
   fp4_status (*run)(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info);
   /* Frees the per-context state this backend stored with fp4_context_state (NULL: none). */
   void (*release_state)(void *state);

@@ -329,6 +329,21 @@ static uint64_t tuning_generation(fp4_context *ctx) {
   return fp4_tuning_cache_generation(c); /* 0 without a cache */
 }
 
+/* The config the options name, as the named backend checks it (its check_config; without one it has
+ * a single config, "default"): what the call and its size query both refuse. */
+static fp4_status check_named_config(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p, const char *config,
+                                     const char *fn) {
+  char reason[384] = "";
+  fp4_status st = FP4_OK;
+  if (b->check_config) {
+    st = b->check_config(ctx, p, config, reason, sizeof reason);
+  } else if (strcmp(config, "default") != 0) {
+    fp4_reason(reason, sizeof reason, "unknown config '%s' (it has one, 'default')", config);
+    st = FP4_ERR_NOT_FOUND;
+  }
+  return st ? fp4_fail(st, "%s: options->config of backend '%s': %s", fn, b->name, reason) : FP4_OK;
+}
+
 static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_options *o, const char *fn,
                           const fp4_backend **backend, const char **config, char *config_buf, size_t config_size) {
   char reason[256];
@@ -336,7 +351,7 @@ static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_opti
   const fp4_backend *b = named ? fp4_registry_find(o->backend) : NULL;
   if (named && !b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, o->backend);
   if (!named && o->config)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a config ('%s') needs a named backend, not auto", fn, o->config);
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: options->config ('%s') needs a named options->backend, not auto", fn, o->config);
   /* A decision made before for the same key is the same decision: skip asking every backend. */
   fp4_selection_key key;
   const int keyed = ctx && fp4_selection_key_of(p, named ? fp4_registry_index(b) : -1, o->config,
@@ -353,6 +368,7 @@ static fp4_status resolve(fp4_context *ctx, const fp4_problem *p, const fp4_opti
   if (named) {
     fp4_status st = fp4_problem_supported(ctx, b, p, reason, sizeof reason);
     if (st) return fp4_fail(st, "%s: backend '%s' cannot run this problem: %s", fn, b->name, reason);
+    if (o->config && (st = check_named_config(ctx, b, p, o->config, fn))) return st;
     *config = o->config;
   } else {
     b = fp4_select_backend_config(ctx, p, config_buf, config_size, reason, sizeof reason);
@@ -371,17 +387,33 @@ static void problem_take_options(fp4_problem *p, const fp4_options *o) {
   p->global_scale_device = p->op == FP4_OP_QUANTIZE ? o->global_scale_device : NULL;
 }
 
+/* What a call, its size query and its no-op form (T = 0) check of the options, in one order: the
+ * device scalars, then the backend and config they select for p. */
+static fp4_status problem_resolve(fp4_context *ctx, fp4_problem *p, const fp4_options *o, const char *fn,
+                                  const fp4_backend **backend, const char **config, char *config_buf,
+                                  size_t config_size) {
+  problem_take_options(p, o);
+  fp4_status st = check_device_scalars(ctx, p, fn);
+  return st ? st : resolve(ctx, p, o, fn, backend, config, config_buf, config_size);
+}
+
 fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn) {
   const fp4_options *o = options ? options : &default_options;
-  problem_take_options(p, o);
   if (o->info) memset(o->info, 0, sizeof *o->info);
-  fp4_status st = check_device_scalars(ctx, p, fn);
-  if (st) return st;
   const fp4_backend *b = NULL;
   const char *config = NULL;
   char config_buf[64];
-  if ((st = resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf))) return st;
-  return b->run(ctx, p, config, o->info);
+  fp4_status st = problem_resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf);
+  return st ? st : b->run(ctx, p, config, o->info);
+}
+
+fp4_status fp4_problem_check(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn) {
+  const fp4_options *o = options ? options : &default_options;
+  if (o->info) memset(o->info, 0, sizeof *o->info); /* nothing runs */
+  const fp4_backend *b = NULL;
+  const char *config = NULL;
+  char config_buf[64];
+  return problem_resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf);
 }
 
 fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn,
@@ -389,11 +421,10 @@ fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp
   if (!bytes) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", fn);
   *bytes = 0;
   const fp4_options *o = options ? options : &default_options;
-  problem_take_options(p, o);
   const fp4_backend *b = NULL;
   const char *config = NULL;
   char config_buf[64];
-  fp4_status st = resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf);
+  fp4_status st = problem_resolve(ctx, p, o, fn, &b, &config, config_buf, sizeof config_buf);
   if (st) return st;
   *bytes = b->workspace_size ? b->workspace_size(ctx, p, config) : 0;
   return FP4_OK;

@@ -19,7 +19,12 @@ const fp4_backend *fp4_select_backend_config(fp4_context *ctx, const fp4_problem
                                              char *reason, size_t reason_size);
 /* Runs a validated problem on the backend the options name (or auto). */
 fp4_status fp4_problem_run(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn);
-/* The device workspace that fp4_problem_run would take for p with these options (0: none). */
+/* Everything fp4_problem_run checks of the options for p (device scalars, backend, availability,
+ * support, config) without running: for a call that has nothing to do (T = 0), which still refuses
+ * what the same call with rows would refuse. */
+fp4_status fp4_problem_check(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn);
+/* The device workspace that fp4_problem_run would take for p with these options (0: none), after
+ * the same checks. */
 fp4_status fp4_problem_workspace_size(fp4_context *ctx, fp4_problem *p, const fp4_options *options, const char *fn,
                                       size_t *bytes);
 

@@ -68,10 +68,9 @@ fp4_status fp4_grouped_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grou
   if (a->format != b->format)
     return BAD("%s: a is %s but b is %s; both operands must share a format", fn, fp4_format_name(a->format),
                fp4_format_name(b->format));
-  if (a->rows == 0) return FP4_OK;
   fp4_problem p = {.op = FP4_OP_GROUPED_MM, .a_q = a, .gb = b, .offsets = offsets, .alpha = alpha, .out = out,
                    .memory = a->memory};
-  return fp4_problem_run(ctx, &p, options, fn);
+  return a->rows ? fp4_problem_run(ctx, &p, options, fn) : fp4_problem_check(ctx, &p, options, fn);
 }
 
 fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4_grouped_qmatrix *b,
@@ -81,10 +80,9 @@ fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, const fp4
   fp4_status st = fp4_check_matrix_rows0(fn, "a", a);
   if (st) return st;
   if ((st = check_grouped_common(fn, ctx, b, offsets, a->rows, a->cols, a->memory, alpha, out))) return st;
-  if (a->rows == 0) return FP4_OK;
   fp4_problem p = {.op = FP4_OP_GROUPED_MM_W4A16, .a = a, .gb = b, .offsets = offsets, .alpha = alpha, .out = out,
                    .memory = a->memory};
-  return fp4_problem_run(ctx, &p, options, fn);
+  return a->rows ? fp4_problem_run(ctx, &p, options, fn) : fp4_problem_check(ctx, &p, options, fn);
 }
 
 fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
@@ -100,10 +98,9 @@ fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a,
   if (a->format != b->format)
     return BAD("%s: a is %s but b is %s; both operands must share a format", fn, fp4_format_name(a->format),
                fp4_format_name(b->format));
-  if (a->rows == 0) return FP4_OK;
   fp4_problem p = {.op = FP4_OP_GROUPED_MM, .a_q = a, .gb = b, .offsets = offsets, .alpha = 1.0f,
                    .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
-  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+  return a->rows ? fp4_problem_workspace_size(ctx, &p, options, fn, bytes) : fp4_problem_check(ctx, &p, options, fn);
 }
 
 fp4_status fp4_grouped_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matrix *a, const fp4_grouped_qmatrix *b,
@@ -116,10 +113,9 @@ fp4_status fp4_grouped_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matri
   fp4_status st = fp4_check_matrix_rows0(fn, "a", a);
   if (st) return st;
   if ((st = check_grouped_common(fn, ctx, b, offsets, a->rows, a->cols, a->memory, 1.0f, out))) return st;
-  if (a->rows == 0) return FP4_OK;
   fp4_problem p = {.op = FP4_OP_GROUPED_MM_W4A16, .a = a, .gb = b, .offsets = offsets, .alpha = 1.0f,
                    .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
-  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+  return a->rows ? fp4_problem_workspace_size(ctx, &p, options, fn, bytes) : fp4_problem_check(ctx, &p, options, fn);
 }
 
 /* The workspace a backend needs: its own declaration, else the common layout. */
@@ -133,14 +129,15 @@ static size_t backend_workspace(const fp4_backend *b, const fp4_moe_layer *layer
 static fp4_status workspace_need(const char *fn, const fp4_moe_layer *layer, int64_t tokens, int64_t top_k,
                                  const fp4_options *options, size_t *bytes) {
   *bytes = 0;
+  const char *name = options ? options->backend : NULL;
+  const fp4_backend *named = NULL;
+  if (name && strcmp(name, "auto") != 0 && !(named = fp4_registry_find(name)))
+    return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, name); /* at T = 0 too */
   fp4_moe_ws_layout ws;
   fp4_status st = fp4_moe_ws_layout_make(fn, layer, tokens, top_k, &ws);
   if (st || tokens == 0) return st;
-  const char *name = options ? options->backend : NULL;
-  if (name && strcmp(name, "auto") != 0) {
-    const fp4_backend *b = fp4_registry_find(name);
-    if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "%s: no backend named '%s'", fn, name);
-    *bytes = backend_workspace(b, layer, tokens, top_k, ws.total);
+  if (named) {
+    *bytes = backend_workspace(named, layer, tokens, top_k, ws.total);
     return FP4_OK;
   }
   /* Auto may pick any backend: the most any of them needs is always enough. */
@@ -198,10 +195,10 @@ fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer 
   if (!bytes) return BAD("%s: bytes is NULL", fn);
   *bytes = 0;
   fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out);
-  if (st || hidden->rows == 0) return st;
+  if (st) return st;
   fp4_problem p = {.op = FP4_OP_MOE, .a = hidden, .out = (fp4_matrix *)out /* not written: a size query */,
                    .memory = layer->routed.gate_up.memory, .moe = layer, .routing = routing};
-  return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
+  return hidden->rows ? fp4_problem_workspace_size(ctx, &p, options, fn, bytes) : fp4_problem_check(ctx, &p, options, fn);
 }
 
 fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const fp4_matrix *hidden,
@@ -215,15 +212,15 @@ fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const f
   const fp4_memory mem = layer->routed.gate_up.memory;
   size_t need = 0;
   if ((st = workspace_need(fn, layer, T, routing->top_k, options, &need))) return st;
-  if (T == 0) return FP4_OK;
+  fp4_problem p = {.op = FP4_OP_MOE, .a = hidden, .out = out, .memory = mem, .moe = layer, .routing = routing,
+                   .workspace = workspace, .workspace_bytes = workspace_bytes};
+  if (T == 0) return fp4_problem_check(ctx, &p, options, fn); /* nothing to do: the options checked as for T > 0 */
   if (!workspace) return BAD("%s: workspace is NULL; fp4_moe_workspace_size() says %zu bytes", fn, need);
   if ((st = fp4_check_aligned(fn, "workspace", workspace, FP4_MOE_WORKSPACE_ALIGNMENT,
-                              "FP4_MOE_WORKSPACE_ALIGNMENT: its int64, int32 and f32 sections")))
+                              "FP4_MOE_WORKSPACE_ALIGNMENT")))
     return st;
   if (workspace_bytes < need)
     return BAD("%s: workspace_bytes (%zu) is less than the %zu bytes fp4_moe_workspace_size() asks for", fn,
                workspace_bytes, need);
-  fp4_problem p = {.op = FP4_OP_MOE, .a = hidden, .out = out, .memory = mem, .moe = layer, .routing = routing,
-                   .workspace = workspace, .workspace_bytes = workspace_bytes};
   return fp4_problem_run(ctx, &p, options, fn);
 }

@@ -50,6 +50,15 @@ static int cpu_configs(fp4_context *ctx, const fp4_problem *p, const char **name
   return fp4_cpu_level_configs(names, max);
 }
 
+/* A config is an instruction-set level this CPU and build run (fp4_cpu_config_level). */
+static fp4_status cpu_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                   size_t reason_size) {
+  (void)ctx;
+  (void)p;
+  fp4_cpu_level_id level;
+  return fp4_cpu_config_level(config, &level, reason, reason_size);
+}
+
 static fp4_status cpu_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
   (void)ctx;
   warn_level_variable();
@@ -88,6 +97,7 @@ const fp4_backend fp4_backend_cpu = {
     .available = cpu_available,
     .supports = cpu_supports,
     .configs = cpu_configs,
+    .check_config = cpu_check_config,
     .run = cpu_run,
     .release_state = NULL,
     .extra_ops = FP4_OP_BIT(FP4_OP_GROUPED_MM) | FP4_OP_BIT(FP4_OP_GROUPED_MM_W4A16) | FP4_OP_BIT(FP4_OP_MOE),

@@ -183,6 +183,20 @@ static int dq_configs(fp4_context *ctx, const fp4_problem *p, const char **names
 #endif
 }
 
+#if FP4KIT_HAVE_CUDA
+static fp4_status dq_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                  size_t reason_size) {
+  char why[256];
+  fp4_dtype t;
+  dq_plan pl;
+  const fp4_lt_answer *a = gemm_dtype(p, &t, why, sizeof why) ? NULL : ask(ctx, p, t, &pl, NULL, why, sizeof why);
+  fp4_clear_error();
+  return fp4_lt_check_config(config, a, reason, reason_size);
+}
+#else
+#define dq_check_config NULL /* never asked: the backend is unavailable */
+#endif
+
 /* The default plan's bytes: what a context must hold for the call to neither grow its workspace
  * nor run in more chunks than by default. */
 static size_t dq_workspace_size(fp4_context *ctx, const fp4_problem *p, const char *config) {
@@ -313,6 +327,7 @@ const fp4_backend fp4_backend_cublas_dequant = {
     .available = dq_available,
     .supports = dq_supports,
     .configs = dq_configs,
+    .check_config = dq_check_config,
     .run = dq_run,
 #if FP4KIT_HAVE_CUDA
     .release_state = fp4_lt_state_release,

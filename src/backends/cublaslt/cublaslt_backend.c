@@ -110,6 +110,18 @@ static int lt_configs(fp4_context *ctx, const fp4_problem *p, const char **names
 #endif
 }
 
+#if FP4KIT_HAVE_CUDA
+static fp4_status lt_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                  size_t reason_size) {
+  char why[256];
+  const fp4_lt_answer *a = ask(ctx, p, NULL, why, sizeof why);
+  fp4_clear_error();
+  return fp4_lt_check_config(config, a, reason, reason_size);
+}
+#else
+#define lt_check_config NULL /* never asked: the backend is unavailable */
+#endif
+
 static fp4_status lt_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
 #if FP4KIT_HAVE_CUDA
   int algo = fp4_lt_config_index(config);
@@ -197,6 +209,7 @@ const fp4_backend fp4_backend_cublaslt = {
     .available = lt_available,
     .supports = lt_supports,
     .configs = lt_configs,
+    .check_config = lt_check_config,
     .run = lt_run,
 #if FP4KIT_HAVE_CUDA
     .release_state = fp4_lt_state_release,

@@ -176,6 +176,21 @@ int fp4_lt_config_index(const char *config) {
   return -1;
 }
 
+fp4_status fp4_lt_check_config(const char *config, const fp4_lt_answer *ans, char *reason, size_t reason_size) {
+  const int algo = fp4_lt_config_index(config);
+  if (algo < 0) {
+    fp4_reason(reason, reason_size, "unknown config '%s' (default, heur0..heur%d: the algorithms cuBLASLt ranks)", config,
+               FP4_LT_MAX_ALGOS - 1);
+    return FP4_ERR_NOT_FOUND;
+  }
+  if (ans && !ans->status && algo >= ans->count) {
+    fp4_reason(reason, reason_size, "config '%s': cuBLASLt offers %d algorithm%s for this matmul", config, ans->count,
+               ans->count == 1 ? "" : "s");
+    return FP4_ERR_UNSUPPORTED;
+  }
+  return FP4_OK;
+}
+
 int fp4_lt_configs(const fp4_lt_answer *ans, const char **names, int max) {
   static const char *const all[FP4_LT_MAX_ALGOS] = {"heur0", "heur1", "heur2", "heur3"};
   int n = 0;

@@ -64,6 +64,9 @@ const char *fp4_lt_status_name(const fp4_lt_state *s, cublasStatus_t status);
 /* The config names "heur0".."heur3"; returns the index named by config (NULL: 0), -1 if unknown. */
 int fp4_lt_config_index(const char *config);
 int fp4_lt_configs(const fp4_lt_answer *ans, const char **names, int max);
+/* A backend's check_config over these names: FP4_ERR_NOT_FOUND for another name, FP4_ERR_UNSUPPORTED
+ * for an algorithm past the ones ans offers (ans NULL or failed: the name alone), with the reason. */
+fp4_status fp4_lt_check_config(const char *config, const fp4_lt_answer *ans, char *reason, size_t reason_size);
 #endif /* FP4KIT_HAVE_CUDA */
 
 #endif

@@ -257,6 +257,27 @@ static fp4_status cuda_dense_config(const cuda_state *st, const fp4_cuda_gemm_ar
   return FP4_OK;
 }
 
+/* A config cuda_run would take for p: "quantize" for quantize, a grouped/MoE config (moe_host.c), else
+ * a dense config whose rules p meets on ctx's device. */
+static fp4_status cuda_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                    size_t reason_size) {
+  if (p->op == FP4_OP_QUANTIZE) {
+    if (!strcmp(config, "quantize")) return FP4_OK;
+    fp4_reason(reason, reason_size, "unknown quantize config '%s' (the cuda backend has one, 'quantize')", config);
+    return FP4_ERR_NOT_FOUND;
+  }
+  if (p->op >= FP4_OP_GROUPED_MM) return fp4_cuda_moe_check_config(ctx, p, config, reason, reason_size);
+  const cuda_state *st = cuda_get_state(ctx, reason, reason_size);
+  if (!st) return FP4_ERR_UNSUPPORTED;
+  fp4_cuda_gemm_args a;
+  const fp4_dense_config *c = NULL;
+  cuda_gemm_args_of(p, &a);
+  a.sms = st->sms;
+  const fp4_status s = cuda_dense_config(st, &a, config, &c);
+  if (s) fp4_reason(reason, reason_size, "%s", fp4_last_error()); /* the rule it breaks */
+  return s;
+}
+
 static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
   char reason[256];
   const cuda_state *st = cuda_get_state(ctx, reason, sizeof reason);
@@ -364,6 +385,7 @@ static fp4_status cuda_run(fp4_context *ctx, const fp4_problem *p, const char *c
 }
 
 #define cuda_configs NULL
+#define cuda_check_config NULL
 #define cuda_workspace_size NULL
 #define cuda_release_state NULL
 
@@ -381,6 +403,7 @@ const fp4_backend fp4_backend_cuda = {
     .available = cuda_available,
     .supports = cuda_supports,
     .configs = cuda_configs,
+    .check_config = cuda_check_config,
     .run = cuda_run,
     .release_state = cuda_release_state,
     .honours_pdl = 1,

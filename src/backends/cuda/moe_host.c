@@ -763,6 +763,30 @@ static fp4_status launch_failed(int e, const char *what, const fp4_context *ctx)
                   cudaGetErrorString((cudaError_t)e));
 }
 
+fp4_status fp4_cuda_moe_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                     size_t reason_size) {
+  fp4_moe_variant v;
+  const fp4_moe_variant *forced;
+  int path;
+  fp4_status st = parse_config(config, &forced, &path, &v);
+  if (!st && fp4_problem_m(p) > 0) { /* what run() decides before launching anything */
+    fp4_moe_arch arch;
+    if ((st = moe_arch(ctx, &arch, reason, reason_size))) return st;
+    if (p->op != FP4_OP_MOE) {
+      fp4_cuda_grouped_args a;
+      st = grouped_variant(p, config, &arch, &a, &v);
+    } else {
+      const fp4_moe_layer_shape L = layer_shape_of(p);
+      fp4_moe_layer_plan plan;
+      char why[320];
+      if (fp4_moe_plan_layer(&L, forced, path, &arch, &plan, why, sizeof why))
+        st = fp4_fail(FP4_ERR_UNSUPPORTED, "cuda: config %s cannot run this layer: %s", config, why);
+    }
+  }
+  if (st) fp4_reason(reason, reason_size, "%s", fp4_last_error()); /* the rule, as run() would say it */
+  return st;
+}
+
 fp4_status fp4_cuda_moe_run(fp4_context *ctx, const fp4_problem *p, const char *config, int pdl, fp4_run_info *info) {
   fp4_moe_arch arch;
   char reason[320];

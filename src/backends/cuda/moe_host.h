@@ -11,6 +11,10 @@ fp4_status fp4_cuda_moe_supports(const fp4_problem *p, char *reason, size_t reas
 /* The configs that can run p on ctx's device, the default first ("moe.default" for the layer, the
  * chooser's variant for a grouped GEMM); returns how many were written (at most max). */
 int fp4_cuda_moe_configs(fp4_context *ctx, const fp4_problem *p, const char **names, int max);
+/* The backend's check_config for these ops: FP4_ERR_NOT_FOUND for a name that is no grouped/MoE
+ * config, FP4_ERR_UNSUPPORTED for a variant that cannot run p (rows > 0), with the reason. */
+fp4_status fp4_cuda_moe_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                     size_t reason_size);
 /* Runs p with config (NULL or "moe.default": the chooser's variant of every GEMM) on p->stream,
  * pdl: with programmatic dependent launch. Fills info (backend, config, pdl, the layer's per-GEMM
  * variants in note). Never allocates: the layer uses the caller's workspace, a grouped GEMM the

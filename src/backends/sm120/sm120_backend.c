@@ -150,18 +150,32 @@ static int sm120_configs(fp4_context *ctx, const fp4_problem *p, const char **na
   return written;
 }
 
-static fp4_status sm120_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
-  int cfg = -1;
+/* The config a name selects for p: its index, or -1 for a name that is none. */
+static int sm120_config_index(const fp4_problem *p, const char *config) {
   if (!config || !strcmp(config, "default")) {
     int order[FP4_SM120_CONFIG_COUNT];
     sm120_order(fp4_problem_m(p), order);
-    cfg = order[0];
-  } else {
-    for (int i = 0; i < FP4_SM120_CONFIG_COUNT; i++)
-      if (!strcmp(config, config_names[i])) cfg = i;
-    if (cfg < 0)
-      return fp4_fail(FP4_ERR_NOT_FOUND, "cuda-sm120: unknown config '%s' (configs: %s, %s, %s)", config,
-                      config_names[0], config_names[1], config_names[2]);
+    return order[0];
+  }
+  for (int i = 0; i < FP4_SM120_CONFIG_COUNT; i++)
+    if (!strcmp(config, config_names[i])) return i;
+  return -1;
+}
+
+static fp4_status sm120_check_config(fp4_context *ctx, const fp4_problem *p, const char *config, char *reason,
+                                     size_t reason_size) {
+  (void)ctx;
+  if (sm120_config_index(p, config) >= 0) return FP4_OK;
+  fp4_reason(reason, reason_size, "unknown config '%s' (cuda-sm120's configs: default, %s, %s, %s)", config,
+             config_names[0], config_names[1], config_names[2]);
+  return FP4_ERR_NOT_FOUND;
+}
+
+static fp4_status sm120_run(fp4_context *ctx, const fp4_problem *p, const char *config, fp4_run_info *info) {
+  const int cfg = sm120_config_index(p, config);
+  if (cfg < 0) {
+    char why[160];
+    return fp4_fail(sm120_check_config(ctx, p, config, why, sizeof why), "cuda-sm120: %s", why);
   }
   char note[160];
   sm120_path path = sm120_probe_cached(ctx, note, sizeof note);
@@ -216,6 +230,7 @@ const fp4_backend fp4_backend_cuda_sm120 = {
     .available = sm120_available,
     .supports = sm120_supports,
     .configs = sm120_configs,
+    .check_config = sm120_check_config,
     .run = sm120_run,
     .release_state = sm120_release_state,
     .honours_pdl = 1,
