@@ -260,7 +260,8 @@ FP4_API size_t fp4_context_workspace_bytes(const fp4_context *ctx);
  * out->memory, out->rows = x->rows, out->cols = x->cols. global_scale is the NVFP4 encode scale
  * (448*6/amax; 1.0f keeps values as they are; it must be finite, positive and above about 2.9e-39,
  * so that its reciprocal is a float) and is ignored for MXFP4. On return
- * out->multiplier = 1/global_scale (NVFP4) or 1 (MXFP4). Runs where the data lives: host data on a
+ * out->multiplier = 1/global_scale (NVFP4) or 1 (MXFP4); its value on entry is not read, and a call
+ * that is refused leaves it (and out's data) as it was. Runs where the data lives: host data on a
  * host backend, device data on the cuda backend. */
 FP4_API fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale,
                                 fp4_qmatrix *out, const fp4_options *options);

@@ -136,6 +136,24 @@ int main(void) {
   q = qa();
   CHECK_ERROR(fp4_quantize(NULL, NULL, 1.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "x is NULL");
   CHECK_ERROR(fp4_quantize(NULL, &x, 1.0f, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "out is NULL");
+  /* A refused quantize leaves out as it was; out->multiplier is an output, whatever it held before. */
+  q.multiplier = 5.0f;
+  CHECK_ERROR(fp4_quantize(NULL, NULL, 2.0f, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "x is NULL");
+  CHECK(q.multiplier == 5.0f, "a refused fp4_quantize wrote out->multiplier (%g)", (double)q.multiplier);
+  CHECK_ERROR(fp4_quantize(NULL, &x, NAN, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale");
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &x, NAN, FP4_ORDER_EXACT, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "global_scale");
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &x, 2.0f, FP4_ORDER_EXACT, &q, &(fp4_options){.backend = "cpu"}),
+              FP4_ERR_UNSUPPORTED, "FP4_ORDER_EXACT");
+  CHECK_ERROR(fp4_quantize(NULL, &x, 2.0f, &q, &(fp4_options){.backend = "nope"}), FP4_ERR_NOT_FOUND, "nope");
+  CHECK_ERROR(fp4_quantize_modelopt(&x, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "weight_scale_2 is NULL");
+  CHECK(q.multiplier == 5.0f, "a refused quantize wrote out->multiplier (%g)", (double)q.multiplier);
+  q.multiplier = NAN; /* never read */
+  CHECK(fp4_quantize(NULL, &x, 2.0f, &q, NULL) == FP4_OK && q.multiplier == 0.5f, "multiplier %g: %s",
+        (double)q.multiplier, fp4_last_error());
+  q.multiplier = NAN;
+  CHECK(fp4_quantize_ordered(NULL, &x, 4.0f, FP4_ORDER_EXACT, &q, NULL) == FP4_OK && q.multiplier == 0.25f,
+        "multiplier %g: %s", (double)q.multiplier, fp4_last_error());
+  q = qa();
   q.format = FP4_FORMAT_MXFP4;
   float ws2;
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "NVFP4 only");

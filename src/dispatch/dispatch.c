@@ -489,7 +489,6 @@ fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scal
                         const fp4_options *options) {
   fp4_clear_error();
   static const char fn[] = "fp4_quantize";
-  if (out) out->multiplier = 1.0f;
   fp4_status st = fp4_check_quantize_io(fn, x, out);
   if (st) return st;
   const int device_scale = options && options->global_scale_device && out->format == FP4_FORMAT_NVFP4;
@@ -511,7 +510,6 @@ fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float glo
   if (order != FP4_ORDER_EXACT)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: order %d is neither FP4_ORDER_FLASHINFER (0) nor FP4_ORDER_EXACT (1)",
                     fn, (int)order);
-  if (out) out->multiplier = 1.0f;
   fp4_status st = fp4_check_quantize_io(fn, x, out);
   if (st) return st;
   /* The exact order is the reference quantizer's on the host; the backends' quantizers (SIMD, CUDA)

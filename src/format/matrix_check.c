@@ -74,7 +74,14 @@ fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix
 fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_qmatrix *out) {
   fp4_status st = fp4_check_matrix(fn, "x", x);
   if (st) return st;
-  if ((st = fp4_check_qmatrix(fn, "out", out))) return st;
+  /* out->multiplier is written by the call, not read: whatever the caller left there is no error
+   * (checked on a copy, so that a call refused here leaves out as it was). */
+  fp4_qmatrix produced;
+  if (out) {
+    produced = *out;
+    produced.multiplier = 1.0f;
+  }
+  if ((st = fp4_check_qmatrix(fn, "out", out ? &produced : NULL))) return st;
   if (out->rows != x->rows || out->cols != x->cols)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: out shape [%lld, %lld] differs from x [%lld, %lld]", fn,
                     (long long)out->rows, (long long)out->cols, (long long)x->rows, (long long)x->cols);

@@ -29,7 +29,8 @@ fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix
  * (the quantized matrix's multiplier), which excludes scales below about 2.9e-39. */
 fp4_status fp4_check_global_scale(const char *fn, const char *name, float scale);
 
-/* Checks a quantize call: x dense, out quantized, same shape and memory. */
+/* Checks a quantize call: x dense, out quantized (its multiplier, an output, is not checked), same
+ * shape and memory. */
 fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_qmatrix *out);
 
 #ifdef __cplusplus

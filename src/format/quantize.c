@@ -88,7 +88,6 @@ fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_versi
   if (version != FP4_MODELOPT_CURRENT && version != FP4_MODELOPT_0_44)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
                     "%s: version %d is neither FP4_MODELOPT_CURRENT (0) nor FP4_MODELOPT_0_44 (1)", fn, (int)version);
-  if (out) out->multiplier = 1.0f; /* let the generic check pass; set below */
   fp4_status st = fp4_check_quantize_io(fn, w, out);
   if (st) return st;
   if (!weight_scale_2) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: weight_scale_2 is NULL", fn);
