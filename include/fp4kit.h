@@ -337,7 +337,8 @@ FP4_API int fp4_backend_count(void);
 FP4_API const char *fp4_backend_name(int index);
 FP4_API const char *fp4_backend_summary(int index);
 /* FP4_OK when the backend can run on ctx's device (or the host for ctx NULL / device -1);
- * otherwise FP4_ERR_UNSUPPORTED with the reason in reason[0..reason_size). */
+ * otherwise FP4_ERR_UNSUPPORTED with the reason in reason[0..reason_size) (reason may be NULL) and,
+ * as for every failure, in fp4_last_error(). */
 FP4_API fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reason,
                                          size_t reason_size);
 
@@ -578,7 +579,8 @@ FP4_API const char *fp4_evidence_name(fp4_evidence evidence); /* "table", "queri
 /* CUDA devices visible (0 in a build without CUDA or without a driver). */
 FP4_API int fp4_probe_device_count(void);
 FP4_API fp4_status fp4_probe_device(int device, fp4_device_probe *out);
-/* Asks a backend what it can do on ctx's device (or the host for NULL / device -1): availability
+/* Asks a backend what it can do on ctx's device (or the host for NULL / device -1, which answer
+ * alike): availability
  * and every capability, each with a reason. Answers are queried at run time (vendor libraries are
  * asked, not assumed). */
 FP4_API fp4_status fp4_probe_backend(fp4_context *ctx, const char *backend, fp4_backend_probe *out);

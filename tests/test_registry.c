@@ -34,6 +34,28 @@ static void test_registry_lists_backends(void) {
   CHECK(fp4_backend_name(fp4_backend_count()) == NULL, "past the end");
   char reason[256];
   CHECK(fp4_backend_available(NULL, "no-such-backend", reason, sizeof reason) == FP4_ERR_NOT_FOUND, "unknown name");
+  /* Every failure says why in fp4_last_error() too, naming the function and the backend; every
+   * success leaves it empty. */
+  int unavailable = 0;
+  for (int i = 0; i < fp4_backend_count(); i++) {
+    const char *name = fp4_backend_name(i);
+    char small[8];
+    const fp4_status st = fp4_backend_available(NULL, name, small, sizeof small);
+    if (st == FP4_OK) {
+      CHECK(fp4_last_error()[0] == 0, "%s available, yet the error says '%s'", name, fp4_last_error());
+      continue;
+    }
+    unavailable++;
+    CHECK(st == FP4_ERR_UNSUPPORTED && strstr(fp4_last_error(), "fp4_backend_available: backend '") &&
+              strstr(fp4_last_error(), name) && strlen(fp4_last_error()) > strlen(name) + 40,
+          "%s unavailable (%s) with the error '%s'", name, fp4_status_str(st), fp4_last_error());
+    CHECK(strlen(small) < sizeof small && strstr(fp4_last_error(), small), "%s: the reason '%s' is not in the error",
+          name, small);
+  }
+#if !FP4KIT_HAVE_CUDA
+  CHECK(unavailable > 0, "a build without CUDA has backends it cannot run");
+#endif
+  (void)unavailable;
 }
 
 /* On a host context the vendor backends cannot run and must say why. */
@@ -75,6 +97,17 @@ static void test_probe_host(void) {
       CHECK(p.caps[FP4_CAP_PDL].support == FP4_SUPPORT_NO, "ref has no PDL");
     }
     if (!strcmp(p.backend, "cublaslt")) CHECK(p.available == FP4_SUPPORT_NO, "cublaslt on a host context");
+  }
+  /* ctx NULL is the host, as a device -1 context: the same answers, never a hypothetical architecture's */
+  for (int i = 0; i < fp4_backend_count(); i++) {
+    fp4_backend_probe with_ctx, with_null;
+    memset(&with_null, 0x55, sizeof with_null);
+    CHECK(fp4_probe_backend(ctx, fp4_backend_name(i), &with_ctx) == FP4_OK, "%s", fp4_last_error());
+    CHECK(fp4_probe_backend(NULL, fp4_backend_name(i), &with_null) == FP4_OK && fp4_last_error()[0] == 0, "%s",
+          fp4_last_error());
+    CHECK(!memcmp(&with_ctx, &with_null, sizeof with_ctx), "%s: NULL answers '%s' (%s), a host context '%s' (%s)",
+          fp4_backend_name(i), with_null.reason, fp4_evidence_name(with_null.caps[0].evidence), with_ctx.reason,
+          fp4_evidence_name(with_ctx.caps[0].evidence));
   }
   fp4_backend_probe p;
   CHECK(fp4_probe_backend(ctx, "nope", &p) == FP4_ERR_NOT_FOUND, "unknown backend");

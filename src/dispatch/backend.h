@@ -146,7 +146,8 @@ typedef struct fp4_backend {
    * src/dispatch/moe_workspace.h (NULL: the common layout is what it uses). */
   size_t (*moe_workspace_size)(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k);
   /* Optional: fills out's availability and capabilities (probe.c has filled defaults and the
-   * backend name). ctx is the device context, or NULL when arch is a hypothetical architecture
+   * backend name). ctx is the context asked about (a host-only one when the caller asked about the
+   * host, with ctx NULL or device -1), or NULL only when arch is a hypothetical architecture
    * (`fp4kit probe --arch`) that must be answered from the table alone. NULL: probe.c derives the
    * answers from available() and supports() on representative problems. */
   fp4_status (*probe)(fp4_context *ctx, const fp4_arch_info *arch, fp4_backend_probe *out);

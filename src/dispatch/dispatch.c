@@ -260,7 +260,15 @@ fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reaso
   if (!name) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_backend_available: name is NULL");
   const fp4_backend *b = fp4_registry_find(name);
   if (!b) return fp4_fail(FP4_ERR_NOT_FOUND, "fp4_backend_available: no backend named '%s'", name);
-  return b->available(ctx, reason, reason_size);
+  char why[256] = "";
+  const fp4_status st = b->available(ctx, why, sizeof why);
+  fp4_reason(reason, reason_size, "%s", why);
+  if (!st) {
+    fp4_clear_error(); /* what the backend asked on the way is an answer, not a failure */
+    return FP4_OK;
+  }
+  return fp4_fail(st, "fp4_backend_available: backend '%s' cannot run on %s: %s", b->name,
+                  fp4_context_device(ctx) >= 0 ? "this device" : "the host", why);
 }
 
 static fp4_status fp4_problem_supported_plain(fp4_context *ctx, const fp4_backend *b, const fp4_problem *p,

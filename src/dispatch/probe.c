@@ -273,14 +273,20 @@ static fp4_status probe_prepare(const char *fn, const char *backend, fp4_backend
 
 fp4_status fp4_probe_backend(fp4_context *ctx, const char *backend, fp4_backend_probe *out) {
   fp4_clear_error();
+  static const char fn[] = "fp4_probe_backend";
   const fp4_backend *b = NULL;
-  fp4_status st = probe_prepare("fp4_probe_backend", backend, out, &b);
+  fp4_status st = probe_prepare(fn, backend, out, &b);
   if (st) return st;
   const int device = fp4_context_device(ctx);
   const fp4_arch_info *arch = device >= 0 ? fp4_arch_for_cc(fp4_device_cc(device)) : NULL;
   if (b->probe) {
+    /* A probe callback reads ctx NULL as a hypothetical architecture (fp4_probe_backend_arch); ctx
+     * NULL here means the host, so the callback is given a host context, as for device -1. */
+    fp4_context *host = NULL;
+    if (!ctx && (st = fp4_context_create(&host, -1))) return fp4_fail(st, "%s: %s", fn, fp4_last_error());
     fp4_arch_info unknown = {.name = "unknown architecture"};
-    st = b->probe(ctx, arch ? arch : &unknown, out);
+    st = b->probe(ctx ? ctx : host, arch ? arch : &unknown, out);
+    fp4_context_destroy(host);
   } else {
     fp4_probe_generic(ctx, b, arch, out);
   }
