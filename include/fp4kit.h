@@ -593,7 +593,9 @@ FP4_API fp4_status fp4_probe_backend_arch(const char *arch, const char *backend,
  * cached winner for (M bucket, N, K, formats, output dtype) runs. */
 
 /* The M bucket of a run-time M, as FlashInfer's autotuner buckets it: powers of two up to 256, steps
- * of 256 to 2048, steps of 512 to 4096, then powers of two; M is rounded up. */
+ * of 256 to 2048, steps of 512 to 4096, then powers of two; M is rounded up (M <= 1 gives 1). M above
+ * 2^62, which no int64 power of two rounds up, has no bucket: -1. The functions that take a key
+ * refuse M above 2^31, the largest M a GEMM takes. */
 FP4_API int64_t fp4_tune_m_bucket(int64_t m);
 
 typedef enum fp4_tune_op { FP4_TUNE_MM = 0, FP4_TUNE_MM_W4A16 = 1 } fp4_tune_op;
@@ -602,11 +604,16 @@ typedef enum fp4_tune_op { FP4_TUNE_MM = 0, FP4_TUNE_MM_W4A16 = 1 } fp4_tune_op;
 typedef struct fp4_tune_key {
   fp4_tune_op op;
   fp4_format format;
-  fp4_dtype a_dtype;   /* W4A16 activation dtype; FP4_DTYPE_E2M1X2 for W4A4            */
-  fp4_dtype out_dtype;
+  fp4_dtype a_dtype;   /* W4A16 activation dtype (bf16, f16, f32); FP4_DTYPE_E2M1X2 for W4A4 */
+  fp4_dtype out_dtype; /* bf16, f16, f32                                                 */
   int64_t m;           /* run-time M; lookups and stores use fp4_tune_m_bucket(m)        */
-  int64_t n, k;
+  int64_t n, k;        /* K a multiple of the format's block size                       */
 } fp4_tune_key;
+/* A key names a GEMM a call can make, or every function that takes one (fp4_tune,
+ * fp4_tuning_cache_set, fp4_tuning_cache_lookup) refuses it with FP4_ERR_INVALID_ARGUMENT naming the
+ * field, and a loaded file skips the entry: an unknown op or format, an a_dtype other than the op's
+ * (E2M1X2 for W4A4, bf16/f16/f32 for W4A16), another out_dtype, M, N or K outside [1, 2^31], K off
+ * the block size. Such an entry could never be found by auto selection. */
 
 typedef struct fp4_tuning_cache fp4_tuning_cache;
 
@@ -618,7 +625,8 @@ FP4_API void fp4_tuning_cache_destroy(fp4_tuning_cache *cache);
  * library version, device or vendor-library version) leaves the cache empty and returns
  * FP4_ERR_NOT_FOUND, FP4_ERR_FORMAT or FP4_ERR_UNSUPPORTED with the reason: callers warn and go on.
  * In a usable file, each invalid entry (a field missing or of the wrong type, an unknown op, format
- * or dtype, an M that is not a bucket, a time that is not finite and positive) is skipped alone,
+ * or dtype, an M that is not a bucket, a key no call makes (fp4_tune_key), a time that is not finite
+ * and positive) is skipped alone,
  * with a warning naming it (fp4_log); the others load, and on FP4_OK fp4_last_error() says how many
  * were skipped ("" when none). An entry naming a backend this build lacks loads: auto ignores it. */
 FP4_API fp4_status fp4_tuning_cache_load(fp4_tuning_cache *cache, const char *path);

@@ -62,6 +62,65 @@ static void test_buckets(void) {
     int64_t b = fp4_tune_m_bucket(m);
     CHECK(b >= m && fp4_tune_m_bucket(b) == b, "bucket(%lld) = %lld", (long long)m, (long long)b);
   }
+  /* M is rounded up as far as int64 holds a power of two; beyond 2^62 there is no bucket (-1), never
+   * one below M. */
+  const int64_t p31 = (int64_t)1 << 31, p62 = (int64_t)1 << 62;
+  CHECK(fp4_tune_m_bucket(p31) == p31 && fp4_tune_m_bucket(p31 + 1) == 2 * p31, "bucket(2^31 + 1) = %lld",
+        (long long)fp4_tune_m_bucket(p31 + 1));
+  CHECK(fp4_tune_m_bucket(p62) == p62, "bucket(2^62) = %lld", (long long)fp4_tune_m_bucket(p62));
+  CHECK(fp4_tune_m_bucket(p62 + 1) == -1 && fp4_tune_m_bucket(INT64_MAX) == -1, "bucket(2^62 + 1) = %lld, (max) = %lld",
+        (long long)fp4_tune_m_bucket(p62 + 1), (long long)fp4_tune_m_bucket(INT64_MAX));
+}
+
+/* A key names a GEMM a call can make, or every function that takes one refuses it: an entry no call
+ * would ever find (a W4A4 key with 16-bit activations, M beyond any GEMM) is never stored, looked up,
+ * tuned or loaded. */
+static void test_keys_name_calls(fp4_context *ctx) {
+  fp4_tuning_cache *c = NULL;
+  fp4_tuning_cache_create(ctx, &c);
+  const fp4_tune_key good = {FP4_TUNE_MM, FP4_FORMAT_NVFP4, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 4, 64, 64};
+  static const struct {
+    fp4_tune_op op;
+    fp4_dtype a_dtype, out_dtype;
+    int64_t m, k;
+    const char *named;
+  } bad[] = {{FP4_TUNE_MM, FP4_DTYPE_F32, FP4_DTYPE_BF16, 4, 64, "key->a_dtype (f32) must be FP4_DTYPE_E2M1X2"},
+             {FP4_TUNE_MM, FP4_DTYPE_BF16, FP4_DTYPE_BF16, 4, 64, "a_dtype (bf16)"},
+             {FP4_TUNE_MM_W4A16, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 4, 64, "a_dtype (e2m1x2) must be bf16, f16 or f32"},
+             {FP4_TUNE_MM_W4A16, FP4_DTYPE_E4M3, FP4_DTYPE_BF16, 4, 64, "a_dtype (e4m3)"},
+             {FP4_TUNE_MM, FP4_DTYPE_E2M1X2, FP4_DTYPE_E2M1X2, 4, 64, "out_dtype (e2m1x2)"},
+             {FP4_TUNE_MM, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, ((int64_t)1 << 62) + 1, 64, "key->m (4611686018427387905)"},
+             {FP4_TUNE_MM, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, ((int64_t)1 << 31) + 1, 64, "outside [1, 2^31]"},
+             {FP4_TUNE_MM, FP4_DTYPE_E2M1X2, FP4_DTYPE_BF16, 4, 40, "key->k (40) is not a positive multiple"}};
+  char be[32], cfg[64];
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    fp4_tune_key k = good;
+    k.op = bad[i].op, k.a_dtype = bad[i].a_dtype, k.out_dtype = bad[i].out_dtype, k.m = bad[i].m, k.k = bad[i].k;
+    const char *field = strstr(bad[i].named, "->") ? strstr(bad[i].named, "->") + 2 : bad[i].named;
+    CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, 5.0) == FP4_ERR_INVALID_ARGUMENT &&
+              strstr(fp4_last_error(), "fp4_tuning_cache_set: ") && strstr(fp4_last_error(), bad[i].named),
+          "set, key %zu: %s", i, fp4_last_error());
+    CHECK(fp4_tuning_cache_lookup(c, &k, be, sizeof be, cfg, sizeof cfg) == FP4_ERR_INVALID_ARGUMENT &&
+              strstr(fp4_last_error(), bad[i].named),
+          "lookup, key %zu: %s", i, fp4_last_error());
+    CHECK(fp4_tune(ctx, &k, 1, 1, c, NULL, NULL, NULL) == FP4_ERR_INVALID_ARGUMENT &&
+              strstr(fp4_last_error(), "fp4_tune: keys[0].") && strstr(fp4_last_error(), field),
+          "tune, key %zu: %s", i, fp4_last_error());
+  }
+  CHECK(fp4_tuning_cache_count(c) == 0, "nothing stored: %d", fp4_tuning_cache_count(c));
+  /* the W4A4 key an fp4_mm call looks up is the one a set with e2m1x2 stores */
+  CHECK(fp4_tuning_cache_set(c, &good, "cpu", "generic", 5.0) == FP4_OK, "%s", fp4_last_error());
+  CHECK(fp4_context_set_tuning_cache(ctx, c) == FP4_OK, "%s", fp4_last_error()); /* ctx owns c now */
+  static uint8_t codes[64 * 32], scales[4096];
+  static float o[4 * 64];
+  fp4_qmatrix a = {codes, scales, 4, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_qmatrix b = {codes, scales, 64, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+  fp4_matrix out = {o, 4, 64, 0, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
+  fp4_run_info info;
+  CHECK(fp4_mm(ctx, &a, &b, 1.0f, &out, &(fp4_options){.info = &info}) == FP4_OK && !strcmp(info.backend, "cpu") &&
+            !strcmp(info.config, "generic"),
+        "auto follows the W4A4 entry: %s:%s (%s)", info.backend, info.config, fp4_last_error());
+  fp4_context_set_tuning_cache(ctx, NULL);
 }
 
 static fp4_tuning_cache *filled_cache(fp4_context *ctx) {
@@ -232,6 +291,9 @@ static void test_invalid_entries_skipped(fp4_context *ctx) {
       {"\"median_us\":\t12.5", "\"median_us\":\t\"fast\"", "time of the wrong type", "median_us"},
       {"\"median_us\":\t12.5", "\"nothing\":\t12.5", "time missing", "median_us"},
       {"\"m_bucket\":\t1,", "\"m_bucket\":\t3,", "not a bucket", "m_bucket"},
+      {"\"m_bucket\":\t1,", "\"m_bucket\":\t4294967296,", "M past any GEMM's", "m (4294967296)"},
+      {"\"a_dtype\":\t\"e2m1x2\"", "\"a_dtype\":\t\"f32\"", "W4A4 f32 activations", "a_dtype (f32)"},
+      {"\"k\":\t4096", "\"k\":\t4100", "K off the block size", "k (4100)"},
       {"\"n\":\t4096", "\"n\":\t-4096", "negative N", "'n'"},
       {"\"n\":\t4096", "\"n\":\t\"4096\"", "N of the wrong type", "'n'"},
       {"\"out_dtype\":\t\"bf16\"", "\"out_dtype\":\t\"bf17\"", "unknown dtype", "bf17"},
@@ -504,6 +566,7 @@ int main(void) {
   test_refused_files(ctx);
   test_invalid_entries_skipped(ctx);
   test_set_refuses_bad_values(ctx);
+  test_keys_name_calls(ctx);
   test_lookup_buffer_too_small(ctx);
   test_concurrent_readers(ctx);
   test_default_cache_never_fatal();

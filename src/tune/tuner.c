@@ -294,20 +294,9 @@ fp4_status fp4_tune(fp4_context *ctx, const fp4_tune_key *keys, int count, int r
   if (!keys || count < 0) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys is NULL or count (%d) negative", fn, count);
   if (runs < 1) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: runs (%d) must be >= 1", fn, runs);
   for (int i = 0; i < count; i++) {
-    const fp4_tune_key *k = &keys[i];
-    if (k->op != FP4_TUNE_MM && k->op != FP4_TUNE_MM_W4A16)
-      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].op (%d) is unknown", fn, i, (int)k->op);
-    if (!fp4_format_name(k->format) || k->m < 1 || k->n < 1 || k->k < 1 || k->m > ((int64_t)1 << 31) ||
-        k->n > ((int64_t)1 << 31) || k->k > ((int64_t)1 << 31))
-      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d] has an unknown format or a shape out of range", fn, i);
-    if (k->op == FP4_TUNE_MM_W4A16 && k->a_dtype != FP4_DTYPE_BF16 && k->a_dtype != FP4_DTYPE_F16 && k->a_dtype != FP4_DTYPE_F32)
-      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].a_dtype must be bf16, f16 or f32 for W4A16", fn, i);
-    if (k->out_dtype != FP4_DTYPE_BF16 && k->out_dtype != FP4_DTYPE_F16 && k->out_dtype != FP4_DTYPE_F32)
-      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].out_dtype must be bf16, f16 or f32", fn, i);
-    const int bs = fp4_format_block_size(k->format);
-    if (k->k % bs)
-      return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].k (%lld) is not a multiple of %d (%s)", fn, i,
-                      (long long)k->k, bs, fp4_format_name(k->format));
+    char why[128];
+    fp4_tune_key_problem(&keys[i], why, sizeof why); /* the rules every key of the cache follows */
+    if (why[0]) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: keys[%d].%s", fn, i, why);
   }
   for (int i = 0; i < count; i++) {
     /* A key whose M shares an earlier key's bucket is the same GEMM, timed at the same M: it gets the

@@ -26,6 +26,13 @@ typedef struct fp4_tuning_hit {
   int index;
 } fp4_tuning_hit;
 
+/* Why a key names no GEMM a call could make ("" when it does), starting with the field: an unknown
+ * op or format, a_dtype other than e2m1x2 for W4A4 or other than bf16/f16/f32 for W4A16, out_dtype
+ * not bf16/f16/f32, M, N or K outside [1, 2^31], K not a multiple of the block size. Every function
+ * that takes a key (fp4_tune, fp4_tuning_cache_set / _lookup, a loaded file's entries) refuses such
+ * a key, since no call would ever find its entry. */
+void fp4_tune_key_problem(const fp4_tune_key *key, char *why, size_t why_size);
+
 /* Whether a and b name one cache entry: the same op, format, dtypes, N, K and M bucket. */
 int fp4_tune_same_entry(const fp4_tune_key *a, const fp4_tune_key *b);
 

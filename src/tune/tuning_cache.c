@@ -74,8 +74,9 @@ int64_t fp4_tune_m_bucket(int64_t m) {
   }
   if (m <= 2048) return (m + 255) / 256 * 256;
   if (m <= 4096) return (m + 511) / 512 * 512;
+  if (m > ((int64_t)1 << 62)) return -1; /* no power of two in int64 rounds it up */
   int64_t b = 4096;
-  while (b < m && b < ((int64_t)1 << 62)) b <<= 1;
+  while (b < m) b <<= 1;
   return b;
 }
 
@@ -137,23 +138,36 @@ static int find_entry(const fp4_tuning_cache *c, const fp4_tune_key *k) {
   return -1;
 }
 
-/* Why a key cannot be stored or looked up ("" when it can). */
-static void key_problem(const fp4_tune_key *key, char *why, size_t why_size) {
+static int dense_dtype(fp4_dtype t) { return t == FP4_DTYPE_F32 || t == FP4_DTYPE_BF16 || t == FP4_DTYPE_F16; }
+
+void fp4_tune_key_problem(const fp4_tune_key *key, char *why, size_t why_size) {
   why[0] = 0;
+  const char *a = fp4_dtype_name(key->a_dtype), *o = fp4_dtype_name(key->out_dtype);
+  const int64_t max = (int64_t)1 << 31; /* the largest dimension a GEMM takes */
   if (key->op != FP4_TUNE_MM && key->op != FP4_TUNE_MM_W4A16)
-    fp4_reason(why, why_size, "op (%d) is not a tuned operation", (int)key->op);
-  else if (!fp4_format_name(key->format) || !fp4_dtype_name(key->a_dtype) || !fp4_dtype_name(key->out_dtype))
-    fp4_reason(why, why_size, "an unknown format or dtype");
-  else if (key->m < 1 || key->n < 1 || key->k < 1)
-    fp4_reason(why, why_size, "shape [%lld, %lld, %lld] is not positive", (long long)key->m, (long long)key->n,
-               (long long)key->k);
+    fp4_reason(why, why_size, "op (%d) is neither FP4_TUNE_MM nor FP4_TUNE_MM_W4A16", (int)key->op);
+  else if (!fp4_format_name(key->format))
+    fp4_reason(why, why_size, "format (%d) is neither NVFP4 nor MXFP4", (int)key->format);
+  else if (key->op == FP4_TUNE_MM && key->a_dtype != FP4_DTYPE_E2M1X2) /* the activations are FP4 */
+    fp4_reason(why, why_size, "a_dtype (%s) must be FP4_DTYPE_E2M1X2 for W4A4 (FP4_TUNE_MM)", a ? a : "unknown");
+  else if (key->op == FP4_TUNE_MM_W4A16 && !dense_dtype(key->a_dtype))
+    fp4_reason(why, why_size, "a_dtype (%s) must be bf16, f16 or f32 for W4A16", a ? a : "unknown");
+  else if (!dense_dtype(key->out_dtype))
+    fp4_reason(why, why_size, "out_dtype (%s) must be bf16, f16 or f32", o ? o : "unknown");
+  else if (key->m < 1 || key->m > max)
+    fp4_reason(why, why_size, "m (%lld) is outside [1, 2^31]", (long long)key->m);
+  else if (key->n < 1 || key->n > max)
+    fp4_reason(why, why_size, "n (%lld) is outside [1, 2^31]", (long long)key->n);
+  else if (key->k < 1 || key->k > max || key->k % fp4_format_block_size(key->format))
+    fp4_reason(why, why_size, "k (%lld) is not a positive multiple of the %s block size %d up to 2^31", (long long)key->k,
+               fp4_format_name(key->format), fp4_format_block_size(key->format));
 }
 
 static fp4_status check_key(const char *fn, const fp4_tune_key *key) {
   if (!key) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key is NULL", fn);
   char why[128];
-  key_problem(key, why, sizeof why);
-  return why[0] ? fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key has %s", fn, why) : FP4_OK;
+  fp4_tune_key_problem(key, why, sizeof why);
+  return why[0] ? fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: key->%s", fn, why) : FP4_OK;
 }
 
 /* Stores e (its key's m a bucket) over the entry with the same key, or appends it. */
@@ -367,7 +381,7 @@ static void entry_from_json(const cJSON *o, cache_entry *e, char *why, size_t wh
     fp4_reason(why, why_size, "m_bucket %lld is not an M bucket", (long long)e->key.m);
   else if (!cJSON_IsNumber(us)) fp4_reason(why, why_size, "'median_us' is missing or not a number");
   else value_problem(s[4], s[5], us->valuedouble, why, why_size);
-  if (!why[0]) key_problem(&e->key, why, why_size);
+  if (!why[0]) fp4_tune_key_problem(&e->key, why, why_size);
   if (why[0]) return;
   fp4_reason(e->backend, sizeof e->backend, "%s", s[4]);
   fp4_reason(e->config, sizeof e->config, "%s", s[5]);
