@@ -230,7 +230,8 @@ typedef struct fp4_options {
 
 /* Memory helpers for tools and bindings that hold no CUDA runtime of their own. Host memory comes
  * from malloc; device memory from cudaMalloc on the context's device (FP4_ERR_UNSUPPORTED in a build
- * without CUDA). fp4_copy copies bytes between any two memories and waits for completion. */
+ * without CUDA). fp4_copy copies bytes between any two memories and waits for completion. A memory
+ * value that is neither FP4_MEMORY_HOST nor FP4_MEMORY_DEVICE is FP4_ERR_INVALID_ARGUMENT. */
 FP4_API fp4_status fp4_alloc(fp4_context *ctx, fp4_memory memory, size_t bytes, void **ptr);
 FP4_API void fp4_free(fp4_context *ctx, fp4_memory memory, void *ptr);
 FP4_API fp4_status fp4_copy(fp4_context *ctx, void *dst, fp4_memory dst_memory, const void *src,

@@ -175,6 +175,17 @@ int main(void) {
   CHECK_ERROR(fp4_context_create(NULL, 0), FP4_ERR_INVALID_ARGUMENT, "ctx is NULL");
   CHECK_ERROR(fp4_backend_available(NULL, "nope", NULL, 0), FP4_ERR_NOT_FOUND, "no backend named 'nope'");
   CHECK_ERROR(fp4_alloc(NULL, FP4_MEMORY_HOST, 0, (void **)&ctx), FP4_ERR_INVALID_ARGUMENT, "bytes is 0");
+  void *p = NULL;
+  CHECK_ERROR(fp4_alloc(NULL, (fp4_memory)5, 16, &p), FP4_ERR_INVALID_ARGUMENT, "fp4_alloc: memory 5");
+  /* fp4_copy checks its memory values first, as fp4_alloc does: never "built without CUDA" for a
+   * value that is no memory, never passed on to the device copy */
+  CHECK_ERROR(fp4_copy(NULL, obuf, FP4_MEMORY_HOST, fbuf, (fp4_memory)7, 4), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_copy: src_memory 7 is neither host nor device");
+  CHECK_ERROR(fp4_copy(NULL, obuf, (fp4_memory)-1, fbuf, FP4_MEMORY_HOST, 4), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_copy: dst_memory -1");
+  fbuf[0] = 3.0f;
+  CHECK(fp4_copy(NULL, obuf, FP4_MEMORY_HOST, fbuf, FP4_MEMORY_HOST, 4) == FP4_OK && obuf[0] == 3.0f, "host copy");
+  fbuf[0] = 0.0f;
   CHECK(!strcmp(fp4_status_str(FP4_ERR_FORMAT), "FP4_ERR_FORMAT") && fp4_status_str((fp4_status)-99) != NULL, "status names");
   CHECK(!strcmp(fp4_version(), FP4KIT_VERSION_STRING), "version");
   return TEST_SUMMARY();

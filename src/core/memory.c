@@ -62,6 +62,12 @@ fp4_status fp4_copy(fp4_context *ctx, void *dst, fp4_memory dst_memory, const vo
                     size_t bytes) {
   fp4_clear_error();
   if (!dst || !src) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_copy: %s is NULL", dst ? "src" : "dst");
+  /* Checked before anything else: a value that is neither would otherwise reach the device branch
+   * (and, in a CUDA build, cudaMemcpyDefault, which would copy whatever the pointers are). */
+  if (!fp4_memory_name(dst_memory))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_copy: dst_memory %d is neither host nor device", (int)dst_memory);
+  if (!fp4_memory_name(src_memory))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_copy: src_memory %d is neither host nor device", (int)src_memory);
   if (dst_memory == FP4_MEMORY_HOST && src_memory == FP4_MEMORY_HOST) {
     memmove(dst, src, bytes);
     return FP4_OK;
