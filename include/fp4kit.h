@@ -176,7 +176,8 @@ FP4_API fp4_status fp4_convert(const void *src, fp4_dtype src_dtype, void *dst, 
 /* Bytes of the block scales of a [rows, cols] matrix in a layout (padding included). */
 FP4_API fp4_status fp4_scales_size(fp4_format format, fp4_scale_layout layout, int64_t rows,
                                    int64_t cols, size_t *bytes);
-/* Byte offset of scale (r, c) (c counts blocks) in a layout; -1 outside [rows, cols/block). */
+/* Byte offset of scale (r, c) (c counts blocks) in a layout; -1, with the reason in fp4_last_error(),
+ * for an invalid format, layout or shape or (r, c) outside [0, rows) x [0, cols/block). */
 FP4_API int64_t fp4_scale_offset(fp4_format format, fp4_scale_layout layout, int64_t rows,
                                  int64_t cols, int64_t r, int64_t c);
 /* Re-lays host scales; every padding byte of dst is written as zero. src and dst must not overlap. */

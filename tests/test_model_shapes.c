@@ -106,8 +106,12 @@ int main(void) {
         "unknown model: %s", fp4_last_error());
   CHECK(fp4_shape_set(q, 0, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT, "tp 0");
   CHECK(fp4_shape_set(q, 8, 3, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT, "ep 3 with tp 8");
-  CHECK(fp4_shape_set(q, 3, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "evenly"),
-        "tp 3: %s", fp4_last_error());
+  CHECK(fp4_shape_set(q, 3, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "evenly") &&
+            !strncmp(fp4_last_error(), "fp4_shape_set: sharding ", 24),
+        "tp 3 (the message names the function): %s", fp4_last_error());
+  CHECK(fp4_shape_set(q, 1, 3, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT &&
+            !strncmp(fp4_last_error(), "fp4_shape_set: sharding ", 24) && strstr(fp4_last_error(), "experts"),
+        "ep 3: %s", fp4_last_error());
   CHECK(fp4_shape_set(q, 1, 1, NULL, 4, &n) == FP4_ERR_INVALID_ARGUMENT, "NULL shapes with max 4");
   CHECK(fp4_shape_set(NULL, 1, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT, "NULL model");
   /* Truncation: max smaller than the set still reports the total. */

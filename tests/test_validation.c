@@ -159,6 +159,12 @@ int main(void) {
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "NVFP4 only");
   q = qa();
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "weight_scale_2 is NULL");
+  /* each entry names itself */
+  CHECK_ERROR(fp4_quantize_modelopt_version(&x, (fp4_modelopt_version)9, &q, &ws2), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_quantize_modelopt_version: version 9");
+  CHECK_ERROR(fp4_quantize_modelopt_version(&x, FP4_MODELOPT_0_44, &q, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_quantize_modelopt_version: weight_scale_2 is NULL");
+  CHECK_ERROR(fp4_quantize_modelopt(&x, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "fp4_quantize_modelopt: weight_scale_2");
   fbuf[5] = NAN;
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "w[0, 5]");
   fbuf[5] = 0;
@@ -168,6 +174,12 @@ int main(void) {
   CHECK_ERROR(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 4, 24, &bytes), FP4_ERR_INVALID_ARGUMENT, "block size 16");
   CHECK_ERROR(fp4_scales_size(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4, 4, 32, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
   CHECK(fp4_scale_offset(FP4_FORMAT_MXFP4, (fp4_scale_layout)7, 8, 64, 0, 0) == -1, "offset in an invalid layout");
+  CHECK(strstr(fp4_last_error(), "fp4_scale_offset: scales scale layout 7"), "%s", fp4_last_error());
+  CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 4, 32, 4, 0) == -1 &&
+            strstr(fp4_last_error(), "fp4_scale_offset: scale (r, c) = (4, 0) is outside [0, 4) x [0, 2)"),
+        "row past the end: %s", fp4_last_error());
+  CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 4, 32, 3, 1) == 7 && fp4_last_error()[0] == 0,
+        "an answer clears the error, as every successful call does: '%s'", fp4_last_error());
   CHECK_ERROR(fp4_convert(NULL, FP4_DTYPE_F32, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src is NULL");
   CHECK_ERROR(fp4_convert(fbuf, (fp4_dtype)42, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src_dtype 42");
   fp4_context *ctx = NULL;

@@ -30,9 +30,15 @@ fp4_status fp4_scales_size(fp4_format format, fp4_scale_layout layout, int64_t r
 }
 
 int64_t fp4_scale_offset(fp4_format format, fp4_scale_layout layout, int64_t rows, int64_t cols, int64_t r, int64_t c) {
-  if (check_scales("fp4_scale_offset", format, layout, rows, cols)) return -1;
+  fp4_clear_error(); /* as every entry: "" after a call that answers */
+  static const char fn[] = "fp4_scale_offset";
+  if (check_scales(fn, format, layout, rows, cols)) return -1;
   int64_t C = fp4_scale_cols(format, cols);
-  if (r < 0 || r >= rows || c < 0 || c >= C) return -1;
+  if (r < 0 || r >= rows || c < 0 || c >= C) {
+    fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: scale (r, c) = (%lld, %lld) is outside [0, %lld) x [0, %lld)", fn, (long long)r,
+             (long long)c, (long long)rows, (long long)C);
+    return -1;
+  }
   return fp4_layout_offset((int)layout, C, r, c);
 }
 

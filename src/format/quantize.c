@@ -81,10 +81,10 @@ void fp4_dequantize_rows_f64(const fp4_qmatrix *q, int64_t r0, int64_t nrows, do
   dequantize_rows_to(q, r0, nrows, NULL, dst);
 }
 
-fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_version version, fp4_qmatrix *out,
-                                         float *weight_scale_2) {
+/* fp4_quantize_modelopt_version for the public entry fn (its messages name it). */
+static fp4_status quantize_modelopt(const char *fn, const fp4_matrix *w, fp4_modelopt_version version, fp4_qmatrix *out,
+                                    float *weight_scale_2) {
   fp4_clear_error();
-  static const char fn[] = "fp4_quantize_modelopt";
   if (version != FP4_MODELOPT_CURRENT && version != FP4_MODELOPT_0_44)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
                     "%s: version %d is neither FP4_MODELOPT_CURRENT (0) nor FP4_MODELOPT_0_44 (1)", fn, (int)version);
@@ -146,8 +146,13 @@ fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_versi
   return FP4_OK;
 }
 
+fp4_status fp4_quantize_modelopt_version(const fp4_matrix *w, fp4_modelopt_version version, fp4_qmatrix *out,
+                                         float *weight_scale_2) {
+  return quantize_modelopt("fp4_quantize_modelopt_version", w, version, out, weight_scale_2);
+}
+
 fp4_status fp4_quantize_modelopt(const fp4_matrix *w, fp4_qmatrix *out, float *weight_scale_2) {
-  return fp4_quantize_modelopt_version(w, FP4_MODELOPT_CURRENT, out, weight_scale_2);
+  return quantize_modelopt("fp4_quantize_modelopt", w, FP4_MODELOPT_CURRENT, out, weight_scale_2);
 }
 
 fp4_status fp4_dequantize(const fp4_qmatrix *q, fp4_matrix *out) {

@@ -673,7 +673,7 @@ fp4_status fp4_model_inspect(const char *dir, const fp4_inspect_options *options
       d.kind = FP4_SHARD_REPLICATED; /* fewer KV heads than ranks: each rank keeps one head */
       d.n = G->n / kv_heads;
     }
-    if ((status = fp4_linear_shard(&d, o.tp, o.ep, &s))) break;
+    if ((status = fp4_linear_shard(fn, &d, o.tp, o.ep, &s))) break;
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", G->role);
     cJSON_AddNumberToObject(e, "n", (double)s.n);

@@ -16,24 +16,25 @@ fp4_status fp4_parallel_check(const char *fn, int tp, int ep) {
   return FP4_OK;
 }
 
-static fp4_status split(const fp4_linear_desc *d, const char *what, int64_t value, int parts, int64_t *out) {
+static fp4_status split(const char *fn, const fp4_linear_desc *d, const char *what, int64_t value, int parts,
+                        int64_t *out) {
   if (value % parts != 0)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "sharding %s: %s %lld does not split evenly over %d ranks",
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: sharding %s: %s %lld does not split evenly over %d ranks", fn,
                     d->name, what, (long long)value, parts);
   *out = value / parts;
   return FP4_OK;
 }
 
-fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_shape *out) {
+fp4_status fp4_linear_shard(const char *fn, const fp4_linear_desc *d, int tp, int ep, fp4_gemm_shape *out) {
   fp4_status st;
   memset(out, 0, sizeof *out);
-  if ((st = fp4_parallel_check("sharding", tp, ep))) return st;
+  if ((st = fp4_parallel_check(fn, tp, ep))) return st;
   /* Counts come from a model's config: refuse what the arithmetic below cannot hold. */
   if (d->n < 0 || d->k < 0 || d->layers < 0 || d->experts < 0 || d->active < 0 || d->q_out < 0 || d->kv_heads < 0 ||
       d->head_dim < 0 || d->n > ((int64_t)1 << 53) || d->k > ((int64_t)1 << 53) || d->q_out > ((int64_t)1 << 53) ||
       d->layers > ((int64_t)1 << 32) || d->head_dim > ((int64_t)1 << 24))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "sharding %s: a negative or implausibly large count (N %lld, K %lld, "
-                    "layers %lld, experts %d, active %d)", d->name, (long long)d->n, (long long)d->k,
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: sharding %s: a negative or implausibly large count (N %lld, K %lld, "
+                    "layers %lld, experts %d, active %d)", fn, d->name, (long long)d->n, (long long)d->k,
                     (long long)d->layers, d->experts, d->active);
   snprintf(out->name, sizeof out->name, "%s", d->name);
   snprintf(out->storage, sizeof out->storage, "%s", d->storage);
@@ -44,26 +45,26 @@ fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_s
   switch (d->kind) {
     case FP4_SHARD_REPLICATED: break;
     case FP4_SHARD_COLUMN:
-      if ((st = split(d, "N", d->n, tp, &out->n))) return st;
+      if ((st = split(fn, d, "N", d->n, tp, &out->n))) return st;
       break;
     case FP4_SHARD_ROW:
-      if ((st = split(d, "K", d->k, tp, &out->k))) return st;
+      if ((st = split(fn, d, "K", d->k, tp, &out->k))) return st;
       break;
     case FP4_SHARD_QKV: {
       int64_t q = 0;
-      if ((st = split(d, "q features", d->q_out, tp, &q))) return st;
+      if ((st = split(fn, d, "q features", d->q_out, tp, &q))) return st;
       int64_t kv_heads = d->kv_heads >= tp ? 0 : 1;
-      if (d->kv_heads >= tp && (st = split(d, "KV heads", d->kv_heads, tp, &kv_heads))) return st;
+      if (d->kv_heads >= tp && (st = split(fn, d, "KV heads", d->kv_heads, tp, &kv_heads))) return st;
       out->n = q + 2 * kv_heads * d->head_dim; /* < 2^53 + 2^32 * 2^24: no overflow */
       break;
     }
     case FP4_SHARD_EXPERT_COLUMN:
     case FP4_SHARD_EXPERT_ROW: {
       int64_t experts = 0;
-      if ((st = split(d, "experts", d->experts, ep, &experts))) return st;
+      if ((st = split(fn, d, "experts", d->experts, ep, &experts))) return st;
       if (d->kind == FP4_SHARD_EXPERT_COLUMN) {
-        if ((st = split(d, "N", d->n, moe_tp, &out->n))) return st;
-      } else if ((st = split(d, "K", d->k, moe_tp, &out->k))) {
+        if ((st = split(fn, d, "N", d->n, moe_tp, &out->n))) return st;
+      } else if ((st = split(fn, d, "K", d->k, moe_tp, &out->k))) {
         return st;
       }
       /* Experts a token touches on one rank; in 64 bits, since active may be as large as INT_MAX. */
@@ -177,7 +178,7 @@ fp4_status fp4_shape_set(const char *model, int tp, int ep, fp4_gemm_shape *shap
     if (strcmp(shape_sets[s].name, model)) continue;
     for (int i = 0; i < shape_sets[s].count; i++) {
       fp4_gemm_shape g;
-      if ((st = fp4_linear_shard(&shape_sets[s].linears[i], tp, ep, &g))) return st;
+      if ((st = fp4_linear_shard(fn, &shape_sets[s].linears[i], tp, ep, &g))) return st;
       if (i < max) shapes[i] = g;
     }
     *count = shape_sets[s].count;

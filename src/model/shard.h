@@ -38,8 +38,8 @@ typedef struct fp4_linear_desc {
  * the remaining tp/ep ranks of the tensor-parallel group split each expert (MoE-TP); ep >= tp means
  * whole experts. count = layers for dense GEMMs and layers x experts a token touches on one rank
  * (ceil(active/ep), at most the local experts) for routed experts. An uneven split is
- * FP4_ERR_INVALID_ARGUMENT naming the layer. */
-fp4_status fp4_linear_shard(const fp4_linear_desc *d, int tp, int ep, fp4_gemm_shape *out);
+ * FP4_ERR_INVALID_ARGUMENT naming fn (the public entry asking) and the layer. */
+fp4_status fp4_linear_shard(const char *fn, const fp4_linear_desc *d, int tp, int ep, fp4_gemm_shape *out);
 
 /* Checks tp and ep (>= 1; ep divides tp or is a multiple of it) for error messages of fn. */
 fp4_status fp4_parallel_check(const char *fn, int tp, int ep);
