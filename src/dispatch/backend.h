@@ -127,7 +127,9 @@ typedef struct fp4_backend {
    * names (at most max). NULL means one default configuration. */
   int (*configs)(fp4_context *ctx, const fp4_problem *p, const char **names, int max);
   /* Checks a config the options name (never NULL) for p before anything runs or is sized, so that a
-   * call and its workspace query refuse the same configs: FP4_OK; FP4_ERR_NOT_FOUND for a name the
+   * call and its workspace query refuse the same configs (asked once per selection key of a dense
+   * call, and on every grouped/MoE call that names a config: those have no key, their rows change;
+   * keep it as cheap as run()'s own decision, by the same functions): FP4_OK; FP4_ERR_NOT_FOUND for a name the
    * backend does not have, FP4_ERR_UNSUPPORTED for one that cannot run p, with the reason ("unknown
    * config 'x' (its configs: ...)"). At T = 0 (a grouped GEMM or MoE layer without rows) only the
    * name need be known. NULL: the backend has one config, "default". */
