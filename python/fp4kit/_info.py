@@ -103,7 +103,7 @@ def _need(symbol, what):
     if not _lib.has_symbol(symbol):
         raise UnsupportedError(
             "%s: the loaded libfp4kit (%s, version %s) has no %s; it comes with the capability probe and tuner "
-            "of the backend registry" % (what, _lib.LIB_PATH, library_version(), symbol), _lib.ERR_UNSUPPORTED)
+            "of the backend registry" % (what, _lib.LIB_PATH, library_version(), symbol))
     return getattr(_lib.LIB, symbol)
 
 

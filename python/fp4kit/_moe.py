@@ -365,21 +365,21 @@ def cutlass_fused_moe(input, token_selected_experts, token_final_scales, fc1_exp
              situ_beta, situ_linear_beta)
     for name, value in zip(_UNSUPPORTED_NONE, nones):
         if value is not None:
-            raise UnsupportedError("%s: %s is not supported by fp4kit" % (fn, name), _lib.ERR_UNSUPPORTED)
+            raise UnsupportedError("%s: %s is not supported by fp4kit" % (fn, name))
     flags = (enable_alltoall, use_deepseek_fp8_block_scale, use_w4_group_scaling, use_mxfp8_act_scaling,
              min_latency_mode, use_packed_weights, use_wfp4afp8_humming)
     for name, value in zip(_UNSUPPORTED_FALSE, flags):
         if value:
-            raise UnsupportedError("%s: %s=True is not supported by fp4kit" % (fn, name), _lib.ERR_UNSUPPORTED)
+            raise UnsupportedError("%s: %s=True is not supported by fp4kit" % (fn, name))
     for name, value, one in (("tp_size", tp_size, 1), ("tp_rank", tp_rank, 0), ("ep_size", ep_size, 1),
                              ("ep_rank", ep_rank, 0), ("cluster_size", cluster_size, 1),
                              ("cluster_rank", cluster_rank, 0)):
         if value != one:
             raise UnsupportedError("%s: %s=%r is not supported by fp4kit (only %r: the experts passed are all the "
-                                   "layer's)" % (fn, name, value, one), _lib.ERR_UNSUPPORTED)
+                                   "layer's)" % (fn, name, value, one))
     if int(activation_type) != ActivationType.Swiglu:
-        raise UnsupportedError("%s: activation_type=%r is not supported by fp4kit (only Swiglu)" % (fn, activation_type),
-                               _lib.ERR_UNSUPPORTED)
+        raise UnsupportedError("%s: activation_type=%r is not supported by fp4kit (only Swiglu)"
+                               % (fn, activation_type))
     if fc1_order not in ("w31", "w13"):
         raise InvalidArgumentError("%s: fc1_order must be 'w31' (FlashInfer's) or 'w13', not %r" % (fn, fc1_order))
     torch = T._torch()
@@ -388,7 +388,7 @@ def cutlass_fused_moe(input, token_selected_experts, token_final_scales, fc1_exp
     if quant_scales is None or len(quant_scales) != 6:
         raise UnsupportedError("%s: quant_scales must be the 6 NVFP4 entries (fc1 act scale, fc1 block scales, fc1 "
                                "dequant scales, fc2 ...); other quantizations (FP8, W4A8, MXFP4) are not supported "
-                               "by fp4kit" % fn, _lib.ERR_UNSUPPORTED)
+                               "by fp4kit" % fn)
     a1, s1, g1, a2, s2, g2 = quant_scales
     u8 = torch.uint8
     w1 = fc1_expert_weights.view(u8)

@@ -13,6 +13,7 @@ import numpy as np
 from . import _lib
 from . import _plan as P
 from . import _tensors as T
+from ._info import _integer
 from ._lib import InvalidArgumentError, UnsupportedError
 
 # Backends of FlashInfer's mm_fp4 that fp4kit may not have; asking for one that is not registered
@@ -79,8 +80,7 @@ def _backend_bytes(backend, fn):
     if backend not in names and backend in FLASHINFER_BACKENDS:
         raise UnsupportedError(
             "%s: backend '%s' is a FlashInfer backend that fp4kit does not provide; fp4kit backends: %s "
-            "(or 'auto', which picks the best one that can run the problem)" % (fn, backend, ", ".join(names)),
-            _lib.ERR_UNSUPPORTED)
+            "(or 'auto', which picks the best one that can run the problem)" % (fn, backend, ", ".join(names)))
     return backend.encode()
 
 
@@ -121,12 +121,6 @@ def scales_size(fmt, layout, rows, cols):
         _lib.check(_lib.LIB.fp4_scales_size(fmt, layout, rows, cols, ctypes.byref(c)), "fp4_scales_size")
         n = _scales_sizes[k] = c.value
     return n
-
-
-def scale_bytes(fmt, layout, rows, cols):
-    """fp4_scales_size as a formula (works on symbolic sizes while PyTorch traces shapes)."""
-    r, c = scale_shape(fmt, layout, rows, cols)
-    return r * c
 
 
 def scale_shape(fmt, layout, rows, cols):
@@ -372,13 +366,7 @@ class _GemmPlan(P.Plan):
             keep = P.set_scalar(self, alpha, mode, "alpha_device")
         a_struct, qb = self.a, self.qb
         if out is None:
-            empty = self.empty
-            if empty is None:
-                out = np.empty(self.out_shape, self.out_dtype)
-            elif self.torch:
-                out = empty(self.template)  # torch.empty_like: see P.output_template
-            else:
-                out = empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
+            out = self.new_output()
         if self.torch:  # every operand a tensor
             a_struct.data = a.data_ptr()
             if not self.w4a16:
@@ -395,6 +383,15 @@ class _GemmPlan(P.Plan):
         del keep
         return out
 
+    def new_output(self):
+        """The [M, N] output of a call given none (the recipe _finish_plan stored)."""
+        empty = self.empty
+        if empty is None:
+            return np.empty(self.out_shape, self.out_dtype)
+        if self.torch:
+            return empty(self.template)  # torch.empty_like: see P.output_template
+        return empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
+
     def native(self):
         """This plan as the compiled path runs it, or None where only run() can (NumPy operands)."""
         if not self.torch:
@@ -410,13 +407,7 @@ class _EmptyGemmPlan(_GemmPlan):
     __slots__ = ()
 
     def run(self, a, b, sa, sb, alpha, out):
-        if out is not None:
-            return out
-        if self.empty is None:
-            return np.empty(self.out_shape, self.out_dtype)
-        if self.torch:
-            return self.empty(self.template)
-        return self.empty(self.out_shape, dtype=self.out_dtype, device=self.out_device)
+        return self.new_output() if out is None else out
 
     def native(self):
         return None
@@ -534,23 +525,16 @@ def _mm_fp4_is_backend_supported(backend, cc=None):
     if cc is None:
         return True
     if not _lib.has_symbol("fp4_probe_backend_arch"):
-        raise UnsupportedError("mm_fp4.is_backend_supported: the loaded libfp4kit has no fp4_probe_backend_arch",
-                               _lib.ERR_UNSUPPORTED)
+        raise UnsupportedError("mm_fp4.is_backend_supported: the loaded libfp4kit has no fp4_probe_backend_arch")
     bp = _lib.BackendProbe()
-    status = _lib.LIB.fp4_probe_backend_arch(("sm_%d" % _cc(cc)).encode(), backend.encode(), ctypes.byref(bp))
+    status = _lib.LIB.fp4_probe_backend_arch(("sm_%d" % _integer(cc, _CC)).encode(), backend.encode(), ctypes.byref(bp))
     if status == _lib.ERR_NOT_FOUND:  # a compute capability the architecture table does not know: no
         return False
     _lib.check(status, "fp4_probe_backend_arch")
     return bp.caps[0].support == 1
 
 
-def _cc(cc):
-    """A compute capability major*10+minor as an int (a Python or NumPy integer)."""
-    n = T.integer(cc)
-    if n is None:
-        raise InvalidArgumentError("mm_fp4: a compute capability is an integer major*10+minor (such as 90), not %r"
-                                   % (cc,))
-    return n
+_CC = "mm_fp4: a compute capability (major*10+minor, such as 90)"
 
 
 def _mm_fp4_is_compute_capability_supported(cc):
@@ -696,7 +680,7 @@ def _check_global_scale_inversed(is_global_scale_inversed, fn):
     if is_global_scale_inversed:
         raise UnsupportedError(
             "%s: is_global_scale_inversed=True (global_scale given as its inverse, 1/global_scale) is not "
-            "implemented in fp4kit; pass the encode scale itself (448*6/amax)" % fn, _lib.ERR_UNSUPPORTED)
+            "implemented in fp4kit; pass the encode scale itself (448*6/amax)" % fn)
 
 
 def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout,
@@ -708,7 +692,7 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
                                    "FLASHINFER_DISABLE_FP4_QUANT_FAST_MATH build), not %r" % (fn, order))
     if c_order and not _lib.has_symbol("fp4_quantize_ordered"):
         raise UnsupportedError("%s: order=%r needs fp4_quantize_ordered, which the loaded libfp4kit lacks"
-                               % (fn, order), _lib.ERR_UNSUPPORTED)
+                               % (fn, order))
     fmt = _format(sf_vec_size, sf_use_ue8m0, fn, "sf_vec_size", "sf_use_ue8m0")
     layout = (_lib.LAYOUT_8X4 if is_sf_8x4_layout else _lib.LAYOUT_128X4) if is_sf_swizzled_layout else _lib.LAYOUT_LINEAR
     v = T.View(input, "input")
@@ -741,7 +725,7 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
     plan.gs_mode = P.SCALAR_UNUSED if mxfp4 else P.scalar_mode(global_scale, "global_scale", v.device)
     if c_order and not mxfp4 and plan.gs_mode >= P.SCALAR_DEVICE:
         raise UnsupportedError("%s: order='exact' runs on host data (the reference quantizer); a CUDA global_scale "
-                               "is quantized in FlashInfer's order only" % fn, _lib.ERR_UNSUPPORTED)
+                               "is quantized in FlashInfer's order only" % fn)
     plan.q_shape = lead + (k // 2,)
     plan.sf_shape = scale_shape(fmt, layout, rows, k)
     plan.torch = v.torch
@@ -831,15 +815,15 @@ def nvfp4_quantize(a, a_global_sf, sfLayout=SfLayout.layout_128x4, do_shuffle=Fa
     fn = "nvfp4_quantize"
     if do_shuffle:
         raise UnsupportedError("nvfp4_quantize: do_shuffle=True produces the trtllm backend's shuffled weight layout, "
-                               "which fp4kit does not use; quantize with do_shuffle=False", _lib.ERR_UNSUPPORTED)
+                               "which fp4kit does not use; quantize with do_shuffle=False")
     if per_token_activation:
         raise UnsupportedError("%s: per_token_activation=True (per-token NVFP4 activation scales) is not implemented "
-                               "in fp4kit; quantize with one global scale" % fn, _lib.ERR_UNSUPPORTED)
+                               "in fp4kit; quantize with one global scale" % fn)
     if expanded_idx_to_permuted_idx is not None:
         raise UnsupportedError("%s: expanded_idx_to_permuted_idx (the row remapping of per-token activation "
-                               "quantization) is not implemented in fp4kit" % fn, _lib.ERR_UNSUPPORTED)
+                               "quantization) is not implemented in fp4kit" % fn)
     if sf_vec_size != 16:
-        raise UnsupportedError("nvfp4_quantize: NVFP4 has sf_vec_size 16, got %r" % (sf_vec_size,), _lib.ERR_UNSUPPORTED)
+        raise UnsupportedError("nvfp4_quantize: NVFP4 has sf_vec_size 16, got %r" % (sf_vec_size,))
     layout = _SF_LAYOUT_C[_sf_layout(sfLayout, fn)]
     return fp4_quantize(a, a_global_sf, 16, False, layout != _lib.LAYOUT_LINEAR, layout == _lib.LAYOUT_8X4, False,
                         enable_pdl, backend, order=order)

@@ -604,7 +604,7 @@ def test_compiled_path_hands_unusual_operands_to_the_python_path():
     """Operands the compiled path does not run itself (M = 0, a column-major input to quantize, a
     NumPy scalar, an nn.Parameter weight, a meta tensor) give what the Python path gives, and the
     plans of the compiled path stay usable after them."""
-    from fp4kit import _lib, _ops, _plan
+    from fp4kit import _lib
     if _lib.NATIVE is None:
         pytest.skip("fp4kit._native did not load: " + _lib.NATIVE_WHY)
     fp4kit.register_torch_ops()
@@ -666,7 +666,8 @@ def test_hot_calls_bypass_ctypes_prototypes():
         fp4kit.fp4_quantize(x, float("nan"))
 
 
-def test_scale_bytes_formula_matches_the_library():
+def test_scale_shape_holds_the_librarys_scales_size():
+    """scale_shape (integer arithmetic, usable on symbolic sizes) covers fp4_scales_size bytes."""
     from fp4kit import _ops
     for fmt in (0, 1):
         for layout in (0, 1, 2):
@@ -675,7 +676,8 @@ def test_scale_bytes_formula_matches_the_library():
             for rows, k in [(1, 64), (130, 96), (7, 512)]:
                 if k % (16 if fmt == 0 else 32):
                     continue
-                assert _ops.scale_bytes(fmt, layout, rows, k) == _ops.scales_size(fmt, layout, rows, k)
+                r, c = _ops.scale_shape(fmt, layout, rows, k)
+                assert r * c == _ops.scales_size(fmt, layout, rows, k)
 
 
 # ---- torch: tensor scales, custom ops, compile ---------------------------------------------------------------
