@@ -20,10 +20,10 @@ for name in $names; do
     seeds=$here/corpus max_len=4096 ;;
   model_config)
     sources="src/model/inspect.c src/model/config.c src/model/shapes.c src/model/safetensors.c src/model/st_writer.c src/model/st_dtype.c
-             src/model/utf8.c src/core/error.c src/backends/cpu/cpu_threads.c"
+             src/model/utf8.c src/model/pattern.c src/core/error.c src/backends/cpu/cpu_threads.c"
     seeds=$here/corpus_model_config max_len=8192 ;;
   tuning_cache)
-    sources="src/tune/tuning_cache.c src/core/error.c src/format/codec.c"
+    sources="src/tune/tuning_cache.c src/core/error.c src/format/codec.c src/format/matrix_check.c"
     seeds=$here/corpus_tuning_cache max_len=8192 ;;
   *)
     echo "fuzz/build.sh: no source list for target '$name' (add it here)" >&2

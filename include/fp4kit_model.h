@@ -185,12 +185,14 @@ typedef struct fp4_model_quantize_options {
  * found. */
 FP4_API fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir,
                                       const fp4_model_quantize_options *options);
-/* The default exclude patterns, NULL-terminated. The default rules also keep MoE routers (a 2-D
- * weight of a module named gate or router, or of one directly under such a module as in router.layer
- * and gate.wg, with one output row per expert of the model) and DeepSeek-style MTP layers. */
+/* The default exclude patterns, NULL-terminated ("*router*" among them). The default rules also keep
+ * MoE routers named gate (a 2-D weight of a module named gate, or of one directly under it as in
+ * gate.wg, with one output row per expert of the model) and DeepSeek-style MTP layers. */
 FP4_API const char *const *fp4_model_default_excludes(void);
-/* Glob match used by the patterns, fnmatch(3) without flags: '*' any run of characters (dots
- * included), '?' one, [...] one of a set. 0 when either argument is NULL. */
+/* Glob match used by the patterns and by inspect's exclude lists: '*' any run of characters (dots
+ * included), '?' one, [...] one of a set (ranges, '!' or '^' negation), anything else itself (no
+ * backslash escapes, no character classes), in time linear in the lengths. 0 when either argument is
+ * NULL. */
 FP4_API int fp4_model_pattern_match(const char *pattern, const char *name);
 
 #ifdef __cplusplus

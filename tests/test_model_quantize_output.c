@@ -461,6 +461,15 @@ int main(void) {
             !fp4_model_pattern_match("*.mlp.[gu]*_proj", "layers.3.mlp.down_proj") &&
             fp4_model_pattern_match("mtp.*", "mtp.layers.0.x") && fp4_model_pattern_match("a?c", "abc"),
         "glob semantics");
+  CHECK(fp4_model_pattern_match("layers.[!0-4].*", "layers.7.mlp") && !fp4_model_pattern_match("layers.[^0-9]*", "layers.7") &&
+            fp4_model_pattern_match("a[", "a[") && !fp4_model_pattern_match("*.x", "a.xy") && fp4_model_pattern_match("**", ""),
+        "glob sets, an unclosed '[', anchoring");
+  { /* many stars against a long name that fails only at its end: linear, where backtracking is not */
+    char name[4001];
+    memset(name, 'a', 4000);
+    name[4000] = 0;
+    CHECK(!fp4_model_pattern_match("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", name), "a long failing match");
+  }
 
   check_routers();
   const char *tool = ckpt_tool();

@@ -40,7 +40,6 @@ static const moe_model kModels[] = {
 };
 static const int64_t kBatches[] = {1, 8, 64, 256, 1024, 4096};
 enum { MOE_MAX_BATCHES = 16, MOE_MAX_BATCH = 65536, MOE_MIN_RUNS = 10, MOE_MAX_RUNS = 1000000 };
-static const char *const kReportOptions[] = {"--json", "--csv"};
 #define MOE_CMD "bench --moe" /* how messages name the command */
 
 typedef struct moe_point {
@@ -461,18 +460,18 @@ static int parse_moe_opts(int argc, char **argv, moe_opts *o, int *help) {
   }
   if (fp4cli_no_operands(MOE_CMD, argc, argv)) return FP4CLI_USAGE;
   const char *const paths[] = {o->json, o->csv};
-  if ((o->stdout_report = fp4cli_stdout_report(MOE_CMD, 2, kReportOptions, paths)) < 0) return FP4CLI_USAGE;
+  if ((o->stdout_report = fp4cli_stdout_report(MOE_CMD, 2, fp4cli_report_options, paths)) < 0) return FP4CLI_USAGE;
   return FP4CLI_OK;
 }
 
 /* Opens the report, writes it and closes it: FP4CLI_OK, or FP4CLI_ERROR after saying what failed. */
 static int write_report(int which, const char *path, const bench_origin *origin, const fp4_device_info *dev,
                         const char *config, double copy_bps, const moe_point *pts, int np) {
-  FILE *f = fp4cli_report_open(MOE_CMD, kReportOptions[which], path);
+  FILE *f = fp4cli_report_open(MOE_CMD, fp4cli_report_options[which], path);
   if (!f) return FP4CLI_ERROR;
   if (which == 0) write_json(f, origin, dev, config, copy_bps, pts, np);
   else write_csv(f, copy_bps, pts, np);
-  return fp4cli_report_close(MOE_CMD, kReportOptions[which], path, f, 0);
+  return fp4cli_report_close(MOE_CMD, fp4cli_report_options[which], path, f, 0);
 }
 
 int bench_moe_main(int argc, char **argv) {
@@ -489,7 +488,7 @@ int bench_moe_main(int argc, char **argv) {
   int device = o.device;
   if (fp4cli_resolve_device(MOE_CMD, &device)) return FP4CLI_USAGE;
   const char *const paths[] = {o.json, o.csv};
-  if ((rc = fp4cli_reports_writable(MOE_CMD, 2, kReportOptions, paths))) return rc;
+  if ((rc = fp4cli_reports_writable(MOE_CMD, 2, fp4cli_report_options, paths))) return rc;
   char reason[320];
   if (device < 0) {
     fprintf(stderr, "fp4kit " MOE_CMD ": the MoE layer runs on a CUDA device, not the host (device -1: FP4KIT_DEVICE=-1, "

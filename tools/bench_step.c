@@ -148,28 +148,12 @@ static int parse_int(const char *opt, const char *s, long long lo, long long hi,
   return fp4cli_parse_int("bench --step", opt, s, lo, hi, out) == FP4CLI_OK;
 }
 
-static const char *const kReportOptions[3] = {"--json", "--csv", "--html"};
-
 static int parse_batches(const char *s, step_opts *o) {
-  char buf[256];
-  if (strlen(s) >= sizeof buf) {
-    fprintf(stderr, "fp4kit bench --step: --batch '%s' is too long\n", s);
-    return 0;
-  }
-  snprintf(buf, sizeof buf, "%s", s);
-  o->nbatches = 0;
-  char *save = NULL;
-  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    long long b = 0;
-    if (o->nbatches == STEP_MAX_BATCHES) {
-      fprintf(stderr, "fp4kit bench --step: --batch takes at most %d sizes\n", STEP_MAX_BATCHES);
-      return 0;
-    }
-    if (!parse_int("--batch", tok, 1, STEP_MAX_BATCH, &b)) return 0;
-    o->batches[o->nbatches++] = b;
-  }
-  if (!o->nbatches) fprintf(stderr, "fp4kit bench --step: --batch '%s' names no batch size\n", s);
-  return o->nbatches > 0;
+  long long b[STEP_MAX_BATCHES];
+  const int n = fp4cli_parse_int_list("bench --step", "--batch", s, 1, STEP_MAX_BATCH, STEP_MAX_BATCHES, b);
+  for (int i = 0; i < n; i++) o->batches[i] = b[i];
+  o->nbatches = n > 0 ? n : 0;
+  return n > 0;
 }
 
 static int parse_sweep(const char *s, step_opts *o) {
@@ -310,7 +294,7 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     return EXIT_USAGE;
   }
   const char *const paths[3] = {o->json, o->csv, o->html};
-  if (fp4cli_stdout_report("bench --step", 3, kReportOptions, paths) < 0) return EXIT_USAGE;
+  if ((o->stdout_report = fp4cli_stdout_report("bench --step", 3, fp4cli_report_options, paths)) < 0) return EXIT_USAGE;
   /* FP4KIT_DEVICE where --device is not given (a value that is not a device is a usage error) */
   if (device_given || o->plan_only) return EXIT_OK;
   const int rc = fp4cli_env_device("bench --step", &o->device);
@@ -1815,7 +1799,7 @@ int bench_step_main(int argc, char **argv) {
     return bad ? EXIT_ERROR : EXIT_OK;
   }
   const char *const paths[3] = {o.json, o.csv, o.html};
-  if ((rc = fp4cli_reports_writable("bench --step", 3, kReportOptions, paths))) { /* a wrong path costs no run */
+  if ((rc = fp4cli_reports_writable("bench --step", 3, fp4cli_report_options, paths))) { /* a wrong path costs no run */
     free(r);
     return rc;
   }
@@ -1829,7 +1813,7 @@ int bench_step_main(int argc, char **argv) {
   bench_provenance(argc, argv, &r->origin);
   rc = o.gpus ? run_ranks(&o, r) : run_device(&o, r, NULL, 0, 1);
   if (rc == EXIT_OK || rc == EXIT_FAILED) {
-    step_report_print(fp4cli_stdout_report("bench --step", 3, kReportOptions, paths) ? stderr : stdout, r);
+    step_report_print(o.stdout_report ? stderr : stdout, r);
     for (int k = 0; k < 3; k++)
       if (paths[k] && !step_report_write(paths[k], r, k)) rc = EXIT_ERROR;
   }

@@ -75,6 +75,8 @@ int fp4cli_backend_known(const char *cmd, const char *name);
  * that and every write went through (failed: the writer's own verdict), else FP4CLI_ERROR after
  * saying which output is incomplete. */
 int fp4cli_stdout_report(const char *cmd, int n, const char *const options[], const char *const paths[]);
+/* The report options of the benchmark modes, in the order their paths are passed above. */
+extern const char *const fp4cli_report_options[3];
 int fp4cli_reports_writable(const char *cmd, int n, const char *const options[], const char *const paths[]);
 FILE *fp4cli_report_open(const char *cmd, const char *option, const char *path);
 int fp4cli_report_close(const char *cmd, const char *option, const char *path, FILE *f, int failed);

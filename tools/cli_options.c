@@ -78,6 +78,8 @@ int fp4cli_parse_int_list(const char *cmd, const char *opt, const char *list, lo
   }
 }
 
+const char *const fp4cli_report_options[3] = {"--json", "--csv", "--html"};
+
 int fp4cli_stdout_report(const char *cmd, int n, const char *const options[], const char *const paths[]) {
   int count = 0;
   for (int i = 0; i < n; i++) count += paths[i] && !strcmp(paths[i], "-");

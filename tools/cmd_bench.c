@@ -29,7 +29,6 @@ enum {
 #define BENCH_DEFAULT_CACHE (64LL << 20)
 
 static const char *const default_models[] = {"qwen3.5-397b", "llama-3.3-70b"};
-static const char *const report_options[] = {"--json", "--csv", "--html"}; /* in bench_opts' order */
 
 typedef struct bench_opts {
   const char *backends, *model, *shapes, *ms, *ops, *formats, *json, *csv, *html, *cache;
@@ -251,7 +250,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
   if (o->config && (!strcmp(o->backends, "all") || !strcmp(o->backends, "auto") || strchr(o->backends, ',')))
     return usage_error("%s", "--config names a configuration of one backend: give --backend NAME too");
   const char *const paths[] = {o->json, o->csv, o->html};
-  if ((o->stdout_report = fp4cli_stdout_report("bench", 3, report_options, paths)) < 0) return FP4CLI_USAGE;
+  if ((o->stdout_report = fp4cli_stdout_report("bench", 3, fp4cli_report_options, paths)) < 0) return FP4CLI_USAGE;
   return FP4CLI_OK;
 }
 
@@ -835,8 +834,8 @@ static int write_reports(bench_env *e) {
   int rc = FP4CLI_OK;
   for (int i = 0; i < 3; i++) {
     if (!paths[i]) continue;
-    FILE *f = fp4cli_report_open("bench", report_options[i], paths[i]);
-    const int bad = f ? fp4cli_report_close("bench", report_options[i], paths[i], f, writers[i](f, &e->run) != 0)
+    FILE *f = fp4cli_report_open("bench", fp4cli_report_options[i], paths[i]);
+    const int bad = f ? fp4cli_report_close("bench", fp4cli_report_options[i], paths[i], f, writers[i](f, &e->run) != 0)
                       : FP4CLI_ERROR;
     if (bad) rc = FP4CLI_ERROR;
   }
@@ -1045,7 +1044,7 @@ int fp4cli_bench(int argc, char **argv) {
   if ((rc = fp4cli_resolve_device("bench", &device))) goto done;
   {
     const char *const paths[] = {e->o.json, e->o.csv, e->o.html};
-    if ((rc = fp4cli_reports_writable("bench", 3, report_options, paths))) goto done;
+    if ((rc = fp4cli_reports_writable("bench", 3, fp4cli_report_options, paths))) goto done;
   }
 
   bench_run *r = &e->run;

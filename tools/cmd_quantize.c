@@ -42,8 +42,8 @@ static void quantize_usage(FILE *f) {
   for (const char *const *p = fp4_model_default_excludes(); *p; p++) fprintf(f, " %s", *p);
   fprintf(f,
           "\n"
-          "                           and MoE routers (a 2-D 'gate' or 'router' weight, or one under\n"
-          "                           such a module like router.layer, with one row per expert) and\n"
+          "                           and MoE routers named gate (a 2-D 'gate' weight, or one under\n"
+          "                           such a module like gate.wg, with one row per expert) and\n"
           "                           DeepSeek-style MTP layers (index >= num_hidden_layers)\n"
           "  --input-amax A           NVFP4: write input_scale = A/(6*448) for every layer, a static\n"
           "                           activation range (no calibration is done), quant_algo NVFP4;\n"

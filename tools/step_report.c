@@ -433,8 +433,7 @@ void step_report_print(FILE *f, const step_report *r) {
 }
 
 int step_report_write(const char *path, const step_report *r, int kind) {
-  static const char *const options[3] = {"--json", "--csv", "--html"};
-  FILE *f = fp4cli_report_open("bench --step", options[kind], path);
+  FILE *f = fp4cli_report_open("bench --step", fp4cli_report_options[kind], path);
   if (!f) return 0;
   int ok = 1;
   if (kind == 0) {
@@ -448,5 +447,5 @@ int step_report_write(const char *path, const step_report *r, int kind) {
   } else {
     write_html(f, r);
   }
-  return fp4cli_report_close("bench --step", options[kind], path, f, !ok) == FP4CLI_OK;
+  return fp4cli_report_close("bench --step", fp4cli_report_options[kind], path, f, !ok) == FP4CLI_OK;
 }

@@ -25,6 +25,7 @@ typedef struct step_opts {
   int nbatches;
   uint64_t seed;
   const char *json, *csv, *html;
+  int stdout_report; /* one of them is '-': the table goes to stderr */
   char sweep[STEP_MAX_SWEEP][64]; /* --sweep: configs each dense layer type is timed with */
   int nsweep;
   int trace; /* --trace: the kernel timeline of one replay of the graph with PDL (CUPTI) */

@@ -127,60 +127,12 @@ static fp4_shard_kind shard_kind(const char *role, int expert) {
 /* ---- exclude lists ----------------------------------------------------------------------------------
  * Three spellings: module names (a name excludes itself and every module inside it: transformers'
  * modules_to_not_convert, compressed-tensors' ignore), shell globs (modelopt's exclude_modules,
- * "model.layers.3*"; '*' crosses dots as in fnmatch without flags) and compressed-tensors' "re:"
+ * "model.layers.3*", fp4_model_glob) and compressed-tensors' "re:"
  * regular expressions, matched from the start of the name as Python's re.match does. The patterns come
  * from the checkpoint: globs are matched in time linear in pattern x name, and regular expressions are
  * evaluated only in a subset glibc matches without blowing up (no repetition counts, no
  * back-references, no Python-only syntax); any other pattern is reported as not evaluated. */
 
-/* One glob character against c: '?' any, [set] with ranges and '!' or '^' negation, else itself.
- * *len is how much of the pattern it took. */
-static int glob_char(const char *p, unsigned char c, size_t *len) {
-  *len = 1;
-  if (*p == '?') return 1;
-  if (*p == '[') {
-    const char *q = p + 1;
-    const int negate = *q == '!' || *q == '^';
-    if (negate) q++;
-    const char *first = q;
-    int hit = 0;
-    while (*q && (*q != ']' || q == first)) {
-      if (q[1] == '-' && q[2] && q[2] != ']') {
-        hit |= c >= (unsigned char)q[0] && c <= (unsigned char)q[2];
-        q += 3;
-      } else {
-        hit |= c == (unsigned char)*q++;
-      }
-    }
-    if (*q == ']') {
-      *len = (size_t)(q + 1 - p);
-      return hit != negate;
-    }
-  } /* an unclosed '[' is itself */
-  return (unsigned char)*p == c;
-}
-
-/* Glob match of the first n bytes of s: the two-pointer match that backtracks only to the last '*'. */
-static int glob_match(const char *p, const char *s, size_t n) {
-  const char *star = NULL;
-  size_t resume = 0, i = 0, len = 0;
-  while (i < n) {
-    if (*p == '*') {
-      star = ++p;
-      resume = i;
-    } else if (*p && glob_char(p, (unsigned char)s[i], &len)) {
-      p += len;
-      i++;
-    } else if (star) {
-      p = star;
-      i = ++resume;
-    } else {
-      return 0;
-    }
-  }
-  while (*p == '*') p++;
-  return !*p;
-}
 
 typedef struct exclude_pattern {
   const char *text; /* the pattern, "re:" dropped */
@@ -283,9 +235,9 @@ static int excludes_match(exclude_set *x, const char *module) {
       const size_t pl = strlen(p->text);
       if (pl <= len && !memcmp(module, p->text, pl) && (module[pl] == 0 || module[pl] == '.')) return 1;
     } else if (p->kind == 1) {
-      if (glob_match(p->text, module, len)) return 1;
+      if (fp4_model_glob(p->text, module, len)) return 1;
       for (size_t j = 0; j < len; j++)
-        if (module[j] == '.' && x->budget-- > 0 && glob_match(p->text, module, j)) return 1;
+        if (module[j] == '.' && x->budget-- > 0 && fp4_model_glob(p->text, module, j)) return 1;
     } else if (regexec(&p->re, module, 0, NULL, 0) == 0) {
       return 1;
     }

@@ -15,6 +15,10 @@ extern "C" {
  * writer): the descriptor, with *sb filled. -1 when it is not one: *kind then names what it is ("a
  * FIFO (named pipe)", "a directory", ...), else *kind is NULL and errno says why open failed. */
 int fp4_model_open_regular(const char *path, struct stat *sb, const char **kind);
+/* Whether the first n characters of s match the glob p: '*' any run of characters (dots included),
+ * '?' one, [...] one of a set (ranges, '!' or '^' negation; an unclosed '[' is itself), anything else
+ * itself (no escapes). Time linear in the lengths of p and s: patterns come from checkpoints. */
+int fp4_model_glob(const char *p, const char *s, size_t n);
 /* Reads a whole text file of at most max_bytes into a malloc'ed NUL-terminated buffer. */
 fp4_status fp4_model_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 /* Writes bytes to path atomically (temporary file in the same directory, fsync, rename). */

@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,11 +22,6 @@ static const char *const default_excludes[] = {"*lm_head*", "*embed*",  "*norm*"
                                                "mtp.*",     "*.mtp.*",  "*visual*", "*vision*", NULL};
 
 const char *const *fp4_model_default_excludes(void) { return default_excludes; }
-
-int fp4_model_pattern_match(const char *pattern, const char *name) {
-  /* No flags: '*' also matches '.' and '/', as module names are dotted paths. */
-  return pattern && name && fnmatch(pattern, name, 0) == 0;
-}
 
 static int matches_any(const char *const *patterns, int n, const char *name) {
   for (int i = 0; patterns && (n < 0 ? patterns[i] != NULL : i < n); i++)
@@ -133,22 +127,23 @@ static fp4_status find_expert_counts(qctx *q, const cJSON *config, const fp4_saf
   return FP4_OK;
 }
 
-/* A MoE router: a 2-D weight with one output row per expert whose module is named gate or router, or
- * sits directly under one (router.layer in DBRX and Granite, gate.wg in Hunyuan). The parent module's
- * name plays no part: mlp.gate (Qwen, DeepSeek), block_sparse_moe.gate (Mixtral, MiniMax, Phi-MoE),
- * feed_forward.router (Llama 4) and mlp.router (gpt-oss) are all routers. */
+/* A MoE router named gate: a 2-D weight with one output row per expert whose module is named gate or
+ * sits directly under one (gate.wg in Hunyuan). The parent module's name plays no part: mlp.gate
+ * (Qwen, DeepSeek) and block_sparse_moe.gate (Mixtral, MiniMax, Phi-MoE) are both routers. Modules
+ * named router (feed_forward.router in Llama 4, mlp.router in gpt-oss, router.layer in DBRX) are kept
+ * by the "*router*" default pattern whatever their rows. */
 static int is_router(const qctx *q, const fp4_st_tensor *t, const char *module) {
   int per_expert = 0;
   for (int i = 0; i < q->nexperts; i++) per_expert |= t->ndim == 2 && t->shape[0] == q->experts[i];
   if (!per_expert) return 0;
   const char *last = strrchr(module, '.');
   last = last ? last + 1 : module;
-  if (!strcmp(last, "gate") || !strcmp(last, "router")) return 1;
+  if (!strcmp(last, "gate")) return 1;
   if (last == module) return 0;
   const char *start = last - 1; /* the parent component is [start, last - 1) */
   while (start > module && start[-1] != '.') start--;
   const size_t n = (size_t)(last - 1 - start);
-  return (n == 4 && !memcmp(start, "gate", 4)) || (n == 6 && !memcmp(start, "router", 6));
+  return n == 4 && !memcmp(start, "gate", 4);
 }
 
 /* The plan of weight t of module by the default rules and its shape alone. */
@@ -336,14 +331,12 @@ static const char *base_name(const char *path) {
 /* Copies from into to (a new file) by streaming, any size; holes stay holes (a sparse input is not
  * filled with zeros on disk). */
 static fp4_status copy_file(const char *from, const char *to) {
-  int in = open(from, O_RDONLY | O_CLOEXEC);
-  if (in < 0) return fp4_fail(FP4_ERR_IO, "quantize: cannot open %s: %s", from, strerror(errno));
   struct stat sb;
-  if (fstat(in, &sb) != 0) {
-    fp4_status st = fp4_fail(FP4_ERR_IO, "quantize: cannot read %s: %s", from, strerror(errno));
-    close(in);
-    return st;
-  }
+  const char *kind = NULL;
+  int in = fp4_model_open_regular(from, &sb, &kind); /* a FIFO put in its place since the plan: no wait */
+  if (in < 0)
+    return kind ? fp4_fail(FP4_ERR_IO, "quantize: %s is %s, not a file to copy", from, kind)
+                : fp4_fail(FP4_ERR_IO, "quantize: cannot open %s: %s", from, strerror(errno));
   int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   enum { CHUNK = 4 << 20 };
   char *buf = out >= 0 ? malloc(CHUNK) : NULL;
@@ -447,9 +440,11 @@ static fp4_status plan_files(qctx *q, const fp4_safetensors *st, const char *in_
       warn(q, "%s%s not copied: %s", nm, dir ? "/" : "", why);
       continue;
     }
-    int fd = open(from, O_RDONLY | O_CLOEXEC);
+    const char *kind = NULL;
+    int fd = fp4_model_open_regular(from, &sb, &kind); /* readable, and still a regular file */
     if (fd < 0) {
-      s = fp4_fail(FP4_ERR_IO, "%s: cannot read %s: %s; nothing was written", fn, from, strerror(errno));
+      s = kind ? fp4_fail(FP4_ERR_IO, "%s: %s is %s now; nothing was written", fn, from, kind)
+               : fp4_fail(FP4_ERR_IO, "%s: cannot read %s: %s; nothing was written", fn, from, strerror(errno));
       break;
     }
     close(fd);
