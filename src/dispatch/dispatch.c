@@ -500,7 +500,7 @@ fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scal
   fp4_status st = fp4_check_quantize_io(fn, x, out);
   if (st) return st;
   const int device_scale = options && options->global_scale_device && out->format == FP4_FORMAT_NVFP4;
-  if (out->format == FP4_FORMAT_NVFP4 && !device_scale && (st = fp4_check_global_scale(fn, "global_scale", global_scale)))
+  if (out->format == FP4_FORMAT_NVFP4 && !device_scale && (st = fp4_check_global_scale(fn, NULL, "global_scale", global_scale)))
     return st;
   if (device_scale) global_scale = 1.0f; /* unused: the kernel reads the device value; multiplier stays 1 */
   if (out->format == FP4_FORMAT_MXFP4) global_scale = 1.0f;
@@ -529,7 +529,7 @@ fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float glo
                     "quantized in FlashInfer's order by fp4_quantize", fn);
   if (options && options->global_scale_device)
     return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: FP4_ORDER_EXACT takes the global_scale argument, not a device scale", fn);
-  if ((st = fp4_check_global_scale(fn, "global_scale", global_scale))) return st;
+  if ((st = fp4_check_global_scale(fn, NULL, "global_scale", global_scale))) return st;
   fp4_problem p = {.op = FP4_OP_QUANTIZE, .a = x, .global_scale = global_scale, .q_out = out, .memory = x->memory,
                    .exact_order = 1};
   return fp4_problem_run(ctx, &p, options, fn);

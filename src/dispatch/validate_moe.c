@@ -49,10 +49,10 @@ fp4_status fp4_check_grouped_qmatrix(const char *fn, const char *name, const fp4
   if (per_expert > INT64_MAX / g->experts || (uint64_t)(per_expert * g->experts) > (uint64_t)SIZE_MAX)
     return BAD("%s: %s [%lld experts x %lld x %lld] does not fit in memory sizes", fn, name, (long long)g->experts,
                (long long)g->rows, (long long)g->cols);
-  if (g->multipliers) {
+  if (g->multipliers && ((uintptr_t)g->multipliers & (sizeof(float) - 1))) { /* the name made on failure only */
     char arg[80];
     snprintf(arg, sizeof arg, "%s->multipliers", name);
-    if ((st = fp4_check_aligned(fn, arg, g->multipliers, sizeof(float), "f32 elements"))) return st;
+    return fp4_check_aligned(fn, arg, g->multipliers, sizeof(float), "f32 elements");
   }
   if (g->multipliers && g->memory == FP4_MEMORY_HOST)
     for (int64_t e = 0; e < g->experts; e++)
@@ -98,11 +98,8 @@ static fp4_status check_experts(const char *fn, const char *name, const fp4_moe_
     return BAD("%s: %s is in %s memory but %s in %s memory", fn, gname, fp4_memory_name(gu->memory), dname,
                fp4_memory_name(dn->memory));
   if (mode == FP4_MOE_W4A4 && !x->act_scales_device) { /* W4A4 NVFP4 quantizes the activations with them */
-    char what[80];
-    snprintf(what, sizeof what, "%s.gate_up_act_scale", name);
-    if (gu->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, what, x->gate_up_act_scale);
-    snprintf(what, sizeof what, "%s.down_act_scale", name);
-    if (!st && dn->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, what, x->down_act_scale);
+    if (gu->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, name, "gate_up_act_scale", x->gate_up_act_scale);
+    if (!st && dn->format == FP4_FORMAT_NVFP4) st = fp4_check_global_scale(fn, name, "down_act_scale", x->down_act_scale);
     return st;
   }
   return FP4_OK;

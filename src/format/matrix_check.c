@@ -91,9 +91,9 @@ fp4_status fp4_check_quantize_io(const char *fn, const fp4_matrix *x, const fp4_
   return FP4_OK;
 }
 
-fp4_status fp4_check_global_scale(const char *fn, const char *name, float scale) {
+fp4_status fp4_check_global_scale(const char *fn, const char *owner, const char *name, float scale) {
   if (isfinite(scale) && scale > 0.0f && isfinite(1.0f / scale)) return FP4_OK;
   return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
-                  "%s: %s (%g) must be finite and positive, with a finite float reciprocal (the multiplier): above %g",
-                  fn, name, (double)scale, 1.0 / (double)FLT_MAX);
+                  "%s: %s%s%s (%g) must be finite and positive, with a finite float reciprocal (the multiplier): above %g",
+                  fn, owner ? owner : "", owner ? "." : "", name, (double)scale, 1.0 / (double)FLT_MAX);
 }

@@ -26,8 +26,9 @@ fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *
 fp4_status fp4_check_qmatrix(const char *fn, const char *name, const fp4_qmatrix *q);
 
 /* Checks an NVFP4 global (activation) scale: finite, positive, and with a finite float reciprocal
- * (the quantized matrix's multiplier), which excludes scales below about 2.9e-39. */
-fp4_status fp4_check_global_scale(const char *fn, const char *name, float scale);
+ * (the quantized matrix's multiplier), which excludes scales below about 2.9e-39. The argument is
+ * named owner.name (owner NULL: name), the text made only on failure. */
+fp4_status fp4_check_global_scale(const char *fn, const char *owner, const char *name, float scale);
 
 /* Checks a quantize call: x dense, out quantized (its multiplier, an output, is not checked), same
  * shape and memory. */
