@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "dispatch/backend.h"
+#include "format/matrix_check.h"
 #include "tune/tuning.h"
 
 #define CACHE_FORMAT "fp4kit-tuning-cache"
@@ -143,7 +144,6 @@ static int dense_dtype(fp4_dtype t) { return t == FP4_DTYPE_F32 || t == FP4_DTYP
 void fp4_tune_key_problem(const fp4_tune_key *key, char *why, size_t why_size) {
   why[0] = 0;
   const char *a = fp4_dtype_name(key->a_dtype), *o = fp4_dtype_name(key->out_dtype);
-  const int64_t max = (int64_t)1 << 31; /* the largest dimension a GEMM takes */
   if (key->op != FP4_TUNE_MM && key->op != FP4_TUNE_MM_W4A16)
     fp4_reason(why, why_size, "op (%d) is neither FP4_TUNE_MM nor FP4_TUNE_MM_W4A16", (int)key->op);
   else if (!fp4_format_name(key->format))
@@ -154,11 +154,11 @@ void fp4_tune_key_problem(const fp4_tune_key *key, char *why, size_t why_size) {
     fp4_reason(why, why_size, "a_dtype (%s) must be bf16, f16 or f32 for W4A16", a ? a : "unknown");
   else if (!dense_dtype(key->out_dtype))
     fp4_reason(why, why_size, "out_dtype (%s) must be bf16, f16 or f32", o ? o : "unknown");
-  else if (key->m < 1 || key->m > max)
+  else if (key->m < 1 || key->m > FP4_MAX_DIM)
     fp4_reason(why, why_size, "m (%lld) is outside [1, 2^31]", (long long)key->m);
-  else if (key->n < 1 || key->n > max)
+  else if (key->n < 1 || key->n > FP4_MAX_DIM)
     fp4_reason(why, why_size, "n (%lld) is outside [1, 2^31]", (long long)key->n);
-  else if (key->k < 1 || key->k > max || key->k % fp4_format_block_size(key->format))
+  else if (key->k < 1 || key->k > FP4_MAX_DIM || key->k % fp4_format_block_size(key->format))
     fp4_reason(why, why_size, "k (%lld) is not a positive multiple of the %s block size %d up to 2^31", (long long)key->k,
                fp4_format_name(key->format), fp4_format_block_size(key->format));
 }
