@@ -3,7 +3,8 @@
  * refused when it leads to another file or nowhere; a file that is not recognisably a cache is never
  * replaced, and a replaced file keeps its permissions; concurrent writers in 8 processes keep every
  * entry (load, set, save merge under the lock); an entry set here wins over the file's, and the
- * file's other entries survive a save of an older copy. */
+ * file's other entries survive a save of an older copy; a long file is judged whole, not by its first
+ * bytes. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <errno.h>
@@ -290,6 +291,58 @@ static void test_merge_rules(void) {
   fp4_tuning_cache_destroy(r);
 }
 
+/* A save looks at a file's first bytes before it takes the lock, and the whole file decides under
+ * it: a cache whose "format" member comes after its first 4 KiB (its members in another order) is
+ * merged, and a long JSON object that names no format is refused and left whole. */
+static void test_long_files(void) {
+  char path[256];
+  path_of(path, sizeof path, "late-format.json");
+  fp4_tuning_cache *c = new_cache();
+  for (int j = 0; j < 40; j++) {
+    const fp4_tune_key k = key_of(0, j);
+    CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, 1.0 + j) == FP4_OK, "set %d", j);
+  }
+  CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "save: %s", fp4_last_error());
+  fp4_tuning_cache_destroy(c);
+  static const char member[] = "\"format\":\t\"fp4kit-tuning-cache\",";
+  char *text = read_text(path), *at = text ? strstr(text, member) : NULL, *end = text ? strrchr(text, '}') : NULL;
+  CHECK(at && end && end - text > 4200, "a long cache naming its format first: %s", text ? text : "(none)");
+  if (at && end && end - text > 4200) {
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, (size_t)(at - text), f);
+    fwrite(at + strlen(member), 1, (size_t)(end - at) - strlen(member), f);
+    fputs(",\"format\": \"fp4kit-tuning-cache\"}\n", f);
+    fclose(f);
+    fp4_tuning_cache *r = new_cache();
+    CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 40, "the reordered cache loads: %s",
+          fp4_last_error());
+    c = new_cache();
+    const fp4_tune_key k = key_of(1, 0);
+    CHECK(fp4_tuning_cache_set(c, &k, "cpu", NULL, 2.0) == FP4_OK, "set");
+    CHECK(fp4_tuning_cache_save(c, path) == FP4_OK, "a cache naming its format past 4 KiB is merged: %s", fp4_last_error());
+    CHECK(fp4_tuning_cache_load(r, path) == FP4_OK && fp4_tuning_cache_count(r) == 41, "40 + 1 entries: %d",
+          fp4_tuning_cache_count(r));
+    fp4_tuning_cache_destroy(c);
+    fp4_tuning_cache_destroy(r);
+  }
+  free(text);
+
+  path_of(path, sizeof path, "long-notes.json");
+  char *notes = calloc(1, 6000);
+  if (!notes) return;
+  strcpy(notes, "{\"notes\": \"");
+  memset(notes + strlen(notes), 'x', 5000);
+  strcat(notes, "\"}\n");
+  write_text(path, notes);
+  c = new_cache();
+  CHECK_ERROR(fp4_tuning_cache_save(c, path), FP4_ERR_INVALID_ARGUMENT, "not an fp4kit tuning cache");
+  text = read_text(path);
+  CHECK(text && !strcmp(text, notes), "the long JSON object is left as it is");
+  free(text);
+  free(notes);
+  fp4_tuning_cache_destroy(c);
+}
+
 /* A folder that cannot hold the file: a clean error naming the path, nothing written. */
 static void test_unwritable(void) {
   char file[256], path[300];
@@ -311,6 +364,7 @@ int main(void) {
   test_what_a_save_replaces();
   test_concurrent_writers_keep_every_entry();
   test_merge_rules();
+  test_long_files();
   test_unwritable();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

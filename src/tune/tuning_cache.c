@@ -491,24 +491,31 @@ fp4_status fp4_tuning_cache_parse(fp4_tuning_cache *cache, const char *text, siz
 /* A cache is small; anything past 64 MiB is not one. */
 enum { CACHE_MAX_BYTES = 64 << 20 };
 
+/* Up to size bytes of the file at path into buf: *n of them, *whole set when that was all of it. A
+ * file that cannot be opened is FP4_ERR_NOT_FOUND, a read error FP4_ERR_IO. */
+static fp4_status read_head(const char *path, char *buf, size_t size, size_t *n, int *whole) {
+  *n = 0;
+  *whole = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
+  *n = fread(buf, 1, size, f);
+  const int err = ferror(f);
+  *whole = feof(f) != 0;
+  fclose(f);
+  return err ? fp4_fail(FP4_ERR_IO, "tuning cache %s: read error", path) : FP4_OK;
+}
+
 /* The bytes of the file at path into *text (malloc'ed, *len of them; the caller frees it). A file that
  * cannot be opened is FP4_ERR_NOT_FOUND, one past CACHE_MAX_BYTES FP4_ERR_FORMAT. */
 static fp4_status read_cache_text(const char *path, char **text, size_t *len) {
   *text = NULL;
   *len = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) return fp4_fail(FP4_ERR_NOT_FOUND, "tuning cache %s: %s", path, strerror(errno));
   char *t = malloc((size_t)CACHE_MAX_BYTES + 1);
-  if (!t) {
-    fclose(f);
-    return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "tuning cache %s: out of host memory", path);
-  }
-  size_t n = fread(t, 1, (size_t)CACHE_MAX_BYTES + 1, f);
-  int err = ferror(f);
-  fclose(f);
-  fp4_status st = FP4_OK;
-  if (err) st = fp4_fail(FP4_ERR_IO, "tuning cache %s: read error", path);
-  else if (n > CACHE_MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, CACHE_MAX_BYTES);
+  if (!t) return fp4_fail(FP4_ERR_OUT_OF_MEMORY, "tuning cache %s: out of host memory", path);
+  size_t n = 0;
+  int whole = 0;
+  fp4_status st = read_head(path, t, (size_t)CACHE_MAX_BYTES + 1, &n, &whole);
+  if (!st && n > CACHE_MAX_BYTES) st = fp4_fail(FP4_ERR_FORMAT, "tuning cache %s: larger than %d bytes", path, CACHE_MAX_BYTES);
   if (st) {
     free(t);
     return st;
@@ -667,35 +674,78 @@ static int looks_like_cache(const char *text, size_t len) {
   return 0;
 }
 
+/* The refusals of a save that finds a file it may not replace: one that cannot be read (the read's
+ * error in fp4_last_error()), and one that is not recognisably a tuning cache (why: what gave it away). */
+static fp4_status refuse_unreadable(const char *path) {
+  char why[512];
+  fp4_reason(why, sizeof why, "%s", fp4_last_error());
+  return fp4_fail(FP4_ERR_IO, "fp4_tuning_cache_save: %s exists but cannot be read (%s); it is left as it is", path, why);
+}
+
+static fp4_status refuse_not_cache(const char *path, const char *why) {
+  return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                  "fp4_tuning_cache_save: %s exists and is not an fp4kit tuning cache (%s); it is left as it is: "
+                  "remove it or give another path",
+                  path, why);
+}
+
+static const char no_format_member[] = "no JSON object naming \"format\": \"" CACHE_FORMAT "\"";
+
+/* What stat says of the file at path: *exists 0 when there is none; a folder or other non-regular
+ * file, or one larger than any cache, is refused. */
+static fp4_status stat_replaceable(const char *path, int *exists, struct stat *sb) {
+  *exists = 0;
+  if (stat(path, sb) != 0) return FP4_OK; /* no file yet (a folder that cannot be searched fails later, naming it) */
+  *exists = 1;
+  if (!S_ISREG(sb->st_mode))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "fp4_tuning_cache_save: %s exists and is not a regular file; it is left as it is",
+                    path);
+  if (sb->st_size > CACHE_MAX_BYTES) return refuse_not_cache(path, "larger than any cache");
+  return FP4_OK;
+}
+
+/* The check a save makes before it creates the lock file beside path: stat, then the first bytes.
+ * A refusal here is final (the whole file was seen, or it does not even start as a JSON object); a
+ * longer file that starts as one but names no format in its first bytes is left to the full read
+ * under the lock (read_replaceable), which decides. */
+static fp4_status check_replaceable(const char *path) {
+  int exists = 0;
+  struct stat sb;
+  fp4_status st = stat_replaceable(path, &exists, &sb);
+  if (st || !exists) return st;
+  char head[4096];
+  size_t n = 0;
+  int whole = 0;
+  if (read_head(path, head, sizeof head, &n, &whole)) return refuse_unreadable(path);
+  if (looks_like_cache(head, n)) return FP4_OK;
+  const char *p = skip_blanks(head, head + n);
+  if (whole || (p < head + n && *p != '{')) return refuse_not_cache(path, no_format_member);
+  return FP4_OK;
+}
+
 /* The file at path, when there is one, if a save may replace it: *text receives its bytes (malloc'ed,
  * *len of them) and *mode its permissions; NULL and -1 when there is no file. A folder or other
  * non-regular file, a file that cannot be read, or one that is not recognisably a tuning cache is
  * refused: a save never destroys what it cannot tell is a cache. */
 static fp4_status read_replaceable(const char *path, char **text, size_t *len, int *mode) {
-  static const char fn[] = "fp4_tuning_cache_save";
   *text = NULL;
   *len = 0;
   *mode = -1;
+  int exists = 0;
   struct stat sb;
-  if (stat(path, &sb) != 0) return FP4_OK; /* no file yet (a folder that cannot be searched fails later, naming it) */
-  if (!S_ISREG(sb.st_mode))
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s exists and is not a regular file; it is left as it is", fn, path);
-  fp4_status st = read_cache_text(path, text, len);
-  if (st == FP4_ERR_NOT_FOUND || st == FP4_ERR_IO) {
-    char why[512];
-    fp4_reason(why, sizeof why, "%s", fp4_last_error());
-    return fp4_fail(FP4_ERR_IO, "%s: %s exists but cannot be read (%s); it is left as it is", fn, path, why);
-  }
-  if (st == FP4_ERR_FORMAT || (!st && !looks_like_cache(*text, *len))) {
+  fp4_status st = stat_replaceable(path, &exists, &sb);
+  if (st || !exists) return st;
+  st = read_cache_text(path, text, len);
+  if (st == FP4_ERR_NOT_FOUND || st == FP4_ERR_IO) return refuse_unreadable(path);
+  if (st == FP4_ERR_FORMAT) return refuse_not_cache(path, "larger than any cache"); /* grew since the stat */
+  if (st) return st;
+  if (!looks_like_cache(*text, *len)) {
     free(*text);
     *text = NULL;
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
-                    "%s: %s exists and is not an fp4kit tuning cache (%s); it is left as it is: remove it or give "
-                    "another path",
-                    fn, path, st ? "larger than any cache" : "no JSON object naming \"format\": \"" CACHE_FORMAT "\"");
+    return refuse_not_cache(path, no_format_member);
   }
-  if (!st) *mode = (int)(sb.st_mode & 0777);
-  return st;
+  *mode = (int)(sb.st_mode & 0777);
+  return FP4_OK;
 }
 
 /* The cache to write: the entries of the file's text (when it is a usable cache of the same library,
@@ -762,9 +812,9 @@ fp4_status fp4_tuning_cache_save(const fp4_tuning_cache *cache, const char *path
   int mode = -1;
   fp4_status st = make_parent(path);
   if (!st) st = resolve_target(path, target, sizeof target);
-  /* A file that may not be replaced is refused before the lock file is created beside it. */
-  if (!st) st = read_replaceable(target, &text, &len, &mode);
-  free(text);
+  /* A file that may not be replaced is refused before the lock file is created beside it: stat and its
+   * first bytes tell, without reading it all twice. */
+  if (!st) st = check_replaceable(target);
   if (st) return st;
   int lock = -1;
   if ((st = lock_cache(target, &lock))) return st;
