@@ -4,8 +4,9 @@
  * ones and the new one are written back, never as null); a cache path that cannot be written fails
  * before any tuning, saying which path, and one naming a file that is not a cache is refused (exit
  * 2) and left whole; M values that share a bucket are tuned once; an M, N or K out of range is a
- * usage error found before the cache is written; repeated --model options merge their shape sets,
- * each sharded by its own --tp. No timing is asserted. */
+ * usage error found before the cache is written (as is an FP4KIT_DEVICE that is not a device, read
+ * when no --device is given); repeated --model options merge their shape sets, each sharded by its
+ * own --tp. No timing is asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,26 @@ static void out_of_range_values_are_usage_errors(void) {
   }
 }
 
+/* FP4KIT_DEVICE, read when no --device is given, that is not a device: a usage error naming the
+ * command, found before the cache is written; with --device it is not read. */
+static void device_from_the_environment(void) {
+  char cache[128], env[300];
+  snprintf(cache, sizeof cache, "%s/env-device.json", dir);
+  snprintf(env, sizeof env, "FP4KIT_DEVICE=cpu FP4KIT_TUNING_CACHE='%s'", cache);
+  int rc = cli_run(env, "tune --shape 128x256 --op w4a16 --m 1 --runs 1", "envdev");
+  char *err = cli_slurp("envdev.err");
+  CHECK(rc == 2 && err && strstr(err, "fp4kit tune: FP4KIT_DEVICE='cpu' is not a device") &&
+            !cli_count(err, "fp4kit tune: ["),
+        "FP4KIT_DEVICE=cpu: exit %d (expected 2):\n%s", rc, err ? err : "");
+  CHECK(!file_exists(cache), "FP4KIT_DEVICE=cpu: the cache is not written");
+  free(err);
+  rc = cli_run(env, "tune --device -1 --shape 128x256 --op w4a16 --m 1 --runs 1", "envdev");
+  err = cli_slurp("envdev.err");
+  CHECK(rc == 0 && err && !strstr(err, "FP4KIT_DEVICE"), "--device -1 does not read FP4KIT_DEVICE (exit %d):\n%s", rc,
+        err ? err : "");
+  free(err);
+}
+
 static void repeated_models_merge(void) {
   static const struct {
     const char *args, *expect[2];
@@ -236,6 +257,7 @@ int main(void) {
   m_values_sharing_a_bucket();
   non_cache_file_is_kept();
   out_of_range_values_are_usage_errors();
+  device_from_the_environment();
   repeated_models_merge();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -41,9 +41,6 @@ int fp4cli_env_device(const char *cmd, int *device);
 /* The device of a command: *device as given unless it is FP4CLI_DEVICE_UNSET, then FP4KIT_DEVICE
  * (fp4cli_env_device), else 0 when a CUDA device is present, else -1. FP4CLI_OK or FP4CLI_USAGE. */
 int fp4cli_resolve_device(const char *cmd, int *device);
-/* fp4cli_resolve_device for a caller that cannot return a usage status (prefer that one): exits with
- * FP4CLI_USAGE after saying why when FP4KIT_DEVICE is not a device. */
-int fp4cli_default_device(void);
 
 /* Whether a CUDA ordinal can be used: a context on it allocates and frees device memory. When it
  * cannot (no driver, no GPU, no such ordinal, a build without CUDA), why receives the runtime's

@@ -183,7 +183,7 @@ int fp4cli_tune(int argc, char **argv) {
   bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
   int nshapes = 0;
   int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096}, buckets[TUNE_MAX_M];
-  int nm = 5, runs = 20, device = -2, list_only = 0, rc = FP4CLI_OK;
+  int nm = 5, runs = 20, device = FP4CLI_DEVICE_UNSET, list_only = 0, rc = FP4CLI_OK;
   int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
   static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
   const char *cache_path = NULL;
@@ -268,7 +268,7 @@ int fp4cli_tune(int argc, char **argv) {
         cache_path = v;
         break;
       case OPT_DEVICE:
-        if ((rc = fp4cli_parse_int("tune", "--device", v, -1, 1024, &x))) goto usage_quiet;
+        if ((rc = fp4cli_parse_int("tune", "--device", v, -1, FP4CLI_MAX_DEVICE, &x))) goto usage_quiet;
         device = (int)x;
         break;
       default:
@@ -313,7 +313,10 @@ int fp4cli_tune(int argc, char **argv) {
     free(shapes);
     return fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
   }
-  if (device == -2) device = fp4cli_default_device();
+  if ((rc = fp4cli_resolve_device("tune", &device))) {
+    free(shapes);
+    return rc;
+  }
   char why[320];
   if (device >= 0 && !fp4cli_device_usable(device, why, sizeof why)) {
     fprintf(stderr, "fp4kit tune: no usable CUDA device %d (%s); nothing was tuned (--device -1 tunes the host backends)\n",

@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -51,12 +50,6 @@ static int cmd_version(int argc, char **argv) {
 int fp4cli_report(const char *what, fp4_status st) {
   fprintf(stderr, "fp4kit: %s: %s (%s)\n", what, fp4_status_str(st), fp4_last_error());
   return FP4CLI_ERROR;
-}
-
-int fp4cli_default_device(void) {
-  int device = FP4CLI_DEVICE_UNSET;
-  if (fp4cli_resolve_device(NULL, &device)) exit(FP4CLI_USAGE); /* said why; the caller cannot */
-  return device;
 }
 
 int fp4cli_device_usable(int device, char *why, size_t size) {
