@@ -173,19 +173,22 @@ static void non_cache_file_is_kept(void) {
 
 /* Values that fp4_tune would refuse: exit 2, nothing tuned, the cache not created. */
 static void out_of_range_values_are_usage_errors(void) {
-  char shapes[128], big[300];
+  char shapes[128], big[300], wide[300];
   write_in_dir("huge-n.txt", "99999999999999999999 256 huge\n", shapes, sizeof shapes);
   snprintf(big, sizeof big, "--shapes %s", shapes);
+  write_in_dir("wide-n.txt", "2147483649 256 wide\n", shapes, sizeof shapes);
+  snprintf(wide, sizeof wide, "--shapes %s", shapes);
   const struct {
     const char *args, *said;
   } cases[] = {
-      {"--shape 128x256 --m 99999999999999999999", "'99999999999999999999' is not an integer from 1 to 2147483648"},
-      {"--shape 128x256 --m 2147483649", "'2147483649'"},
+      {"--shape 128x256 --m 99999999999999999999", "'99999999999999999999' is not an integer from 1 to 9223372036854775807"},
+      {"--shape 128x256 --m 2147483649", "M 2147483649: m (2147483649) is outside [1, 2^31]"},
       {"--shape 128x256 --m 4,-8", "'-8'"},
       {"--shape 128x256 --m 1,,2", "'' is not an integer"},
-      {"--shape 128x100", "K must be a multiple of 16 for nvfp4"},
-      {"--shape 128x272 --format nvfp4,mxfp4", "K must be a multiple of 32 for mxfp4"},
-      {big, "N and K integers from 1 to 2147483648"},
+      {"--shape 128x100", "k (100) is not a positive multiple of the nvfp4 block size 16"},
+      {"--shape 128x272 --format nvfp4,mxfp4", "k (272) is not a positive multiple of the mxfp4 block size 32"},
+      {big, "huge-n.txt:1: N needs an integer from 1 to 9223372036854775807, not '99999999999999999999'"},
+      {wide, "shape wide (N 2147483649, K 256), w4a16 nvfp4, M 1: n (2147483649) is outside [1, 2^31]"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     char cache[128];

@@ -3,6 +3,7 @@
  * tuning cache that auto selection reads. The shapes of a model are bench's (bench_shapes.c), so
  * `fp4kit tune --model X` then `fp4kit bench --backend auto --model X` meet in the cache. */
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +12,6 @@
 #include "bench.h"
 #include "cli.h"
 
-/* The largest M, N or K fp4_tune takes: a larger value is a usage error, found before the cache is
- * touched. */
-#define TUNE_MAX_DIM ((int64_t)1 << 31)
 enum { TUNE_MAX_M = 32, TUNE_MAX_MODELS = 16 };
 
 static void tune_usage(FILE *f) {
@@ -44,7 +42,7 @@ static void tune_usage(FILE *f) {
           "  --shapes       a file with one GEMM per line ('N K [name]'; '#' starts a comment), or a\n"
           "                 list NxK[,NxK...] as fp4kit bench takes it\n"
           "  --shape NxK    one GEMM (repeatable)\n"
-          "  --m LIST       comma-separated M values from 1 to %lld (default 1,16,128,1024,4096; at most\n"
+          "  --m LIST       comma-separated M values from 1 to 2^31 (default 1,16,128,1024,4096; at most\n"
           "                 %d). Each is tuned at its M bucket, the M the cache keeps one winner for; values\n"
           "                 that share a bucket (100 and 128 are both 128) are tuned once\n"
           "  --op LIST      w4a16 (16-bit activations) and/or w4a4 (FP4 activations); default w4a16,w4a4\n"
@@ -62,23 +60,7 @@ static void tune_usage(FILE *f) {
           "                 file it leads to, which must exist. The file keeps its permissions; a new\n"
           "                 one gets 0666 less the umask\n"
           "  --list-shapes  print the shapes (N K name) and exit\n",
-          TUNE_MAX_MODELS, (long long)TUNE_MAX_DIM, TUNE_MAX_M);
-}
-
-/* A decimal integer from 1 to TUNE_MAX_DIM in s[0..len) into *out; 0 when it is not one (a sign,
- * space, other character, or a value out of range however many digits it has). */
-static int parse_dim(const char *s, size_t len, int64_t *out) {
-  size_t i = 0;
-  while (i + 1 < len && s[i] == '0') i++; /* leading zeros do not count towards the length */
-  if (!len || len - i > 10) return 0;
-  int64_t v = 0;
-  for (; i < len; i++) {
-    if (s[i] < '0' || s[i] > '9') return 0;
-    v = v * 10 + (s[i] - '0');
-  }
-  if (v < 1 || v > TUNE_MAX_DIM) return 0;
-  *out = v;
-  return 1;
+          TUNE_MAX_MODELS, TUNE_MAX_M);
 }
 
 static int read_shapes(const char *path, bench_shape *shapes, int *count) {
@@ -93,13 +75,19 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
     lineno++;
     char *hash = strchr(line, '#');
     if (hash) *hash = 0;
-    char ns[32] = "", ks[32] = "", name[64] = "";
-    int64_t n = 0, k = 0;
+    char ns[32] = "", ks[32] = "", name[64] = "", where_n[600], where_k[600];
+    long long n = 0, k = 0;
     int got = sscanf(line, "%31s %31s %63s", ns, ks, name);
     if (got <= 0) continue; /* blank or comment */
-    if (got < 2 || !parse_dim(ns, strlen(ns), &n) || !parse_dim(ks, strlen(ks), &k)) {
-      fprintf(stderr, "fp4kit tune: %s:%d: expected 'N K [name]' with N and K integers from 1 to %lld\n", path, lineno,
-              (long long)TUNE_MAX_DIM);
+    /* Positive integers; the largest N and K are fp4_tune's to say (the keys are checked before the
+     * cache is touched). */
+    snprintf(where_n, sizeof where_n, "%s:%d: N", path, lineno);
+    snprintf(where_k, sizeof where_k, "%s:%d: K", path, lineno);
+    if (got < 2) {
+      fprintf(stderr, "fp4kit tune: %s:%d: expected 'N K [name]'\n", path, lineno);
+      ok = 0;
+    } else if (fp4cli_parse_int("tune", where_n, ns, 1, INT64_MAX, &n) ||
+               fp4cli_parse_int("tune", where_k, ks, 1, INT64_MAX, &k)) {
       ok = 0;
     } else {
       if (!name[0]) snprintf(name, sizeof name, "%lldx%lld", (long long)n, (long long)k);
@@ -110,38 +98,14 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
   return ok;
 }
 
-/* A comma-separated list of M values into m (at most max); the count, or -1 with why filled. */
-static int parse_m_list(const char *s, int64_t *m, int max, char *why, size_t why_size) {
-  for (int n = 0;; n++) {
-    const size_t len = strcspn(s, ",");
-    if (n == max) {
-      snprintf(why, why_size, "more than %d values", max);
-      return -1;
-    }
-    if (!parse_dim(s, len, &m[n])) {
-      snprintf(why, why_size, "'%.*s' is not an integer from 1 to %lld", (int)(len < 40 ? len : 40), s,
-               (long long)TUNE_MAX_DIM);
-      return -1;
-    }
-    if (!s[len]) return n + 1;
-    s += len + 1;
-  }
-}
-
-/* The M buckets of ms[0..nm) into buckets, each once, in the order given; their count. A value whose
- * bucket an earlier one already has is said on stderr: it names the same cache key, and the tuner
- * times every M at its bucket, so tuning it again would only measure the same GEMM twice. */
-static int m_buckets(const int64_t *ms, int nm, int64_t *buckets) {
+/* How many M buckets the M values fall in, for the summary line. fp4_tune times each bucket once
+ * itself: the keys of the other values are answered with the first's result. */
+static int count_m_buckets(const long long *ms, int nm) {
   int nb = 0;
   for (int i = 0; i < nm; i++) {
-    const int64_t b = fp4_tune_m_bucket(ms[i]);
     int j = 0;
-    while (j < i && fp4_tune_m_bucket(ms[j]) != b) j++;
-    if (j < i)
-      fprintf(stderr, "fp4kit tune: M=%lld shares M bucket %lld with M=%lld: the bucket is tuned once\n",
-              (long long)ms[i], (long long)b, (long long)ms[j]);
-    else
-      buckets[nb++] = b;
+    while (j < i && fp4_tune_m_bucket(ms[j]) != fp4_tune_m_bucket(ms[i])) j++;
+    nb += j == i;
   }
   return nb;
 }
@@ -164,25 +128,121 @@ static int parse_flags(const char *s, const char *const *names, int count, int *
 
 static const char *op_name(fp4_tune_op op) { return op == FP4_TUNE_MM ? "w4a4" : "w4a16"; }
 
-/* Candidates of one key, named on the key's progress line as they start: a slow one is visible
- * while it runs, and the last name printed is the culprit if the run is killed. */
+/* The keys fp4_tune is not allowed to take, said the way it says them (a lookup in an empty cache
+ * checks a key by the rule fp4_tune follows), each with the shape it came from: FP4CLI_USAGE at the
+ * first, else FP4CLI_OK. per_shape: the keys of one shape, which come together. */
+static int check_keys(const fp4_tune_key *keys, int count, const bench_shape *shapes, int per_shape) {
+  fp4_tuning_cache *empty = NULL;
+  fp4_status st = fp4_tuning_cache_create(NULL, &empty);
+  if (st) return fp4cli_report("starting", st);
+  int rc = FP4CLI_OK;
+  for (int i = 0; i < count && !rc; i++) {
+    const fp4_tune_key *key = &keys[i];
+    if (fp4_tuning_cache_lookup(empty, key, NULL, 0, NULL, 0) != FP4_ERR_INVALID_ARGUMENT) continue;
+    const bench_shape *sh = &shapes[i / per_shape];
+    const char *why = fp4_last_error(), *field = strstr(why, "key->");
+    fprintf(stderr, "fp4kit tune: shape %s (N %lld, K %lld), %s %s, M %lld: %s\n", sh->name, (long long)sh->n,
+            (long long)sh->k, op_name(key->op), fp4_format_name(key->format), (long long)key->m,
+            field ? field + strlen("key->") : why);
+    rc = FP4CLI_USAGE;
+  }
+  fp4_tuning_cache_destroy(empty);
+  return rc;
+}
+
+/* What fp4_tune does, one stderr line per key as it goes: the key, its candidates named as they start
+ * (a slow one is visible while it runs, and the last name printed is the culprit if the run is
+ * killed), the winner. A key whose cache entry an earlier key has (its M in the same bucket) is
+ * answered by fp4_tune with that key's result, never timed again: that is said instead. */
 typedef struct progress_state {
-  int candidates;
+  const fp4_tune_key *keys;
+  const fp4_tune_result *results;
+  int *copy_of;   /* per key: the earlier key whose result it was given, or -1 */
+  int next;       /* the first key not said yet */
+  int open;       /* the key whose line is open, or -1 */
+  int candidates; /* named on the open line */
+  int said, distinct;
 } progress_state;
 
-static void progress(void *user, int done, int total, const char *what) {
+static int same_result_key(const fp4_tune_key *a, const fp4_tune_key *b) {
+  return a->op == b->op && a->format == b->format && a->a_dtype == b->a_dtype && a->out_dtype == b->out_dtype &&
+         a->m == b->m && a->n == b->n && a->k == b->k;
+}
+
+static void open_line(progress_state *ps, int i) {
+  const fp4_tune_key *key = &ps->keys[i];
+  fprintf(stderr, "fp4kit tune: [%d/%d] %s %s M=%lld N=%lld K=%lld: ", ++ps->said, ps->distinct, op_name(key->op),
+          fp4_format_name(key->format), (long long)fp4_tune_m_bucket(key->m), (long long)key->n, (long long)key->k);
+  fflush(stderr);
+  ps->open = i;
+  ps->candidates = 0;
+  ps->next = i + 1;
+}
+
+static void close_line(progress_state *ps) {
+  if (ps->open < 0) return;
+  const fp4_tune_result *r = &ps->results[ps->open];
+  if (r->backend[0])
+    fprintf(stderr, " -> %s%s%s %.2f us (%d candidates, %d rejected, %d cut)\n", r->backend, r->config[0] ? ":" : "",
+            r->config, r->median_us, r->candidates, r->rejected, r->cut);
+  else
+    fprintf(stderr, " -> no candidate ran (%d candidates, %d rejected)\n", r->candidates, r->rejected);
+  fflush(stderr);
+  ps->open = -1;
+}
+
+/* Closes the open line and says the keys before end that fp4_tune finished without naming a
+ * candidate: answered with an earlier key's result (the result's key, whose M is the bucket, is that
+ * key's), or with none to time. */
+static void say_until(progress_state *ps, int end) {
+  close_line(ps);
+  for (int i = ps->next; i < end; i++) {
+    const fp4_tune_key *got = &ps->results[i].key;
+    int j = 0;
+    while (j < i && !same_result_key(&ps->results[j].key, got)) j++;
+    if (j < i) {
+      ps->copy_of[i] = j;
+      fprintf(stderr, "fp4kit tune: M=%lld shares M bucket %lld with M=%lld: the bucket is tuned once\n",
+              (long long)ps->keys[i].m, (long long)got->m, (long long)ps->keys[j].m);
+    } else {
+      open_line(ps, i);
+      close_line(ps);
+    }
+  }
+  if (ps->next < end) ps->next = end;
+}
+
+static void progress(void *user, int index, int total, const char *what) {
   progress_state *ps = user;
-  (void)done;
-  (void)total;
-  if (!strcmp(what, "done")) return;
+  if (!strcmp(what, "done")) {
+    say_until(ps, total);
+    return;
+  }
+  if (index != ps->open) {
+    say_until(ps, index);
+    open_line(ps, index);
+  }
   fprintf(stderr, "%s%s", ps->candidates++ ? " " : "", what);
   fflush(stderr);
+}
+
+/* After fp4_tune failed: the key it stopped at (the last whose result names it) ends its line. */
+static void say_stopped(progress_state *ps, int count) {
+  int last = count - 1;
+  while (last >= 0 && !ps->results[last].key.n) last--;
+  if (last < 0) return;
+  if (ps->open != last) {
+    say_until(ps, last);
+    open_line(ps, last);
+  }
+  ps->open = -1;
+  fprintf(stderr, "\n");
 }
 
 int fp4cli_tune(int argc, char **argv) {
   bench_shape *shapes = calloc(BENCH_MAX_SHAPES, sizeof *shapes);
   int nshapes = 0;
-  int64_t ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096}, buckets[TUNE_MAX_M];
+  long long ms[TUNE_MAX_M] = {1, 16, 128, 1024, 4096};
   int nm = 5, runs = 20, device = FP4CLI_DEVICE_UNSET, list_only = 0, rc = FP4CLI_OK;
   int ops[2] = {1, 1}, fmts[2] = {1, 0}; /* [fp4_tune_op], [fp4_format] */
   static const char *const op_names[] = {"w4a4", "w4a16"}, *const fmt_names[] = {"nvfp4", "mxfp4"};
@@ -194,6 +254,11 @@ int fp4cli_tune(int argc, char **argv) {
   } models[TUNE_MAX_MODELS];
   int nmodels = 0, default_tp = 1;
   fp4_dtype act = FP4_DTYPE_BF16, out = FP4_DTYPE_BF16;
+  fp4_context *ctx = NULL;
+  fp4_tuning_cache *cache = NULL;
+  fp4_tune_key *keys = NULL;
+  fp4_tune_result *results = NULL;
+  int *copy_of = NULL;
   if (!shapes) return fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
   enum { OPT_MODEL = 256, OPT_TP, OPT_SHAPES, OPT_SHAPE, OPT_M, OPT_OP, OPT_FORMAT, OPT_ACT, OPT_OUT, OPT_RUNS, OPT_CACHE,
          OPT_DEVICE, OPT_LIST };
@@ -246,7 +311,9 @@ int fp4cli_tune(int argc, char **argv) {
         if (strchr(v, ',') || bench_parse_shapes(v, shapes, &nshapes, why, sizeof why) < 0) bad = "one NxK";
         break;
       case OPT_M:
-        if ((nm = parse_m_list(v, ms, TUNE_MAX_M, why, sizeof why)) < 1) bad = "a comma-separated list of M values";
+        /* Positive integers; the largest M is fp4_tune's to say (the keys are checked before the cache is
+         * touched). */
+        if ((nm = fp4cli_parse_int_list("tune", "--m", v, 1, INT64_MAX, TUNE_MAX_M, ms)) < 0) goto usage_quiet;
         break;
       case OPT_OP:
         if (!parse_flags(v, op_names, 2, ops)) bad = "w4a16 and/or w4a4";
@@ -296,44 +363,44 @@ int fp4cli_tune(int argc, char **argv) {
     free(shapes);
     return FP4CLI_OK;
   }
-  /* What fp4_tune would refuse is refused here, before the device or the cache is touched. */
+  /* The keys, by shape, format, op and M as given; M values of one bucket name one cache entry, which
+   * fp4_tune times once. */
+  const int nops = ops[0] + ops[1], nfmts = fmts[0] + fmts[1], per_shape = nfmts * nops * nm;
+  const int nkeys = nshapes * per_shape, nb = count_m_buckets(ms, nm), nk = nshapes * nfmts * nops * nb;
+  keys = calloc((size_t)nkeys, sizeof *keys);
+  results = calloc((size_t)nkeys, sizeof *results);
+  copy_of = malloc(sizeof *copy_of * (size_t)nkeys);
+  if (!keys || !results || !copy_of) {
+    rc = fp4cli_report("starting", FP4_ERR_OUT_OF_MEMORY);
+    goto done;
+  }
+  int k = 0;
   for (int s = 0; s < nshapes; s++)
-    for (int f = 0; f < 2; f++) {
-      const int block = fp4_format_block_size((fp4_format)f);
-      if (fmts[f] && shapes[s].k % block) {
-        fprintf(stderr, "fp4kit tune: shape %s (N %lld, K %lld): K must be a multiple of %d for %s\n", shapes[s].name,
-                (long long)shapes[s].n, (long long)shapes[s].k, block, fmt_names[f]);
-        goto usage_quiet;
-      }
-    }
-  const int nb = m_buckets(ms, nm, buckets);
+    for (int f = 0; f < 2; f++)
+      for (int o = 0; o < 2; o++)
+        for (int i = 0; i < nm && fmts[f] && ops[o]; i++)
+          keys[k++] = (fp4_tune_key){(fp4_tune_op)o, (fp4_format)f, o == FP4_TUNE_MM ? FP4_DTYPE_E2M1X2 : act, out, ms[i],
+                                     shapes[s].n, shapes[s].k};
+  for (int i = 0; i < nkeys; i++) copy_of[i] = -1;
+  /* What fp4_tune would refuse is refused here, before the device or the cache is touched. */
+  if ((rc = check_keys(keys, nkeys, shapes, per_shape))) goto done;
   char path[4096];
   if (cache_path) snprintf(path, sizeof path, "%s", cache_path);
   else if (fp4_tuning_cache_default_path(path, sizeof path)) {
-    free(shapes);
-    return fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
+    rc = fp4cli_report("finding the cache file", FP4_ERR_NOT_FOUND);
+    goto done;
   }
-  if ((rc = fp4cli_resolve_device("tune", &device))) {
-    free(shapes);
-    return rc;
-  }
+  if ((rc = fp4cli_resolve_device("tune", &device))) goto done;
   char why[320];
   if (device >= 0 && !fp4cli_device_usable(device, why, sizeof why)) {
     fprintf(stderr, "fp4kit tune: no usable CUDA device %d (%s); nothing was tuned (--device -1 tunes the host backends)\n",
             device, why);
-    free(shapes);
-    return FP4CLI_ERROR;
+    rc = FP4CLI_ERROR;
+    goto done;
   }
 
-  const int nops = ops[0] + ops[1], nfmts = fmts[0] + fmts[1];
-  const int nk = nshapes * nb * nops * nfmts;
-  fp4_context *ctx = NULL;
-  fp4_tuning_cache *cache = NULL;
-  fp4_tune_key *keys = calloc((size_t)nk, sizeof *keys);
-  fp4_tune_result *results = calloc((size_t)nk, sizeof *results);
   fp4_device_info dev;
-  fp4_status st = keys && results ? FP4_OK : FP4_ERR_OUT_OF_MEMORY;
-  if (!st) st = fp4_context_create(&ctx, device);
+  fp4_status st = fp4_context_create(&ctx, device);
   if (!st) st = fp4_device_info_get(ctx, &dev);
   if (!st) st = fp4_tuning_cache_create(ctx, &cache);
   if (st) {
@@ -362,13 +429,6 @@ int fp4cli_tune(int argc, char **argv) {
     goto done;
   }
   if (unusable[0]) fprintf(stderr, "fp4kit tune: warning: %s; replaced by an empty cache\n", unusable);
-  int k = 0;
-  for (int s = 0; s < nshapes; s++)
-    for (int f = 0; f < 2; f++)
-      for (int o = 0; o < 2; o++)
-        for (int i = 0; i < nb && fmts[f] && ops[o]; i++)
-          keys[k++] = (fp4_tune_key){(fp4_tune_op)o, (fp4_format)f, o == FP4_TUNE_MM ? FP4_DTYPE_E2M1X2 : act, out,
-                                     buckets[i], shapes[s].n, shapes[s].k};
   char ops_s[16], fmts_s[16];
   snprintf(ops_s, sizeof ops_s, "%s%s%s", ops[1] ? "w4a16" : "", ops[0] && ops[1] ? "," : "", ops[0] ? "w4a4" : "");
   snprintf(fmts_s, sizeof fmts_s, "%s%s%s", fmts[0] ? "nvfp4" : "", nfmts == 2 ? "," : "", fmts[1] ? "mxfp4" : "");
@@ -384,30 +444,16 @@ int fp4cli_tune(int argc, char **argv) {
            runs);
   printf("%d keys; cache %s\n", nk, path);
   fflush(stdout);
-  for (int i = 0; i < nk && !rc; i++) {
-    const fp4_tune_key *key = &keys[i];
-    fprintf(stderr, "fp4kit tune: [%d/%d] %s %s M=%lld N=%lld K=%lld: ", i + 1, nk, op_name(key->op),
-            fp4_format_name(key->format), (long long)fp4_tune_m_bucket(key->m), (long long)key->n, (long long)key->k);
-    fflush(stderr);
-    progress_state ps = {0};
-    st = fp4_tune(ctx, key, 1, runs, cache, &results[i], progress, &ps);
-    const fp4_tune_result *r = &results[i];
-    if (st) {
-      fprintf(stderr, "\n");
-      rc = fp4cli_report("tuning", st);
-    } else if (r->backend[0]) {
-      fprintf(stderr, " -> %s%s%s %.2f us (%d candidates, %d rejected, %d cut)\n", r->backend, r->config[0] ? ":" : "",
-              r->config, r->median_us, r->candidates, r->rejected, r->cut);
-    } else {
-      fprintf(stderr, " -> no candidate ran (%d candidates, %d rejected)\n", r->candidates, r->rejected);
-    }
-    fflush(stderr);
+  progress_state ps = {.keys = keys, .results = results, .copy_of = copy_of, .open = -1, .distinct = nk};
+  if ((st = fp4_tune(ctx, keys, nkeys, runs, cache, results, progress, &ps))) {
+    say_stopped(&ps, nkeys);
+    rc = fp4cli_report("tuning", st);
   }
   printf("\n%-5s %-5s %8s %8s %8s  %-16s %-14s %12s %10s %s\n", "op", "fmt", "M bucket", "N", "K", "winner", "config",
          "median us", "TFLOP/s", "candidates (rejected, cut)");
-  for (int i = 0; i < k && i < nk; i++) {
+  for (int i = 0; i < nkeys; i++) {
     const fp4_tune_result *r = &results[i];
-    if (!r->key.n) continue; /* not reached (an error stopped the run) */
+    if (!r->key.n || copy_of[i] >= 0) continue; /* not reached (an error stopped the run), or a copy */
     double tflops = r->median_us > 0 ? 2.0 * (double)r->key.m * (double)r->key.n * (double)r->key.k / (r->median_us * 1e6) : 0;
     printf("%-5s %-5s %8lld %8lld %8lld  %-16s %-14s %12.2f %10.2f %d (%d, %d)\n", op_name(r->key.op),
            fp4_format_name(r->key.format), (long long)r->key.m, (long long)r->key.n, (long long)r->key.k,
@@ -425,6 +471,7 @@ done:
   fp4_context_destroy(ctx);
   free(keys);
   free(results);
+  free(copy_of);
   free(shapes);
   return rc;
 usage:
