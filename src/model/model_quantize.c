@@ -408,7 +408,7 @@ static fp4_status plan_files(qctx *q, const fp4_safetensors *st, const char *in_
     if (!s && !(names[n++] = strdup(nm))) s = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   }
   closedir(d);
-  if (!s) qsort(names, (size_t)n, sizeof *names, cmp_names);
+  if (!s && n > 1) qsort(names, (size_t)n, sizeof *names, cmp_names); /* names is NULL when n is 0 */
   if (!s && !(q->files = calloc((size_t)(n ? n : 1), sizeof *q->files)))
     s = fp4_fail(FP4_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
   for (int i = 0; i < n && !s && names[i]; i++) {
