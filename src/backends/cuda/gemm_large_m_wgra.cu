@@ -56,10 +56,10 @@
  * gemm_large_m_rd.cu: e2m1 bit patterns by byte permutes, sign in bit 15, one packed multiply by the
  * block scale; e2m1 * scale has at most 6 significant bits and lies in the range of the type, so the
  * product is exact; bf16/f16 packed multiplies keep subnormals; 2^127 * codes >= 2 overflow to inf
- * as in FP32; NaN scales stay NaN). The dense two-CTA tiles decode NVFP4 for bf16 activations by
- * multiplies instead (wgra_decode_word_mul: the MMAs see e2m1 * scale * 2^-8, the sums are scaled
- * back by 2^8; wgra_cfg::MUL). tests/test_cuda_wgra.c checks both forms on the GPU over all 16 codes
- * x all 256 scale bytes.
+ * as in FP32; NaN scales stay NaN). The two-CTA tiles (dense and grouped) decode NVFP4 for bf16
+ * activations by multiplies instead (wgra_decode_word_mul: the MMAs see e2m1 * scale * 2^-8, the
+ * sums are scaled back by 2^8; wgra_cfg::MUL). tests/test_cuda_wgra.c checks both forms on the GPU
+ * over all 16 codes x all 256 scale bytes.
  *
  * Pipelining. The fragments of K tile kt + 1 are decoded while the four wgmma of tile kt run:
  * two fragment buffers (16 registers each), one commit group per K tile. Per tile:
@@ -119,9 +119,7 @@ constexpr int kLag = 2;
 /* Row stride, in floats, of the epilogue's staging tile [tokens][128 weight rows] (in the ring). */
 constexpr int kStageLd = kWgraRows + 4;
 
-/* MUL_OK: the kernel may take the multiply form of the weight decode (the dense tiles; the grouped
- * MoE tiles keep the lookups until that form has run through their GPU tests). */
-template <int BT, int STAGES, int FMT, int ACT, bool MUL_OK = true>
+template <int BT, int STAGES, int FMT, int ACT>
 struct wgra_cfg {
   static constexpr bool NV = FMT == FP4_FORMAT_NVFP4;
   static constexpr bool F16 = ACT == FP4_CUDA_ACT_F16;
@@ -134,7 +132,7 @@ struct wgra_cfg {
   static constexpr int D = STAGES - 1; /* K tiles whose copies are in flight ahead of the consumers */
   static constexpr int CTAS_PER_SM = wgra_ctas_per_sm(BT);
   /* the weight decode's multiply form (wgra_decode_word_mul) where it is the faster one */
-  static constexpr bool MUL = MUL_OK && NV && !F16 && CTAS_PER_SM == 2;
+  static constexpr bool MUL = NV && !F16 && CTAS_PER_SM == 2;
   static_assert(BT == 32 || BT == 64 || BT == 128 || BT == 160 || BT == 192 || BT == 256,
                 "wgmma n32, n64, n128, n160, n192 or n256");
   static_assert(SLOT % 1024 == 0, "activation tiles stay 1024-byte aligned");
@@ -192,7 +190,7 @@ __device__ __forceinline__ uint32_t wgra_gather(uint32_t w0, uint32_t w1, uint32
   return __byte_perm(__byte_perm(w0, w1, sel), __byte_perm(w2, w3, sel), 0x5410);
 }
 
-/* The multiply form (NVFP4 with bf16 activations, the dense two-CTA tiles: wgra_cfg::MUL): byte i of x
+/* The multiply form (NVFP4 with bf16 activations, the two-CTA tiles: wgra_cfg::MUL): byte i of x
  * (codes 2i, 2i + 1) -> 16-bit pair i as bf16 e2m1 * 2^-126 (the code's magnitude bits in exponent
  * and mantissa, its sign in bit 15: a subnormal for 0.5) times the pair s = scale * 2^118
  * (wgra_e4m3x2_pairs), so e2m1 * scale * 2^-8: exact (at most 6 significant bits, 2^-18 .. 10.5), and
@@ -913,7 +911,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) gemm_wgra_
 template <int BT, int STAGES, int FMT, int ACT>
 __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wgra_kernel(glm_params p) {
 #if FP4_SM90A_BODY
-  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>;
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>;
   __shared__ __align__(8) uint64_t full[STAGES], empty[STAGES];
   __shared__ int64_t row_off[BT];
   __shared__ long long tile_info[3]; /* expert, first row, end row (-1: no tile) */
@@ -984,7 +982,7 @@ __global__ void __launch_bounds__(kWgraThreads, wgra_ctas_per_sm(BT)) grouped_wg
       if (col < p.n) glm_store4(p, m0 + t, col, *reinterpret_cast<const float4 *>(stage + t * kStageLd + 4 * lane), scale);
   }
 #elif defined(__CUDA_ARCH__)
-  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>; /* referenced, as in gemm_wgra_kernel */
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>; /* referenced, as in gemm_wgra_kernel */
   (void)p;
   (void)G::NV, (void)G::F16, (void)G::MUL, (void)G::D, (void)G::CTAS_PER_SM;
   __trap(); /* the host never launches this outside sm_90a code (fp4_cuda_grouped_wgra_supported) */
@@ -1116,7 +1114,7 @@ static_assert(wgra_ctas_per_sm(32) == FP4_DENSE_WGRA_CTAS_PER_SM(32) && wgra_cta
 
 template <int BT, int STAGES, int FMT, int ACT>
 cudaError_t grouped_wgra_launch(const glm_params &p, int64_t ctas, cudaStream_t s, int pdl) {
-  using G = wgra_cfg<BT, STAGES, FMT, ACT, false>; /* the kernel's */
+  using G = wgra_cfg<BT, STAGES, FMT, ACT>; /* the kernel's */
   auto kernel = grouped_wgra_kernel<BT, STAGES, FMT, ACT>;
   static const bool pool_ok = wgra_register_pool_ok<BT>(reinterpret_cast<const void *>(kernel));
   if (!pool_ok) return cudaErrorInvalidConfiguration;
