@@ -30,9 +30,11 @@
  * expert's on the dense kernels or the routing in gate_up.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fp4kit.h"
 #include "harness.h"
@@ -47,6 +49,20 @@
 #endif
 
 static int g_runs, g_failures, g_skips;
+
+/* A section's tally, after the seconds since the start: the whole test takes minutes on a GPU, and
+ * a run cut short by a time limit still shows where the time went. */
+static struct timespec g_t0; /* main's start */
+static void progress(const char *fmt, ...) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  printf("[%6.1f s] ", (double)(t.tv_sec - g_t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - g_t0.tv_nsec));
+  va_list ap;
+  va_start(ap, fmt);
+  vprintf(fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
 /* The config every case runs (NULL: the library's choice); the passes below set it. */
 static const char *g_config;
 
@@ -1353,6 +1369,7 @@ static void test_graph_capture(fp4_context *ctx) { (void)ctx; }
 #endif
 
 int main(int argc, char **argv) {
+  clock_gettime(CLOCK_MONOTONIC, &g_t0);
   /* --library-tiles-only: skip the passes that force each prefill tile (for a quick run);
    * --shared-dense-only: only the shared expert on the dense kernels */
   const int forced_passes = !(argc > 1 && !strcmp(argv[1], "--library-tiles-only"));
@@ -1391,20 +1408,20 @@ int main(int argc, char **argv) {
    * would take the prefill tiles by default: that path must stay covered. */
   g_config = "moe.streaming";
   test_grouped(ctx);
-  printf("grouped GEMM: %d cases, %d failures\n", g_runs, g_failures);
+  progress("grouped GEMM: %d cases, %d failures\n", g_runs, g_failures);
   test_cluster_k_split(ctx);
-  printf("+ the lean kernel's cluster K split: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ the lean kernel's cluster K split: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_small(ctx);
-  printf("+ MoE layer: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ MoE layer: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_qwen(ctx);
-  printf("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ Qwen3.5-shaped MoE: %d cases, %d failures\n", g_runs, g_failures);
   test_moe_prefill(ctx);
-  printf("+ prefill-sized MoE: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ prefill-sized MoE: %d cases, %d failures\n", g_runs, g_failures);
   g_config = NULL; /* from here on the library's own rule */
   test_moe_large(ctx);
-  printf("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ MoE on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
   test_grouped_large(ctx);
-  printf("+ grouped GEMM on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
+  progress("+ grouped GEMM on the large-M tiles: %d cases, %d failures\n", g_runs, g_failures);
   /* On SM90 (sm_90a code) the cases above ran the register-A wgmma tiles at the token width the
    * library picks from the mean rows per expert; each width runs them here too (elsewhere those
    * configs are refused, and the passes are skipped), with the bound M-tile numbering once, and so
@@ -1421,31 +1438,31 @@ int main(int argc, char **argv) {
     g_config = forced[i];
     test_moe_large(ctx);
     test_grouped_large(ctx);
-    printf("+ the same on %s: %d cases, %d failures, %d refused (f32 / MXFP4 f16 activations)\n", forced[i], g_runs,
+    progress("+ the same on %s: %d cases, %d failures, %d refused (f32 / MXFP4 f16 activations)\n", forced[i], g_runs,
            g_failures, g_skips);
   }
   g_config = NULL;
   test_device_scalars(ctx);
-  printf("+ device scalars against by-value: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ device scalars against by-value: %d checks, %d failures\n", g_runs, g_failures);
   test_graph_capture(ctx);
-  printf("+ CUDA graph capture against eager: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ CUDA graph capture against eager: %d checks, %d failures\n", g_runs, g_failures);
 #if FP4KIT_HAVE_CUDA
   test_silu_bits(ctx);
   test_silu_epilogue_bits(ctx);
   test_extra_slot_bits(ctx);
-  printf("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ bf16 SiLU*up bits: %d checks, %d failures\n", g_runs, g_failures);
   test_quantize_bf16_bits(ctx);
-  printf("+ W4A4 decode inputs quantized to bf16 in one kernel: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ W4A4 decode inputs quantized to bf16 in one kernel: %d checks, %d failures\n", g_runs, g_failures);
 #endif
   test_path_selection(ctx);
-  printf("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ path selection: %d checks, %d failures\n", g_runs, g_failures);
   test_shared_dense_info(ctx);
   test_shared_dense_cases(ctx);
-  printf("+ the shared expert on the dense kernels: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ the shared expert on the dense kernels: %d checks, %d failures\n", g_runs, g_failures);
   test_invalid_ids(ctx);
   test_route_fused(ctx);
-  printf("+ the routing in the gate_up launch: %d checks, %d failures\n", g_runs, g_failures);
-  printf("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
+  progress("+ the routing in the gate_up launch: %d checks, %d failures\n", g_runs, g_failures);
+  progress("test_cuda_moe: %d checks, %d failures\n", g_runs, g_failures);
   fp4_context_destroy(ctx);
   return g_failures ? 1 : 0;
 }
