@@ -292,6 +292,20 @@ static void test_row_limits(void) {
   s.act = FP4_CUDA_ACT_BF16;
   s.rows = 400 * 10; /* 8 rows: the lean kernel on every table */
   EXPECT(fp4_moe_choose_gemm(&s, 0, &a100).kernel == FP4_MOE_KERNEL_LEAN, "8 rows per slot on SM80: not lean");
+  /* the lean kernel's grid keeps a slice for a shared expert: 65534 active experts at most; at 65535
+   * (which the grouped kernels' rule admits) the tensor-core kernel, whose grid takes them all */
+  fp4_moe_gemm_shape many = s;
+  char why[320];
+  many.experts = many.rows = 65534;
+  const fp4_moe_variant at_limit = fp4_moe_choose_gemm(&many, 0, &h200);
+  EXPECT(at_limit.kernel == FP4_MOE_KERNEL_LEAN, "65534 active experts: not the lean kernel");
+  many.experts = many.rows = 65535;
+  const fp4_moe_variant over = fp4_moe_choose_gemm(&many, 0, &h200);
+  EXPECT(over.kernel == FP4_MOE_KERNEL_MMA && fp4_moe_variant_check(&over, &many, &h200, why, sizeof why) == 0,
+         "65535 active experts: %s, not the tensor-core kernel", fp4_moe_variant_name(&over));
+  EXPECT(fp4_moe_variant_check(&at_limit, &many, &h200, why, sizeof why) == -1 && strstr(why, "at most 65534") &&
+             strstr(why, "65535"),
+         "%s on 65535 active experts: %s", fp4_moe_variant_name(&at_limit), why);
   EXPECT(!fp4_moe_prefill_wanted(512 * 12, 512, &h200) && fp4_moe_prefill_wanted(512 * 12 + 1, 512, &h200),
          "SM90: the prefill tiles not from 13 rows per slot");
   EXPECT(!fp4_moe_prefill_wanted(512 * 15, 512, &a100) && fp4_moe_prefill_wanted(512 * 15 + 1, 512, &a100),

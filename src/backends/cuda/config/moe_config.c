@@ -151,8 +151,10 @@ static fp4_moe_variant choose_streaming(const fp4_moe_gemm_shape *s, const fp4_m
   const int nt = mma_token_tiles(mean);
   const int64_t splits = row_splits(s->rows, slots, nt);
   /* The lean kernel up to 8 rows per slot; NVFP4 up to lean_max_rows (moe_sm90.h), where it beat the
-   * tensor-core kernel's two token tiles. Above 8 rows its splits are those of the launch (nt = 2). */
-  if (act16(s->act) && (nt == 1 || (s->format == FP4_FORMAT_NVFP4 && mean <= r->lean_max_rows))) {
+   * tensor-core kernel's two token tiles. Above 8 rows its splits are those of the launch (nt = 2).
+   * Its grid takes FP4_MOE_LEAN_MAX_SLOTS active experts; more run on the tensor-core kernel. */
+  if (act16(s->act) && slots <= FP4_MOE_LEAN_MAX_SLOTS &&
+      (nt == 1 || (s->format == FP4_FORMAT_NVFP4 && mean <= r->lean_max_rows))) {
     /* The lean decode kernel: K split over 2 warps, over 4 when 2 would fill less than half a wave;
      * two spans per CTA when a span holds under 64 KiB of codes and the grid still has 8 waves of
      * row groups (docs/moe.md). NVFP4 only: MXFP4's per-slab scale factoring spills with KW < 4. */
@@ -288,6 +290,11 @@ int fp4_moe_variant_check(const fp4_moe_variant *v, const fp4_moe_gemm_shape *s,
     if (!act16(s->act))
       return snprintf(why, why_size, "%s takes bf16/f16 activation rows (this GEMM's are %s)", name,
                       s->act == FP4_CUDA_ACT_F32 ? "f32" : "FP4"), -1;
+    if (slots_of(s->rows, s->experts) > FP4_MOE_LEAN_MAX_SLOTS)
+      return snprintf(why, why_size,
+                      "%s takes at most %d active experts (min(E, rows) = %lld; a grid slice each and one for a "
+                      "shared expert); moe.mma.w<W> and moe.fma take 65535",
+                      name, FP4_MOE_LEAN_MAX_SLOTS, (long long)slots_of(s->rows, s->experts)), -1;
     if (v->ksplit < 4 && s->format != FP4_FORMAT_NVFP4)
       return snprintf(why, why_size, "%s: a K split below 4 warps is compiled for NVFP4 only (MXFP4 spills)", name), -1;
     if (v->fixed_k && !lean_fixed_k_possible(s))

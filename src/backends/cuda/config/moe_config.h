@@ -73,6 +73,12 @@ typedef struct fp4_moe_variant {
   int kparts;         /* lean: CTAs of a cluster splitting K (2, 4; 0: no cluster)     */
 } fp4_moe_variant;
 
+/* Active experts (min(E, rows)) the lean kernel takes: its grid's z dimension (at most 65535) holds
+ * one slice per active expert and keeps one for the shared expert as an extra slot, and its launch
+ * (moe_grouped.cu) refuses more whether or not that slot is used. The tensor-core and CUDA-core
+ * kernels take 65535. */
+enum { FP4_MOE_LEAN_MAX_SLOTS = 65534 };
+
 /* Facts of the device the chooser and the rules need (gathered once per device). */
 typedef struct fp4_moe_arch {
   int major, minor;
