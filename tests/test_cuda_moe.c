@@ -52,7 +52,7 @@ static int g_runs, g_failures, g_skips;
 
 /* A section's tally, after the seconds since the start: the whole test takes minutes on a GPU, and
  * a run cut short by a time limit still shows where the time went. */
-static struct timespec g_t0; /* main's start */
+static struct timespec g_t0; /* when the program started */
 static void progress(const char *fmt, ...) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
