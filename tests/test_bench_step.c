@@ -197,6 +197,11 @@ static void test_plan_errors(void) {
   CHECK_ERROR(step_plan_make("no-such-model", 1, 1, &p), FP4_ERR_NOT_FOUND, "no embedded shape set");
   /* DeepSeek-R1: dense MLP in layers 0-2, MoE in 3-60: not one repeated layer. */
   CHECK_ERROR(step_plan_make("deepseek-r1", 1, 1, &p), FP4_ERR_UNSUPPORTED, "not one repeated layer");
+  /* Shards whose K is no whole number of NVFP4 blocks have no FP4 bytes: Llama-3.1-8B TP256 leaves
+   * down_proj K = 14336 / 256 = 56, Qwen3-30B-A3B MoE-TP64 the experts' w2 K = 768 / 64 = 12. */
+  CHECK_ERROR(step_plan_make("llama-3.1-8b", 256, 1, &p), FP4_ERR_UNSUPPORTED, "mlp.down_proj: 4096 x 56");
+  CHECK(strstr(fp4_last_error(), "block size 16") != NULL, "K 56: '%s' names no block size", fp4_last_error());
+  CHECK_ERROR(step_plan_make("qwen3-30b-a3b", 64, 1, &p), FP4_ERR_UNSUPPORTED, "mlp.experts.down_proj: 2048 x 12");
 }
 
 static void test_routing(void) {

@@ -69,6 +69,12 @@ fp4_status step_plan_make(const char *model, int tp, int ep, step_plan *plan) {
   for (int i = 0; i < count; i++) {
     const fp4_gemm_shape *g = &s[i];
     if (strcmp(g->storage, "nvfp4")) continue; /* BF16 / FP8 linears are not the FP4 part */
+    if (fp4_bytes(g->n, g->k) < 0) { /* a shard's K no whole number of blocks: it has no FP4 bytes */
+      char why[256];
+      snprintf(why, sizeof why, "%s", fp4_last_error());
+      return fp4_set_error(FP4_ERR_UNSUPPORTED, "%s: %lld x %lld at tp %d, ep %d is not an NVFP4 weight (%s)", g->name,
+                           (long long)g->n, (long long)g->k, tp, ep, why);
+    }
     const int shared = strstr(g->name, "shared_expert") != NULL;
     int64_t per_layer = 1;
     if ((g->experts > 0 || shared) && moe_at < 0) {
