@@ -250,6 +250,8 @@ static void test_options(void) {
       {"--step llama-3.1-8b --rounds 2", "--rounds needs an integer from 3 to 10000"},
       {"--step llama-3.1-8b --seed 99999999999999999999", "--seed needs an integer from 0 to 9223372036854775807"},
       {"--step llama-3.1-8b --layers 0", "--layers needs an integer"},
+      {"--step llama-3.1-8b --layers 33", "--layers 33: llama-3.1-8b has 32 layers"},
+      {"--step qwen3.5-397b-a17b --ep 8 --layers 61 --plan", "--layers 61: qwen3.5-397b-a17b has 60 layers"},
       {"--step llama-3.1-8b --mode fp8", "--mode is w4a16 or w4a4"},
       {"--step llama-3.1-8b --bogus", "unknown option or missing value: '--bogus'"},
       {"--step llama-3.1-8b --json", "unknown option or missing value: '--json'"},

@@ -113,8 +113,8 @@ static void step_usage(FILE *f) {
           "                 qwen3-30b-a3b too)\n"
           "  --tp N, --ep N tensor / expert parallelism: one rank's shard (default 1, 1)\n"
           "  --batch LIST   tokens per step, comma-separated, each in [1, %d] (default 1,8,64)\n"
-          "  --layers N     build N layers (default: all; fewer are built when the rank's weights do not\n"
-          "                 fit in free device memory, and the record says how many)\n"
+          "  --layers N     build N of the model's layers (default: all; fewer are built when the rank's\n"
+          "                 weights do not fit in free device memory, and the record says how many)\n"
           "  --mode M       w4a16 (default) or w4a4 (activations quantized by fp4_quantize / the MoE layer)\n"
           "  --rounds N     timed steps per way, N in [3, 10000] (default 20)\n"
           "  --seed N       routing and activation seed (default 1)\n"
@@ -1777,6 +1777,12 @@ int bench_step_main(int argc, char **argv) {
   r->o = &o;
   if (step_plan_make(o.model, o.tp, o.ep, &r->plan)) {
     fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
+    free(r);
+    return EXIT_USAGE;
+  }
+  if (o.layers > r->plan.layers) { /* more than the model holds is no step of it */
+    fprintf(stderr, "fp4kit bench --step: --layers %lld: %s has %lld layers\n", (long long)o.layers, o.model,
+            (long long)r->plan.layers);
     free(r);
     return EXIT_USAGE;
   }
