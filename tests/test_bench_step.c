@@ -189,6 +189,30 @@ static void test_moe_plans(void) {
         "qwen3-30b-a3b plan: %d types", p.ntypes);
 }
 
+/* Which types' outputs are partial sums over the ranks (all-reduced with --gpus), and the ranks of a
+ * shard. */
+static void check_reduced(const char *model, int tp, int ep, const char *want) {
+  step_plan p;
+  CHECK(step_plan_make(model, tp, ep, &p) == FP4_OK, "%s tp %d ep %d: %s", model, tp, ep, fp4_last_error());
+  char got[64] = "";
+  for (int i = 0; i < p.ntypes; i++) strcat(got, step_type_reduced(&p, &p.types[i]) ? "1" : "0");
+  CHECK(!strcmp(got, want), "%s tp %d ep %d: reduced types %s, want %s", model, tp, ep, got, want);
+}
+
+static void test_collectives(void) {
+  check_reduced("llama-3.1-8b", 8, 1, "0101");      /* o_proj and down_proj are row-parallel */
+  check_reduced("llama-3.1-8b", 1, 1, "0000");      /* the whole model on each rank: nothing to sum */
+  check_reduced("qwen3-30b-a3b", 8, 1, "011");      /* o_proj, and the MoE-TP8 experts */
+  check_reduced("qwen3-30b-a3b", 1, 8, "001");      /* o_proj replicated (its width is the hidden size) */
+  check_reduced("qwen3.5-397b-a17b", 1, 1, "0");    /* every expert on each rank */
+  check_reduced("qwen3.5-397b-a17b", 1, 8, "1");
+  check_reduced("qwen3.5-397b-a17b", 8, 8, "1");
+  CHECK(step_ranks(8, 8) == 8 && step_ranks(8, 2) == 8 && step_ranks(1, 8) == 8 && step_ranks(8, 1) == 8 &&
+            step_ranks(1, 1) == 1 && step_ranks(2, 8) == 0,
+        "ranks of tp x ep: 8x8 %d, 8x2 %d, 1x8 %d, 8x1 %d, 1x1 %d, 2x8 %d", step_ranks(8, 8), step_ranks(8, 2),
+        step_ranks(1, 8), step_ranks(8, 1), step_ranks(1, 1), step_ranks(2, 8));
+}
+
 static void test_plan_errors(void) {
   step_plan p;
   CHECK_ERROR(step_plan_make("qwen3.5-397b-a17b", 1, 3, &p), FP4_ERR_INVALID_ARGUMENT, "does not split evenly");
@@ -261,7 +285,9 @@ static void test_options(void) {
       {"--step qwen3.5-397b-a17b --ep 3", "does not split evenly over 3 ranks"},
       {"--step deepseek-r1", "not one repeated layer"},
       {"--step llama-3.1-8b --gpus 0", "--gpus needs an integer from 1 to 64"},
-      {"--step llama-3.3-70b --tp 8 --gpus 4", "--gpus 4 runs one rank of the shard per GPU, but --tp 8 x --ep 1 is 8 ranks"},
+      {"--step llama-3.3-70b --tp 8 --gpus 4", "--gpus 4 runs one rank of the shard per GPU, but --tp 8 and --ep 1 make 8 ranks"},
+      {"--step qwen3.5-397b-a17b --tp 8 --ep 8 --gpus 64", "but --tp 8 and --ep 8 make 8 ranks"},
+      {"--step qwen3.5-397b-a17b --tp 2 --ep 8 --gpus 16", "--tp 2 and --ep 8: --gpus runs --tp 1"},
       {"--step llama-3.1-8b --sweep small-m.w8,,small-m.w4", "--sweep 'small-m.w8,,small-m.w4': an empty config name"},
       {"--step llama-3.1-8b --sweep small-m.w8,", "ends with a comma"},
       {"--step llama-3.1-8b --sweep a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t,u,v,w,x,y,z,A,B,C,D,E,F,G", "at most 32 configs"},
@@ -316,6 +342,9 @@ static void test_options(void) {
             strstr(g_out, "\n       1       8 ") && strstr(g_out, "    10.0 (") && strstr(g_out, "\n      64     512 ") &&
             strstr(g_out, "   640.0 ("),
         "--plan for Qwen3.5 EP8 all-to-all: exit %d, '%s'", rc, g_out);
+  /* Expert parallelism lies within the tensor-parallel group (fp4_shape_set's rule): TP8 x EP8 is 8 ranks. */
+  rc = run("--step qwen3.5-397b-a17b --tp 8 --ep 8 --gpus 8 --plan");
+  CHECK(rc == 0 && strstr(g_out, "E 64 (top-2 of 10"), "--plan for Qwen3.5 TP8 x EP8 on 8 GPUs: exit %d, '%s'", rc, g_err);
   rc = run("--step llama-3.3-70b --tp 8 --gpus 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "80 layers"), "--plan with --gpus 8 for TP8: exit %d, stderr '%s'", rc, g_err);
   rc = run("--step llama-3.3-70b --tp 8 --plan");
@@ -895,6 +924,7 @@ int main(void) {
   test_dense_plans();
   test_moe_plans();
   test_plan_errors();
+  test_collectives();
   test_routing();
   test_exchange();
   test_report_forms(1);

@@ -28,10 +28,10 @@
  * MoE layer are the shared expert's plus those of the distinct routed experts its routing touches.
  *
  * --gpus N runs every rank of the shard at once, one thread and one GPU each (run_ranks), with an
- * NCCL all-reduce (step_comm.c) after every call whose output has the model's hidden width: the
- * row-parallel linears of tensor parallelism and the MoE layer, whose ranks each hold a partial sum
- * (expert parallelism with the all-reduce combine, as engines run it without an all-to-all
- * dispatch). With --moe-comm all-to-all, expert parallelism runs as engines with data-parallel
+ * NCCL all-reduce (step_comm.c) after every call whose output each rank holds a partial sum of:
+ * the row-parallel linears of tensor parallelism and the MoE layer with its experts split (expert
+ * parallelism with the all-reduce combine, as engines run it without an all-to-all dispatch); the
+ * shard's ranks are --tp, expert parallelism lying within them, or --ep with --tp 1. With --moe-comm all-to-all, expert parallelism runs as engines with data-parallel
  * attention run it: every rank holds --batch tokens of its own, each token picks top-k experts of
  * the whole model, and the MoE layer is the shared expert on the rank's tokens, a dispatch (rows
  * gathered by destination, one NCCL all-to-all), the routed experts on the rows received (top-1
@@ -93,9 +93,10 @@ static void step_usage(FILE *f) {
           "the codes and scales of the experts its routing touches and the shared expert's), in a CUDA\n"
           "graph: what one kernel per layer costs with no math.\n"
           "\n"
-          "With --gpus N every rank of the --tp x --ep shard runs on a GPU of its own (one thread each), and\n"
-          "the output of every layer whose width is the model's hidden size (row-parallel linears, the MoE\n"
-          "layer) is summed over the ranks by an NCCL all-reduce in place, in the same stream and the same\n"
+          "With --gpus N every rank of the shard runs on a GPU of its own (one thread each): --tp ranks, with\n"
+          "--ep splitting the experts within them, or --ep ranks with --tp 1. The output of every layer that\n"
+          "each rank holds a partial sum of (row-parallel linears under --tp, the MoE layer when its experts\n"
+          "are split) is summed over the ranks by an NCCL all-reduce in place, in the same stream and the same\n"
           "CUDA graph as the layers. Reported besides: the collectives per step, the bytes a rank sends in\n"
           "them (ring: 2 (N - 1) / N of each), their time alone (a graph of only them), and every rank's\n"
           "step time (the record's times are the slowest rank's). --gpus 1 runs the collectives over one\n"
@@ -124,7 +125,7 @@ static void step_usage(FILE *f) {
           "                 bytes of the step, and with --moe-comm all-to-all the rows a rank receives\n"
           "                 and the bytes it sends (rank means and the largest rank's)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
-          "  --gpus N       one rank per GPU: N is 1 or --tp x --ep (at most %d)\n"
+          "  --gpus N       one rank per GPU: N is 1 or the shard's ranks, --tp or --ep with --tp 1 (at most %d)\n"
           "  --moe-comm C   with --gpus: all-reduce (default; every rank sees every token, the MoE output is\n"
           "                 summed over the ranks) or all-to-all (above)\n"
           "  --sweep LIST   also time every layer type with each named config of the cuda backend\n"
@@ -270,15 +271,21 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
     fprintf(stderr, ")\n");
     return EXIT_USAGE;
   }
-  if (o->gpus > 1 && (int64_t)o->gpus != (int64_t)o->tp * o->ep) {
-    fprintf(stderr, "fp4kit bench --step: --gpus %d runs one rank of the shard per GPU, but --tp %d x --ep %d is %lld ranks\n",
-            o->gpus, o->tp, o->ep, (long long)o->tp * o->ep);
-    return EXIT_USAGE;
-  }
   if (o->a2a && (o->tp != 1 || o->gpus != o->ep)) {
     fprintf(stderr, "fp4kit bench --step: --moe-comm all-to-all runs expert parallelism with data-parallel attention, one "
                     "rank per GPU: --tp 1 and --gpus N with N = --ep (here --tp %d, --ep %d, --gpus %d)\n",
             o->tp, o->ep, o->gpus);
+    return EXIT_USAGE;
+  }
+  if (o->gpus > 1 && !step_ranks(o->tp, o->ep)) {
+    fprintf(stderr, "fp4kit bench --step: --tp %d and --ep %d: --gpus runs --tp 1 or --ep at most --tp; wider expert "
+                    "parallelism over tensor-parallel groups would need collectives over each group\n", o->tp, o->ep);
+    return EXIT_USAGE;
+  }
+  if (o->gpus > 1 && o->gpus != step_ranks(o->tp, o->ep)) {
+    fprintf(stderr, "fp4kit bench --step: --gpus %d runs one rank of the shard per GPU, but --tp %d and --ep %d make %d "
+                    "ranks (expert parallelism splits the experts within the tensor-parallel group)\n",
+            o->gpus, o->tp, o->ep, step_ranks(o->tp, o->ep));
     return EXIT_USAGE;
   }
   if (o->nsweep && o->gpus > 1) {
@@ -374,10 +381,9 @@ typedef struct gpu_step {
  * order (a rank that failed must not leave the others waiting in a collective); 1 rank: ok. */
 static int ranks_ok(const gpu_step *g, int ok) { return g->comm ? step_comm_agree_min(g->comm, ok ? 1 : 0) != 0 : ok; }
 
-/* Whether call output of this width is summed over the ranks: the row-parallel linears and the MoE
- * layer write the model's hidden width, and each rank holds a partial sum of it. */
+/* Whether a call's output is summed over the ranks: each holds a partial sum of it. */
 static int reduced(const gpu_step *g, const step_type *ty) {
-  return g->comm && !g->o->a2a && step_out_width(ty) == g->plan->hidden;
+  return g->comm && !g->o->a2a && step_type_reduced(g->plan, ty);
 }
 
 typedef struct step_call {

@@ -62,6 +62,14 @@ void step_routing(uint64_t seed, int64_t layer, int64_t tokens, int64_t top_k, i
 /* Distinct experts among n ids of [0, experts). */
 int64_t step_touched(const int32_t *ids, int64_t n, int64_t experts);
 
+/* Ranks of a tp x ep shard: tp, expert parallelism splitting the experts within the tensor-parallel
+ * group (ep <= tp, fp4_shape_set's rule), or ep with tp 1 (whole experts, attention replicated); 0
+ * for 1 < tp < ep, whose dense layers would need collectives over groups of tp ranks. */
+int step_ranks(int tp, int ep);
+/* Whether every rank holds a partial sum of a type's output, which the multi-GPU step all-reduces:
+ * a row-parallel dense linear (output of the hidden width) under tp > 1, and the MoE layer when its
+ * experts are split (tp or ep > 1). A replicated linear's output is whole on every rank. */
+int step_type_reduced(const step_plan *plan, const step_type *t);
 /* The plan's MoE type, or NULL for a dense model. */
 const step_type *step_moe_type(const step_plan *plan);
 /* Width of a type's output: N, or the hidden size for the MoE type. */

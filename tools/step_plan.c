@@ -130,6 +130,13 @@ fp4_status step_plan_make(const char *model, int tp, int ep, step_plan *plan) {
   return FP4_OK;
 }
 
+int step_ranks(int tp, int ep) { return ep <= tp ? tp : tp == 1 ? ep : 0; }
+
+int step_type_reduced(const step_plan *plan, const step_type *t) {
+  if (t->kind == STEP_MOE) return plan->tp > 1 || plan->ep > 1;
+  return plan->tp > 1 && step_out_width(t) == plan->hidden;
+}
+
 int64_t step_layer_bytes(const step_plan *plan, int64_t touched) {
   int64_t bytes = 0;
   for (int i = 0; i < plan->ntypes; i++) {

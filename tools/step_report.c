@@ -72,8 +72,9 @@ static cJSON *record_json(const step_report *r) {
                                         "weighted outputs back; dense layers run on the rank's own tokens without one; "
                                         "in the step's stream and graph; times are the slowest rank's, bytes the "
                                         "largest rank's; the read and copy peers the slowest GPU's"
-                                      : "an in-place bf16 sum all-reduce (NCCL) after every call whose output has the "
-                                        "model's hidden width (row-parallel linears, the MoE layer), in the step's "
+                                      : "an in-place bf16 sum all-reduce (NCCL) after every call whose output each rank "
+                                        "holds a partial sum of (row-parallel linears under tp > 1, the MoE layer with "
+                                        "its experts split), in the step's "
                                         "stream and graph; times are the slowest rank's; the read and copy peers the "
                                         "slowest GPU's");
   }
