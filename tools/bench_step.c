@@ -73,7 +73,7 @@ static void step_usage(FILE *f) {
   fprintf(f,
           "usage: fp4kit bench --step MODEL [--tp N] [--ep N] [--batch 1,8,64] [--layers N] [--mode w4a16|w4a4]\n"
           "                    [--device N] [--gpus N [--moe-comm all-reduce|all-to-all]] [--rounds N] [--seed N]\n"
-          "                    [--no-peers] [--plan]\n"
+          "                    [--no-peers] [--plan] [--trace]\n"
           "                    [--sweep CONFIG[,CONFIG...]] [--json PATH] [--csv PATH] [--html PATH]\n"
           "\n"
           "Times the FP4 part of one rank's decode step of MODEL on the device: every NVFP4 linear of every\n"
