@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "fp4kit.h"
+#include "model/shard.h" /* fp4_parallel_check */
 
 #include "model_test_check.h"
 
@@ -106,6 +107,12 @@ int main(void) {
         "unknown model: %s", fp4_last_error());
   CHECK(fp4_shape_set(q, 0, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT, "tp 0");
   CHECK(fp4_shape_set(q, 8, 3, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT, "ep 3 with tp 8");
+  /* ep above tp must be a multiple of it (shard.h's rule), checked before any dimension is split */
+  CHECK(fp4_parallel_check("t", 3, 4) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "not a multiple of tp 3"),
+        "ep 4 with tp 3: %s", fp4_last_error());
+  CHECK(fp4_parallel_check("t", 2, 8) == FP4_OK && fp4_parallel_check("t", 8, 2) == FP4_OK &&
+            fp4_parallel_check("t", 1, 7) == FP4_OK,
+        "ep 8 with tp 2, ep 2 with tp 8, ep 7 with tp 1");
   CHECK(fp4_shape_set(q, 3, 1, shapes, 64, &n) == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "evenly") &&
             !strncmp(fp4_last_error(), "fp4_shape_set: sharding ", 24),
         "tp 3 (the message names the function): %s", fp4_last_error());

@@ -13,6 +13,12 @@ fp4_status fp4_parallel_check(const char *fn, int tp, int ep) {
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
                     "%s: ep %d does not divide tp %d; the MoE tensor-parallel degree tp/ep must be whole", fn, ep,
                     tp);
+  /* Wider expert parallelism spans whole tensor-parallel groups: ep 4 over tp 3 would give the
+   * dense layers and the experts rank sets that do not line up. */
+  if (ep > tp && ep % tp != 0)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT,
+                    "%s: ep %d is not a multiple of tp %d; expert parallelism must divide tp or be a multiple of it",
+                    fn, ep, tp);
   return FP4_OK;
 }
 
