@@ -870,6 +870,118 @@ static void test_report_forms(int a2a) {
   free(r);
 }
 
+/* The words of the text table's row for `batch` (its line starts with the batch), at most max. */
+static int table_row(const char *text, long long batch, char words[][64], int max) {
+  char key[32];
+  snprintf(key, sizeof key, "\n%5lld ", batch);
+  const char *at = strstr(text, key);
+  int n = 0;
+  if (!at) return 0;
+  for (at++; *at && *at != '\n' && n < max;) {
+    while (*at == ' ') at++;
+    size_t len = strcspn(at, " \n");
+    if (!len) break;
+    snprintf(words[n++], 64, "%.*s", (int)(len < 63 ? len : 63), at);
+    at += len;
+  }
+  return n;
+}
+
+/* Values the step did not measure, in all four forms: a made-up Llama-3.1-8B TP2 record on 2 GPUs
+ * whose read and copy peers failed. Batch 1 failed after its separate launches (the graphs, the
+ * collectives and the read-only chain unmeasured, the BF16 peer not run); batch 8 measured the step
+ * but not its first layer type alone, which --sweep timed with one config. JSON says null and CSV
+ * leaves the cell empty; the table says "-" and the prose (text and HTML) "not measured" with the
+ * record's reason, never a 0 that reads as a measurement. */
+static void test_report_missing(void) {
+  step_report *r = calloc(1, sizeof *r);
+  step_opts o;
+  memset(&o, 0, sizeof o);
+  o.model = "llama-3.1-8b";
+  o.tp = o.gpus = 2;
+  o.ep = 1;
+  o.rounds = 20;
+  o.seed = 1;
+  o.nsweep = 1;
+  snprintf(o.sweep[0], sizeof o.sweep[0], "small-m.w8");
+  CHECK(r && step_plan_make(o.model, 2, 1, &r->plan) == FP4_OK, "plan: %s", fp4_last_error());
+  if (!r) return;
+  r->o = &o;
+  r->gpus = 2;
+  r->layers_built = 32;
+  snprintf(r->peer_note, sizeof r->peer_note, "read peer: made-up read failure; copy peer: made-up copy failure");
+  snprintf(r->dev.name, sizeof r->dev.name, "made-up GPU");
+  step_point *a = &r->pts[r->npts++], *b = &r->pts[r->npts++];
+  *a = (step_point){.batch = 1, .status = "error", .calls = 128, .bytes = 4.0e9, .eager_us = {1, 900}, .coll_count = 64};
+  snprintf(a->reason, sizeof a->reason, "CUDA graph: made-up graph failure");
+  snprintf(a->bf16_note, sizeof a->bf16_note, "not run: --no-peers");
+  snprintf(a->reads_note, sizeof a->reads_note, "made-up read chain failure");
+  *b = (step_point){.batch = 8, .status = "ok", .calls = 128, .bytes = 4.0e9, .eager_us = {1, 900}, .graph_us = {1, 700},
+                    .pdl_us = {1, 650}, .bf16_us = {1, 1300}, .reads_us = {1, 600}, .coll_count = 64, .coll_us = {1, 50}};
+  snprintf(b->types[0].note, sizeof b->types[0].note, "made-up type failure");
+  b->types[0].sweep_us[0] = (bv){1, 100};
+  for (int t = 0; t < r->plan.ntypes; t++) {
+    a->types[t].calls = b->types[t].calls = 32;
+    a->types[t].bytes = b->types[t].bytes = 1.0e9;
+  }
+  for (int t = 1; t < r->plan.ntypes; t++) b->types[t].us = (bv){1, 150};
+
+  static char text[1 << 16];
+  char path[128];
+  snprintf(path, sizeof path, "%s/missing.txt", dir);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    step_report_print(f, r);
+    fclose(f);
+  }
+  slurp(path, text, sizeof text);
+  CHECK(strstr(text, "read not measured, copy not measured (read peer: made-up read failure; copy peer: made-up copy "
+                     "failure)") != NULL,
+        "table: the peers not measured, with why: '%s'", text);
+  /* batch calls FP4_MB eager graph pdl gain /read /copy tok/s bf16 x_bf16 status */
+  static const char *const want_a[] = {"1", "128", "4000.0", "900.0", "-", "-", "-", "-", "-", "-", "-", "-", "error:"};
+  static const char *const want_b[] = {"8", "128", "4000.0", "900.0", "700.0", "650.0", "1.077", "-", "-", "12308", "1300.0",
+                                       "2.00", "ok"};
+  char words[16][64];
+  for (int row = 0; row < 2; row++) {
+    const char *const *want = row ? want_b : want_a;
+    const int n = table_row(text, row ? 8 : 1, words, 16);
+    int same = n >= 13;
+    for (int i = 0; same && i < 13; i++) same = !strcmp(words[i], want[i]);
+    CHECK(same, "table row of batch %d: %d words, '%s'", row ? 8 : 1, n, text);
+  }
+  CHECK(strstr(text, "  - us  floor         - us      -  ") && strstr(text, "100.0 us  the default's time not measured") &&
+            strstr(text, "600.0 us, read ceiling not measured, copy floor not measured") &&
+            strstr(text, "read-only chain: not measured: made-up read chain failure") &&
+            strstr(text, "alone not measured; step / (read floor + alone) not measured") &&
+            strstr(text, "alone 50.0 us; step / (read floor + alone) not measured") && !strstr(text, " 0.000") &&
+            !strstr(text, " 0.0 ") && !strstr(text, " 0.00x"),
+        "table: the types, the sweep, the read-only chain and the collectives unmeasured: '%s'", text);
+
+  snprintf(path, sizeof path, "%s/missing.html", dir);
+  CHECK(step_report_write(path, r, 2), "writing the HTML");
+  slurp(path, text, sizeof text);
+  CHECK(strstr(text, "read ceiling not measured (read peer: made-up read failure; copy peer: made-up copy failure)") &&
+            strstr(text, "separate launches 900.0 us, graph not measured, graph + PDL not measured (PDL gain not "
+                         "measured), BF16 cuBLAS graph not run: --no-peers; tokens/s bound not measured") &&
+            strstr(text, "BF16 cuBLAS graph 1300.0 us (2.00x); tokens/s bound ") &&
+            strstr(text, "<div class=na>not measured</div></td><td>-</td></tr>") && !strstr(text, "n/a") &&
+            !strstr(text, " 0.0 us") && !strstr(text, "gain 0.000") && !strstr(text, "bound 0<"),
+        "HTML: the values not measured: '%s'", text);
+
+  snprintf(path, sizeof path, "%s/missing.json", dir);
+  CHECK(step_report_write(path, r, 0), "writing the JSON");
+  slurp(path, text, sizeof text);
+  cJSON *root = cJSON_Parse(text);
+  const cJSON *pa = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(root, "points"), 0);
+  CHECK(pa && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(pa, "graph_us")) &&
+            cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(pa, "pdl_gain")) &&
+            cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(pa, "tokens_per_s_bound")) && num(pa, "eager_us") == 900.0,
+        "JSON: null where the table says '-'");
+  cJSON_Delete(root);
+  free(r);
+}
+
 /* --trace's host side: kernel names as CUPTI gives them, and the summary of a made-up replay of two
  * layers of three kernels, given out of order: B overlaps A (PDL), C starts after a hole. */
 static void test_trace_summary(void) {
@@ -929,6 +1041,7 @@ int main(void) {
   test_exchange();
   test_report_forms(1);
   test_report_forms(0);
+  test_report_missing();
   test_options();
   test_trace_summary();
   test_agreement();

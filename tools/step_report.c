@@ -48,9 +48,41 @@ static bv bf16_speedup(const step_point *p) { return p->bf16_us.ok ? div_bv(p->b
 static bv read_floor_us(const step_report *r, double bytes) {
   return r->read_bps.ok ? (bv){1, bytes / r->read_bps.v * 1e6} : (bv){0, 0};
 }
+/* A layer type's read floor over its time: its fraction of the read ceiling. */
+static bv type_frac_read(const step_report *r, const type_result *y) {
+  const bv fl = read_floor_us(r, y->bytes);
+  return fl.ok && y->us.ok && y->us.v > 0 ? (bv){1, fl.v / y->us.v} : (bv){0, 0};
+}
+/* --gpus: the step's read floor plus its collectives alone, and the step's time over that. */
+static bv floor_plus_alone(const step_report *r, const step_point *p) {
+  const bv fl = read_floor_us(r, p->bytes);
+  return fl.ok && p->coll_us.ok ? (bv){1, fl.v + p->coll_us.v} : (bv){0, 0};
+}
+static bv over_floor_plus_alone(const step_report *r, const step_point *p) {
+  const bv base = floor_plus_alone(r, p);
+  return base.ok && p->pdl_us.ok && base.v > 0 ? (bv){1, p->pdl_us.v / base.v} : (bv){0, 0};
+}
+static bv gbps(bv bps) { return (bv){bps.ok, bps.v / 1e9}; }
+
+/* Whether a value was measured: a number in every form, else JSON null, an empty CSV cell, and in
+ * the table and the HTML words that say so, never a 0 that reads as a measurement. */
+static int measured(bv v) { return v.ok && isfinite(v.v); }
+typedef struct shown {
+  char s[64];
+} shown;
+/* A value as fmt writes it, or `missing` where it was not measured. */
+static shown show(bv v, const char *fmt, const char *missing) {
+  shown o;
+  if (measured(v)) snprintf(o.s, sizeof o.s, fmt, v.v);
+  else snprintf(o.s, sizeof o.s, "%s", missing);
+  return o;
+}
+/* The table's cell and the prose's phrase of a value not measured. */
+static shown cell(bv v, const char *fmt) { return show(v, fmt, "-"); }
+static shown prose(bv v, const char *fmt) { return show(v, fmt, "not measured"); }
 
 static void jnum(cJSON *o, const char *key, bv v) {
-  if (v.ok && isfinite(v.v)) cJSON_AddNumberToObject(o, key, v.v);
+  if (measured(v)) cJSON_AddNumberToObject(o, key, v.v);
   else cJSON_AddNullToObject(o, key);
 }
 
@@ -102,8 +134,8 @@ static cJSON *record_json(const step_report *r) {
   cJSON_AddStringToObject(root, "date", r->origin.date);
   cJSON_AddStringToObject(root, "command", r->origin.command);
   cJSON *peers = cJSON_AddObjectToObject(root, "peers");
-  jnum(peers, "read_gbps", (bv){r->read_bps.ok, r->read_bps.v / 1e9});
-  jnum(peers, "copy_gbps", (bv){r->copy_bps.ok, r->copy_bps.v / 1e9});
+  jnum(peers, "read_gbps", gbps(r->read_bps));
+  jnum(peers, "copy_gbps", gbps(r->copy_bps));
   cJSON_AddStringToObject(peers, "note", r->peer_note);
   cJSON_AddStringToObject(peers, "definitions",
                           "read_gbps: fp4_time_peer READ over 1 GiB; frac_read_ceiling = (fp4_bytes / read_gbps) / "
@@ -186,13 +218,11 @@ static cJSON *record_json(const step_report *r) {
       cJSON_AddNumberToObject(c, "bytes_sent_per_rank", x->coll_sent_bytes);
       if (!r->o->a2a) cJSON_AddNumberToObject(c, "ring_bytes_per_rank", x->coll_sent_bytes);
       jnum(c, "alone_us", x->coll_us);
-      const bv fl = read_floor_us(r, x->bytes);
-      const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
-      jnum(c, "read_floor_plus_alone_us", base);
-      jnum(c, "step_over_floor_plus_alone", base.ok && x->pdl_us.ok ? (bv){1, x->pdl_us.v / base.v} : (bv){0, 0});
+      jnum(c, "read_floor_plus_alone_us", floor_plus_alone(r, x));
+      jnum(c, "step_over_floor_plus_alone", over_floor_plus_alone(r, x));
       cJSON *ranks = cJSON_AddArrayToObject(o, "rank_graph_pdl_us");
       for (int k = 0; k < r->gpus; k++)
-        cJSON_AddItemToArray(ranks, x->rank_pdl_us[k].ok ? cJSON_CreateNumber(x->rank_pdl_us[k].v) : cJSON_CreateNull());
+        cJSON_AddItemToArray(ranks, measured(x->rank_pdl_us[k]) ? cJSON_CreateNumber(x->rank_pdl_us[k].v) : cJSON_CreateNull());
     }
     cJSON *tl = cJSON_AddArrayToObject(o, "per_type");
     for (int t = 0; t < p->ntypes; t++) {
@@ -203,8 +233,7 @@ static cJSON *record_json(const step_report *r) {
       cJSON_AddNumberToObject(q, "fp4_bytes", y->bytes);
       jnum(q, "graph_pdl_us", y->us);
       jnum(q, "read_floor_us", read_floor_us(r, y->bytes));
-      bv fl = read_floor_us(r, y->bytes);
-      jnum(q, "frac_read_ceiling", fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : (bv){0, 0});
+      jnum(q, "frac_read_ceiling", type_frac_read(r, y));
       cJSON_AddStringToObject(q, "ran", y->ran);
       cJSON_AddStringToObject(q, "note", y->note);
       if (r->o->nsweep) {
@@ -226,7 +255,7 @@ static cJSON *record_json(const step_report *r) {
 }
 
 static void csv_num(FILE *f, bv v, const char *fmt) {
-  if (v.ok && isfinite(v.v)) fprintf(f, fmt, v.v);
+  if (measured(v)) fprintf(f, fmt, v.v);
   fputc(',', f);
 }
 
@@ -250,7 +279,7 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, y ? none : pdl_gain(x), "%.4f");
       const bv fl = read_floor_us(r, y ? y->bytes : x->bytes);
       csv_num(f, fl, "%.2f");
-      csv_num(f, y ? (fl.ok && y->us.ok ? (bv){1, fl.v / y->us.v} : none) : frac_read(r, x), "%.4f");
+      csv_num(f, y ? type_frac_read(r, y) : frac_read(r, x), "%.4f");
       csv_num(f, y ? none : over_copy(r, x), "%.4f");
       csv_num(f, y ? none : tokens_bound(r, x), "%.1f");
       csv_num(f, y ? none : x->reads_us, "%.2f");
@@ -289,9 +318,7 @@ static void html_bar(FILE *f, const char *name, bv us, bv floor_us, const char *
     fputs("<div class=na>not measured</div>", f);
   if (floor_us.ok && scale > 0)
     fprintf(f, "<div class=f style=\"width:%.1f%%\">%s %.1f us</div>", 100.0 * floor_us.v / scale, floor_name, floor_us.v);
-  fputs("</td><td>", f);
-  if (us.ok && floor_us.ok && us.v > 0) fprintf(f, "%.2f", floor_us.v / us.v);
-  fputs("</td></tr>\n", f);
+  fprintf(f, "</td><td>%s</td></tr>\n", cell(us.ok && floor_us.ok && us.v > 0 ? (bv){1, floor_us.v / us.v} : us, "%.2f").s);
 }
 
 static void write_html(FILE *f, const step_report *r) {
@@ -316,9 +343,12 @@ static void write_html(FILE *f, const step_report *r) {
     html_text(f, r->layers_note);
     fputs(")", f);
   }
-  fprintf(f, "; read ceiling ");
-  if (r->read_bps.ok) fprintf(f, "%.0f GB/s", r->read_bps.v / 1e9);
-  else fputs("not measured", f);
+  fprintf(f, "; read ceiling %s", prose(gbps(r->read_bps), "%.0f GB/s").s);
+  if (!r->read_bps.ok && r->peer_note[0]) {
+    fputs(" (", f);
+    html_text(f, r->peer_note);
+    fputs(")", f);
+  }
   fputs("; commit ", f);
   html_text(f, r->origin.commit);
   fputs(", ", f);
@@ -336,17 +366,21 @@ static void write_html(FILE *f, const step_report *r) {
     if (fl.ok && fl.v > scale) scale = fl.v;
     for (int t = 0; t < p->ntypes; t++)
       if (x->types[t].us.ok && x->types[t].us.v > scale) scale = x->types[t].us.v;
-    if (r->gpus && fl.ok && x->coll_us.ok && fl.v + x->coll_us.v > scale) scale = fl.v + x->coll_us.v;
+    const bv base = floor_plus_alone(r, x);
+    if (r->gpus && base.ok && base.v > scale) scale = base.v;
     fprintf(f, "<h2>batch %lld: %s</h2>\n<p>", (long long)x->batch, x->status);
-    if (x->reason[0]) html_text(f, x->reason);
-    fprintf(f, " separate launches %s%.1f us, graph %s%.1f us, graph + PDL %s%.1f us (PDL gain %.3f), BF16 cuBLAS graph ",
-            x->eager_us.ok ? "" : "n/a ", x->eager_us.v, x->graph_us.ok ? "" : "n/a ", x->graph_us.v,
-            x->pdl_us.ok ? "" : "n/a ", x->pdl_us.v, pdl_gain(x).v);
-    if (x->bf16_us.ok) fprintf(f, "%.1f us (%.2fx)", x->bf16_us.v, bf16_speedup(x).v);
+    if (x->reason[0]) {
+      html_text(f, x->reason);
+      fputs("; ", f);
+    }
+    fprintf(f, "separate launches %s, graph %s, graph + PDL %s (PDL gain %s), BF16 cuBLAS graph ",
+            prose(x->eager_us, "%.1f us").s, prose(x->graph_us, "%.1f us").s, prose(x->pdl_us, "%.1f us").s,
+            prose(pdl_gain(x), "%.3f").s);
+    if (x->bf16_us.ok) fprintf(f, "%.1f us (%s)", x->bf16_us.v, show(bf16_speedup(x), "%.2fx", "speedup not measured").s);
     else html_text(f, x->bf16_note[0] ? x->bf16_note : "not run");
-    fprintf(f, "; tokens/s bound %.0f</p>\n<table><tr><th>layer type</th><th>time and read floor</th><th>floor/time</th>"
+    fprintf(f, "; tokens/s bound %s</p>\n<table><tr><th>layer type</th><th>time and read floor</th><th>floor/time</th>"
                "</tr>\n",
-            tokens_bound(r, x).v);
+            prose(tokens_bound(r, x), "%.0f").s);
     for (int t = 0; t < p->ntypes; t++) {
       char name[160];
       snprintf(name, sizeof name, "%s (%d calls, %.1f MB)", p->types[t].name, x->types[t].calls, x->types[t].bytes / 1e6);
@@ -359,8 +393,8 @@ static void write_html(FILE *f, const step_report *r) {
       snprintf(name, sizeof name, "%d %s alone (%.2f MB sent per rank)", x->coll_count,
                r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6);
       html_bar(f, name, x->coll_us, (bv){0, 0}, "", scale);
-      const bv base = fl.ok && x->coll_us.ok ? (bv){1, fl.v + x->coll_us.v} : (bv){0, 0};
-      html_bar(f, "step against read floor + collectives alone", x->pdl_us, base, "read floor + collectives", scale);
+      html_bar(f, "step against read floor + collectives alone", x->pdl_us, floor_plus_alone(r, x),
+               "read floor + collectives", scale);
     }
     fputs("</table>\n", f);
   }
@@ -369,10 +403,13 @@ static void write_html(FILE *f, const step_report *r) {
 
 void step_report_print(FILE *f, const step_report *r) {
   const step_plan *p = &r->plan;
-  fprintf(f, "%s tp %d ep %d %s on %s: %lld of %lld layers built%s%s%s; read %.0f GB/s, copy %.0f GB/s\n", p->model, p->tp,
-          p->ep, r->o->w4a4 ? "w4a4" : "w4a16", r->dev.name, (long long)r->layers_built, (long long)p->layers,
-          r->layers_note[0] ? " (" : "", r->layers_note, r->layers_note[0] ? ")" : "", r->read_bps.v / 1e9,
-          r->copy_bps.v / 1e9);
+  const int peers_missing = !measured(r->read_bps) || !measured(r->copy_bps);
+  fprintf(f, "%s tp %d ep %d %s on %s: %lld of %lld layers built%s%s%s; read %s, copy %s%s%s%s\n", p->model, p->tp, p->ep,
+          r->o->w4a4 ? "w4a4" : "w4a16", r->dev.name, (long long)r->layers_built, (long long)p->layers,
+          r->layers_note[0] ? " (" : "", r->layers_note, r->layers_note[0] ? ")" : "",
+          prose(gbps(r->read_bps), "%.0f GB/s").s, prose(gbps(r->copy_bps), "%.0f GB/s").s,
+          peers_missing && r->peer_note[0] ? " (" : "", peers_missing ? r->peer_note : "",
+          peers_missing && r->peer_note[0] ? ")" : "");
   if (r->o->a2a)
     fprintf(f, "%d GPUs, one rank each, MoE tokens exchanged by all-to-all: batch is tokens per rank (a step serves %d x "
                "batch; tok/s counts them all)\n", r->gpus, r->gpus);
@@ -380,37 +417,39 @@ void step_report_print(FILE *f, const step_report *r) {
           "graph_us", "pdl_us", "gain", "/read", "/copy", "tok/s", "bf16_us", "x_bf16", "status");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
-    fprintf(f, "%5lld %6d %10.1f %10.1f %10.1f %10.1f %6.3f %6.3f %6.3f %10.0f %10.1f %7.2f  %s%s%s\n",
-            (long long)x->batch, x->calls, x->bytes / 1e6, x->eager_us.v, x->graph_us.v, x->pdl_us.v, pdl_gain(x).v,
-            frac_read(r, x).v, over_copy(r, x).v, tokens_bound(r, x).v, x->bf16_us.v, bf16_speedup(x).v, x->status,
+    fprintf(f, "%5lld %6d %10.1f %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s%s%s\n", (long long)x->batch, x->calls,
+            x->bytes / 1e6, cell(x->eager_us, "%.1f").s, cell(x->graph_us, "%.1f").s, cell(x->pdl_us, "%.1f").s,
+            cell(pdl_gain(x), "%.3f").s, cell(frac_read(r, x), "%.3f").s, cell(over_copy(r, x), "%.3f").s,
+            cell(tokens_bound(r, x), "%.0f").s, cell(x->bf16_us, "%.1f").s, cell(bf16_speedup(x), "%.2f").s, x->status,
             x->reason[0] ? ": " : "", x->reason);
     for (int t = 0; t < p->ntypes; t++) {
       const type_result *y = &x->types[t];
-      const bv fl = read_floor_us(r, y->bytes);
-      fprintf(f, "      %-28s %5d calls %10.1f MB %10.1f us  floor %9.1f us  %.3f  %s%s%s\n", p->types[t].name, y->calls,
-              y->bytes / 1e6, y->us.v, fl.v, fl.ok && y->us.ok && y->us.v > 0 ? fl.v / y->us.v : 0.0, y->ran,
-              y->note[0] ? "; " : "", y->note);
+      fprintf(f, "      %-28s %5d calls %10.1f MB %10s us  floor %9s us  %5s  %s%s%s\n", p->types[t].name, y->calls,
+              y->bytes / 1e6, cell(y->us, "%.1f").s, cell(read_floor_us(r, y->bytes), "%.1f").s,
+              cell(type_frac_read(r, y), "%.3f").s, y->ran, y->note[0] ? "; " : "", y->note);
       if (!r->o->nsweep) continue;
       int best = -1;
       for (int k = 0; k < r->o->nsweep; k++)
         if (y->sweep_us[k].ok && (best < 0 || y->sweep_us[k].v < y->sweep_us[best].v)) best = k;
       for (int k = 0; k < r->o->nsweep; k++) {
         if (y->sweep_us[k].ok)
-          fprintf(f, "        %-26s %10.1f us  %.3f of the default's time%s\n", r->o->sweep[k], y->sweep_us[k].v,
-                  sweep_over_default(y, k).v, k == best ? "  (fastest named)" : "");
-        else
+          fprintf(f, "        %-26s %10.1f us  %s%s\n", r->o->sweep[k], y->sweep_us[k].v,
+                  show(sweep_over_default(y, k), "%.3f of the default's time", "the default's time not measured").s,
+                  k == best ? "  (fastest named)" : "");
+        else if (y->sweep_note[k][0])
           fprintf(f, "        %-26s refused: %s\n", r->o->sweep[k], y->sweep_note[k]);
+        else
+          fprintf(f, "        %-26s not measured\n", r->o->sweep[k]);
       }
     }
     if (x->bf16_note[0]) fprintf(f, "      bf16 peer: %s\n", x->bf16_note);
     if (x->reads_us.ok) {
-      const bv fr = chain_frac_read(r, x), oc = chain_over_copy(r, x);
       fprintf(f,
-              "      read-only chain (each call one read of its weight bytes, in a graph): %.1f us, %.3f of the read "
-              "ceiling, %.2fx the copy floor\n",
-              x->reads_us.v, fr.ok ? fr.v : 0.0, oc.ok ? oc.v : 0.0);
-    } else if (x->reads_note[0]) {
-      fprintf(f, "      read-only chain: %s\n", x->reads_note);
+              "      read-only chain (each call one read of its weight bytes, in a graph): %.1f us, %s, %s\n",
+              x->reads_us.v, show(chain_frac_read(r, x), "%.3f of the read ceiling", "read ceiling not measured").s,
+              show(chain_over_copy(r, x), "%.2fx the copy floor", "copy floor not measured").s);
+    } else {
+      fprintf(f, "      read-only chain: not measured%s%s\n", x->reads_note[0] ? ": " : "", x->reads_note);
     }
     if (x->traced) {
       const step_trace_summary *t = &x->trace;
@@ -424,12 +463,10 @@ void step_report_print(FILE *f, const step_report *r) {
     } else if (x->trace_note[0]) {
       fprintf(f, "      trace: not run: %s\n", x->trace_note);
     }
-    if (r->gpus) {
-      const bv fl = read_floor_us(r, x->bytes);
-      fprintf(f, "      %d GPUs: %d %s, %.2f MB each rank sends, alone %.1f us; step / (read floor + alone) %.3f\n",
-              r->gpus, x->coll_count, r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6, x->coll_us.v,
-              fl.ok && x->coll_us.ok && x->pdl_us.ok ? x->pdl_us.v / (fl.v + x->coll_us.v) : 0.0);
-    }
+    if (r->gpus)
+      fprintf(f, "      %d GPUs: %d %s, %.2f MB each rank sends, alone %s; step / (read floor + alone) %s\n", r->gpus,
+              x->coll_count, r->o->a2a ? "all-to-alls" : "all-reduces", x->coll_sent_bytes / 1e6,
+              prose(x->coll_us, "%.1f us").s, prose(over_floor_plus_alone(r, x), "%.3f").s);
   }
 }
 
