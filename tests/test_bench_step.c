@@ -301,6 +301,15 @@ static void test_options(void) {
       {"--step llama-3.1-8b --gpus 1 --moe-comm all-to-all", "llama-3.1-8b has no MoE layer"},
       {"--step llama-3.1-8b --device 010x", "--device needs an integer from 0 to 1024, not '010x'"},
       {"--step llama-3.1-8b --plan --csv p.csv", "--plan prints the plan as text; --json, --csv and --html record"},
+      /* --plan runs nothing: the options that only shape the timed step are refused, by name */
+      {"--step llama-3.1-8b --plan --rounds 5", "--plan times nothing, and it ignores --rounds"},
+      {"--step qwen3.5-397b-a17b --ep 8 --plan --mode w4a4", "--plan times nothing, and it ignores --mode"},
+      {"--step llama-3.1-8b --no-peers --plan", "--plan times nothing, and it ignores --no-peers"},
+      {"--step llama-3.1-8b --plan --sweep small-m.w8", "--plan times nothing, and it ignores --sweep"},
+      {"--step llama-3.1-8b --plan --trace", "--plan times nothing, and it ignores --trace"},
+      {"--step llama-3.1-8b --plan --device 1", "--plan times nothing, and it ignores --device"},
+      {"--step llama-3.1-8b --trace --plan --rounds 5 --sweep small-m.w8",
+       "--plan times nothing, and it ignores --rounds, --sweep and --trace"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     const int rc = run(bad[i].args);
@@ -350,6 +359,12 @@ static void test_options(void) {
   rc = run("--step llama-3.3-70b --tp 8 --plan");
   CHECK(rc == 0 && strstr(g_out, "80 layers") && strstr(g_out, "one layer reads 60162048 FP4 bytes"),
         "--plan for Llama-3.3-70B TP8: exit %d, '%s'", rc, g_out);
+  /* --batch and --seed shape a MoE model's per-batch table; a dense model's plan says they change nothing. */
+  CHECK(!strstr(g_out, "--batch"), "--plan for a dense model without --batch: '%s'", g_out);
+  rc = run("--step llama-3.3-70b --tp 8 --plan --batch 1,64 --seed 3");
+  CHECK(rc == 0 && strstr(g_out, "one layer reads 60162048 FP4 bytes") &&
+            strstr(g_out, "--batch and --seed change nothing here: a dense layer reads the same FP4 bytes at every batch"),
+        "--plan --batch for a dense model: exit %d, '%s', '%s'", rc, g_out, g_err);
 }
 
 /* Without a GPU: one line saying so, a non-zero exit. With one, a device that does not exist. */

@@ -123,7 +123,10 @@ static void step_usage(FILE *f) {
           "  --plan         print the rank's layer types, shapes and bytes and exit (no GPU needed); for a\n"
           "                 MoE model also per --batch, from the routing: experts a layer touches, FP4\n"
           "                 bytes of the step, and with --moe-comm all-to-all the rows a rank receives\n"
-          "                 and the bytes it sends (rank means and the largest rank's)\n"
+          "                 and the bytes it sends (rank means and the largest rank's). It takes --tp, --ep,\n"
+          "                 --gpus, --moe-comm, --batch, --seed and --layers, and refuses the options that\n"
+          "                 only set how the step is timed (--mode, --device, --rounds, --no-peers, --sweep,\n"
+          "                 --trace, --json, --csv, --html)\n"
           "  --device N     CUDA device (default: FP4KIT_DEVICE, else 0); with --gpus, the first of them\n"
           "  --gpus N       one rank per GPU: N is 1 or the shard's ranks, --tp or --ep with --tp 1 (at most %d)\n"
           "  --moe-comm C   with --gpus: all-reduce (default; every rank sees every token, the MoE output is\n"
@@ -210,11 +213,13 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   o->device = 0;
   *help = 0;
   int device_given = 0;
+  unsigned given = 0; /* bit c - O_STEP: option c was given */
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
   long long v = 0;
   for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
     int ok = 1;
+    if (c >= O_STEP) given |= 1u << (c - O_STEP);
     switch (c) {
       case 'h': *help = 1; return EXIT_OK;
       case O_STEP:
@@ -226,13 +231,13 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
         break;
       case O_TP: ok = parse_int("--tp", optarg, 1, 4096, &v) && (o->tp = (int)v); break;
       case O_EP: ok = parse_int("--ep", optarg, 1, 4096, &v) && (o->ep = (int)v); break;
-      case O_BATCH: ok = parse_batches(optarg, o); break;
+      case O_BATCH: ok = parse_batches(optarg, o) && (o->routing_given = 1); break;
       case O_SWEEP: ok = parse_sweep(optarg, o); break;
       case O_LAYERS: ok = parse_int("--layers", optarg, 1, 1 << 20, &v) && (o->layers = v); break;
       case O_DEVICE: ok = device_given = parse_int("--device", optarg, 0, 1024, &v) && ((o->device = (int)v) || 1); break;
       case O_ROUNDS: ok = parse_int("--rounds", optarg, 3, 10000, &v) && (o->rounds = (int)v); break;
       case O_GPUS: ok = parse_int("--gpus", optarg, 1, STEP_MAX_GPUS, &v) && (o->gpus = (int)v); break;
-      case O_SEED: ok = parse_int("--seed", optarg, 0, INT64_MAX, &v) && ((o->seed = (uint64_t)v) || 1); break;
+      case O_SEED: ok = parse_int("--seed", optarg, 0, INT64_MAX, &v) && ((o->seed = (uint64_t)v) || 1) && (o->routing_given = 1); break;
       case O_MODE:
         if (!strcmp(optarg, "w4a16") || !strcmp(optarg, "w4a4")) {
           o->w4a4 = !strcmp(optarg, "w4a4");
@@ -298,6 +303,27 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   }
   if (o->plan_only && (o->json || o->csv || o->html)) {
     fprintf(stderr, "fp4kit bench --step: --plan prints the plan as text; --json, --csv and --html record a timed step\n");
+    return EXIT_USAGE;
+  }
+  /* The plan is host arithmetic on the shape set and the routing (step_plan.c): these options only
+   * set how the step is timed on a device, so with --plan they would do nothing unseen. */
+  static const struct {
+    int code;
+    const char *name;
+  } timed_only[] = {{O_MODE, "--mode"},         {O_DEVICE, "--device"}, {O_ROUNDS, "--rounds"},
+                    {O_NO_PEERS, "--no-peers"}, {O_SWEEP, "--sweep"},   {O_TRACE, "--trace"}};
+  enum { TIMED_ONLY = sizeof timed_only / sizeof *timed_only };
+  int unused = 0;
+  for (int i = 0; o->plan_only && i < TIMED_ONLY; i++) unused += given >> (timed_only[i].code - O_STEP) & 1;
+  if (unused) {
+    fprintf(stderr, "fp4kit bench --step: --plan times nothing, and it ignores ");
+    for (int i = 0, k = 0; i < TIMED_ONLY; i++)
+      if (given >> (timed_only[i].code - O_STEP) & 1) {
+        k++;
+        fprintf(stderr, "%s%s", k == 1 ? "" : k == unused ? " and " : ", ", timed_only[i].name);
+      }
+    fprintf(stderr, ", which set%s how the step is timed: drop %s or --plan\n", unused == 1 ? "s" : "",
+            unused == 1 ? "it" : "them");
     return EXIT_USAGE;
   }
   const char *const paths[3] = {o->json, o->csv, o->html};
@@ -1805,6 +1831,10 @@ int bench_step_main(int argc, char **argv) {
       printf("  --moe-comm all-to-all: each rank's tokens pick top-%lld of all %lld experts; a token sends a row to the "
              "rank of each, %lld rows per token, and gets as many back\n",
              (long long)moe->active, (long long)moe->experts * o.ep, (long long)moe->active);
+    /* A dense layer's bytes do not depend on the batch or the routing; said rather than refused, as
+     * the same --batch suits a MoE model's plan and every model's timed step. */
+    if (!moe && o.routing_given)
+      printf("  --batch and --seed change nothing here: a dense layer reads the same FP4 bytes at every batch\n");
     const int bad = step_print_plan_batches(stdout, &r->plan, &o);
     if (bad) fprintf(stderr, "fp4kit bench --step: %s\n", fp4_last_error());
     free(r);

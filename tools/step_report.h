@@ -24,6 +24,7 @@ typedef struct step_opts {
   int64_t batches[STEP_MAX_BATCHES];
   int nbatches;
   uint64_t seed;
+  int routing_given; /* --batch or --seed given: a dense model's --plan says they change nothing */
   const char *json, *csv, *html;
   int stdout_report; /* one of them is '-': the table goes to stderr */
   char sweep[STEP_MAX_SWEEP][64]; /* --sweep: configs each dense layer type is timed with */
