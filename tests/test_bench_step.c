@@ -862,15 +862,21 @@ static void test_report_forms(int a2a) {
   cJSON_Delete(root);
   slurp(csv, text, sizeof text);
   char want[160];
-  snprintf(want, sizeof want, ",8,%s,120,8500000,20.00,ok\n", comm);
-  CHECK(strstr(text, ",gpus,moe_comm,collectives,collective_bytes_sent_per_rank,collectives_alone_us,status\n") &&
-            strstr(text, want),
-        "CSV: the collectives' columns: '%s'", text);
+  /* tokens_per_step last: with all-to-all the batch column is one rank's tokens */
+  snprintf(want, sizeof want, "\nqwen3.5-397b-a17b,1,8,w4a16,1,60,60,step,60,");
+  char want_end[96];
+  snprintf(want_end, sizeof want_end, ",8,%s,120,8500000,20.00,ok,%d\n", comm, a2a ? 8 : 1);
+  CHECK(strstr(text, ",gpus,moe_comm,collectives,collective_bytes_sent_per_rank,collectives_alone_us,status,"
+                     "tokens_per_step\n") &&
+            strstr(text, want) && strstr(text, want_end),
+        "CSV: the collectives' columns and tokens_per_step: '%s'", text);
   slurp(html, text, sizeof text);
-  char want_h1[96], want_bar[96];
+  char want_h1[96], want_bar[96], want_h2[96];
   snprintf(want_h1, sizeof want_h1, "8 GPUs, MoE %s%s</h1>", comm, a2a ? " (batch: tokens per rank)" : "");
+  snprintf(want_h2, sizeof want_h2, "<h2>batch 1%s: ok</h2>", a2a ? " per rank, 8 tokens a step" : "");
   snprintf(want_bar, sizeof want_bar, "120 %s alone (8.50 MB sent per rank)", a2a ? "all-to-alls" : "all-reduces");
-  CHECK(strstr(text, want_h1) && strstr(text, "read floor + collectives 120.0 us") && strstr(text, want_bar),
+  CHECK(strstr(text, want_h1) && strstr(text, want_h2) && strstr(text, "read floor + collectives 120.0 us") &&
+            strstr(text, want_bar),
         "HTML (%s): the GPUs, the collectives and the step against read floor + collectives", comm);
   FILE *f = fopen(csv, "w");
   if (f) {
@@ -880,7 +886,10 @@ static void test_report_forms(int a2a) {
   slurp(csv, text, sizeof text);
   snprintf(want, sizeof want, "8 GPUs: 120 %s, 8.50 MB each rank sends, alone 20.0 us; step / (read floor + alone) 1.042",
            a2a ? "all-to-alls" : "all-reduces");
-  CHECK(strstr(text, want) && (strstr(text, "8 GPUs, one rank each, MoE tokens exchanged by all-to-all") != NULL) == a2a,
+  /* the batch column's header says whose tokens it counts */
+  CHECK(strstr(text, want) && (strstr(text, "8 GPUs, one rank each, MoE tokens exchanged by all-to-all") != NULL) == a2a &&
+            strstr(text, a2a ? "\nrank_batch  calls " : "\nbatch  calls ") &&
+            strstr(text, a2a ? "\n         1     60 " : "\n    1     60 "),
         "table: '%s'", text);
   free(r);
 }

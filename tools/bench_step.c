@@ -113,7 +113,8 @@ static void step_usage(FILE *f) {
           "  --step MODEL   qwen3.5-397b-a17b, llama-3.3-70b, llama-3.1-8b (the library's shape sets;\n"
           "                 qwen3-30b-a3b too)\n"
           "  --tp N, --ep N tensor / expert parallelism: one rank's shard (default 1, 1)\n"
-          "  --batch LIST   tokens per step, comma-separated, each in [1, %d] (default 1,8,64)\n"
+          "  --batch LIST   tokens per step (with --moe-comm all-to-all: per rank), comma-separated, each in\n"
+          "                 [1, %d] (default 1,8,64)\n"
           "  --layers N     build N of the model's layers (default: all; fewer are built when the rank's\n"
           "                 weights do not fit in free device memory, and the record says how many)\n"
           "  --mode M       w4a16 (default) or w4a4 (activations quantized by fp4_quantize / the MoE layer)\n"
@@ -144,7 +145,8 @@ static void step_usage(FILE *f) {
           "                 kernel time and how long after the end of the kernels before it each starts\n"
           "                 (negative: it overlaps them, as PDL lets it); text and JSON, one rank only\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
-          "                 bar per layer type against its read floor\n",
+          "                 bar per layer type against its read floor. JSON and CSV give each batch's\n"
+          "                 tokens_per_step (the CSV as its last column)\n",
           STEP_MAX_BATCH, STEP_MAX_GPUS, STEP_MAX_SWEEP);
 }
 

@@ -263,7 +263,7 @@ static void write_csv(FILE *f, const step_report *r) {
   fprintf(f, "model,tp,ep,mode,batch,layers_built,layers_model,part,calls,fp4_bytes,eager_us,graph_us,graph_pdl_us,"
              "pdl_gain,read_floor_us,frac_read_ceiling,time_over_copy_floor,tokens_per_s_bound,read_chain_graph_us,"
              "read_chain_frac_read_ceiling,read_chain_over_copy_floor,bf16_cublas_graph_us,speedup_vs_bf16,gpus,moe_comm,collectives,collective_bytes_sent_per_rank,"
-             "collectives_alone_us,status\n");
+             "collectives_alone_us,status,tokens_per_step\n");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
     for (int t = -1; t < r->plan.ntypes; t++) {
@@ -291,7 +291,9 @@ static void write_csv(FILE *f, const step_report *r) {
       csv_num(f, r->gpus && !y ? (bv){1, x->coll_count} : none, "%.0f");
       csv_num(f, r->gpus && !y ? (bv){1, x->coll_sent_bytes} : none, "%.0f");
       csv_num(f, r->gpus && !y ? x->coll_us : none, "%.2f");
-      fprintf(f, "%s\n", x->status);
+      /* tokens_per_step last, after the columns readers already index: with all-to-all the batch
+       * column counts one rank's tokens */
+      fprintf(f, "%s,%.0f\n", x->status, step_tokens(r, x));
     }
   }
 }
@@ -368,7 +370,9 @@ static void write_html(FILE *f, const step_report *r) {
       if (x->types[t].us.ok && x->types[t].us.v > scale) scale = x->types[t].us.v;
     const bv base = floor_plus_alone(r, x);
     if (r->gpus && base.ok && base.v > scale) scale = base.v;
-    fprintf(f, "<h2>batch %lld: %s</h2>\n<p>", (long long)x->batch, x->status);
+    fprintf(f, "<h2>batch %lld", (long long)x->batch);
+    if (r->o->a2a) fprintf(f, " per rank, %.0f tokens a step", step_tokens(r, x));
+    fprintf(f, ": %s</h2>\n<p>", x->status);
     if (x->reason[0]) {
       html_text(f, x->reason);
       fputs("; ", f);
@@ -411,13 +415,15 @@ void step_report_print(FILE *f, const step_report *r) {
           peers_missing && r->peer_note[0] ? " (" : "", peers_missing ? r->peer_note : "",
           peers_missing && r->peer_note[0] ? ")" : "");
   if (r->o->a2a)
-    fprintf(f, "%d GPUs, one rank each, MoE tokens exchanged by all-to-all: batch is tokens per rank (a step serves %d x "
-               "batch; tok/s counts them all)\n", r->gpus, r->gpus);
-  fprintf(f, "%5s %6s %10s %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s\n", "batch", "calls", "FP4_MB", "eager_us",
+    fprintf(f, "%d GPUs, one rank each, MoE tokens exchanged by all-to-all: rank_batch is tokens per rank (a step serves "
+               "%d x rank_batch; tok/s counts them all)\n", r->gpus, r->gpus);
+  /* With all-to-all the first column is one rank's tokens, and its header says so. */
+  const int bw = r->o->a2a ? 10 : 5;
+  fprintf(f, "%*s %6s %10s %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s\n", bw, r->o->a2a ? "rank_batch" : "batch", "calls", "FP4_MB", "eager_us",
           "graph_us", "pdl_us", "gain", "/read", "/copy", "tok/s", "bf16_us", "x_bf16", "status");
   for (int i = 0; i < r->npts; i++) {
     const step_point *x = &r->pts[i];
-    fprintf(f, "%5lld %6d %10.1f %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s%s%s\n", (long long)x->batch, x->calls,
+    fprintf(f, "%*lld %6d %10.1f %10s %10s %10s %6s %6s %6s %10s %10s %7s  %s%s%s\n", bw, (long long)x->batch, x->calls,
             x->bytes / 1e6, cell(x->eager_us, "%.1f").s, cell(x->graph_us, "%.1f").s, cell(x->pdl_us, "%.1f").s,
             cell(pdl_gain(x), "%.3f").s, cell(frac_read(r, x), "%.3f").s, cell(over_copy(r, x), "%.3f").s,
             cell(tokens_bound(r, x), "%.0f").s, cell(x->bf16_us, "%.1f").s, cell(bf16_speedup(x), "%.2f").s, x->status,
