@@ -46,6 +46,17 @@ int main(void) {
   wrong.cols = N + 1;
   CHECK_ERROR(fp4_mm_w4a16_workspace_size(ctx, &a, &b, &wrong, NULL, &bytes), FP4_ERR_INVALID_ARGUMENT, "out is");
   CHECK_ERROR(fp4_grouped_mm_workspace_size(ctx, &aq, &g, offsets, &wrong, NULL, &bytes), FP4_ERR_INVALID_ARGUMENT, "out");
+  /* Operands of two formats: the call refuses them, so the query must too (it said 0 bytes, FP4_OK). */
+  fp4_qmatrix mx = b;
+  mx.format = FP4_FORMAT_MXFP4;
+  for (int i = 0; i < 3; i++) {
+    fp4_options opt = {.backend = backends[i]};
+    CHECK_ERROR(fp4_mm(ctx, &aq, &mx, 1.0f, &o, &opt), FP4_ERR_INVALID_ARGUMENT, "both operands must share a format");
+    bytes = 99;
+    CHECK_ERROR(fp4_mm_workspace_size(ctx, &aq, &mx, &o, &opt, &bytes), FP4_ERR_INVALID_ARGUMENT,
+                "fp4_mm_workspace_size: a is nvfp4 but b is mxfp4; both operands must share a format");
+    CHECK(bytes == 0, "a refused query says 0 bytes (%zu)", bytes);
+  }
   fp4_options named = {.backend = "no-such-backend"};
   CHECK_ERROR(fp4_mm_workspace_size(ctx, &aq, &b, &o, &named, &bytes), FP4_ERR_NOT_FOUND, "no-such-backend");
   /* A device scalar on host operands is refused by the call; the query refuses it the same way. */

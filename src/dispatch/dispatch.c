@@ -553,17 +553,25 @@ static fp4_status check_mm_common(const char *fn, const fp4_qmatrix *b, int64_t 
   return FP4_OK;
 }
 
-fp4_status fp4_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b, float alpha, fp4_matrix *out,
-                  const fp4_options *options) {
-  fp4_clear_error();
-  static const char fn[] = "fp4_mm";
+/* Everything fp4_mm checks of its operands, shared with fp4_mm_workspace_size so that the query
+ * refuses what the call refuses (operands of two formats among them). */
+static fp4_status check_mm_w4a4(const char *fn, fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b,
+                                float alpha, const fp4_matrix *out) {
   fp4_status st = fp4_check_qmatrix(fn, "a", a);
   if (st) return st;
   if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, alpha, out))) return st;
   if (a->format != b->format)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: a is %s but b is %s; both operands must share a format", fn,
                     fp4_format_name(a->format), fp4_format_name(b->format));
-  if ((st = check_memory(fn, ctx, a->memory))) return st;
+  return check_memory(fn, ctx, a->memory);
+}
+
+fp4_status fp4_mm(fp4_context *ctx, const fp4_qmatrix *a, const fp4_qmatrix *b, float alpha, fp4_matrix *out,
+                  const fp4_options *options) {
+  fp4_clear_error();
+  static const char fn[] = "fp4_mm";
+  fp4_status st = check_mm_w4a4(fn, ctx, a, b, alpha, out);
+  if (st) return st;
   fp4_problem p = {.op = FP4_OP_MM, .a_q = a, .b = b, .alpha = alpha, .out = out, .memory = a->memory};
   return fp4_problem_run(ctx, &p, options, fn);
 }
@@ -597,10 +605,8 @@ fp4_status fp4_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const f
   fp4_clear_error();
   static const char fn[] = "fp4_mm_workspace_size";
   if (bytes) *bytes = 0;
-  fp4_status st = fp4_check_qmatrix(fn, "a", a);
+  fp4_status st = check_mm_w4a4(fn, ctx, a, b, 1.0f, out);
   if (st) return st;
-  if ((st = check_mm_common(fn, b, a->rows, a->cols, a->memory, 1.0f, out))) return st;
-  if ((st = check_memory(fn, ctx, a->memory))) return st;
   fp4_problem p = {.op = FP4_OP_MM, .a_q = a, .b = b, .alpha = 1.0f,
                    .out = (fp4_matrix *)out /* not written: a size query */, .memory = a->memory};
   return fp4_problem_workspace_size(ctx, &p, options, fn, bytes);
