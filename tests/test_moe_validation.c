@@ -57,6 +57,9 @@ static void moe_rules(void) {
   r = routing0();
   r.top_k = 0;
   CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "top_k (0) must be positive");
+  /* A top_k past the routed-row limit is refused for what it is, not as "must be positive". */
+  r.top_k = (int64_t)1 << 31;
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "routing->top_k (2147483648) must be in [1, 2^31-1]");
   r = routing0();
   r.topk_weights.dtype = FP4_DTYPE_BF16;
   CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "dtype is bf16; it must be f32");
@@ -233,6 +236,20 @@ static void moe_rules(void) {
   CHECK_ERROR(fp4_moe_workspace_size(&l, -1, K2, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "tokens (-1)");
   CHECK_ERROR(fp4_moe_workspace_size(&l, 1, K2, NULL, NULL), FP4_ERR_INVALID_ARGUMENT, "bytes is NULL");
   CHECK_ERROR(fp4_moe_workspace_size(&l, (int64_t)1 << 30, 8, NULL, &b1), FP4_ERR_INVALID_ARGUMENT, "T * top_k below 2^31");
+  /* At T = 0 the call refuses a top_k past 2^31-1 (its routing is checked); so does the query. */
+  fp4_moe_routing rbig = routing0();
+  fp4_matrix h_empty = dense(hidden, 0, H), o_empty = dense(outbuf, 0, H);
+  rbig.tokens = 0;
+  rbig.top_k = (int64_t)1 << 31;
+  rbig.topk_weights.rows = 0;
+  rbig.topk_weights.cols = rbig.top_k;
+  rbig.topk_weights.ld = 0;
+  CHECK_ERROR(fp4_moe_forward(NULL, &l, &h_empty, &rbig, ws, sizeof ws, &o_empty, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "top_k (2147483648) must be in [1, 2^31-1]");
+  b1 = 7;
+  CHECK_ERROR(fp4_moe_workspace_size(&l, 0, rbig.top_k, NULL, &b1), FP4_ERR_INVALID_ARGUMENT,
+              "top_k (2147483648) must be in [1, 2^31-1]");
+  CHECK(b1 == 0, "a refused query says 0 bytes (%zu)", b1);
 
   /* context workspace query: validated as the call; host backends take none */
   size_t cb = 1;

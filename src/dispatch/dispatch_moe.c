@@ -157,6 +157,8 @@ fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, in
   fp4_status st = fp4_check_moe_layer(fn, layer);
   if (st) return st;
   if (tokens < 0 || tokens > FP4_MAX_DIM) return BAD("%s: tokens (%lld) must be in [0, 2^31]", fn, (long long)tokens);
+  /* The same bound as a call's routing->top_k, which is checked at T = 0 too. */
+  if (top_k > FP4_MAX_MOE_PAIRS) return BAD("%s: top_k (%lld) must be in [1, 2^31-1]", fn, (long long)top_k);
   if (top_k <= 0 || (tokens && top_k > FP4_MAX_MOE_PAIRS / tokens))
     return BAD("%s: top_k (%lld) must be positive with T * top_k below 2^31", fn, (long long)top_k);
   return workspace_need(fn, layer, tokens, top_k, options, bytes);

@@ -131,8 +131,9 @@ fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64
   if (r->tokens != tokens)
     return BAD("%s: routing->tokens (%lld) differs from hidden rows (T = %lld)", fn, (long long)r->tokens,
                (long long)tokens);
-  if (r->top_k <= 0 || r->top_k > FP4_MAX_MOE_PAIRS)
-    return BAD("%s: routing->top_k (%lld) must be positive", fn, (long long)r->top_k);
+  if (r->top_k <= 0) return BAD("%s: routing->top_k (%lld) must be positive", fn, (long long)r->top_k);
+  if (r->top_k > FP4_MAX_MOE_PAIRS)
+    return BAD("%s: routing->top_k (%lld) must be in [1, 2^31-1]", fn, (long long)r->top_k);
   if (tokens > FP4_MAX_MOE_PAIRS / r->top_k)
     return BAD("%s: T * top_k = %lld * %lld exceeds 2^31-1 routed rows", fn, (long long)tokens, (long long)r->top_k);
   const fp4_matrix *w = &r->topk_weights;
