@@ -6,6 +6,7 @@
  */
 #include "dispatch/arch.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,6 @@ static int is_target(int target, char suffix, const void *arg) {
 int fp4_arch_build_has_target(const char *target) { return target && any_target(is_target, target); }
 
 static void fill_compiled(void) {
-  /* Idempotent: concurrent first calls write the same values. */
   for (int i = 0; i < ARCH_COUNT; i++) table[i].compiled = fp4_arch_build_has_target(table[i].build_target);
 }
 
@@ -81,7 +81,10 @@ int fp4_arch_count(void) { return ARCH_COUNT; }
 
 const fp4_arch_info *fp4_arch_get(int index) {
   if (index < 0 || index >= ARCH_COUNT) return NULL;
-  fill_compiled();
+  /* Once per process: rows handed out are read by any thread, so no call may write them again
+   * (rewriting the same values is still a data race on the readers). */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fill_compiled);
   return &table[index];
 }
 
