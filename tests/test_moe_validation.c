@@ -91,6 +91,11 @@ static void moe_rules(void) {
   static const float dev_alpha = 1.0f;
   CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.alpha_device = &dev_alpha}),
               FP4_ERR_INVALID_ARGUMENT, "options->alpha_device is a device scalar but the operands are in host memory");
+  /* The layer's device scalars are named by their path from the argument, as the layer's other fields are. */
+  fp4_moe_layer lsc = l;
+  lsc.routed.act_scales_device = &dev_alpha;
+  CHECK_ERROR(fp4_moe_forward(NULL, &lsc, &h0, &r0, NULL, 0, &o0, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_moe_forward: layer->routed.act_scales_device is a device scalar but the operands are in host memory");
 #if !FP4KIT_HAVE_CUDA
   CHECK_ERROR(fp4_moe_forward(NULL, &l, &h0, &r0, NULL, 0, &o0, &(fp4_options){.backend = "cuda"}), FP4_ERR_UNSUPPORTED,
               "built without CUDA");

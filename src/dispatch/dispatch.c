@@ -289,7 +289,7 @@ static fp4_status fp4_problem_supported_plain(fp4_context *ctx, const fp4_backen
 static fp4_status check_device_scalars(fp4_context *ctx, const fp4_problem *p, const char *fn) {
   const float *scalars[4] = {p->alpha_device, p->global_scale_device, NULL, NULL};
   static const char *const names[4] = {"options->alpha_device", "options->global_scale_device",
-                                       "routed.act_scales_device", "shared->act_scales_device"};
+                                       "layer->routed.act_scales_device", "layer->shared->act_scales_device"};
   if (p->op == FP4_OP_MOE) {
     scalars[2] = p->moe->routed.act_scales_device;
     scalars[3] = p->moe->shared ? p->moe->shared->act_scales_device : NULL;
