@@ -1,7 +1,9 @@
 /* One test per validation rule: each bad argument gives a negative status and a message naming it. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/error.h" /* fp4_fail */
 #include "fp4kit.h"
 #include "testing.h"
 
@@ -21,6 +23,13 @@ int main(void) {
   fp4_matrix out = dense(4, 8, obuf), x = dense(4, 64, fbuf);
   CHECK(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL) == FP4_OK, "the valid call works: %s", fp4_last_error());
   CHECK(fp4_last_error()[0] == '\0', "success clears the message");
+
+  /* A message may wrap the one before it (fp4_fail(st, "%s: %s", fn, fp4_last_error())): the
+   * argument is the buffer being written, so the formatting must not read what it overwrites. */
+  fp4_fail(FP4_ERR_INVALID_ARGUMENT, "inner: the reason");
+  fp4_fail(FP4_ERR_INVALID_ARGUMENT, "outer: %s", fp4_last_error());
+  CHECK(!strcmp(fp4_last_error(), "outer: inner: the reason"), "a wrapped message: '%s'", fp4_last_error());
+  fp4_clear_error();
 
   CHECK_ERROR(fp4_mm(NULL, NULL, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a is NULL");
   CHECK_ERROR(fp4_mm(NULL, &a, NULL, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "b is NULL");

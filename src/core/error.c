@@ -9,7 +9,11 @@
 static _Thread_local char last_error[512];
 
 static fp4_status record(fp4_status status, const char *fmt, va_list ap) {
-  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  /* Formatted aside first: an argument may be the message being replaced (a caller wrapping
+   * fp4_last_error()), and formatting into it would read what it had just overwritten. */
+  char msg[sizeof last_error];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  memcpy(last_error, msg, strlen(msg) + 1);
   fp4_log(FP4_LOG_DEBUG, "%s: %s", fp4_status_str(status), last_error);
   return status;
 }
