@@ -213,6 +213,14 @@ static void test_collectives(void) {
         step_ranks(1, 8), step_ranks(8, 1), step_ranks(1, 1), step_ranks(2, 8));
 }
 
+/* The step's output check counts bf16 infinities and NaNs, and nothing else. */
+static void test_nonfinite(void) {
+  const uint16_t v[] = {0x3F80u /* 1 */, 0x7F80u /* inf */, 0xFF80u /* -inf */, 0x7FC0u /* NaN */, 0xFFFFu /* NaN */,
+                        0x7F7Fu /* largest finite */, 0x0001u /* smallest subnormal */, 0x8000u /* -0 */};
+  CHECK(step_bf16_nonfinite(v, 8) == 4 && step_bf16_nonfinite(v, 1) == 0 && step_bf16_nonfinite(v + 5, 3) == 0,
+        "non-finite bf16 values: %lld of 8", (long long)step_bf16_nonfinite(v, 8));
+}
+
 static void test_plan_errors(void) {
   step_plan p;
   CHECK_ERROR(step_plan_make("qwen3.5-397b-a17b", 1, 3, &p), FP4_ERR_INVALID_ARGUMENT, "does not split evenly");
@@ -992,6 +1000,9 @@ static void test_report_missing(void) {
             strstr(text, "<div class=na>not measured</div></td><td>-</td></tr>") && !strstr(text, "n/a") &&
             !strstr(text, " 0.0 us") && !strstr(text, "gain 0.000") && !strstr(text, "bound 0<"),
         "HTML: the values not measured: '%s'", text);
+  /* a dense model's collectives are its tensor-parallel all-reduces, not the MoE's */
+  CHECK(strstr(text, ", 2 GPUs, all-reduce</h1>") && !strstr(text, "MoE all-reduce"),
+        "HTML: the dense page's title names its all-reduces plainly");
 
   snprintf(path, sizeof path, "%s/missing.json", dir);
   CHECK(step_report_write(path, r, 0), "writing the JSON");
@@ -1061,6 +1072,7 @@ int main(void) {
   test_moe_plans();
   test_plan_errors();
   test_collectives();
+  test_nonfinite();
   test_routing();
   test_exchange();
   test_report_forms(1);

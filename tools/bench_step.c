@@ -1176,16 +1176,12 @@ static void run_point(gpu_step *g, int64_t B, step_point *pt) {
       pt->status = "mismatch";
     }
   if (have[0]) {
-    int64_t bad = 0;
-    for (size_t i = 0; i < out_bytes / 2; i++) {
-      uint16_t v;
-      memcpy(&v, outs[0] + 2 * i, 2);
-      bad += (v & 0x7F80u) == 0x7F80u;
-    }
+    const int64_t bad = step_bf16_nonfinite(outs[0], (int64_t)(out_bytes / 2));
     if (bad) {
       size_t len = strlen(pt->reason);
       snprintf(pt->reason + len, sizeof pt->reason - len, "%s%lld of %lld outputs not finite", len ? "; " : "",
                (long long)bad, (long long)(out_bytes / 2));
+      if (!strcmp(pt->status, "ok")) pt->status = "not finite"; /* the times are of a step that computed garbage */
     }
   }
   /* Each type's share: a graph (PDL) of its calls alone (with their collectives). */

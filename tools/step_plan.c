@@ -20,6 +20,17 @@ static int ends_with(const char *s, const char *tail) {
   return a >= b && !strcmp(s + a - b, tail);
 }
 
+int64_t step_bf16_nonfinite(const void *values, int64_t n) {
+  int64_t bad = 0;
+  const uint8_t *b = values;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t v;
+    memcpy(&v, b + 2 * i, 2);
+    bad += (v & 0x7F80u) == 0x7F80u; /* exponent all ones */
+  }
+  return bad;
+}
+
 int64_t step_out_width(const step_type *t) { return t->kind == STEP_MOE ? t->hidden : t->n; }
 
 /* The MoE type from the routed gate_up / down and the shared expert's shapes (NULL: none). */

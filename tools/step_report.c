@@ -334,9 +334,10 @@ static void write_html(FILE *f, const step_report *r) {
              "</style></head><body>\n<h1>Decode step: ");
   html_text(f, p->model);
   fprintf(f, ", tp %d, ep %d, %s", p->tp, p->ep, r->o->w4a4 ? "W4A4" : "W4A16");
+  /* a dense model's collectives are the row-parallel linears' all-reduces, not the MoE's */
   if (r->gpus)
-    fprintf(f, ", %d GPU%s, MoE %s%s", r->gpus, r->gpus == 1 ? "" : "s", r->o->a2a ? "all-to-all" : "all-reduce",
-            r->o->a2a ? " (batch: tokens per rank)" : "");
+    fprintf(f, ", %d GPU%s, %s%s%s", r->gpus, r->gpus == 1 ? "" : "s", step_moe_type(p) ? "MoE " : "",
+            r->o->a2a ? "all-to-all" : "all-reduce", r->o->a2a ? " (batch: tokens per rank)" : "");
   fputs("</h1>\n<p>", f);
   html_text(f, r->dev.name);
   fprintf(f, "; %lld of %lld layers built", (long long)r->layers_built, (long long)p->layers);
