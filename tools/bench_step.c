@@ -146,7 +146,11 @@ static void step_usage(FILE *f) {
           "                 (negative: it overlaps them, as PDL lets it); text and JSON, one rank only\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor. JSON and CSV give each batch's\n"
-          "                 tokens_per_step (the CSV as its last column)\n",
+          "                 tokens_per_step (the CSV as its last column)\n"
+          "\n"
+          "Exit status: 0 every batch ran, its three ways' outputs alike and finite; 1 a batch failed (its\n"
+          "status: error, mismatch where the ways' outputs differ, not finite); 2 a usage error; 3 nothing\n"
+          "could run (no GPU, NCCL or the plan's batches unavailable) or a report could not be written.\n",
           STEP_MAX_BATCH, STEP_MAX_GPUS, STEP_MAX_SWEEP);
 }
 
