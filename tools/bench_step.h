@@ -72,8 +72,8 @@ int step_ranks(int tp, int ep);
 int step_type_reduced(const step_plan *plan, const step_type *t);
 /* The plan's MoE type, or NULL for a dense model. */
 const step_type *step_moe_type(const step_plan *plan);
-/* bf16 values among n that are inf or NaN: a step whose output holds any computed garbage (its
- * output buffer is NaN-filled before each way, and the weights keep every layer's values finite). */
+/* bf16 values among n that are inf or NaN: the step's output holds none unless something went
+ * wrong (it is NaN-filled before each way, and the weights keep every layer's values finite). */
 int64_t step_bf16_nonfinite(const void *values, int64_t n);
 /* Width of a type's output: N, or the hidden size for the MoE type. */
 int64_t step_out_width(const step_type *t);
