@@ -328,8 +328,12 @@ static int mma_check(const fp4_dense_shape *s, const fp4_dense_arch *a, const ch
   if (name) {
     const int c = family_index(FP4_DENSE_LARGE_M_MMA, name);
     if (c < 0) {
-      snprintf(why, why_size, "unknown large-M config '%s' (%s, %s, %s, %s)", name, fam(FP4_DENSE_LARGE_M_MMA, 0)->name,
-               fam(FP4_DENSE_LARGE_M_MMA, 1)->name, fam(FP4_DENSE_LARGE_M_MMA, 2)->name, fam(FP4_DENSE_LARGE_M_MMA, 3)->name);
+      /* every large-m. name that is not rd. or wgra. lands here: point at those families too */
+      snprintf(why, why_size,
+               "unknown large-M config '%s' (%s, %s, %s, %s; or a large-m.rd.* / large-m.wgra.* name, as the tuner "
+               "lists them)",
+               name, fam(FP4_DENSE_LARGE_M_MMA, 0)->name, fam(FP4_DENSE_LARGE_M_MMA, 1)->name,
+               fam(FP4_DENSE_LARGE_M_MMA, 2)->name, fam(FP4_DENSE_LARGE_M_MMA, 3)->name);
       return -1;
     }
     const int smem = fp4_dense_smem(fam(FP4_DENSE_LARGE_M_MMA, c), s->act);
