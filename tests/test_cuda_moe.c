@@ -677,14 +677,17 @@ static int dense_name(const char *note, const char *gemm) {
 }
 
 static void test_shared_dense_info(fp4_context *ctx) {
-  enum { T = 64, K = 2, E = 32, H = 512, I = 128 };
+  enum { T = 64, K = 2, E = 32, H = 512 };
   int32_t ids[T * K];
   float tw[T * K];
   float *out = malloc((size_t)T * H * sizeof *out);
   fp4h_rng g = {11};
   fp4h_routing_fill(&g, ids, tw, T, K, E, FP4H_ROUTE_UNIFORM);
-  for (int bf16 = 1; out && bf16 >= 0; bf16--) {
-    const char *what = bf16 ? "bf16" : "f32";
+  /* I = 96: a K % 128 != 0 down GEMM, which the large-M kernels take on bf16 rows */
+  for (int v = 0; out && v < 3; v++) {
+    const int bf16 = v != 1;
+    const int64_t I = v == 2 ? 96 : 128;
+    const char *what = v == 2 ? "bf16, I = 96" : bf16 ? "bf16" : "f32";
     fp4_run_info info;
     memset(&info, 0, sizeof info);
     for (int64_t i = 0; i < (int64_t)T * H; i++) out[i] = NAN;
@@ -706,7 +709,7 @@ static void test_shared_dense_info(fp4_context *ctx) {
 
 /* The layer with a shared expert on the dense kernels against the reference: one rank of an
  * EP-sharded layer (top-2 of 32, T = 16, 64 and 300; the shared set from 13 rows), bf16 and f16
- * hidden states, uniform and skewed routing, NVFP4 and MXFP4. */
+ * hidden states, uniform and skewed routing, NVFP4 and MXFP4; and I = 96. */
 static void test_shared_dense_cases(fp4_context *ctx) {
   static const int64_t kT[] = {16, 64, 300};
   uint64_t seed = 7000;
@@ -717,6 +720,9 @@ static void test_shared_dense_cases(fp4_context *ctx) {
                                   f == FP4_FORMAT_NVFP4 && rot % 2 ? FP4_DTYPE_F16 : FP4_DTYPE_BF16);
       run_case(ctx, &c, seed++);
     }
+  /* I = 96 (K % 128 != 0 for down): the large-M kernels on the bf16 SiLU*up rows */
+  fp4h_case c = fp4h_moe_case(64, 96, 512, 32, 2, 0, FP4_FORMAT_NVFP4, 1, FP4H_ROUTE_UNIFORM, FP4_DTYPE_BF16);
+  run_case(ctx, &c, seed++);
 }
 
 #if FP4KIT_HAVE_CUDA

@@ -552,8 +552,12 @@ static int shared_dense_args(const fp4_problem *p, uintptr_t base, const fp4_moe
       return -1;
     }
   } else {
+    /* bf16, as the grouped tiles this set would run on read it (it goes dense only where it is on
+     * the prefill tiles, fp4_moe_shared_dense): every dense kernel reads 16-byte aligned bf16 rows of
+     * any I % 32 == 0, while the large-M ones take no f32 (the streaming kernels' I % 128 rule,
+     * fp4_moe_bf16_rows_possible, does not apply here) */
     void *act = (void *)(base + ws->act);
-    a->act = fp4_moe_bf16_rows_possible(I, ws_aligned(act)) ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
+    a->act = ws_aligned(act) && (I * 2) % 16 == 0 ? FP4_CUDA_ACT_BF16 : FP4_CUDA_ACT_F32;
     a->a = act;
     a->lda = I;
     a->out = (void *)(base + ws->shared_out);
