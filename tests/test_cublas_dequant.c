@@ -7,7 +7,9 @@
  * (K % 32 == 16 for NVFP4), and FP4 codes placed 1 and 3 bytes past an aligned address (the
  * byte-wise load path); and once more on a context whose reserved workspace holds only cuBLASLt's
  * 32 MiB plus 2 MiB, so the weights run as N chunks with a narrower last one, without the call
- * growing the workspace. The backend's workspace size query names what the default plan takes.
+ * growing the workspace; and activations and outputs one and eight elements past an aligned address
+ * (cuBLASLt is told each buffer's alignment). The backend's workspace size query names what the
+ * default plan takes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +25,10 @@ static void run_case(fp4_context *ctx, const fp4h_case *c, const char *pass, uin
   g_runs++;
   if (r.status == FP4_OK && r.passed) return;
   g_failures++;
-  printf("FAIL%s %s %s M=%lld N=%lld K=%lld lb=%s a=%s out=%s codes+%d %s: %s (%s)\n", pass,
+  printf("FAIL%s %s %s M=%lld N=%lld K=%lld lb=%s a=%s out=%s codes+%d dense+%d %s: %s (%s)\n", pass,
          c->op == FP4H_MM ? "w4a4" : "w4a16", fp4_format_name(c->format), (long long)c->m, (long long)c->n,
          (long long)c->k, fp4_layout_name(c->layout_b), fp4_dtype_name(c->a_dtype), fp4_dtype_name(c->out_dtype),
-         c->offset_codes, c->data == FP4H_DATA_EDGES ? "edges" : "random", r.message, fp4_status_str(r.status));
+         c->offset_codes, c->offset_dense, c->data == FP4H_DATA_EDGES ? "edges" : "random", r.message, fp4_status_str(r.status));
 }
 
 typedef struct shape {
@@ -80,6 +82,24 @@ int main(void) {
   static const shape shapes[] = {{37, 136, 96}, {300, 1000, 2048}, {1, 64, 80}};
   uint64_t seed = 1;
   run_shapes(ctx, shapes, 3, "", &seed);
+  /* Activations and outputs that are views into larger buffers, one element (2 or 4 bytes) and eight
+   * elements past an aligned address: cuBLASLt is told their alignment, so it picks an algorithm
+   * that takes them (its heuristic assumes 256-byte aligned buffers otherwise). */
+  for (int v = 0; v < 8; v++) {
+    const fp4h_case c = {.name = "cublas-dequant",
+                         .op = v & 1 ? FP4H_MM : FP4H_MM_W4A16,
+                         .format = FP4_FORMAT_NVFP4,
+                         .layout_a = FP4_LAYOUT_LINEAR,
+                         .layout_b = FP4_LAYOUT_128X4,
+                         .m = 37,
+                         .n = 136,
+                         .k = 96,
+                         .a_dtype = FP4_DTYPE_BF16,
+                         .out_dtype = v & 2 ? FP4_DTYPE_F32 : FP4_DTYPE_BF16,
+                         .data = FP4H_DATA_NORMAL,
+                         .offset_dense = v & 4 ? 8 : 1};
+    run_case(ctx, &c, " (offset views)", seed++);
+  }
   /* The size query: cuBLASLt's 32 MiB plus the bf16 weights of N = 1000, K = 2048 (4000 KiB). */
   void *buf = NULL; /* device memory for the operands' pointers: the query reads no data */
   fp4_status st = fp4_alloc(ctx, FP4_MEMORY_DEVICE, 1 << 20, &buf);

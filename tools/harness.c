@@ -140,8 +140,12 @@ void fp4h_run(fp4_context *ctx, const char *backend, fp4_memory memory, const fp
       continue;
     }
     /* offset_codes places the FP4 codes past an aligned address (kernels that load them in wide
-     * words must check the pointer, not assume the allocator's alignment). */
-    const size_t off = (i == B_A_DATA || i == B_B_DATA) ? (size_t)c->offset_codes : 0;
+     * words must check the pointer, not assume the allocator's alignment); offset_dense does so for
+     * the dense activations and the output, in elements. */
+    const size_t off = (i == B_A_DATA || i == B_B_DATA) ? (size_t)c->offset_codes
+                       : i == B_A_DENSE                 ? (size_t)c->offset_dense * fp4_dtype_size(c->a_dtype)
+                       : i == B_OUT                     ? (size_t)c->offset_dense * fp4_dtype_size(c->out_dtype)
+                                                        : 0;
     st = fp4_alloc(ctx, memory, buf.bytes[i] + off, &buf.base[i]);
     if (!st) buf.dev[i] = (char *)buf.base[i] + off;
     if (st || (st = fp4_copy(ctx, buf.dev[i], memory, buf.host[i], FP4_MEMORY_HOST, buf.bytes[i]))) {

@@ -44,6 +44,8 @@ typedef struct fp4h_case {
   int routing;                 /* fp4h_routing                                          */
   const char *config;          /* backend configuration to run; NULL: the backend's choice */
   int offset_codes;            /* device runs: FP4 codes placed this many bytes past an aligned address */
+  int offset_dense;            /* device runs: the dense activations and the output placed this many
+                                * elements past an aligned address (views into larger buffers) */
 } fp4h_case;
 
 typedef struct fp4h_result {

@@ -120,6 +120,12 @@ static fp4_lt_gemm gemm_of(const fp4_problem *p, fp4_dtype t, int64_t n) {
   g.ldb = p->op == FP4_OP_MM_W4A16 && p->a->ld ? p->a->ld : K;
   /* y: the caller's output (its columns n0.. of every row) or an f32 buffer of the chunk's width */
   g.ldd = direct_output(t, p->out->dtype) ? (p->out->ld ? p->out->ld : N) : n;
+  /* The dequantized weights, A of W4A4 and the f32 y live in the workspace, each part 256-byte
+   * aligned; W4A16 reads the caller's activations, and a direct output is the caller's, chunk c's
+   * columns c * chunk elements in: a multiple of 128 elements, so of 256 bytes, past its start. */
+  g.align_w = 256;
+  g.align_x = p->op == FP4_OP_MM_W4A16 ? fp4_lt_align(p->a->data) : 256;
+  g.align_y = direct_output(t, p->out->dtype) ? fp4_lt_align(p->out->data) : 256;
   return g;
 }
 
@@ -239,6 +245,8 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   const int64_t ldo = p->out->ld ? p->out->ld : N;
   const size_t out_es = fp4_dtype_size(p->out->dtype);
   const int64_t scale_cols = K / (p->b->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
+  char tail_why[96] = "";
+  int tail_note = 0;
   for (int64_t n0 = 0; n0 < N && !st; n0 += pl.chunk) {
     const int64_t n = N - n0 < pl.chunk ? N - n0 : pl.chunk;
     fp4_qmatrix chunk = *p->b; /* rows n0 .. n0+n-1: a contiguous range of codes and of scales */
@@ -247,8 +255,11 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
     chunk.rows = n;
     const fp4_lt_answer *an = n == pl.chunk ? a : ask_n(ctx, p, t, n, NULL, why, sizeof why);
     if (!an || an->status) return fp4_fail(FP4_ERR_UNSUPPORTED, "%s: last chunk of %lld rows: %s", name, (long long)n, why);
-    /* The tail chunk's own answer may list fewer algorithms than the one the config names. */
+    /* The tail chunk's own answer may list fewer algorithms than the one the config names: it runs
+     * cuBLASLt's first, and the run info says so. */
     const int an_algo = algo < an->count ? algo : 0;
+    if (an_algo != algo) tail_note = snprintf(tail_why, sizeof tail_why, "the last chunk (%lld rows) ran heur0: cuBLASLt offers %d algorithm%s for it",
+                                              (long long)n, an->count, an->count == 1 ? "" : "s") > 0;
     if (fp4_lt_workspace(an, an_algo) > FP4_LT_MAX_WORKSPACE)
       return fp4_fail(FP4_ERR_INTERNAL, "%s: cuBLASLt chose an algorithm needing %zu bytes of scratch (asked for at most %zu)",
                       name, fp4_lt_workspace(an, an_algo), FP4_LT_MAX_WORKSPACE);
@@ -261,7 +272,8 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   if (!st && info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
     snprintf(info->config, sizeof info->config, "heur%d", algo);
-    if (p->enable_pdl) snprintf(info->note, sizeof info->note, "cuBLASLt and the dequantize kernel launch without PDL");
+    snprintf(info->note, sizeof info->note, "%s%s%s", p->enable_pdl ? "cuBLASLt and the dequantize kernel launch without PDL" : "",
+             p->enable_pdl && tail_note ? "; " : "", tail_note ? tail_why : "");
   }
   return st;
 #else

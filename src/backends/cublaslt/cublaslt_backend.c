@@ -58,6 +58,9 @@ static fp4_lt_gemm gemm_of(const fp4_problem *p) {
   g.lda = K;
   g.ldb = K;
   g.ldd = p->out->ld ? p->out->ld : N;
+  g.align_w = fp4_lt_align(p->b->data);
+  g.align_x = fp4_lt_align(p->a_q->data);
+  g.align_y = fp4_lt_align(p->out->data);
   return g;
 }
 

@@ -1,6 +1,7 @@
 /* Per-context cuBLASLt handle and the remembered answers of the heuristic. */
 #include "backends/cublaslt/lt_common.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,13 @@ const char *fp4_lt_status_name(const fp4_lt_state *s, cublasStatus_t status) {
   return s->lt->cublasLtGetStatusName(status);
 }
 
+uint32_t fp4_lt_align(const void *ptr) {
+  const uintptr_t a = (uintptr_t)ptr;
+  uint32_t align = 256;
+  while (align > 1 && a % align) align /= 2;
+  return align;
+}
+
 static int same_gemm(const fp4_lt_gemm *a, const fp4_lt_gemm *b) { return !memcmp(a, b, sizeof *a); }
 
 /* Descriptors for g; returns the first failing status. */
@@ -136,6 +144,15 @@ const fp4_lt_answer *fp4_lt_ask(fp4_lt_state *s, const fp4_lt_gemm *g, const voi
   if (!a->status) {
     size_t ws = FP4_LT_MAX_WORKSPACE;
     lt->cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    /* y is both C (beta 0, never read) and D */
+    const uint32_t align[4] = {g->align_w, g->align_x, g->align_y, g->align_y};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && !a->status; i++)
+      a->status = lt->cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof align[i]);
+  }
+  if (!a->status) {
     a->status = lt->cublasLtMatmulAlgoGetHeuristic(s->handle, op, lay[0], lay[1], lay[2], lay[2], pref, FP4_LT_MAX_ALGOS,
                                                    a->algos, &a->count);
     if (!a->status && a->count == 0) a->status = CUBLAS_STATUS_NOT_SUPPORTED;

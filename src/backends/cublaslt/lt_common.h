@@ -27,6 +27,11 @@ typedef struct fp4_lt_gemm {
   int scale_mode;   /* cublasLtMatmulMatrixScale_t for w and x; -1 for none        */
   int64_t m, n, k;  /* fp4kit's M, N, K                                            */
   int64_t lda, ldb, ldd;
+  /* The byte alignment of the w, x and y pointers (the largest power of two dividing the
+   * address, at most 256; fp4_lt_align). cuBLASLt's heuristic assumes 256 unless told, and an
+   * algorithm it picks under that assumption may refuse or misread a less aligned buffer, so the
+   * answers are asked, and remembered, per alignment. */
+  uint32_t align_w, align_x, align_y;
 } fp4_lt_gemm;
 
 typedef struct fp4_lt_answer {
@@ -44,6 +49,8 @@ typedef struct fp4_lt_state {
   int memo_count, memo_next;
 } fp4_lt_state;
 
+/* The alignment of ptr for fp4_lt_gemm: the largest power of two dividing it, at most 256. */
+uint32_t fp4_lt_align(const void *ptr);
 /* The context's state for a backend, created on first use. */
 fp4_status fp4_lt_state_get(fp4_context *ctx, const char *backend, fp4_lt_state **state);
 void fp4_lt_state_release(void *state);
