@@ -32,7 +32,7 @@ while IFS=: read -r line path; do
   path=${path%%[.,;:]}
   paths=$((paths + 1))
   [ -e "bench/results/$path" ] || fail "bench/results/README.md:$line names $path, which is not under bench/results/"
-done < <(grep -o -n -E '`(h200|cpu|build)/[A-Za-z0-9_./-]*' bench/results/README.md | tr -d '`')
+done < <(grep -o -n -E '`(h200|h100|cpu|build)/[A-Za-z0-9_./-]*' bench/results/README.md | tr -d '`')
 
 # Results folders listed.
 folders=0
