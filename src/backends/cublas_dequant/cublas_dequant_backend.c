@@ -258,8 +258,9 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
     /* The tail chunk's own answer may list fewer algorithms than the one the config names: it runs
      * cuBLASLt's first, and the run info says so. */
     const int an_algo = algo < an->count ? algo : 0;
-    if (an_algo != algo) tail_note = snprintf(tail_why, sizeof tail_why, "the last chunk (%lld rows) ran heur0: cuBLASLt offers %d algorithm%s for it",
-                                              (long long)n, an->count, an->count == 1 ? "" : "s") > 0;
+    if (an_algo != algo)
+      tail_note = snprintf(tail_why, sizeof tail_why, "the last chunk (%lld rows) ran heur0: cuBLASLt offers %d algorithm%s",
+                           (long long)n, an->count, an->count == 1 ? "" : "s") > 0;
     if (fp4_lt_workspace(an, an_algo) > FP4_LT_MAX_WORKSPACE)
       return fp4_fail(FP4_ERR_INTERNAL, "%s: cuBLASLt chose an algorithm needing %zu bytes of scratch (asked for at most %zu)",
                       name, fp4_lt_workspace(an, an_algo), FP4_LT_MAX_WORKSPACE);
@@ -272,8 +273,8 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   if (!st && info) {
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
     snprintf(info->config, sizeof info->config, "heur%d", algo);
-    snprintf(info->note, sizeof info->note, "%s%s%s", p->enable_pdl ? "cuBLASLt and the dequantize kernel launch without PDL" : "",
-             p->enable_pdl && tail_note ? "; " : "", tail_note ? tail_why : "");
+    const char *pdl = p->enable_pdl ? "cuBLASLt and the dequantize kernel launch without PDL" : "";
+    snprintf(info->note, sizeof info->note, "%s%s%s", pdl, *pdl && tail_note ? "; " : "", tail_note ? tail_why : "");
   }
   return st;
 #else
