@@ -338,6 +338,9 @@ static void test_long_files(void) {
   CHECK_ERROR(fp4_tuning_cache_save(c, path), FP4_ERR_INVALID_ARGUMENT, "not an fp4kit tuning cache");
   text = read_text(path);
   CHECK(text && !strcmp(text, notes), "the long JSON object is left as it is");
+  char lock[300];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  CHECK(access(lock, F_OK) != 0, "no lock file beside the refused long JSON object");
   free(text);
   free(notes);
   fp4_tuning_cache_destroy(c);

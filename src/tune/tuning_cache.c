@@ -704,10 +704,11 @@ static fp4_status stat_replaceable(const char *path, int *exists, struct stat *s
   return FP4_OK;
 }
 
-/* The check a save makes before it creates the lock file beside path: stat, then the first bytes.
- * A refusal here is final (the whole file was seen, or it does not even start as a JSON object); a
- * longer file that starts as one but names no format in its first bytes is left to the full read
- * under the lock (read_replaceable), which decides. */
+/* The check a save makes before it creates the lock file beside path, so that a refused file gets
+ * no lock file beside it: stat, then the first bytes, which name the format in every cache a save
+ * wrote; only a longer file that starts as a JSON object but names no format there (a cache edited
+ * by hand, or another tool's JSON) is read whole. The read under the lock (read_replaceable) decides
+ * again, for a file that changed in between. */
 static fp4_status check_replaceable(const char *path) {
   int exists = 0;
   struct stat sb;
@@ -720,7 +721,15 @@ static fp4_status check_replaceable(const char *path) {
   if (looks_like_cache(head, n)) return FP4_OK;
   const char *p = skip_blanks(head, head + n);
   if (whole || (p < head + n && *p != '{')) return refuse_not_cache(path, no_format_member);
-  return FP4_OK;
+  char *text = NULL;
+  size_t len = 0;
+  st = read_cache_text(path, &text, &len);
+  if (st == FP4_ERR_NOT_FOUND || st == FP4_ERR_IO) return refuse_unreadable(path);
+  if (st == FP4_ERR_FORMAT) return refuse_not_cache(path, "larger than any cache");
+  if (st) return st;
+  const int cache = looks_like_cache(text, len);
+  free(text);
+  return cache ? FP4_OK : refuse_not_cache(path, no_format_member);
 }
 
 /* The file at path, when there is one, if a save may replace it: *text receives its bytes (malloc'ed,
