@@ -26,6 +26,13 @@
 
 static const char name[] = "cudnn";
 
+#if HAVE_CUDNN_GRAPH
+static void version_text(char *buf, size_t size) {
+  size_t v = (size_t)fp4_cudnn_version();
+  snprintf(buf, size, "cuDNN %zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
+}
+#endif
+
 static fp4_status dnn_available(fp4_context *ctx, char *reason, size_t reason_size) {
 #if HAVE_CUDNN_GRAPH
   char why[256];
@@ -43,9 +50,10 @@ static fp4_status dnn_available(fp4_context *ctx, char *reason, size_t reason_si
     fp4_reason(reason, reason_size, "CUDA device %d is not present (%d visible)", device, count);
     return FP4_ERR_UNSUPPORTED;
   }
-  const int v = fp4_cudnn_version();
-  if (v < 90700) {
-    fp4_reason(reason, reason_size, "cuDNN %d found (%s); block-scale dequantize needs cuDNN 9.7+", v, fp4_cudnn_soname());
+  if (fp4_cudnn_version() < 90700) {
+    char ver[48];
+    version_text(ver, sizeof ver);
+    fp4_reason(reason, reason_size, "%s found (%s); block-scale dequantize needs cuDNN 9.7+", ver, fp4_cudnn_soname());
     return FP4_ERR_UNSUPPORTED;
   }
   fp4_reason(reason, reason_size, "%s", "");
@@ -247,11 +255,6 @@ static plan_key key_of(const fp4_problem *p) {
   k.lda = p->op == FP4_OP_MM ? k.k : (p->a->ld ? p->a->ld : k.k);
   k.ldd = p->out->ld ? p->out->ld : k.n;
   return k;
-}
-
-static void version_text(char *buf, size_t size) {
-  size_t v = (size_t)fp4_cudnn_version();
-  snprintf(buf, size, "cuDNN %zu.%zu.%zu", v / 10000, (v / 100) % 100, v % 100);
 }
 
 static void build(dnn_state *s, const plan_key *k, dnn_plan *pl) {
