@@ -709,6 +709,8 @@ static fp4_status stat_replaceable(const char *path, int *exists, struct stat *s
  * wrote; only a longer file that starts as a JSON object but names no format there (a cache edited
  * by hand, or another tool's JSON) is read whole. The read under the lock (read_replaceable) decides
  * again, for a file that changed in between. */
+static fp4_status read_replaceable(const char *path, char **text, size_t *len, int *mode);
+
 static fp4_status check_replaceable(const char *path) {
   int exists = 0;
   struct stat sb;
@@ -723,13 +725,10 @@ static fp4_status check_replaceable(const char *path) {
   if (whole || (p < head + n && *p != '{')) return refuse_not_cache(path, no_format_member);
   char *text = NULL;
   size_t len = 0;
-  st = read_cache_text(path, &text, &len);
-  if (st == FP4_ERR_NOT_FOUND || st == FP4_ERR_IO) return refuse_unreadable(path);
-  if (st == FP4_ERR_FORMAT) return refuse_not_cache(path, "larger than any cache");
-  if (st) return st;
-  const int cache = looks_like_cache(text, len);
+  int mode = -1;
+  st = read_replaceable(path, &text, &len, &mode);
   free(text);
-  return cache ? FP4_OK : refuse_not_cache(path, no_format_member);
+  return st;
 }
 
 /* The file at path, when there is one, if a save may replace it: *text receives its bytes (malloc'ed,

@@ -245,8 +245,7 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
   const int64_t ldo = p->out->ld ? p->out->ld : N;
   const size_t out_es = fp4_dtype_size(p->out->dtype);
   const int64_t scale_cols = K / (p->b->format == FP4_FORMAT_NVFP4 ? FP4_NVFP4_BLOCK : FP4_MXFP4_BLOCK);
-  char tail_why[96] = "";
-  int tail_note = 0;
+  char tail_why[96] = ""; /* set where the last chunk ran another algorithm than the config's */
   for (int64_t n0 = 0; n0 < N && !st; n0 += pl.chunk) {
     const int64_t n = N - n0 < pl.chunk ? N - n0 : pl.chunk;
     fp4_qmatrix chunk = *p->b; /* rows n0 .. n0+n-1: a contiguous range of codes and of scales */
@@ -259,8 +258,8 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
      * cuBLASLt's first, and the run info says so. */
     const int an_algo = algo < an->count ? algo : 0;
     if (an_algo != algo)
-      tail_note = snprintf(tail_why, sizeof tail_why, "the last chunk (%lld rows) ran heur0: cuBLASLt offers %d algorithm%s",
-                           (long long)n, an->count, an->count == 1 ? "" : "s") > 0;
+      snprintf(tail_why, sizeof tail_why, "the last chunk (%lld rows) ran heur0: cuBLASLt offers %d algorithm%s",
+               (long long)n, an->count, an->count == 1 ? "" : "s");
     if (fp4_lt_workspace(an, an_algo) > FP4_LT_MAX_WORKSPACE)
       return fp4_fail(FP4_ERR_INTERNAL, "%s: cuBLASLt chose an algorithm needing %zu bytes of scratch (asked for at most %zu)",
                       name, fp4_lt_workspace(an, an_algo), FP4_LT_MAX_WORKSPACE);
@@ -274,7 +273,7 @@ static fp4_status dq_run(fp4_context *ctx, const fp4_problem *p, const char *con
     fp4_reason(info->backend, sizeof info->backend, "%s", name);
     snprintf(info->config, sizeof info->config, "heur%d", algo);
     const char *pdl = p->enable_pdl ? "cuBLASLt and the dequantize kernel launch without PDL" : "";
-    snprintf(info->note, sizeof info->note, "%s%s%s", pdl, *pdl && tail_note ? "; " : "", tail_note ? tail_why : "");
+    snprintf(info->note, sizeof info->note, "%s%s%s", pdl, *pdl && *tail_why ? "; " : "", tail_why);
   }
   return st;
 #else
