@@ -320,7 +320,7 @@ static void html_bar(FILE *f, const char *name, bv us, bv floor_us, const char *
     fputs("<div class=na>not measured</div>", f);
   if (floor_us.ok && scale > 0)
     fprintf(f, "<div class=f style=\"width:%.1f%%\">%s %.1f us</div>", 100.0 * floor_us.v / scale, floor_name, floor_us.v);
-  fprintf(f, "</td><td>%s</td></tr>\n", cell(us.ok && floor_us.ok && us.v > 0 ? (bv){1, floor_us.v / us.v} : us, "%.2f").s);
+  fprintf(f, "</td><td>%s</td></tr>\n", cell(us.ok && floor_us.ok && us.v > 0 ? (bv){1, floor_us.v / us.v} : (bv){0, 0}, "%.2f").s);
 }
 
 static void write_html(FILE *f, const step_report *r) {
