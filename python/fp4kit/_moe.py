@@ -121,7 +121,7 @@ def _expert_scales(v, fmt, layout, experts, rows, cols, fn):
     v.require_dtype(_ops._SCALE_BYTES[fmt], "%s block scales" % _ops._FORMAT_NAME[fmt])
     if not v.is_contiguous():
         raise InvalidArgumentError("%s: %s must be contiguous (strides %s)" % (fn, v.name, list(v.strides)))
-    per = _ops.scales_size(fmt, layout, rows, cols)
+    per = _ops.scales_size(fmt, layout, rows, cols, fn)
     if v.numel != experts * per:
         raise InvalidArgumentError(
             "%s: %s holds %d bytes but %d experts' %s scales of [%d, %d] in the %s layout take %d (%d each)"
@@ -207,6 +207,9 @@ def _moe_plan(hidden, topk_ids, topk_weights, w13, w13_scales, w13_mult, w2, w2_
     elif act_scales is None:
         plan.act_mode = P.SCALAR_UNUSED
     else:
+        if not (T.is_torch(act_scales) or isinstance(act_scales, np.ndarray)):
+            raise InvalidArgumentError("%s: act_scales must be a pair of numbers (gate_up, down) or a [2] float32 "
+                                       "array/tensor, not %s" % (fn, type(act_scales).__name__))
         va = T.View(act_scales, "act_scales")
         if va.numel != 2 or not va.is_contiguous():
             raise InvalidArgumentError("%s: act_scales must hold 2 contiguous values (gate_up, down); got shape %s"

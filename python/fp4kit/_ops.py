@@ -31,8 +31,9 @@ _LAYOUT_NAME = {_lib.LAYOUT_LINEAR: "linear", _lib.LAYOUT_128X4: "128x4", _lib.L
 _LAYOUT_BY_NAME = {v: k for k, v in _LAYOUT_NAME.items()}
 
 
-class SfLayout(enum.Enum):
-    """Layout of block scale factors (FlashInfer's enum, same member names and values)."""
+class SfLayout(enum.IntEnum):
+    """Layout of block scale factors (FlashInfer's IntEnum, same member names and values: a member
+    compares equal to its value, as FlashInfer callers rely on)."""
 
     layout_128x4 = 0
     layout_8x4 = 1
@@ -109,7 +110,7 @@ def _format(block_size, use_ue8m0, fn, block_arg="block_size", fmt_arg="use_nvfp
 _scales_sizes = {}
 
 
-def scales_size(fmt, layout, rows, cols):
+def scales_size(fmt, layout, rows, cols, fn="fp4_scales_size"):
     """Bytes of the scales of a [rows, cols] matrix (fp4_scales_size); 0 for no rows (an empty
     batch has no scales: the 128x4 and 8x4 paddings of 0 rows are 0 rows)."""
     k = (fmt, layout, rows, cols)
@@ -117,6 +118,9 @@ def scales_size(fmt, layout, rows, cols):
     if n is None:
         if rows == 0:
             return 0
+        if cols <= 0:  # the library's message would name its own function and "matrix cols"
+            raise InvalidArgumentError("%s: K = %d: an FP4 matrix needs at least one block of %d columns"
+                                       % (fn, cols, _BLOCK[fmt]))
         c = ctypes.c_size_t()
         _lib.check(_lib.LIB.fp4_scales_size(fmt, layout, rows, cols, ctypes.byref(c)), "fp4_scales_size")
         n = _scales_sizes[k] = c.value
@@ -202,7 +206,16 @@ def _layout_by_shape(v, fmt, layout, rows, cols, fn, fix):
                           "; " + fix[other] if other in fix else ""))
 
 
-def _scales(v, fmt, layout, rows, cols, fn, exact=True, fix=None):
+def _fix_by_size(numel, fmt, rows, cols, fn, fix):
+    """The hint appended to a size refusal: what to do (from fix) when the byte count is that of
+    another layout, which a flat buffer tells where its shape cannot; else an empty string."""
+    for lay, what in (fix or {}).items():
+        if rows and scales_size(fmt, lay, rows, cols, fn) == numel:
+            return "; it holds the bytes of %s scales: %s" % (_LAYOUT_NAME[lay], what)
+    return ""
+
+
+def _scales(v, fmt, layout, rows, cols, fn, fix=None):
     """A scale buffer: any shape whose memory is one contiguous block (the view or its transpose),
     holding exactly the bytes of [rows, cols] scales in the layout. fix: see _layout_by_shape."""
     v.require_dtype(_SCALE_BYTES[fmt], "%s block scales" % _FORMAT_NAME[fmt])
@@ -211,14 +224,15 @@ def _scales(v, fmt, layout, rows, cols, fn, exact=True, fix=None):
     if not (v.is_contiguous() or v.is_transposed_contiguous()):
         raise InvalidArgumentError("%s: %s must be contiguous or the transpose of a contiguous tensor (strides %s)"
                                    % (fn, v.name, list(v.strides)))
-    need = scales_size(fmt, layout, rows, cols)
-    if (v.numel != need) if exact else (v.numel < need):
+    need = scales_size(fmt, layout, rows, cols, fn)
+    if v.numel != need:
         bs = _BLOCK[fmt]
         raise InvalidArgumentError(
             "%s: %s holds %d bytes but the %s scales of a [%d, %d] matrix in the %s layout take %d "
-            "(%d rows x %d scale columns%s)"
+            "(%d rows x %d scale columns%s)%s"
             % (fn, v.name, v.numel, _FORMAT_NAME[fmt], rows, cols, _LAYOUT_NAME[layout], need, rows, cols // bs,
-               ", padded to 128 x 4" if layout == _lib.LAYOUT_128X4 else ", padded to 8 x 4" if layout == _lib.LAYOUT_8X4 else ""))
+               ", padded to 128 x 4" if layout == _lib.LAYOUT_128X4 else ", padded to 8 x 4" if layout == _lib.LAYOUT_8X4 else "",
+               _fix_by_size(v.numel, fmt, rows, cols, fn, fix)))
     return v.ptr
 
 
@@ -249,7 +263,10 @@ def _matrix(v, rows, cols, ld):
 
 def _output(out, out_dtype, like, m, n, default_dtype, fn):
     """The [m, n] output: the caller's `out` (checked) or a new one of like's kind and device."""
-    want = T.dtype_name(out_dtype)
+    try:
+        want = T.dtype_name(out_dtype)
+    except InvalidArgumentError:
+        raise InvalidArgumentError("%s: out_dtype %r is not a dtype (bfloat16, float16 or float32)" % (fn, out_dtype))
     if want is not None and want not in T.DENSE_DTYPES:
         raise InvalidArgumentError("%s: out_dtype %s is not bfloat16, float16 or float32" % (fn, want))
     if out is None:
@@ -500,12 +517,13 @@ def _mm_fp4_python(native_key, a, b, a_descale, b_descale, alpha, out_dtype, out
                a_descale.shape, a_descale.stride(), a_descale.dtype, a_descale.get_device(), b_descale.shape,
                b_descale.stride(), b_descale.dtype, b_descale.get_device(),
                "n" if alpha is None or alpha.__class__ is float else
-               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else P.scalar_key(alpha),
+               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else
+               P.scalar_key(alpha, "alpha"),
                out_dtype, None if out is None else P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4,
                enable_pdl)
     except AttributeError:
-        key = ("mm_fp4", P.first_key(a), P.key(b), P.key(a_descale), P.key(b_descale), P.scalar_key(alpha), out_dtype,
-               P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4, enable_pdl)
+        key = ("mm_fp4", P.first_key(a), P.key(b), P.key(a_descale), P.key(b_descale), P.scalar_key(alpha, "alpha"),
+               out_dtype, P.out_key(out), block_size, use_8x4_sf_layout, backend, use_nvfp4, enable_pdl)
     try:
         plan = P.tls.plans[key]
     except (AttributeError, KeyError):
@@ -601,12 +619,13 @@ def _mm_w4a16_python(native_key, a, b, b_descale, alpha, out_dtype, out, block_s
         key = (_MM_W4A16, a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.get_device(),
                b_descale.shape, b_descale.stride(), b_descale.dtype, b_descale.get_device(),
                "n" if alpha is None or alpha.__class__ is float else
-               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else P.scalar_key(alpha),
+               (alpha.shape, alpha.dtype, alpha.get_device()) if alpha.__class__ is _Tensor else
+               P.scalar_key(alpha, "alpha"),
                out_dtype, None if out is None else P.out_key(out), block_size, use_nvfp4, b_descale_layout, backend,
                enable_pdl)
     except AttributeError:
-        key = ("mm_w4a16", P.first_key(a), P.key(b), P.key(b_descale), P.scalar_key(alpha), out_dtype, P.out_key(out),
-               block_size, use_nvfp4, b_descale_layout, backend, enable_pdl)
+        key = ("mm_w4a16", P.first_key(a), P.key(b), P.key(b_descale), P.scalar_key(alpha, "alpha"), out_dtype,
+               P.out_key(out), block_size, use_nvfp4, b_descale_layout, backend, enable_pdl)
     try:
         plan = P.tls.plans[key]
     except (AttributeError, KeyError):
@@ -717,7 +736,7 @@ def _quantize_plan(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzle
         raise InvalidArgumentError("%s: input must be row-major (2-D: unit column stride; N-D: contiguous); strides %s"
                                    % (fn, list(v.strides)))
     if rows:
-        scales_size(fmt, layout, rows, k)  # the library's own size checks (fp4_scales_size)
+        scales_size(fmt, layout, rows, k, fn)  # the library's own size checks (fp4_scales_size)
     # An empty batch gets empty codes and scales, as FlashInfer returns (the library needs rows).
     plan = _QuantizePlan() if rows else _EmptyQuantizePlan()
     plan.transpose = transpose
@@ -788,11 +807,11 @@ def _quantize_python(native_key, input, global_scale, sf_vec_size, sf_use_ue8m0,
         key = (_QUANTIZE, input.shape, input.stride(), input.dtype, input.device,
                "n" if global_scale is None or global_scale.__class__ is float else
                (global_scale.shape, global_scale.dtype, global_scale.get_device()) if global_scale.__class__ is _Tensor
-               else P.scalar_key(global_scale),
+               else P.scalar_key(global_scale, "global_scale"),
                sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl, backend, order)
     except AttributeError:
-        key = ("q", P.first_key(input), P.scalar_key(global_scale), sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout,
-               is_sf_8x4_layout, enable_pdl, backend, order)
+        key = ("q", P.first_key(input), P.scalar_key(global_scale, "global_scale"), sf_vec_size, sf_use_ue8m0,
+               is_sf_swizzled_layout, is_sf_8x4_layout, enable_pdl, backend, order)
     try:
         plan = P.tls.plans[key]
     except (AttributeError, KeyError):
@@ -899,7 +918,7 @@ def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_
     m, k = _fp4_rowmajor(ve, fn)
     if k % sf_vec_size:
         raise InvalidArgumentError("%s: K = %d is not a multiple of sf_vec_size %d" % (fn, k, sf_vec_size))
-    sp = _scales(vs, fmt, layout, m, k, fn, exact=False, fix=_dequantize_fix(is_sf_swizzled_layout, is_sf_8x4_layout))
+    sp = _scales(vs, fmt, layout, m, k, fn, fix=_dequantize_fix(is_sf_swizzled_layout, is_sf_8x4_layout))
     mult = 1.0 if ufp8_type == 0 else T.scalar(global_scale_tensor, "global_scale_tensor", 1.0)
     out = T.empty(ve, (m, k), T.F32)
     if not m:  # no rows: an empty result (the library needs rows)
@@ -911,29 +930,49 @@ def e2m1_and_ufp8sf_scale_to_float(e2m1_tensor, ufp8_scale_tensor, global_scale_
     return out
 
 
+def _host_bytes(ptr, n):
+    """The n bytes at host address ptr as a NumPy uint8 array (no copy; the caller keeps the owner
+    alive)."""
+    if n == 0:
+        return np.empty(0, np.uint8)
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(ptr))
+
+
 def block_scale_interleave(unswizzled_sf):
     """Swizzles linear block scales [rows, cols] (or [experts, rows, cols]) into the 128x4 layout
-    and returns them flat: experts * roundup(rows, 128) * roundup(cols, 4) uint8, padding zero.
-    The layout work runs on the host; a CUDA tensor is copied there and the result copied back."""
+    and returns them flat, in the input's dtype: experts * roundup(rows, 128) * roundup(cols, 4)
+    elements, padding zero. One-byte scales (uint8, float8) and bfloat16 values are taken, as
+    FlashInfer takes uint8 and bfloat16. The layout work runs on the host; a CUDA tensor is copied
+    there and the result copied back."""
     fn = "block_scale_interleave"
     v = T.View(unswizzled_sf, "unswizzled_sf")
     if len(v.shape) not in (2, 3):
         raise InvalidArgumentError("%s: unswizzled_sf must be [rows, cols] or [experts, rows, cols]; got shape %s"
                                    % (fn, list(v.shape)))
-    v.require_dtype(("uint8", "float8_e4m3fn", "float8_e8m0fnu"), "one-byte block scales")
+    v.require_dtype(("uint8", "float8_e4m3fn", "float8_e8m0fnu", T.BF16), "block scales: one byte each, or bfloat16")
     if not v.is_contiguous():
         raise InvalidArgumentError("%s: unswizzled_sf must be contiguous (strides %s)" % (fn, list(v.strides)))
     experts, rows, cols = (1,) + v.shape if len(v.shape) == 2 else v.shape
     host = _host(unswizzled_sf)
     vh = T.View(host, "unswizzled_sf")
     # The layout does not depend on the format; NVFP4 with 16 elements per scale column maps the
-    # scale grid [rows, cols] onto a [rows, 16*cols] matrix.
-    per = scales_size(_lib.FORMAT_NVFP4, _lib.LAYOUT_128X4, rows, 16 * cols)
-    out = T.empty(vh, (experts * per,), T.U8)
+    # scale grid [rows, cols] onto a [rows, 16*cols] matrix. No rows or no columns: nothing to swizzle.
+    per = scales_size(_lib.FORMAT_NVFP4, _lib.LAYOUT_128X4, rows, 16 * cols, fn) if rows and cols else 0
+    out = T.empty(vh, (experts * per,), v.dtype)
     vo = T.View(out, "out")
-    for e in range(experts if per else 0):  # no rows: nothing to swizzle
-        _lib.check(_lib.LIB.fp4_scales_convert(_lib.FORMAT_NVFP4, rows, 16 * cols, vh.ptr + e * rows * cols,
-                                               _lib.LAYOUT_LINEAR, vo.ptr + e * per, _lib.LAYOUT_128X4), fn)
+    # The library swizzles bytes; wider values move as whole elements, so each byte of an element
+    # (a plane) is swizzled alone and the planes are put back together.
+    width = v.itemsize
+    src = _host_bytes(vh.ptr, experts * rows * cols * width).reshape(experts, rows * cols, width)
+    dst = _host_bytes(vo.ptr, experts * per * width).reshape(experts, per, width)
+    for e in range(experts if per else 0):
+        for b in range(width):
+            plane = np.ascontiguousarray(src[e, :, b])  # no copy for one-byte scales
+            swizzled = dst[e, :, b] if width == 1 else np.empty(per, np.uint8)
+            _lib.check(_lib.LIB.fp4_scales_convert(_lib.FORMAT_NVFP4, rows, 16 * cols, plane.ctypes.data,
+                                                   _lib.LAYOUT_LINEAR, swizzled.ctypes.data, _lib.LAYOUT_128X4), fn)
+            if width > 1:
+                dst[e, :, b] = swizzled
     if v.device >= 0:
         out = out.to(unswizzled_sf.device)
     return out

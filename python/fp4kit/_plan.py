@@ -122,15 +122,16 @@ def out_key(x):
     return key(x)  # a tensor's key, or the type of anything else (validated, and refused, on its own)
 
 
-def scalar_key(x):
+def scalar_key(x, name="a scale"):
     """How a per-tensor scalar (alpha, global scale) is passed: 'n' for None, a float or an int,
     else key(): an array's or tensor's, or for any other object its type (a NumPy scalar, a list),
     which the plan then validates as it would validate that object. A string is refused here
-    (float('0.5') would accept it)."""
+    (float('0.5') would accept it), naming the argument `name`."""
     if x is None or type(x) is float or type(x) is int:
         return "n"
     if isinstance(x, (str, bytes)):
-        raise InvalidArgumentError("a scale must be a number or a one-element array/tensor, not %s" % type(x).__name__)
+        raise InvalidArgumentError("%s must be a number or a one-element array/tensor, not %s"
+                                   % (name, type(x).__name__))
     return key(x)
 
 

@@ -437,7 +437,7 @@ def test_plans_follow_every_shape_and_kind():
     ro.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         fp4kit.mm_fp4(xq, wq.T, xs, ws.T, alpha, np.float32, ro)
-    with pytest.raises(ValueError, match="scale must be a number"):
+    with pytest.raises(ValueError, match="alpha must be a number"):
         fp4kit.mm_fp4(xq, wq.T, xs, ws.T, "0.5")
 
 
