@@ -8,6 +8,8 @@
  * that could not be probed inside the JSON. Device 99 is unusable on every machine (no driver, no
  * GPU, a build without CUDA, or no such ordinal). No timing is asserted. */
 #include <cjson/cJSON.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli_testing.h"
 #include "probe_devices.h"
@@ -48,6 +50,8 @@ static void options(void) {
       char want[64];
       snprintf(want, sizeof want, "usage: fp4kit %s", commands[i]);
       CHECK(rc == 0 && out && strstr(out, want), "fp4kit %s exits 0 (got %d) and prints '%s'", args, rc, want);
+      CHECK(!strcmp(commands[i], "version") || (out && strstr(out, "Exit status: 0")), "fp4kit %s states the exit statuses",
+            args);
       free(out);
       free(err);
     }
@@ -144,6 +148,18 @@ static void options(void) {
       {"bench --m", "'--m' needs a value"},
       {"bench --shapes 128x256 stray", "unexpected argument 'stray'"},
       {"version stray", "unexpected argument 'stray'"},
+      {"inspect /nonexistent --tp 5000", "--tp needs an integer from 1 to 4096, not '5000'"},
+      {"inspect /nonexistent --ep ' 2'", "--ep needs an integer from 1 to 4096, not ' 2'"},
+      {"inspect /nonexistent --tp", "option '--tp' needs a value"},
+      {"inspect", "give PATH"},
+      {"quantize /nonexistent out --format", "option '--format' needs a value"},
+      {"quantize /nonexistent", "give OUT_DIR after IN_DIR '/nonexistent'"},
+      {"quantize /nonexistent out --input-amax 1e-40", "--input-amax needs a number from"},
+      {"quantize /nonexistent out --format mxfp4 --input-amax 5", "--input-amax is NVFP4 only"},
+      {"bench --model llama-3.1-8b --model deepseek-r1 --list-shapes", "--model given twice ('llama-3.1-8b' and 'deepseek-r1')"},
+      {"bench --shapes 64x64 --shapes 128x128 --list-shapes", "--shapes given twice"},
+      {"bench --shapes 64x64 --json a.json --json b.json --list-shapes", "--json given twice ('a.json' and 'b.json')"},
+      {"tune --shapes / --list-shapes", "cannot read /: Is a directory"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     rc = fp4kit(bad[i].args, &out, &err);
@@ -332,6 +348,46 @@ static void unusable_device(void) {
   free(err);
 }
 
+/* Results that cannot be delivered are failures: stdout that cannot be written (exit 3, said on
+ * stderr), a shape file that holds no shape (a usage error naming it), and a report path checked for
+ * writing before an aborted run leaves the file system as it was, a dangling link included. */
+static void undelivered(void) {
+  char *out, *err, args[512];
+  static const char *const printers[] = {"version", "tune --shape 64x128 --list-shapes", "probe --device -1 --json"};
+  for (size_t i = 0; access("/dev/full", W_OK) == 0 && i < sizeof printers / sizeof *printers; i++) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/full 2>'%s/full.err'", FP4KIT_CLI, printers[i], dir);
+    int s = system(cmd), rc = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+    err = cli_slurp("full.err");
+    CHECK(rc == 3 && err && strstr(err, "writing to standard output failed"), "fp4kit %s >/dev/full: exit 3 saying so "
+          "(got %d): %s", printers[i], rc, err ? err : "");
+    free(err);
+  }
+  snprintf(args, sizeof args, "%s/empty.shapes", dir);
+  FILE *f = fopen(args, "w");
+  if (f) {
+    fputs("# no shape here\n\n", f);
+    fclose(f);
+  }
+  snprintf(args, sizeof args, "tune --shapes %s/empty.shapes --list-shapes", dir);
+  int rc = fp4kit(args, &out, &err);
+  CHECK(rc == 2 && err && strstr(err, "empty.shapes holds no shape") && out && !out[0],
+        "a shape file of comments is a usage error naming it (rc %d): %s", rc, err ? err : "");
+  free(out);
+  free(err);
+  char link[128], target[128];
+  snprintf(link, sizeof link, "%s/link.json", dir);
+  snprintf(target, sizeof target, "%s/target.json", dir);
+  CHECK(symlink(target, link) == 0, "symlink %s", link);
+  snprintf(args, sizeof args, "bench --device 99 --backend ref --shapes 128x256 --m 1 --op w4a16 --runs 50 --json %s", link);
+  rc = fp4kit(args, &out, &err);
+  struct stat sb;
+  CHECK(rc == 3 && lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode) && access(target, F_OK) != 0,
+        "bench --json DANGLING_LINK that times nothing keeps the link and creates nothing (rc %d)", rc);
+  free(out);
+  free(err);
+}
+
 int main(void) {
   cli_require();
   snprintf(dir, sizeof dir, "/tmp/fp4kit_cmds_XXXXXX");
@@ -343,6 +399,7 @@ int main(void) {
   environment();
   probe_failed_device();
   unusable_device();
+  undelivered();
   char cleanup[128];
   snprintf(cleanup, sizeof cleanup, "rm -rf '%s'", dir);
   if (!test_failed && system(cleanup) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -374,6 +374,16 @@ int main(void) {
   CHECK(inspect(dir, 1, 1, &report) == FP4_OK && report && strstr(report, "TinyMoe"), "inspect INDEX: %s",
         fp4_last_error());
   fp4_model_free(report);
+  /* A shard the index lists but the directory lacks is said with the index and a tensor it maps. */
+  CHECK(ckpt_text(root, "model.safetensors.index.json",
+                  "{\"weight_map\": {\"model.layers.0.self_attn.o_proj.weight\": \"model.safetensors\", "
+                  "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}}\n"),
+        "index");
+  st = inspect(dir, 1, 1, &report);
+  CHECK(st == FP4_ERR_NOT_FOUND && strstr(fp4_last_error(), dir) &&
+            strstr(fp4_last_error(), "model-00002-of-00002.safetensors") && strstr(fp4_last_error(), "lm_head.weight"),
+        "an index naming a missing shard: %s %s", fp4_status_str(st), fp4_last_error());
+  fp4_model_free(report);
   unlink(dir);
 
   /* Malformed files are parsed and reported as what they are. */

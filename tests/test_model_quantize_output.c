@@ -439,6 +439,18 @@ int main(void) {
   CHECK(fp4_model_quantize(NULL, out, &o) == FP4_ERR_INVALID_ARGUMENT, "NULL in");
   CHECK(fp4_model_quantize(in, NULL, &o) == FP4_ERR_INVALID_ARGUMENT, "NULL out");
   CHECK(fp4_model_quantize(in, out, NULL) == FP4_ERR_INVALID_ARGUMENT, "NULL options");
+  /* An input amax whose scale amax/(6*448) is no normal float: written, it would be 0 (or its inverse,
+   * the compressed-tensors global scale, infinite). */
+  o.input_amax = 1e-40f;
+  for (int ct = 0; ct < 2; ct++) {
+    o.layout = ct ? FP4_CKPT_COMPRESSED_TENSORS : FP4_CKPT_MODELOPT;
+    st = fp4_model_quantize(in, out, &o);
+    CHECK(st == FP4_ERR_INVALID_ARGUMENT && strstr(fp4_last_error(), "input_amax") &&
+              strstr(fp4_last_error(), "normal float") && !exists("nullout"),
+          "input_amax 1e-40 (layout %d): %s %s", ct, fp4_status_str(st), fp4_last_error());
+  }
+  o.layout = FP4_CKPT_MODELOPT;
+  o.input_amax = 0.0f;
   o.include_count = 1;
   CHECK(fp4_model_quantize(in, out, &o) == FP4_ERR_INVALID_ARGUMENT, "include_count 1 with include NULL");
   const char *const nulls[] = {NULL};

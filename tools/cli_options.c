@@ -2,6 +2,7 @@
  * lives in a library of its own (fp4kit_step), which this file is part of, so one rule serves all. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,10 @@ int fp4cli_reports_writable(const char *cmd, int n, const char *const options[],
       return FP4CLI_ERROR;
     }
     fclose(f);
-    if (!existed) remove(paths[i]);
+    /* What was created goes: through a dangling link that is the file it now leads to, and the
+     * link, which the user made, stays. */
+    char created[PATH_MAX];
+    if (!existed) remove(realpath(paths[i], created) ? created : paths[i]);
   }
   return FP4CLI_OK;
 }

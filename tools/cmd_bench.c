@@ -127,7 +127,11 @@ static void bench_usage(FILE *f) {
           "enough copies to exceed 3x the last-level cache (GPU L2 or CPU LLC). The commit recorded is\n"
           "FP4KIT_COMMIT from the environment when set, else 'git rev-parse HEAD' of the source tree this\n"
           "command was built from (with -dirty when its tracked files differ from that commit), else\n"
-          "unknown. The --json, --csv and --html files are checked for writing before anything is timed.\n",
+          "unknown. The --json, --csv and --html files are checked for writing before anything is timed.\n"
+          "\n"
+          "Exit status: 0 every point ran, 1 a point failed (see the table), 2 a usage error (an unknown\n"
+          "option, a bad value, an option that takes one value given twice), 3 the device asked for\n"
+          "cannot be used, nothing could be timed, or a report file could not be written.\n",
           (long long)BENCH_REF_MAX_MNK, default_models[0], default_models[1], BENCH_MAX_MS, BENCH_MAX_M);
 }
 
@@ -150,6 +154,18 @@ static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "fp4kit bench: ");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\nRun 'fp4kit bench --help' for the options.\n");
+  return FP4CLI_USAGE;
+}
+
+/* An option whose second value would silently drop the first: a shape set or a report file asked for
+ * and never produced. */
+static int set_once(const char **slot, const char *opt, const char *v) {
+  if (!*slot) {
+    *slot = v;
+    return FP4CLI_OK;
+  }
+  fprintf(stderr, "fp4kit bench: %s given twice ('%s' and '%s'); it takes one value\n"
+                  "Run 'fp4kit bench --help' for the options.\n", opt, *slot, v);
   return FP4CLI_USAGE;
 }
 
@@ -203,14 +219,24 @@ static int parse_opts(int argc, char **argv, bench_opts *o, int *help) {
       case OPT_NO_PEERS: o->peers = 0; break;
       case OPT_LIST: o->list_shapes = 1; break;
       case OPT_BACKEND: o->backends = v; break;
-      case OPT_MODEL: o->model = v; break;
-      case OPT_SHAPES: o->shapes = v; break;
+      case OPT_MODEL:
+        if (set_once(&o->model, "--model", v)) return FP4CLI_USAGE;
+        break;
+      case OPT_SHAPES:
+        if (set_once(&o->shapes, "--shapes", v)) return FP4CLI_USAGE;
+        break;
       case OPT_M: o->ms = v; break;
       case OPT_OP: o->ops = v; break;
       case OPT_FORMAT: o->formats = v; break;
-      case OPT_JSON: o->json = v; break;
-      case OPT_CSV: o->csv = v; break;
-      case OPT_HTML: o->html = v; break;
+      case OPT_JSON:
+        if (set_once(&o->json, "--json", v)) return FP4CLI_USAGE;
+        break;
+      case OPT_CSV:
+        if (set_once(&o->csv, "--csv", v)) return FP4CLI_USAGE;
+        break;
+      case OPT_HTML:
+        if (set_once(&o->html, "--html", v)) return FP4CLI_USAGE;
+        break;
       case OPT_CACHE: o->cache = v; break;
       case OPT_CONFIG: o->config = v; break;
       case OPT_RUNS: /* the median needs them */

@@ -24,19 +24,12 @@ static void inspect_usage(FILE *f) {
           "such GEMMs, for routed experts layers x experts a token touches; MTP layers are rows of their own.\n"
           "\n"
           "  --json    one JSON document instead of text\n"
-          "  --tp N    tensor-parallel ranks (default 1)\n"
-          "  --ep N    expert-parallel ranks (default 1)\n");
-}
-
-static int parse_positive(const char *opt, const char *s, int *out) {
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < 1 || v > 4096) {
-    fprintf(stderr, "fp4kit inspect: %s needs a positive integer, got '%s'\n", opt, s);
-    return 0;
-  }
-  *out = (int)v;
-  return 1;
+          "  --tp N    tensor-parallel ranks, 1 to 4096 (default 1)\n"
+          "  --ep N    expert-parallel ranks, 1 to 4096 (default 1)\n"
+          "\n"
+          "Exit status: 0 the report was printed, 2 a usage error (an unknown option, a value out of range,\n"
+          "no PATH), 3 the checkpoint cannot be read (missing, not a checkpoint, malformed; the message\n"
+          "names the file and what is wrong).\n");
 }
 
 int fp4cli_inspect(int argc, char **argv) {
@@ -49,7 +42,8 @@ int fp4cli_inspect(int argc, char **argv) {
                                         {NULL, 0, NULL, 0}};
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
-  for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
+    long long v = 0;
     switch (c) {
       case 'h':
         inspect_usage(stdout);
@@ -59,20 +53,20 @@ int fp4cli_inspect(int argc, char **argv) {
         break;
       case OPT_TP:
       case OPT_EP:
-        if (!parse_positive(c == OPT_TP ? "--tp" : "--ep", optarg, c == OPT_TP ? &o.tp : &o.ep)) return FP4CLI_USAGE;
+        if (fp4cli_parse_int("inspect", c == OPT_TP ? "--tp" : "--ep", optarg, 1, 4096, &v)) return FP4CLI_USAGE;
+        *(c == OPT_TP ? &o.tp : &o.ep) = (int)v;
         break;
       default:
-        fprintf(stderr, "fp4kit inspect: unknown option or missing value: '%s'\n", argv[optind - 1]);
-        inspect_usage(stderr);
-        return FP4CLI_USAGE;
+        return fp4cli_bad_option("inspect", c, argv);
     }
   }
-  if (optind != argc - 1) {
-    if (optind < argc - 1) fprintf(stderr, "fp4kit inspect: unexpected argument '%s'\n", argv[optind + 1]);
-    inspect_usage(stderr);
+  if (optind == argc) {
+    fprintf(stderr, "fp4kit inspect: give PATH: a model directory, a .safetensors file or a model.safetensors.index.json\n"
+                    "Run 'fp4kit inspect --help' for the options.\n");
     return FP4CLI_USAGE;
   }
-  const char *path = argv[optind];
+  const char *path = argv[optind++];
+  if (fp4cli_no_operands("inspect", argc, argv)) return FP4CLI_USAGE;
   char *report = NULL;
   fp4_status st = fp4_model_inspect(path, &o, &report);
   if (st) return fp4cli_report("inspect", st);

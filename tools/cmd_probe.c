@@ -34,7 +34,11 @@ static void probe_usage(FILE *f) {
           "\n"
           "Evidence of each answer: table = architecture table and build targets only (nothing ran);\n"
           "queried = asked of the device or vendor library at run time; executed = ran on this machine\n"
-          "and matched the reference; failed = ran and was wrong.\n");
+          "and matched the reference; failed = ran and was wrong.\n"
+          "\n"
+          "Exit status: 0 probed (a device that cannot be used is said, and the host probed), 1 --check\n"
+          "found a wrong answer, 2 a usage error (an unknown option, architecture or FP4KIT_DEVICE value),\n"
+          "3 probing failed.\n");
 }
 
 static const char *short_evidence(fp4_evidence e) {

@@ -1,5 +1,6 @@
 /* fp4kit quantize: a BF16/F16/F32 safetensors checkpoint -> NVFP4 (Model Optimizer recipe) or MXFP4. */
 #define _GNU_SOURCE
+#include <float.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,8 @@ static void quantize_usage(FILE *f) {
           "                           DeepSeek-style MTP layers (index >= num_hidden_layers)\n"
           "  --input-amax A           NVFP4: write input_scale = A/(6*448) for every layer, a static\n"
           "                           activation range (no calibration is done), quant_algo NVFP4;\n"
-          "                           without it: weight-only, quant_algo W4A16_NVFP4\n"
+          "                           without it: weight-only, quant_algo W4A16_NVFP4. A is from\n"
+          "                           %.3g (the scale stays a normal float) to 3e38\n"
           "  --recipe NAME            NVFP4 scales of the Model Optimizer release to match: modelopt\n"
           "                           (default; 0.45 and later clamp block scales to >= 2^-9) or\n"
           "                           modelopt-0.44 (0.44 and earlier: block scales <= 2^-10 are 0)\n"
@@ -57,7 +59,12 @@ static void quantize_usage(FILE *f) {
           "  --quiet                  no progress lines (warnings and errors still print)\n"
           "\n"
           "Progress goes to stderr: one updating line on a terminal; otherwise (a log, a pipe) a line\n"
-          "at the start, every %d seconds and at the end.\n", 10);
+          "at the start, every %d seconds and at the end.\n"
+          "\n"
+          "Exit status: 0 OUT_DIR was written, 2 a usage error (an unknown option, a bad value, options\n"
+          "that exclude each other, IN_DIR or OUT_DIR missing), 3 nothing was written: the input cannot be\n"
+          "read or quantized, or OUT_DIR cannot be (re)placed (the message says which).\n",
+          (double)(6.0f * 448.0f * FLT_MIN), 10);
 }
 
 /* Progress on stderr: one line rewritten in place on a terminal, else whole lines now and then. */
@@ -102,7 +109,7 @@ int fp4cli_quantize(int argc, char **argv) {
   memset(&o, 0, sizeof o);
   o.format = FP4_FORMAT_NVFP4;
   const char **inc = calloc((size_t)argc, sizeof *inc), **exc = calloc((size_t)argc, sizeof *exc);
-  int quiet = 0, rc = FP4CLI_OK;
+  int quiet = 0, hinted = 0, rc = FP4CLI_OK;
   if (!inc || !exc) {
     free(inc);
     free(exc);
@@ -123,7 +130,7 @@ int fp4cli_quantize(int argc, char **argv) {
                                         {NULL, 0, NULL, 0}};
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
-  for (int c; rc == FP4CLI_OK && (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+  for (int c; rc == FP4CLI_OK && (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
     switch (c) {
       case 'h':
         quantize_usage(stdout);
@@ -145,8 +152,11 @@ int fp4cli_quantize(int argc, char **argv) {
       case OPT_AMAX: {
         char *end = NULL;
         o.input_amax = strtof(optarg, &end);
-        if (!*optarg || *end || !(o.input_amax > 0.0f) || o.input_amax > 3.0e38f) {
-          fprintf(stderr, "fp4kit quantize: --input-amax needs a positive finite number, got '%s'\n", optarg);
+        /* Below the lower bound the scale A/(6*448) leaves the normal floats: it would be written as 0
+         * (or its inverse, the compressed-tensors global scale, as infinity). */
+        if (!*optarg || *end || !(o.input_amax >= 6.0f * 448.0f * FLT_MIN) || o.input_amax > 3.0e38f) {
+          fprintf(stderr, "fp4kit quantize: --input-amax needs a number from %.3g to 3e38, not '%s'\n",
+                  (double)(6.0f * 448.0f * FLT_MIN), optarg);
           rc = FP4CLI_USAGE;
         }
         break;
@@ -162,8 +172,8 @@ int fp4cli_quantize(int argc, char **argv) {
         }
         break;
       default:
-        fprintf(stderr, "fp4kit quantize: unknown option or missing value: '%s'\n", argv[optind - 1]);
-        rc = FP4CLI_USAGE;
+        rc = fp4cli_bad_option("quantize", c, argv);
+        hinted = 1;
     }
   }
   const char *in = NULL, *out = NULL;
@@ -173,6 +183,8 @@ int fp4cli_quantize(int argc, char **argv) {
       out = argv[optind + 1];
     } else {
       if (argc - optind > 2) fprintf(stderr, "fp4kit quantize: unexpected argument '%s'\n", argv[optind + 2]);
+      else if (argc - optind == 1) fprintf(stderr, "fp4kit quantize: give OUT_DIR after IN_DIR '%s'\n", argv[optind]);
+      else fprintf(stderr, "fp4kit quantize: give IN_DIR (the checkpoint) and OUT_DIR (the output directory)\n");
       rc = FP4CLI_USAGE;
     }
   }
@@ -180,8 +192,12 @@ int fp4cli_quantize(int argc, char **argv) {
     fprintf(stderr, "fp4kit quantize: --compressed-tensors is NVFP4 only\n");
     rc = FP4CLI_USAGE;
   }
+  if (rc == FP4CLI_OK && o.format == FP4_FORMAT_MXFP4 && o.input_amax > 0.0f) {
+    fprintf(stderr, "fp4kit quantize: --input-amax is NVFP4 only (MXFP4 has no input scale)\n");
+    rc = FP4CLI_USAGE;
+  }
   if (rc == FP4CLI_USAGE) {
-    quantize_usage(stderr);
+    if (!hinted) fprintf(stderr, "Run 'fp4kit quantize --help' for the options.\n");
   } else {
     o.include = inc;
     o.exclude = exc;

@@ -2,6 +2,7 @@
 /* fp4kit tune: time every supported (backend, config) on each shape and store the winners in the
  * tuning cache that auto selection reads. The shapes of a model are bench's (bench_shapes.c), so
  * `fp4kit tune --model X` then `fp4kit bench --backend auto --model X` meet in the cache. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,18 +60,22 @@ static void tune_usage(FILE *f) {
           "                 empty file is replaced, with a warning. A link is written through to the\n"
           "                 file it leads to, which must exist. The file keeps its permissions; a new\n"
           "                 one gets 0666 less the umask\n"
-          "  --list-shapes  print the shapes (N K name) and exit\n",
+          "  --list-shapes  print the shapes (N K name) and exit\n"
+          "\n"
+          "Exit status: 0 every key has a winner, 1 a key had no candidate that ran, 2 a usage error (an\n"
+          "unknown option, a bad value or shape file, a --cache FILE that is not a tuning cache), 3 the\n"
+          "device asked for cannot be used, the cache cannot be written, or tuning stopped on an error.\n",
           TUNE_MAX_MODELS, TUNE_MAX_M);
 }
 
 static int read_shapes(const char *path, bench_shape *shapes, int *count) {
   FILE *f = fopen(path, "r");
   if (!f) {
-    fprintf(stderr, "fp4kit tune: cannot open %s\n", path);
+    fprintf(stderr, "fp4kit tune: cannot open %s: %s\n", path, strerror(errno));
     return 0;
   }
   char line[512];
-  int lineno = 0, ok = 1;
+  int lineno = 0, ok = 1, found = 0;
   while (ok && fgets(line, sizeof line, f)) {
     lineno++;
     char *hash = strchr(line, '#');
@@ -91,8 +96,21 @@ static int read_shapes(const char *path, bench_shape *shapes, int *count) {
       ok = 0;
     } else {
       if (!name[0]) snprintf(name, sizeof name, "%lldx%lld", (long long)n, (long long)k);
-      ok = bench_add_shape(shapes, count, n, k, name) == 0;
+      if (bench_add_shape(shapes, count, n, k, name)) {
+        fprintf(stderr, "fp4kit tune: %s:%d: more than %d shapes\n", path, lineno, BENCH_MAX_SHAPES);
+        ok = 0;
+      }
+      found = 1;
     }
+  }
+  /* A directory opens, and reads as an error, not as an empty file; a file of comments names no
+   * shape: neither is the list of shapes asked for. */
+  if (ok && ferror(f)) {
+    fprintf(stderr, "fp4kit tune: cannot read %s: %s\n", path, strerror(errno));
+    ok = 0;
+  } else if (ok && !found) {
+    fprintf(stderr, "fp4kit tune: %s holds no shape ('N K [name]' lines)\n", path);
+    ok = 0;
   }
   fclose(f);
   return ok;

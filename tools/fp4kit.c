@@ -1,5 +1,6 @@
 /* fp4kit: probe, check, bench, tune, quantize and inspect FP4 GEMMs. Calls only the public API. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -102,6 +103,15 @@ int fp4cli_no_operands(const char *cmd, int argc, char **argv) {
   return FP4CLI_USAGE;
 }
 
+/* What a command printed is its result: output that could not be written (a full disk, /dev/full)
+ * fails the run instead of exiting 0 with the result lost. */
+static int stdout_written(int rc) {
+  const int flushed = fflush(stdout) == 0, err = errno;
+  if (flushed && !ferror(stdout)) return rc;
+  fprintf(stderr, "fp4kit: writing to standard output failed%s%s\n", flushed ? "" : ": ", flushed ? "" : strerror(err));
+  return rc == FP4CLI_OK || rc == FP4CLI_FAILED ? FP4CLI_ERROR : rc;
+}
+
 /* getopt keeps the ordering of its first scan ('+': stop at the command) until a scan starts with
  * optind 0; an empty scan from 0 leaves the command's own scan (optind 1) permuting arguments, so
  * its options may follow its operands. */
@@ -122,10 +132,10 @@ int main(int argc, char **argv) {
     switch (c) {
       case 'h':
         usage(stdout);
-        return FP4CLI_OK;
+        return stdout_written(FP4CLI_OK);
       case OPT_VERSION:
         printf("fp4kit %s (header %s)\n", fp4_version(), FP4KIT_VERSION_STRING);
-        return FP4CLI_OK;
+        return stdout_written(FP4CLI_OK);
       default:
         fprintf(stderr, "fp4kit: unknown option '%s'\n\n", argv[optind - 1]);
         usage(stderr);
@@ -139,12 +149,12 @@ int main(int argc, char **argv) {
   const char *name = argv[optind];
   if (!strcmp(name, "help")) {
     usage(stdout);
-    return FP4CLI_OK;
+    return stdout_written(FP4CLI_OK);
   }
   const int at = optind;
   getopt_restart();
   for (int i = 0; i < command_count; i++)
-    if (!strcmp(name, commands[i].name)) return commands[i].run(argc - at, argv + at);
+    if (!strcmp(name, commands[i].name)) return stdout_written(commands[i].run(argc - at, argv + at));
   fprintf(stderr, "fp4kit: unknown command '%s'\n\n", name);
   usage(stderr);
   return FP4CLI_USAGE;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -679,6 +680,11 @@ fp4_status fp4_model_quantize(const char *in_dir, const char *out_dir, const fp4
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: the compressed-tensors layout is NVFP4 only", fn);
   if (!(o->input_amax >= 0.0f) || o->input_amax > 3.0e38f)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax %g must be finite and >= 0", fn, (double)o->input_amax);
+  /* A smaller amax makes input_scale = amax/(6*448) denormal or 0, and the compressed-tensors
+   * global scale, its inverse, infinite: a checkpoint no engine can run. */
+  if (o->input_amax > 0.0f && o->input_amax < 6.0f * 448.0f * FLT_MIN)
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax %g is below %g, where input_scale = input_amax/(6*448) "
+                    "is no longer a normal float", fn, (double)o->input_amax, (double)(6.0f * 448.0f * FLT_MIN));
   if (o->format == FP4_FORMAT_MXFP4 && o->input_amax > 0.0f)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: input_amax applies to NVFP4 only", fn);
   if (o->include_count < 0 || o->exclude_count < 0 || (o->include_count > 0 && !o->include) ||

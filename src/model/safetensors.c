@@ -996,10 +996,19 @@ static fp4_status open_index(fp4_safetensors *st, const char *index_path, unsign
     for (int i = 0; i < nu && !status; i++) {
       if (i && !strcmp(files[i], files[i - 1])) continue;
       char path[PATH_MAX];
-      if (snprintf(path, sizeof path, "%s%s", dir, files[i]) >= (int)sizeof path)
+      struct stat sb;
+      if (snprintf(path, sizeof path, "%s%s", dir, files[i]) >= (int)sizeof path) {
         status = fp4_fail(FP4_ERR_FORMAT, "safetensors index %s: shard path too long", index_path);
-      else
+      } else if (stat(path, &sb) != 0 && errno == ENOENT) {
+        /* Said with the index that names it: the shard alone does not tell a missing download from a
+         * mistyped index. */
+        const cJSON *e = map->child;
+        while (e && strcmp(e->valuestring, files[i])) e = e->next;
+        status = fp4_fail(FP4_ERR_NOT_FOUND, "safetensors index %s lists shard %s (for tensor '%s'), which does not "
+                          "exist", index_path, files[i], e ? e->string : "");
+      } else {
         status = add_file(st, path);
+      }
     }
   }
   if (!status) status = load_files(st, flags);
