@@ -98,16 +98,16 @@ typedef enum fp4_scale_layout {
 } fp4_scale_layout;
 
 typedef enum fp4_dtype {
-  FP4_DTYPE_F32 = 0,
-  FP4_DTYPE_BF16 = 1,
-  FP4_DTYPE_F16 = 2,
+  FP4_DTYPE_F32 = 0,    /* IEEE binary32                                         */
+  FP4_DTYPE_BF16 = 1,   /* bfloat16: the upper half of an f32                    */
+  FP4_DTYPE_F16 = 2,    /* IEEE binary16                                         */
   FP4_DTYPE_E2M1X2 = 3, /* two E2M1 codes per byte, element 0 in the low nibble */
   FP4_DTYPE_E4M3 = 4,   /* float8_e4m3fn                                         */
   FP4_DTYPE_UE8M0 = 5   /* float8_e8m0fnu: 2^(e-127)                             */
 } fp4_dtype;
 
 typedef enum fp4_memory {
-  FP4_MEMORY_HOST = 0,
+  FP4_MEMORY_HOST = 0,  /* host memory, read and written by the CPU              */
   FP4_MEMORY_DEVICE = 1 /* CUDA device memory (or memory the device can address) */
 } fp4_memory;
 
@@ -127,8 +127,8 @@ typedef struct fp4_qmatrix {
   void *scales;            /* fp4_scales_size(format, layout, rows, cols) bytes             */
   int64_t rows;            /* M for activations, N for weights                              */
   int64_t cols;            /* K: logical FP4 elements per row, a multiple of the block size  */
-  fp4_format format;
-  fp4_scale_layout layout;
+  fp4_format format;       /* NVFP4 or MXFP4: the scales' type and block size               */
+  fp4_scale_layout layout; /* how scales is laid out                                        */
   float multiplier;        /* per-tensor decode multiplier; 1.0f for MXFP4                  */
   fp4_memory memory;       /* where data and scales live                                    */
 } fp4_qmatrix;
@@ -136,11 +136,11 @@ typedef struct fp4_qmatrix {
 /* A dense matrix of f32, bf16 or f16 elements. */
 typedef struct fp4_matrix {
   void *data;              /* aligned to the element size (4 bytes for f32, 2 for bf16 / f16)  */
-  int64_t rows;
-  int64_t cols;
-  int64_t ld;              /* elements between the starts of two rows; 0 means cols */
-  fp4_dtype dtype;
-  fp4_memory memory;
+  int64_t rows;            /* in [1, 2^31] (0 only where a call says so: grouped GEMM, MoE)   */
+  int64_t cols;            /* in [1, 2^31]                                                    */
+  int64_t ld;              /* elements between the starts of two rows; 0 means cols, else in [cols, 2^31] */
+  fp4_dtype dtype;         /* f32, bf16 or f16                                                */
+  fp4_memory memory;       /* where data lives                                                */
 } fp4_matrix;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -164,8 +164,9 @@ FP4_API uint16_t fp4_f16_from_f32(float x);
 FP4_API float fp4_f16_to_f32(uint16_t bits);
 
 /* Converts n elements between host arrays with the codecs above. Supported: any of f32, bf16,
- * f16, e4m3, ue8m0 to any other, e2m1x2 -> f32 (n elements from n/2 bytes) and f32 -> e2m1x2
- * (n even). src and dst are each aligned to their element size. */
+ * f16, e4m3, ue8m0 to any other, e2m1x2 -> f32 (n elements from (n+1)/2 bytes: an odd n reads the
+ * low nibble of the last byte) and f32 -> e2m1x2 (n even). src and dst are each aligned to their
+ * element size (FP4_ERR_INVALID_ARGUMENT otherwise); e2m1x2 with another dtype is FP4_ERR_UNSUPPORTED. */
 FP4_API fp4_status fp4_convert(const void *src, fp4_dtype src_dtype, void *dst, fp4_dtype dst_dtype,
                                size_t n);
 
@@ -194,8 +195,11 @@ FP4_API fp4_status fp4_scales_convert(fp4_format format, int64_t rows, int64_t c
  * time. */
 typedef struct fp4_context fp4_context;
 
-/* device: CUDA device ordinal, or -1 for a host-only context. */
+/* device: CUDA device ordinal, or -1 for a host-only context (below -1: FP4_ERR_INVALID_ARGUMENT; an
+ * ordinal in a build without CUDA: FP4_ERR_UNSUPPORTED). *ctx is NULL after a failure. */
 FP4_API fp4_status fp4_context_create(fp4_context **ctx, int device);
+/* Frees the context and what it owns (vendor handles, the workspace, an attached tuning cache);
+ * NULL does nothing. */
 FP4_API void fp4_context_destroy(fp4_context *ctx);
 /* The context's device, -1 for host-only. */
 FP4_API int fp4_context_device(const fp4_context *ctx);
@@ -247,7 +251,8 @@ FP4_API fp4_status fp4_synchronize(fp4_context *ctx);
  * CUDA-graph capture, in stream order (cudaMallocAsync on the call's stream). A call that would have
  * to grow it while its stream is capturing fails with FP4_ERR_UNSUPPORTED naming the bytes to
  * reserve, and the capture is left intact. Work queued on one stream only: the workspace is shared
- * by every call on the context. */
+ * by every call on the context. A NULL or host-only context has no device workspace (host backends
+ * need none): FP4_ERR_INVALID_ARGUMENT. */
 FP4_API fp4_status fp4_context_reserve_workspace(fp4_context *ctx, size_t bytes);
 /* Bytes the context's workspace holds now (0 for host-only contexts or before any reservation). */
 FP4_API size_t fp4_context_workspace_bytes(const fp4_context *ctx);
@@ -334,13 +339,15 @@ FP4_API fp4_status fp4_mm_w4a16_workspace_size(fp4_context *ctx, const fp4_matri
 /* ------------------------------------------------------------------------------------------ */
 
 /* Registered backends, in registry order: "ref", "cpu", "cuda", ... A backend that was not built
- * in is still listed; fp4_backend_available() says why it cannot run. */
+ * in is still listed; fp4_backend_available() says why it cannot run. Name and summary are NULL for
+ * an index outside [0, fp4_backend_count()). */
 FP4_API int fp4_backend_count(void);
 FP4_API const char *fp4_backend_name(int index);
 FP4_API const char *fp4_backend_summary(int index);
 /* FP4_OK when the backend can run on ctx's device (or the host for ctx NULL / device -1);
  * otherwise FP4_ERR_UNSUPPORTED with the reason in reason[0..reason_size) (reason may be NULL) and,
- * as for every failure, in fp4_last_error(). */
+ * as for every failure, in fp4_last_error(). name NULL is FP4_ERR_INVALID_ARGUMENT, a name no backend
+ * has FP4_ERR_NOT_FOUND (reason ""). */
 FP4_API fp4_status fp4_backend_available(fp4_context *ctx, const char *name, char *reason,
                                          size_t reason_size);
 
@@ -382,8 +389,8 @@ typedef struct fp4_grouped_qmatrix {
   int64_t experts;         /* E                                                                */
   int64_t rows;            /* N: output features of one expert                                  */
   int64_t cols;            /* K: input features, a multiple of the block size                   */
-  fp4_format format;
-  fp4_scale_layout layout;
+  fp4_format format;       /* NVFP4 or MXFP4, every expert alike                                 */
+  fp4_scale_layout layout; /* of every expert's scales                                          */
   fp4_memory memory;       /* where data, scales and multipliers live                            */
 } fp4_grouped_qmatrix;
 
@@ -411,7 +418,8 @@ FP4_API fp4_status fp4_grouped_mm_w4a16(fp4_context *ctx, const fp4_matrix *a, c
 /* Device workspace (fp4_context_reserve_workspace) the grouped GEMM with these operands and options
  * would take (0: none), as fp4_mm_workspace_size: reserve it before capturing the call in a CUDA
  * graph. The operands and options are validated as for the call; their data is not read, offsets
- * excepted when they are in host memory. */
+ * and b's per-expert multipliers excepted when they are in host memory (checked as the call checks
+ * them). */
 FP4_API fp4_status fp4_grouped_mm_workspace_size(fp4_context *ctx, const fp4_qmatrix *a, const fp4_grouped_qmatrix *b,
                                                  const int64_t *offsets, const fp4_matrix *out,
                                                  const fp4_options *options, size_t *bytes);
@@ -443,7 +451,7 @@ typedef struct fp4_moe_experts {
 } fp4_moe_experts;
 
 typedef struct fp4_moe_layer {
-  fp4_moe_mode mode;
+  fp4_moe_mode mode;               /* W4A16 or W4A4 (the activations quantized)                  */
   fp4_moe_experts routed;          /* E routed experts                                           */
   const fp4_moe_experts *shared;   /* NULL, or one shared expert (experts = 1, its own I) applied  */
                                    /* to every token with weight 1 (or routing.shared_weights)    */
@@ -454,7 +462,7 @@ typedef struct fp4_moe_layer {
  * elements, as shared_weights). Ids must lie in [0, E); a
  * token may name the same expert more than once: each occurrence contributes (contributions add). */
 typedef struct fp4_moe_routing {
-  const int32_t *topk_ids;
+  const int32_t *topk_ids;         /* [T, top_k] expert ids; may be NULL when T = 0              */
   int64_t tokens;                  /* T: must equal hidden->rows                                  */
   int64_t top_k;                   /* k >= 1                                                      */
   fp4_matrix topk_weights;         /* [T, k] f32                                                  */
@@ -469,7 +477,9 @@ typedef struct fp4_moe_routing {
 
 /* Bytes of workspace fp4_moe_forward needs for T = tokens and k = top_k on the backend options
  * names (or, for auto or NULL options, the most that any registered backend needs). Depends on the
- * layer's shapes, mode and formats, not on data. 0 for tokens = 0. */
+ * layer's shapes, mode and formats, not on data (host-memory per-expert multipliers are checked as
+ * the call checks them). 0 for tokens = 0. A workspace that does not fit size_t is
+ * FP4_ERR_INVALID_ARGUMENT, as the call refuses it. */
 FP4_API fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, int64_t top_k,
                                           const fp4_options *options, size_t *bytes);
 
@@ -490,7 +500,9 @@ FP4_API fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer,
  * takes from the context besides the caller's workspace (0: none; on the cuda backend a shared
  * expert run on the dense GEMM kernels may take some, docs/moe.md): reserve it before capturing the
  * layer in a CUDA graph, as for fp4_mm_workspace_size. The operands and options are validated as for
- * the call; their data is not read. */
+ * the call, the layer workspace's size included; their data is not read (host-memory per-expert
+ * multipliers excepted, checked as the call checks them): routing may be sized before the router has
+ * filled its ids and weights, whose values the call checks when they are in host memory. */
 FP4_API fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer *layer,
                                                   const fp4_matrix *hidden, const fp4_moe_routing *routing,
                                                   const fp4_matrix *out, const fp4_options *options, size_t *bytes);
@@ -516,6 +528,7 @@ typedef struct fp4_arch_info {
   int hardware_tested;       /* fp4kit's GPU tests have been run on a GPU of this architecture */
 } fp4_arch_info;
 
+/* Rows of the architecture table. */
 FP4_API int fp4_arch_count(void);
 /* Row index of the table; NULL past the end. */
 FP4_API const fp4_arch_info *fp4_arch_get(int index);
@@ -533,9 +546,11 @@ typedef enum fp4_cap {
   FP4_CAP_W4A16 = 2,      /* fp4_mm_w4a16 (FP4 weights, bf16 activations)      */
   FP4_CAP_GROUPED = 3,    /* grouped / MoE GEMM                                */
   FP4_CAP_PDL = 4,        /* honours enable_pdl (programmatic dependent launch) */
-  FP4_CAP_COUNT = 5
+  FP4_CAP_COUNT = 5       /* the number of capabilities, not one itself        */
 } fp4_cap;
 
+/* A capability's answer: UNKNOWN where it cannot be established here (a vendor library asked about
+ * an architecture that is not present, a backend that does not say). */
 typedef enum fp4_support { FP4_SUPPORT_NO = 0, FP4_SUPPORT_YES = 1, FP4_SUPPORT_UNKNOWN = 2 } fp4_support;
 
 /* How an answer was obtained: the probe says plainly what ran and what was only compiled. */
@@ -547,8 +562,8 @@ typedef enum fp4_evidence {
 } fp4_evidence;
 
 typedef struct fp4_capability {
-  fp4_support support;
-  fp4_evidence evidence;
+  fp4_support support;       /* the answer                                                     */
+  fp4_evidence evidence;     /* how it was obtained                                            */
   char reason[192];          /* why not, or what answered yes ("cuBLASLt 13.1: 3 algorithms") */
 } fp4_capability;
 
@@ -557,7 +572,7 @@ typedef struct fp4_backend_probe {
   fp4_support available;     /* can run at all here                                            */
   char reason[192];          /* why not                                                        */
   int device_memory;         /* runs on device memory (0: a host backend)                      */
-  fp4_capability caps[FP4_CAP_COUNT];
+  fp4_capability caps[FP4_CAP_COUNT]; /* indexed by fp4_cap                                      */
 } fp4_backend_probe;
 
 typedef struct fp4_device_probe {
@@ -576,10 +591,13 @@ typedef struct fp4_device_probe {
 
 /* Name of a capability for tables ("nvfp4 w4a4"); NULL for unknown values. */
 FP4_API const char *fp4_cap_name(fp4_cap cap);
-FP4_API const char *fp4_support_name(fp4_support support);   /* "yes", "no", "unknown"      */
-FP4_API const char *fp4_evidence_name(fp4_evidence evidence); /* "table", "queried", ...      */
+/* "yes", "no", "unknown" / "table", "queried", "executed", "failed"; NULL for unknown values. */
+FP4_API const char *fp4_support_name(fp4_support support);
+FP4_API const char *fp4_evidence_name(fp4_evidence evidence);
 /* CUDA devices visible (0 in a build without CUDA or without a driver). */
 FP4_API int fp4_probe_device_count(void);
+/* What CUDA device `device` is (name, cc, versions): FP4_ERR_NOT_FOUND for an ordinal outside
+ * [0, fp4_probe_device_count()), FP4_ERR_UNSUPPORTED in a build without CUDA; out is cleared first. */
 FP4_API fp4_status fp4_probe_device(int device, fp4_device_probe *out);
 /* Asks a backend what it can do on ctx's device (or the host for NULL / device -1, which answer
  * alike): availability
@@ -600,12 +618,13 @@ FP4_API fp4_status fp4_probe_backend_arch(const char *arch, const char *backend,
  * refuse M above 2^31, the largest M a GEMM takes. */
 FP4_API int64_t fp4_tune_m_bucket(int64_t m);
 
+/* The call a tuning entry is for: fp4_mm (W4A4) or fp4_mm_w4a16. */
 typedef enum fp4_tune_op { FP4_TUNE_MM = 0, FP4_TUNE_MM_W4A16 = 1 } fp4_tune_op;
 
 /* What a tuning cache entry is keyed by (besides the cache's library version and device). */
 typedef struct fp4_tune_key {
-  fp4_tune_op op;
-  fp4_format format;
+  fp4_tune_op op;      /* fp4_mm or fp4_mm_w4a16                                         */
+  fp4_format format;   /* the weights' (and for W4A4 the activations') format            */
   fp4_dtype a_dtype;   /* W4A16 activation dtype (bf16, f16, f32); FP4_DTYPE_E2M1X2 for W4A4 */
   fp4_dtype out_dtype; /* bf16, f16, f32                                                 */
   int64_t m;           /* run-time M; lookups and stores use fp4_tune_m_bucket(m)        */
@@ -622,6 +641,8 @@ typedef struct fp4_tuning_cache fp4_tuning_cache;
 /* An empty cache for ctx's device (or the host), stamped with the library, device and vendor-
  * library versions that a loaded file must match. */
 FP4_API fp4_status fp4_tuning_cache_create(fp4_context *ctx, fp4_tuning_cache **cache);
+/* Frees a cache that no context owns (fp4_context_set_tuning_cache takes ownership); NULL does
+ * nothing. */
 FP4_API void fp4_tuning_cache_destroy(fp4_tuning_cache *cache);
 /* Replaces the entries with a file's. A missing, truncated, malformed or mismatched file (another
  * library version, device or vendor-library version) leaves the cache empty and returns
@@ -659,6 +680,7 @@ FP4_API fp4_status fp4_tuning_cache_set(fp4_tuning_cache *cache, const fp4_tune_
  * per entry and uses the heuristic. */
 FP4_API fp4_status fp4_tuning_cache_lookup(const fp4_tuning_cache *cache, const fp4_tune_key *key, char *backend,
                                            size_t backend_size, char *config, size_t config_size);
+/* Entries the cache holds (0 for NULL). */
 FP4_API int fp4_tuning_cache_count(const fp4_tuning_cache *cache);
 /* The default cache file: $FP4KIT_TUNING_CACHE, else $XDG_CACHE_HOME/fp4kit/tuning.json, else
  * $HOME/.cache/fp4kit/tuning.json. Writes "" when none can be formed. */

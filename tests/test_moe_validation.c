@@ -265,6 +265,29 @@ static void moe_rules(void) {
               "hidden has 80 columns");
   CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &l, &h, &r, &o, &(fp4_options){.backend = "nope"}, &cb),
               FP4_ERR_NOT_FOUND, "nope");
+  /* The query reads no data: routing it is given before the router has run (ids out of range, weights
+   * not yet written) is sized like any other, while the call refuses it. */
+  ids[1] = E + 7;
+  tw[0] = NAN;
+  cb = 1;
+  CHECK(fp4_moe_context_workspace_size(NULL, &l, &h, &r, &o, NULL, &cb) == FP4_OK && cb == 0,
+        "the query read the routing: %s", fp4_last_error());
+  CHECK_ERROR(MOE(&l, &h, &r, &o), FP4_ERR_INVALID_ARGUMENT, "routing->topk_weights[0, 0] (nan) is not finite");
+  ids[1] = 1;
+  tw[0] = 0.5f;
+  /* Shapes every check passes whose layer workspace does not fit size_t (H = 2^31, I = 2^30, T * k =
+   * 2^30: two sections of 2^63 bytes): the call refuses them, so the query refuses them as the call does
+   * (it read none of the 4 GiB routing arrays this would take, nor any other data). */
+  const int64_t bigH = (int64_t)1 << 31, bigI = (int64_t)1 << 30, bigK = (int64_t)1 << 30;
+  fp4_moe_layer big = {FP4_MOE_W4A16, {gq(w1_data, w1_scales, 1, 2 * bigI, bigH), gq(w2_data, w2_scales, 1, bigH, bigI), 1, 1},
+                       NULL};
+  fp4_matrix hb = dense(hidden, 1, bigH), ob = dense(outbuf, 1, bigH);
+  fp4_moe_routing rb = {ids, 1, bigK, {tw, 1, bigK, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST}, NULL};
+  cb = 1;
+  CHECK_ERROR(fp4_moe_workspace_size(&big, 1, bigK, NULL, &cb), FP4_ERR_INVALID_ARGUMENT, "does not fit in size_t");
+  CHECK_ERROR(fp4_moe_context_workspace_size(NULL, &big, &hb, &rb, &ob, NULL, &cb), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_moe_context_workspace_size: the workspace for T = 1, top_k = 1073741824 does not fit in size_t");
+  CHECK(cb == 0, "a refused query says 0 bytes (%zu)", cb);
 }
 
 static void grouped_rules(void) {
@@ -351,6 +374,33 @@ static void grouped_rules(void) {
   CHECK(fp4_grouped_mm_w4a16_workspace_size(NULL, &ad0, &b, zeros, &o0, &(fp4_options){.backend = "cpu"}, &bytes) ==
                 FP4_OK && bytes == 0,
         "T = 0 query: %s", fp4_last_error());
+
+  /* out = alpha * a.multiplier * b.multipliers[e] * ...: a product of the three is formed as the
+   * reference forms it, so alpha and a.multiplier whose float product overflows (1e40) or underflows
+   * (1e-50) with a multiplier that brings it back give the reference's finite values on every backend. */
+  {
+    static uint8_t xa[T * 64 / 2], xs[T * 4], xw[2 * 8 * 64 / 2], xws[2 * 8 * 4];
+    memset(xa, 0x22, sizeof xa); /* codes of 1.0, scales of 1.0: every product 1, every sum 64 */
+    memset(xw, 0x22, sizeof xw);
+    memset(xs, 0x38, sizeof xs);
+    memset(xws, 0x38, sizeof xws);
+    const float cases[2][3] = {{1e20f, 1e20f, 1e-30f}, {1e-20f, 1e-30f, 1e30f}}; /* alpha, a's, b's multiplier */
+    for (int c = 0; c < 2; c++) {
+      float xm[2] = {cases[c][2], cases[c][2]}, got[2][T * 8];
+      fp4_qmatrix xq = {xa, xs, T, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, cases[c][1], FP4_MEMORY_HOST};
+      fp4_grouped_qmatrix xb = {xw, xws, xm, 2, 8, 64, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, FP4_MEMORY_HOST};
+      const int64_t xoff[3] = {0, 1, T};
+      for (int i = 0; i < 2; i++) {
+        fp4_matrix xo = dense(got[i], T, 8);
+        CHECK(fp4_grouped_mm(NULL, &xq, &xb, xoff, cases[c][0], &xo, &(fp4_options){.backend = i ? "ref" : "cpu"}) == FP4_OK,
+              "%s", fp4_last_error());
+      }
+      const float want = (float)(64.0 * ((double)cases[c][0] * cases[c][2] * cases[c][1]));
+      CHECK(got[1][0] == want && got[0][0] == want && got[0][T * 8 - 1] == want,
+            "scale products out of float range: cpu %g, ref %g, want %g", (double)got[0][0], (double)got[1][0],
+            (double)want);
+    }
+  }
 
   /* expert views */
   fp4_qmatrix v;

@@ -99,6 +99,13 @@ int main(void) {
   /* W4A16 */
   x.dtype = FP4_DTYPE_UE8M0;
   CHECK_ERROR(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a dtype ue8m0");
+  /* an enum cast from an integer no name has: the message gives the value that was passed */
+  x = dense(4, 64, fbuf);
+  x.dtype = (fp4_dtype)77;
+  CHECK_ERROR(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a dtype 77 is not f32");
+  out.dtype = (fp4_dtype)-3;
+  CHECK_ERROR(fp4_mm(NULL, &a, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "out dtype -3 is not f32");
+  out = dense(4, 8, obuf);
   x = dense(4, 64, fbuf);
   x.data = NULL;
   CHECK_ERROR(fp4_mm_w4a16(NULL, &x, &b, 1.0f, &out, NULL), FP4_ERR_INVALID_ARGUMENT, "a->data is NULL");
@@ -174,6 +181,19 @@ int main(void) {
   CHECK_ERROR(fp4_quantize_modelopt_version(&x, FP4_MODELOPT_0_44, &q, NULL), FP4_ERR_INVALID_ARGUMENT,
               "fp4_quantize_modelopt_version: weight_scale_2 is NULL");
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, NULL), FP4_ERR_INVALID_ARGUMENT, "fp4_quantize_modelopt: weight_scale_2");
+  /* fp4_quantize_ordered in the default order (or MXFP4, which has one) runs fp4_quantize's checks
+   * but is the function the caller called */
+  CHECK_ERROR(fp4_quantize_ordered(NULL, NULL, 2.0f, FP4_ORDER_FLASHINFER, &q, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_quantize_ordered: x is NULL");
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &x, NAN, FP4_ORDER_FLASHINFER, &q, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_quantize_ordered: global_scale");
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &x, 2.0f, FP4_ORDER_FLASHINFER, &q, &(fp4_options){.backend = "nope"}),
+              FP4_ERR_NOT_FOUND, "fp4_quantize_ordered: no backend named 'nope'");
+  q.format = FP4_FORMAT_MXFP4;
+  q.cols = 48;
+  CHECK_ERROR(fp4_quantize_ordered(NULL, &x, 2.0f, FP4_ORDER_EXACT, &q, NULL), FP4_ERR_INVALID_ARGUMENT,
+              "fp4_quantize_ordered: out cols (K = 48) is not a multiple of the mxfp4 block size 32");
+  q = qa();
   fbuf[5] = NAN;
   CHECK_ERROR(fp4_quantize_modelopt(&x, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "w[0, 5]");
   fbuf[5] = 0;
@@ -189,6 +209,19 @@ int main(void) {
         "row past the end: %s", fp4_last_error());
   CHECK(fp4_scale_offset(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 4, 32, 3, 1) == 7 && fp4_last_error()[0] == 0,
         "an answer clears the error, as every successful call does: '%s'", fp4_last_error());
+  /* each layout argument is named: the two share the format and shape, not the message */
+  CHECK_ERROR(fp4_scales_convert(FP4_FORMAT_NVFP4, 4, 64, qa_scales, (fp4_scale_layout)4, qb_scales, FP4_LAYOUT_128X4),
+              FP4_ERR_INVALID_ARGUMENT, "fp4_scales_convert: src_layout 4 is not linear, 128x4 or 8x4");
+  CHECK_ERROR(fp4_scales_convert(FP4_FORMAT_NVFP4, 4, 64, qa_scales, FP4_LAYOUT_LINEAR, qb_scales, (fp4_scale_layout)-1),
+              FP4_ERR_INVALID_ARGUMENT, "fp4_scales_convert: dst_layout -1 is not linear, 128x4 or 8x4");
+  /* An architecture name is a compute capability as written: a number that only wraps to one (2^32 + 90),
+   * or text around it, names none. */
+  CHECK(fp4_arch_find("4294967386") == NULL && fp4_arch_find("sm_4294967386") == NULL, "a cc past int wraps to sm_90");
+  CHECK(fp4_arch_find(" 90") == NULL && fp4_arch_find("+90") == NULL && fp4_arch_find("sm_ 90") == NULL &&
+            fp4_arch_find("12.+0") == NULL && fp4_arch_find("12. 0") == NULL,
+        "a number with a sign or blanks is no architecture name");
+  CHECK(fp4_arch_find("90") && fp4_arch_find("sm_90a") && fp4_arch_find("12.1") && fp4_arch_find("12.1")->cc == 121,
+        "the names the header lists still resolve");
   CHECK_ERROR(fp4_convert(NULL, FP4_DTYPE_F32, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src is NULL");
   CHECK_ERROR(fp4_convert(fbuf, (fp4_dtype)42, obuf, FP4_DTYPE_BF16, 4), FP4_ERR_INVALID_ARGUMENT, "src_dtype 42");
   fp4_context *ctx = NULL;

@@ -6,6 +6,7 @@
  */
 #include "dispatch/arch.h"
 
+#include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,11 +101,15 @@ const fp4_arch_info *fp4_arch_find(const char *name) {
   if (!strncmp(s, "sm_", 3) || !strncmp(s, "SM_", 3)) s += 3;
   else if (!strncmp(s, "sm", 2) || !strncmp(s, "SM", 2)) s += 2;
   else if (!strncmp(s, "compute_", 8)) s += 8;
+  /* Digits only, and few: strtol would also take blanks and a sign, and a number past int that the
+   * cast below wraps onto a real compute capability (2^32 + 90 -> 90). */
+  if (!isdigit((unsigned char)*s) || strspn(s, "0123456789") > 4) return NULL;
   char *end = NULL;
   long major = strtol(s, &end, 10);
   if (end == s || major <= 0) return NULL;
   long cc = major;
   if (*end == '.') { /* "12.0" */
+    if (!isdigit((unsigned char)end[1])) return NULL;
     char *end2 = NULL;
     long minor = strtol(end + 1, &end2, 10);
     if (end2 == end + 1 || minor < 0 || minor > 9) return NULL;

@@ -493,10 +493,9 @@ static fp4_status check_memory(const char *fn, fp4_context *ctx, fp4_memory memo
   return FP4_OK;
 }
 
-fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_qmatrix *out,
-                        const fp4_options *options) {
-  fp4_clear_error();
-  static const char fn[] = "fp4_quantize";
+/* fp4_quantize for the entry fn the caller called (its messages name it). */
+static fp4_status quantize_default_order(const char *fn, fp4_context *ctx, const fp4_matrix *x, float global_scale,
+                                         fp4_qmatrix *out, const fp4_options *options) {
   fp4_status st = fp4_check_quantize_io(fn, x, out);
   if (st) return st;
   const int device_scale = options && options->global_scale_device && out->format == FP4_FORMAT_NVFP4;
@@ -509,12 +508,18 @@ fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scal
   return fp4_problem_run(ctx, &p, options, fn);
 }
 
+fp4_status fp4_quantize(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_qmatrix *out,
+                        const fp4_options *options) {
+  fp4_clear_error();
+  return quantize_default_order("fp4_quantize", ctx, x, global_scale, out, options);
+}
+
 fp4_status fp4_quantize_ordered(fp4_context *ctx, const fp4_matrix *x, float global_scale, fp4_quantize_order order,
                                 fp4_qmatrix *out, const fp4_options *options) {
   static const char fn[] = "fp4_quantize_ordered";
-  if (order == FP4_ORDER_FLASHINFER || (order == FP4_ORDER_EXACT && out && out->format == FP4_FORMAT_MXFP4))
-    return fp4_quantize(ctx, x, global_scale, out, options); /* MXFP4 scales have one order only */
   fp4_clear_error();
+  if (order == FP4_ORDER_FLASHINFER || (order == FP4_ORDER_EXACT && out && out->format == FP4_FORMAT_MXFP4))
+    return quantize_default_order(fn, ctx, x, global_scale, out, options); /* MXFP4 scales have one order only */
   if (order != FP4_ORDER_EXACT)
     return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: order %d is neither FP4_ORDER_FLASHINFER (0) nor FP4_ORDER_EXACT (1)",
                     fn, (int)order);

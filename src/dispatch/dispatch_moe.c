@@ -164,9 +164,11 @@ fp4_status fp4_moe_workspace_size(const fp4_moe_layer *layer, int64_t tokens, in
   return workspace_need(fn, layer, tokens, top_k, options, bytes);
 }
 
-/* The operand checks of a layer call (fp4_moe_forward and its context-workspace query). */
+/* The operand checks of a layer call (fp4_moe_forward and its context-workspace query); read_values:
+ * also the routing's host elements, which the call reads and the query, which reads no data, does not. */
 static fp4_status check_layer_call(const char *fn, fp4_context *ctx, const fp4_moe_layer *layer,
-                                   const fp4_matrix *hidden, const fp4_moe_routing *routing, const fp4_matrix *out) {
+                                   const fp4_matrix *hidden, const fp4_moe_routing *routing, const fp4_matrix *out,
+                                   int read_values) {
   fp4_status st = fp4_check_moe_layer(fn, layer);
   if (st) return st;
   const fp4_moe_experts *r = &layer->routed;
@@ -183,7 +185,8 @@ static fp4_status check_layer_call(const char *fn, fp4_context *ctx, const fp4_m
   if (hidden->memory != mem || out->memory != mem)
     return BAD("%s: hidden, out and the experts must share one memory (hidden %s, out %s, experts %s)", fn,
                fp4_memory_name(hidden->memory), fp4_memory_name(out->memory), fp4_memory_name(mem));
-  if ((st = fp4_check_moe_routing(fn, routing, T, r->gate_up.experts, mem))) return st;
+  if ((st = fp4_check_moe_routing(fn, routing, T, mem))) return st;
+  if (read_values && (st = fp4_check_moe_routing_values(fn, routing, r->gate_up.experts, mem))) return st;
   if (routing->shared_weights && !layer->shared)
     return BAD("%s: routing->shared_weights is set but the layer has no shared expert", fn);
   return check_device_context(fn, ctx, mem);
@@ -196,8 +199,12 @@ fp4_status fp4_moe_context_workspace_size(fp4_context *ctx, const fp4_moe_layer 
   static const char fn[] = "fp4_moe_context_workspace_size";
   if (!bytes) return BAD("%s: bytes is NULL", fn);
   *bytes = 0;
-  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out);
+  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out, 0);
   if (st) return st;
+  /* The call sizes its layer workspace before anything else: a layer whose workspace cannot be sized
+   * (it overflows size_t) is refused by the call, and so here, with the call's status and reason. */
+  size_t layer_bytes = 0;
+  if ((st = workspace_need(fn, layer, hidden->rows, routing->top_k, options, &layer_bytes))) return st;
   fp4_problem p = {.op = FP4_OP_MOE, .a = hidden, .out = (fp4_matrix *)out /* not written: a size query */,
                    .memory = layer->routed.gate_up.memory, .moe = layer, .routing = routing};
   return hidden->rows ? fp4_problem_workspace_size(ctx, &p, options, fn, bytes) : fp4_problem_check(ctx, &p, options, fn);
@@ -208,7 +215,7 @@ fp4_status fp4_moe_forward(fp4_context *ctx, const fp4_moe_layer *layer, const f
                            const fp4_options *options) {
   fp4_clear_error();
   static const char fn[] = "fp4_moe_forward";
-  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out);
+  fp4_status st = check_layer_call(fn, ctx, layer, hidden, routing, out, 1);
   if (st) return st;
   const int64_t T = hidden->rows;
   const fp4_memory mem = layer->routed.gate_up.memory;

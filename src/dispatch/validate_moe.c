@@ -125,8 +125,7 @@ fp4_status fp4_check_moe_layer(const char *fn, const fp4_moe_layer *layer) {
   return FP4_OK;
 }
 
-fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64_t tokens, int64_t experts,
-                                 fp4_memory memory) {
+fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64_t tokens, fp4_memory memory) {
   if (!r) return BAD("%s: routing is NULL", fn);
   if (r->tokens != tokens)
     return BAD("%s: routing->tokens (%lld) differs from hidden rows (T = %lld)", fn, (long long)r->tokens,
@@ -152,9 +151,14 @@ fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64
   if (r->shared_weights &&
       (st = fp4_check_aligned(fn, "routing->shared_weights", r->shared_weights, sizeof(float), "f32 elements")))
     return st;
-  if (tokens == 0) return FP4_OK;
-  if (!r->topk_ids) return BAD("%s: routing->topk_ids is NULL", fn);
-  if (memory != FP4_MEMORY_HOST) return FP4_OK;
+  if (tokens > 0 && !r->topk_ids) return BAD("%s: routing->topk_ids is NULL", fn);
+  return FP4_OK;
+}
+
+fp4_status fp4_check_moe_routing_values(const char *fn, const fp4_moe_routing *r, int64_t experts, fp4_memory memory) {
+  const int64_t tokens = r->tokens;
+  if (memory != FP4_MEMORY_HOST || tokens == 0) return FP4_OK;
+  const fp4_matrix *w = &r->topk_weights;
   const int64_t ld = w->ld ? w->ld : w->cols;
   const float *wd = w->data;
   for (int64_t t = 0; t < tokens; t++)

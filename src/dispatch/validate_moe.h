@@ -28,10 +28,13 @@ fp4_status fp4_check_offsets(const char *fn, const int64_t *offsets, int64_t exp
 /* The layer: both expert sets, their shapes agreeing (gate_up [E, 2I, H], down [E, H, I]), one
  * memory, the mode, the W4A4 activation scales. */
 fp4_status fp4_check_moe_layer(const char *fn, const fp4_moe_layer *layer);
-/* Routing for tokens rows of hidden and a layer of experts experts in memory (ids, weights and
- * shared weights aligned to their 4-byte elements). */
-fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64_t tokens, int64_t experts,
-                                 fp4_memory memory);
+/* Routing for tokens rows of hidden and a layer in memory (ids, weights and shared weights aligned to
+ * their 4-byte elements): its description, no element read. */
+fp4_status fp4_check_moe_routing(const char *fn, const fp4_moe_routing *r, int64_t tokens, fp4_memory memory);
+/* The elements of routing that fp4_check_moe_routing accepted, when they live in host memory: ids in
+ * [0, experts), finite weights and shared weights. Apart from the routing check because the layer's
+ * size queries read no data (the router may not have run yet when an engine sizes the layer). */
+fp4_status fp4_check_moe_routing_values(const char *fn, const fp4_moe_routing *r, int64_t experts, fp4_memory memory);
 
 #ifdef __cplusplus
 }

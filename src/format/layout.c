@@ -48,9 +48,13 @@ fp4_status fp4_scales_convert(fp4_format format, int64_t rows, int64_t cols, con
   static const char fn[] = "fp4_scales_convert";
   if (!src) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: src is NULL", fn);
   if (!dst) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: dst is NULL", fn);
+  /* Two layout arguments: the message says which one is wrong. */
+  if (!fp4_layout_name(src_layout))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: src_layout %d is not linear, 128x4 or 8x4", fn, (int)src_layout);
+  if (!fp4_layout_name(dst_layout))
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: dst_layout %d is not linear, 128x4 or 8x4", fn, (int)dst_layout);
   fp4_status st = check_scales(fn, format, src_layout, rows, cols);
   if (st) return st;
-  if ((st = check_scales(fn, format, dst_layout, rows, cols))) return st;
   int64_t C = fp4_scale_cols(format, cols);
   const uint8_t *s = src;
   uint8_t *d = dst;

@@ -35,9 +35,13 @@ fp4_status fp4_check_matrix(const char *fn, const char *name, const fp4_matrix *
   if (!m->data) return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s->data is NULL", fn, name);
   fp4_status st = fp4_check_shape(fn, name, m->rows, m->cols);
   if (st) return st;
-  if (m->dtype != FP4_DTYPE_F32 && m->dtype != FP4_DTYPE_BF16 && m->dtype != FP4_DTYPE_F16)
-    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s dtype %s is not f32, bf16 or f16", fn, name,
-                    fp4_dtype_name(m->dtype) ? fp4_dtype_name(m->dtype) : "(unknown)");
+  if (m->dtype != FP4_DTYPE_F32 && m->dtype != FP4_DTYPE_BF16 && m->dtype != FP4_DTYPE_F16) {
+    /* a value cast from an integer has no name: the number is what the caller can find */
+    char dtype[16];
+    if (fp4_dtype_name(m->dtype)) snprintf(dtype, sizeof dtype, "%s", fp4_dtype_name(m->dtype));
+    else snprintf(dtype, sizeof dtype, "%d", (int)m->dtype);
+    return fp4_fail(FP4_ERR_INVALID_ARGUMENT, "%s: %s dtype %s is not f32, bf16 or f16", fn, name, dtype);
+  }
   const size_t esize = fp4_dtype_size(m->dtype);
   if (((uintptr_t)m->data & (esize - 1)) != 0) {
     char what[48], arg[64];

@@ -179,6 +179,11 @@ static void panel_unit(void *arg, int64_t unit, int thread) {
 
 fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, char *config,
                                 size_t config_size) {
+  return fp4_cpu_gemm_problem_scaled(k, threads, p, 1.0, config, config_size);
+}
+
+fp4_status fp4_cpu_gemm_problem_scaled(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, double a_scale,
+                                       char *config, size_t config_size) {
   gemm_job j;
   memset(&j, 0, sizeof j);
   j.k = k;
@@ -197,7 +202,7 @@ fp4_status fp4_cpu_gemm_problem(const fp4_cpu_kernels *k, int threads, const fp4
   g->gstride = b->layout == FP4_LAYOUT_128X4 ? 512 : b->layout == FP4_LAYOUT_8X4 ? 32 : 4;
   double scale = (double)p->alpha * (double)b->multiplier;
   if (p->op == FP4_OP_MM) scale *= (double)p->a_q->multiplier;
-  g->scale = scale;
+  g->scale = scale * a_scale;
   g->out = p->out;
 
   j.small = g->m <= FP4_CPU_GEMV_MAX_M;

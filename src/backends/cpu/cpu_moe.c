@@ -8,7 +8,8 @@
  *
  * W4A4 activations are passed to the GEMM as bf16 copies of their dequantized values: E2M1 times an
  * E4M3 or UE8M0 scale has at most 6 significant bits and fits bf16's exponent range, so the copy is
- * exact and the GEMM sees exactly dq(a); the activation multiplier goes into alpha.
+ * exact and the GEMM sees exactly dq(a); the activation multiplier goes into the GEMM's double
+ * output scale, never into the float alpha (whose product with it could leave the float range).
  */
 #include <math.h>
 #include <stdio.h>
@@ -78,11 +79,13 @@ typedef struct gemm_env {
   size_t config_size;
 } gemm_env;
 
-/* out = alpha * w_mult * a * dq(w)^T for a dense host a (f32/bf16/f16) on the cpu GEMM. */
-static fp4_status expert_gemm(const gemm_env *env, const fp4_matrix *a, const fp4_qmatrix *w, float alpha,
+/* out = alpha * w_mult * a_mult * a * dq(w)^T for a dense host a (f32/bf16/f16) on the cpu GEMM; a_mult
+ * is the multiplier of activations a holds dequantized (1 for W4A16), applied in the GEMM's double
+ * scale as the reference applies it: never rounded into the float alpha first. */
+static fp4_status expert_gemm(const gemm_env *env, const fp4_matrix *a, const fp4_qmatrix *w, float alpha, float a_mult,
                               fp4_matrix *out) {
   fp4_problem q = {.op = FP4_OP_MM_W4A16, .a = a, .b = w, .alpha = alpha, .out = out, .memory = FP4_MEMORY_HOST};
-  return fp4_cpu_gemm_problem(env->k, env->threads, &q, env->config, env->config_size);
+  return fp4_cpu_gemm_problem_scaled(env->k, env->threads, &q, (double)a_mult, env->config, env->config_size);
 }
 
 fp4_status fp4_cpu_grouped_mm(const fp4_cpu_kernels *k, int threads, const fp4_problem *p, char *config,
@@ -92,7 +95,7 @@ fp4_status fp4_cpu_grouped_mm(const fp4_cpu_kernels *k, int threads, const fp4_p
   char used[64] = "none";
   gemm_env env = {k, threads, used, sizeof used};
   uint16_t *staged = NULL;
-  float alpha = p->alpha;
+  float a_mult = 1.0f;
   fp4_matrix a;
   if (w4a4) {
     /* The whole W4A4 operand once as exact bf16, so every expert's rows are a plain row range. */
@@ -105,7 +108,7 @@ fp4_status fp4_cpu_grouped_mm(const fp4_cpu_kernels *k, int threads, const fp4_p
       return st;
     }
     a = (fp4_matrix){staged, T, K, K, FP4_DTYPE_BF16, FP4_MEMORY_HOST};
-    alpha = (float)((double)p->alpha * (double)p->a_q->multiplier);
+    a_mult = p->a_q->multiplier;
   } else {
     a = *p->a;
   }
@@ -115,7 +118,7 @@ fp4_status fp4_cpu_grouped_mm(const fp4_cpu_kernels *k, int threads, const fp4_p
     if (n == 0) continue; /* an expert without rows is not touched */
     fp4_qmatrix w = expert_view(p->gb, e);
     fp4_matrix av = rows_view(&a, r0, n), ov = rows_view(p->out, r0, n);
-    st = expert_gemm(&env, &av, &w, alpha, &ov);
+    st = expert_gemm(&env, &av, &w, p->alpha, a_mult, &ov);
   }
   free(staged);
   snprintf(config, config_size, "grouped:%s", used);
@@ -229,7 +232,7 @@ static fp4_status run_experts(moe_run *r, const fp4_moe_experts *x, int shared, 
     fp4_qmatrix w = expert_view(&x->gate_up, e);
     fp4_matrix av = shared ? rows_view(&hidden, r0, n) : gather_rows(r, &hidden, r0, n);
     fp4_matrix ov = rows_view(&g, r0, n);
-    st = expert_gemm(&r->env, &av, &w, a_mult, &ov);
+    st = expert_gemm(&r->env, &av, &w, 1.0f, a_mult, &ov);
   }
   if (st) return st;
 
@@ -255,7 +258,7 @@ static fp4_status run_experts(moe_run *r, const fp4_moe_experts *x, int shared, 
     if (n == 0) continue;
     fp4_qmatrix w = expert_view(&x->down, e);
     fp4_matrix av = rows_view(&am, r0, n), ov = rows_view(&d, r0, n);
-    st = expert_gemm(&r->env, &av, &w, a_mult, &ov);
+    st = expert_gemm(&r->env, &av, &w, 1.0f, a_mult, &ov);
   }
   return st;
 }
