@@ -2,7 +2,14 @@
 /* `fp4kit bench` end to end on the host with the reference backend: option errors give exit status
  * 2, a tiny run writes valid JSON (checked by a small parser), CSV with one row per point and a
  * self-contained HTML page with one chart point per GEMM; report paths that cannot be written fail
- * before any timing; records name the commit and write counts as integers. No timing is asserted. */
+ * before any timing, and one that fails part-way leaves the file already there whole; records name
+ * the commit and write counts as integers. No timing is asserted. */
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "cli_testing.h"
 #include "testing.h"
 
@@ -61,6 +68,124 @@ static void unwritable_outputs(void) {
   CHECK(!fresh && !fresh_html, "the check leaves no empty report file behind");
   free(fresh);
   free(fresh_html);
+}
+
+static void put(const char *name, const char *text, mode_t mode) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  chmod(path, mode);
+}
+
+static mode_t mode_of(const char *name) {
+  char path[128];
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return stat(path, &sb) == 0 ? sb.st_mode & 07777 : (mode_t)-1;
+}
+
+static int links_to(const char *name, const char *target) {
+  char path[128], to[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  const ssize_t n = readlink(path, to, sizeof to - 1);
+  return n >= 0 && (to[n] = '\0', !strcmp(to, target));
+}
+
+/* Names in the test's directory that hold "tmp": what a report left beside its file. */
+static int temporaries(void) {
+  int n = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, "tmp") != NULL;
+  if (d) closedir(d);
+  return n;
+}
+
+/* Reports are written whole or not at all: one that fails part-way (here the file size limit, which
+ * binds root too, stops the page) leaves the file already there as it was and nothing beside it; one
+ * that succeeds replaces its file (a hard link to the old file keeps the old text), keeping that
+ * file's permissions, and through a link replaces the file the link leads to, the link staying, even
+ * where that file is new (0666 less the umask). */
+static void reports_whole(void) {
+  const char *base = "--device -1 --backend ref --shapes 128x256 --m 1 --op w4a16 --runs 50 --warmup 0 --no-peers";
+  char args[1024], want[192];
+  put("kept.html", "old contents\n", 0644);
+  snprintf(args, sizeof args, "%s --html %s/kept.html", base, dir);
+  struct rlimit usual, limit;
+  getrlimit(RLIMIT_FSIZE, &usual);
+  limit = usual;
+  limit.rlim_cur = 2048; /* the page is over 3 KB; the table and the progress lines are under 1 KB */
+  void (*was)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit then fails instead of ending the command */
+  setrlimit(RLIMIT_FSIZE, &limit);
+  int rc = run(args, "limited");
+  setrlimit(RLIMIT_FSIZE, &usual);
+  signal(SIGXFSZ, was);
+  char *err = cli_slurp("limited.err"), *kept = cli_slurp("kept.html");
+  snprintf(want, sizeof want, "writing the --html output '%s/kept.html' failed: ", dir);
+  CHECK(rc == 3 && err && strstr(err, want) && strstr(err, "; the file there is left as it was"),
+        "a page cut short fails saying so (rc %d): %s", rc, err ? err : "");
+  CHECK(kept && !strcmp(kept, "old contents\n"), "the file already there is left whole: '%.40s'", kept ? kept : "");
+  CHECK(temporaries() == 0, "no temporary file is left beside it");
+  free(err);
+  free(kept);
+
+  char path[128], other[128];
+  put("held.csv", "old contents\n", 0604);
+  snprintf(path, sizeof path, "%s/held.csv", dir);
+  snprintf(other, sizeof other, "%s/held.old", dir);
+  CHECK(link(path, other) == 0, "link %s", other);
+  put("page.html", "old contents\n", 0600);
+  snprintf(path, sizeof path, "%s/via.html", dir);
+  CHECK(symlink("page.html", path) == 0, "symlink %s", path);
+  snprintf(path, sizeof path, "%s/new.json", dir);
+  CHECK(symlink("made.json", path) == 0, "symlink %s", path);
+  snprintf(args, sizeof args, "%s --csv %s/held.csv --html %s/via.html --json %s/new.json", base, dir, dir, dir);
+  const mode_t mask = umask(027);
+  rc = run(args, "replaced");
+  umask(mask);
+  char *csv = cli_slurp("held.csv"), *old = cli_slurp("held.old"), *page = cli_slurp("page.html"),
+       *made = cli_slurp("made.json");
+  err = cli_slurp("replaced.err");
+  CHECK(rc == 0, "the reports are written (rc %d): %s", rc, err ? err : "");
+  CHECK(csv && !strncmp(csv, "backend,", 8) && mode_of("held.csv") == 0604, "the --csv file holds the records, mode %o",
+        (unsigned)mode_of("held.csv"));
+  CHECK(old && !strcmp(old, "old contents\n"), "the file was replaced, not rewritten: its other name keeps the old");
+  CHECK(links_to("via.html", "page.html") && page && !strncmp(page, "<!DOCTYPE html>", 15) &&
+            mode_of("page.html") == 0600,
+        "through a link the file it leads to is replaced, mode %o, and the link stays", (unsigned)mode_of("page.html"));
+  CHECK(links_to("new.json", "made.json") && made && made[0] == '[' && mode_of("made.json") == 0640,
+        "through a link to no file yet that file is made, mode %o: 0666 less the umask 027",
+        (unsigned)mode_of("made.json"));
+  CHECK(temporaries() == 0, "no temporary file is left");
+  free(csv);
+  free(old);
+  free(page);
+  free(made);
+  free(err);
+
+  /* a folder that takes no new file (root writes anyway, so only checked as another user) */
+  if (geteuid() != 0) {
+    char ro[128];
+    snprintf(ro, sizeof ro, "%s/locked", dir);
+    mkdir(ro, 0755);
+    put("locked/out.json", "old contents\n", 0644);
+    chmod(ro, 0555);
+    snprintf(args, sizeof args, "%s --json %s/out.json", base, ro);
+    rc = run(args, "locked_run");
+    chmod(ro, 0755);
+    err = cli_slurp("locked_run.err");
+    kept = cli_slurp("locked/out.json");
+    CHECK(rc == 3 && err && strstr(err, "no temporary file can be made beside it") && strstr(err, "nothing was timed"),
+          "a read-only folder fails before anything is timed (rc %d): %s", rc, err ? err : "");
+    CHECK(kept && !strcmp(kept, "old contents\n"), "the file in the read-only folder is untouched");
+    free(err);
+    free(kept);
+  } else {
+    printf("note: running as root; the read-only folder case did not run\n");
+  }
 }
 
 /* Records name the commit: FP4KIT_COMMIT when set, else the source tree's HEAD (git rev-parse),
@@ -366,6 +491,7 @@ int main(void) {
   }
 
   unwritable_outputs();
+  reports_whole();
   commit_and_integers();
 
   char cleanup[128];

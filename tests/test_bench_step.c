@@ -16,10 +16,12 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_step.h"
@@ -285,8 +287,8 @@ static void test_options(void) {
       {"--step llama-3.1-8b --layers 33", "--layers 33: llama-3.1-8b has 32 layers"},
       {"--step qwen3.5-397b-a17b --ep 8 --layers 61 --plan", "--layers 61: qwen3.5-397b-a17b has 60 layers"},
       {"--step llama-3.1-8b --mode fp8", "--mode is w4a16 or w4a4"},
-      {"--step llama-3.1-8b --bogus", "unknown option or missing value: '--bogus'"},
-      {"--step llama-3.1-8b --json", "unknown option or missing value: '--json'"},
+      {"--step llama-3.1-8b --bogus", "unknown option '--bogus'"},
+      {"--step llama-3.1-8b --json", "option '--json' needs a value"},
       {"--step llama-3.1-8b extra", "unexpected argument 'extra'"},
       {"--step llama-3.1-8b --json - --csv -", "only one of --json, --csv and --html"},
       {"--step no-such-model", "no embedded shape set named 'no-such-model'"},
@@ -1005,6 +1007,21 @@ static void test_report_missing(void) {
   /* a dense model's collectives are its tensor-parallel all-reduces, not the MoE's */
   CHECK(strstr(text, ", 2 GPUs, all-reduce</h1>") && !strstr(text, "MoE all-reduce"),
         "HTML: the dense page's title names its all-reduces plainly");
+  /* a page cut short (the file size limit binds root too) leaves the page already there whole */
+  static char before[sizeof text];
+  memcpy(before, text, sizeof before);
+  struct rlimit usual, limit;
+  getrlimit(RLIMIT_FSIZE, &usual);
+  limit = usual;
+  limit.rlim_cur = strlen(text) / 2;
+  void (*was)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit then fails instead of ending the test */
+  setrlimit(RLIMIT_FSIZE, &limit);
+  const int written = step_report_write(path, r, 2);
+  setrlimit(RLIMIT_FSIZE, &usual);
+  signal(SIGXFSZ, was);
+  slurp(path, text, sizeof text);
+  CHECK(!written && !strcmp(text, before), "a page cut short fails and leaves the page there whole (%zu of %zu bytes)",
+        strlen(text), strlen(before));
 
   snprintf(path, sizeof path, "%s/missing.json", dir);
   CHECK(step_report_write(path, r, 0), "writing the JSON");

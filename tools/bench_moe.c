@@ -74,7 +74,8 @@ static void bench_moe_usage(FILE *f) {
              "--runs (%d to %d, default 50) is an upper bound: a slow point takes fewer runs (at least 5) so its\n"
              "timed loop lasts about --budget seconds (default 2); the runs used are reported. Progress goes to\n"
              "stderr. --device: the CUDA ordinal (default FP4KIT_DEVICE, else 0). --json and --csv write the\n"
-             "records to a file, or with '-' to stdout (then the table goes to stderr; at most one of them).\n"
+             "records to a file, or with '-' to stdout (then the table goes to stderr; at most one of them);\n"
+             "a file is replaced only once its records are whole, as fp4kit bench --help says.\n"
              "--config: the cuda backend's MoE config (default moe.default: the library's choice per GEMM;\n"
              "moe.streaming, moe.prefill, or one kernel variant for every GEMM, e.g. moe.lean.r32.k2.s1,\n"
              "moe.mma.w1, moe.prefill.wgra128: src/backends/cuda/config/moe_config.h lists them).\n"
@@ -467,11 +468,11 @@ static int parse_moe_opts(int argc, char **argv, moe_opts *o, int *help) {
 /* Opens the report, writes it and closes it: FP4CLI_OK, or FP4CLI_ERROR after saying what failed. */
 static int write_report(int which, const char *path, const bench_origin *origin, const fp4_device_info *dev,
                         const char *config, double copy_bps, const moe_point *pts, int np) {
-  FILE *f = fp4cli_report_open(MOE_CMD, fp4cli_report_options[which], path);
-  if (!f) return FP4CLI_ERROR;
-  if (which == 0) write_json(f, origin, dev, config, copy_bps, pts, np);
-  else write_csv(f, copy_bps, pts, np);
-  return fp4cli_report_close(MOE_CMD, fp4cli_report_options[which], path, f, 0);
+  fp4cli_report_file r;
+  if (fp4cli_report_open(MOE_CMD, fp4cli_report_options[which], path, &r)) return FP4CLI_ERROR;
+  if (which == 0) write_json(r.f, origin, dev, config, copy_bps, pts, np);
+  else write_csv(r.f, copy_bps, pts, np);
+  return fp4cli_report_close(MOE_CMD, fp4cli_report_options[which], path, &r, 0);
 }
 
 int bench_moe_main(int argc, char **argv) {

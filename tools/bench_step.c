@@ -146,7 +146,8 @@ static void step_usage(FILE *f) {
           "                 (negative: it overlaps them, as PDL lets it); text and JSON, one rank only\n"
           "  --json/--csv/--html PATH   write the record ('-' for stdout); the HTML draws the step as one\n"
           "                 bar per layer type against its read floor. JSON and CSV give each batch's\n"
-          "                 tokens_per_step (the CSV as its last column)\n"
+          "                 tokens_per_step (the CSV as its last column). A file is replaced only once\n"
+          "                 the record is whole, as fp4kit bench --help says\n"
           "\n"
           "Exit status: 0 every batch ran, its three ways' outputs alike and finite; 1 a batch failed (its\n"
           "status: error, mismatch where the ways' outputs differ, not finite); 2 a usage error; 3 nothing\n"
@@ -191,8 +192,9 @@ static int parse_sweep(const char *s, step_opts *o) {
   return o->nsweep > 0;
 }
 
-/* EXIT_OK with o filled, or EXIT_USAGE after saying why; *help set for --help. */
-static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
+/* EXIT_OK with o filled, or EXIT_USAGE after saying why (*hinted set when that already named --help);
+ * *help set for --help. */
+static int parse_opts(int argc, char **argv, step_opts *o, int *help, int *hinted) {
   enum { O_STEP = 256, O_TP, O_EP, O_BATCH, O_LAYERS, O_DEVICE, O_ROUNDS, O_SEED, O_MODE, O_NO_PEERS, O_PLAN, O_JSON,
          O_CSV, O_HTML, O_GPUS, O_SWEEP, O_TRACE, O_MOE_COMM };
   static const struct option longs[] = {
@@ -217,13 +219,13 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
   o->batches[2] = 64;
   o->nbatches = 3;
   o->device = 0;
-  *help = 0;
+  *help = *hinted = 0;
   int device_given = 0;
   unsigned given = 0; /* bit c - O_STEP: option c was given */
   optind = 1;
   opterr = 0; /* our own messages, naming the command */
   long long v = 0;
-  for (int c; (c = getopt_long(argc, argv, "h", longs, NULL)) != -1;) {
+  for (int c; (c = getopt_long(argc, argv, ":h", longs, NULL)) != -1;) {
     int ok = 1;
     if (c >= O_STEP) given |= 1u << (c - O_STEP);
     switch (c) {
@@ -267,8 +269,8 @@ static int parse_opts(int argc, char **argv, step_opts *o, int *help) {
       case O_CSV: o->csv = optarg; break;
       case O_HTML: o->html = optarg; break;
       default:
-        fprintf(stderr, "fp4kit bench --step: unknown option or missing value: '%s'\n", argv[optind - 1]);
-        ok = 0;
+        *hinted = 1;
+        return fp4cli_bad_option("bench --step", c, argv);
     }
     if (!ok) return EXIT_USAGE;
   }
@@ -1805,11 +1807,11 @@ static int run_ranks(const step_opts *o, step_report *r) {
 
 int bench_step_main(int argc, char **argv) {
   step_opts o;
-  int help = 0;
-  int rc = parse_opts(argc, argv, &o, &help);
+  int help = 0, hinted = 0;
+  int rc = parse_opts(argc, argv, &o, &help, &hinted);
   if (rc || help) {
     if (help) step_usage(stdout);
-    else fprintf(stderr, "(fp4kit bench --step --help lists the options)\n");
+    else if (!hinted) fprintf(stderr, "(fp4kit bench --step --help lists the options)\n");
     return rc;
   }
   step_report *r = calloc(1, sizeof *r);

@@ -1,7 +1,8 @@
 /* The fp4kit command: one function per subcommand, registered in the table of fp4kit.c. The value
- * parsers (fp4cli_env_device, fp4cli_resolve_device, fp4cli_parse_int, fp4cli_parse_int_list) and the
- * report outputs (fp4cli_stdout_report ... fp4cli_report_close) are in cli_options.c, part of the
- * fp4kit_step library, so that bench --step (bench_step.c) can share them; the rest is in fp4kit.c. */
+ * parsers (fp4cli_env_device, fp4cli_resolve_device, fp4cli_bad_option, fp4cli_parse_int,
+ * fp4cli_parse_int_list) and the report outputs (fp4cli_stdout_report ... fp4cli_report_close) are in
+ * cli_options.c, part of the fp4kit_step library, so that bench --step (bench_step.c) can share them;
+ * the rest is in fp4kit.c. */
 #ifndef FP4_TOOLS_CLI_H
 #define FP4_TOOLS_CLI_H
 
@@ -65,18 +66,27 @@ int fp4cli_backend_known(const char *cmd, const char *name);
 /* Report files (--json FILE, --csv FILE, ...; "-" is stdout), n options with their paths (NULL: not
  * asked for). fp4cli_stdout_report: how many write to stdout, 0 or 1 (the human table then goes to
  * stderr); more than one is a usage error, said with the hint to run --help, and -1 is returned.
- * fp4cli_reports_writable: every file can be written, checked before the run so a wrong path costs
- * nothing (a file already there keeps its contents; one that was not is removed again), else
- * FP4CLI_ERROR after naming it. fp4cli_report_open: stdout for "-", else the file opened for writing,
- * or NULL after naming it. fp4cli_report_close: flushes stdout or closes the file, FP4CLI_OK when
- * that and every write went through (failed: the writer's own verdict), else FP4CLI_ERROR after
- * saying which output is incomplete. */
+ * fp4cli_reports_writable: every file can be written, and its folder takes the temporary file, checked
+ * before the run so a wrong path costs nothing (a file already there keeps its contents; one that was
+ * not is removed again), else FP4CLI_ERROR after naming it. fp4cli_report_open: r->f is stdout for
+ * "-", else a new temporary file beside the file the path names (a link is followed to the file it
+ * leads to, which the report then replaces, the link staying; a path to something other than a
+ * regular file, such as /dev/null, is written in place); FP4CLI_OK, or FP4CLI_ERROR after naming it.
+ * fp4cli_report_close: flushes stdout, or closes the temporary file and renames it over that file,
+ * which keeps its permissions (a new one gets 0666 less the umask); FP4CLI_OK when that and every
+ * write went through (failed: the writer's own verdict), else FP4CLI_ERROR after saying which output
+ * is incomplete, the temporary file removed and the file there before left as it was. */
+typedef struct fp4cli_report_file {
+  FILE *f;
+  char *target, *tmp; /* the file replaced and the temporary one; NULL when written in place */
+  int existed;
+} fp4cli_report_file;
 int fp4cli_stdout_report(const char *cmd, int n, const char *const options[], const char *const paths[]);
 /* The report options of the benchmark modes, in the order their paths are passed above. */
 extern const char *const fp4cli_report_options[3];
 int fp4cli_reports_writable(const char *cmd, int n, const char *const options[], const char *const paths[]);
-FILE *fp4cli_report_open(const char *cmd, const char *option, const char *path);
-int fp4cli_report_close(const char *cmd, const char *option, const char *path, FILE *f, int failed);
+int fp4cli_report_open(const char *cmd, const char *option, const char *path, fp4cli_report_file *r);
+int fp4cli_report_close(const char *cmd, const char *option, const char *path, fp4cli_report_file *r, int failed);
 
 /* "bf16", "f16"/"fp16", "f32"/"fp32"; 0 on success, -1 for another name. */
 int fp4cli_parse_dtype(const char *s, fp4_dtype *t);

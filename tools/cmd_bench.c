@@ -127,7 +127,10 @@ static void bench_usage(FILE *f) {
           "enough copies to exceed 3x the last-level cache (GPU L2 or CPU LLC). The commit recorded is\n"
           "FP4KIT_COMMIT from the environment when set, else 'git rev-parse HEAD' of the source tree this\n"
           "command was built from (with -dirty when its tracked files differ from that commit), else\n"
-          "unknown. The --json, --csv and --html files are checked for writing before anything is timed.\n"
+          "unknown. The --json, --csv and --html files are checked for writing before anything is timed;\n"
+          "each is written to a temporary file beside it and renamed over it once whole, so a failed write\n"
+          "leaves the file there as it was. A link is written through to the file it leads to. A file\n"
+          "already there keeps its permissions; a new one gets 0666 less the umask.\n"
           "\n"
           "Exit status: 0 every point ran, 1 a point failed (see the table), 2 a usage error (an unknown\n"
           "option, a bad value, an option that takes one value given twice), 3 the device asked for\n"
@@ -860,10 +863,10 @@ static int write_reports(bench_env *e) {
   int rc = FP4CLI_OK;
   for (int i = 0; i < 3; i++) {
     if (!paths[i]) continue;
-    FILE *f = fp4cli_report_open("bench", fp4cli_report_options[i], paths[i]);
-    const int bad = f ? fp4cli_report_close("bench", fp4cli_report_options[i], paths[i], f, writers[i](f, &e->run) != 0)
-                      : FP4CLI_ERROR;
-    if (bad) rc = FP4CLI_ERROR;
+    fp4cli_report_file r;
+    if (fp4cli_report_open("bench", fp4cli_report_options[i], paths[i], &r) ||
+        fp4cli_report_close("bench", fp4cli_report_options[i], paths[i], &r, writers[i](r.f, &e->run) != 0))
+      rc = FP4CLI_ERROR;
   }
   return rc;
 }

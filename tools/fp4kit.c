@@ -69,17 +69,6 @@ int fp4cli_device_usable(int device, char *why, size_t size) {
   return st == FP4_OK;
 }
 
-int fp4cli_bad_option(const char *cmd, int c, char **argv) {
-  const char *arg = argv[optind - 1];
-  if (c == ':') fprintf(stderr, "fp4kit %s: option '%s' needs a value\n", cmd, arg);
-  else if (strncmp(arg, "--", 2)) fprintf(stderr, "fp4kit %s: unknown option '-%c'\n", cmd, optopt);
-  else if (strchr(arg, '='))
-    fprintf(stderr, "fp4kit %s: unknown option '%.*s', or it takes no value\n", cmd, (int)(strchr(arg, '=') - arg), arg);
-  else fprintf(stderr, "fp4kit %s: unknown option '%s'\n", cmd, arg);
-  fprintf(stderr, "Run 'fp4kit %s --help' for the options.\n", cmd);
-  return FP4CLI_USAGE;
-}
-
 int fp4cli_backend_known(const char *cmd, const char *name) {
   for (int i = 0; i < fp4_backend_count(); i++)
     if (!strcmp(fp4_backend_name(i), name)) return 1;

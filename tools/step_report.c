@@ -478,8 +478,9 @@ void step_report_print(FILE *f, const step_report *r) {
 }
 
 int step_report_write(const char *path, const step_report *r, int kind) {
-  FILE *f = fp4cli_report_open("bench --step", fp4cli_report_options[kind], path);
-  if (!f) return 0;
+  fp4cli_report_file out;
+  if (fp4cli_report_open("bench --step", fp4cli_report_options[kind], path, &out)) return 0;
+  FILE *f = out.f;
   int ok = 1;
   if (kind == 0) {
     cJSON *root = record_json(r);
@@ -492,5 +493,5 @@ int step_report_write(const char *path, const step_report *r, int kind) {
   } else {
     write_html(f, r);
   }
-  return fp4cli_report_close("bench --step", fp4cli_report_options[kind], path, f, !ok) == FP4CLI_OK;
+  return fp4cli_report_close("bench --step", fp4cli_report_options[kind], path, &out, !ok) == FP4CLI_OK;
 }
