@@ -102,6 +102,20 @@ static void test_ue8m0(void) {
         "subnormal floats");
   CHECK(fp4_ue8m0_encode(0x1.0p127f) == 254 && fp4_ue8m0_encode(up(0x1.0p127f)) == 254 && fp4_ue8m0_encode(INFINITY) == 254,
         "top clamps to 2^127");
+  /* Every float32 subnormal (m * 2^-149, m < 2^23) rounds up to a power of two: those above 2^-127
+   * to 2^-126 (byte 1), the rest to 2^-127 (byte 0). A block maximum of six times such a value gives
+   * the MXFP4 scale of the smallest normal exponent, not of the clamp below it. */
+  uint32_t sub_bad = 0, sub_first = 0;
+  for (uint32_t m = 1; m < 0x800000u; m++) {
+    float x;
+    memcpy(&x, &m, sizeof x);
+    const uint8_t want = m > 0x400000u ? 1 : 0;
+    if (fp4_ue8m0_encode(x) != want && !sub_bad++) sub_first = m;
+  }
+  CHECK(sub_bad == 0, "ue8m0: %u subnormal floats encode wrongly (first 0x%08x)", sub_bad, sub_first);
+  CHECK(fp4_ue8m0_encode(up(0x1.0p-127f)) == 1 && fp4_ue8m0_encode(0x1.8p-127f) == 1 &&
+            fp4_ue8m0_encode(down(0x1.0p-126f)) == 1,
+        "subnormals above 2^-127 round up to 2^-126");
   for (int e = 0; e < 255; e++) {
     float v = fp4_ue8m0_decode((uint8_t)e);
     CHECK(fp4_ue8m0_encode(v) == e, "ue8m0 %d round trip", e);
@@ -117,6 +131,16 @@ static void test_half(void) {
   CHECK(fp4_bf16_from_f32(up(1.0f + 0x1.0p-8f)) == 0x3F81, "bf16 above the tie");
   CHECK(fp4_bf16_from_f32(3.4e38f) == 0x7F80, "bf16 overflow to inf");
   CHECK(isnan(fp4_bf16_to_f32(fp4_bf16_from_f32(NAN))), "bf16 NaN stays NaN");
+  /* A NaN whose payload lies only in the 16 low bits would truncate to the infinity pattern: it must
+   * come out as a quiet NaN with its sign (signalling NaNs and NaN payloads from other code). */
+  static const uint32_t low_nans[] = {0x7F800001u, 0xFF800001u, 0x7F80FFFFu, 0x7FA00000u};
+  for (size_t i = 0; i < sizeof low_nans / sizeof *low_nans; i++) {
+    float x;
+    memcpy(&x, &low_nans[i], sizeof x);
+    const uint16_t b = fp4_bf16_from_f32(x);
+    CHECK(isnan(fp4_bf16_to_f32(b)) && (b & 0x0040u) && (b >> 15) == (low_nans[i] >> 31),
+          "bf16 of NaN 0x%08x is 0x%04x, not a quiet NaN of the same sign", low_nans[i], b);
+  }
   CHECK(fp4_f16_from_f32(1.0f) == 0x3C00 && fp4_f16_from_f32(65504.0f) == 0x7BFF, "f16 one, max");
   CHECK(fp4_f16_from_f32(down(65520.0f)) == 0x7BFF && fp4_f16_from_f32(65520.0f) == 0x7C00, "f16 overflow boundary");
   CHECK(fp4_f16_from_f32(0x1.0p-24f) == 0x0001 && fp4_f16_from_f32(0x1.0p-25f) == 0 && fp4_f16_from_f32(up(0x1.0p-25f)) == 1,

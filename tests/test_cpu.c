@@ -300,6 +300,47 @@ static void fork_check(void) {
   free_data(&d);
 }
 
+/* Which kernel runs, as the run's note names it, at the default level: bf16 activations and W4A4
+ * codes (exact in bf16) take the bf16 streaming kernel where the level has one (AVX512_BF16), f32
+ * activations the f32 one, and M > 4 the panel path. The cross checks above compare levels and
+ * thread counts only through results, which a fall-back from the bf16 kernel to the f32 one would
+ * not change: this pins that the bf16 kernel is the one they exercise. */
+static void kernel_choice(void) {
+  const char *bf_level = fp4_cpu_level("gemv_bf16"), *f_level = fp4_cpu_level("gemv_f32");
+  const int has_bf16 = strcmp(bf_level, f_level) != 0;
+  for (int f = 0; f < 2; f++)
+    for (int mi = 0; mi < 2; mi++) {
+      gemm_data d;
+      fp4_format fmt = f ? FP4_FORMAT_MXFP4 : FP4_FORMAT_NVFP4;
+      const int64_t m = mi ? 9 : 3;
+      if (!make_data(&d, m, 40, 256, fmt, 77)) {
+        CHECK(0, "test data allocation");
+        free_data(&d);
+        continue;
+      }
+      float *out = malloc(sizeof(float) * (size_t)(m * d.n));
+      for (int op = 0; op < 3 && out; op++) {
+        fp4_run_info info;
+        memset(&info, 0, sizeof info);
+        fp4_matrix o = {out, m, d.n, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+        fp4_matrix a = {op == 2 ? (void *)d.a_bf16 : (void *)d.a_f32, m, d.k, 0,
+                        op == 2 ? FP4_DTYPE_BF16 : FP4_DTYPE_F32, FP4_MEMORY_HOST};
+        fp4_options co = {.backend = "cpu", .info = &info};
+        fp4_status st =
+            op == 0 ? fp4_mm(NULL, &d.qa, &d.qb, 1.0f, &o, &co) : fp4_mm_w4a16(NULL, &a, &d.qb, 1.0f, &o, &co);
+        const int bf16_in = op != 1;
+        char want[64];
+        if (mi) snprintf(want, sizeof want, "%s:%s,", bf16_in ? "gemm_bf16" : "gemm_f32", f_level);
+        else if (bf16_in && has_bf16) snprintf(want, sizeof want, "gemv_bf16:%s,", bf_level);
+        else snprintf(want, sizeof want, "gemv_f32:%s,", f_level);
+        CHECK(st == FP4_OK && !strncmp(info.note, want, strlen(want)), "%s M=%lld op %d: ran '%s', want '%s...'",
+              fp4_format_name(fmt), (long long)m, op, info.note, want);
+      }
+      free(out);
+      free_data(&d);
+    }
+}
+
 int main(void) {
   const char *avail[3];
   int n = 0;
@@ -344,6 +385,18 @@ int main(void) {
   CHECK(fp4_cpu_threads() == 3, "FP4KIT_NUM_THREADS=3 gives %d threads", fp4_cpu_threads());
   setenv("FP4KIT_NUM_THREADS", "zero", 1);
   CHECK(fp4_cpu_threads() >= 1, "a bad FP4KIT_NUM_THREADS falls back to the online CPUs");
+  /* The documented range is [1, 1024]: both ends are taken as given, values past them are not
+   * (only read here: no call runs with these counts). */
+  const int online = fp4_cpu_threads();
+  setenv("FP4KIT_NUM_THREADS", "1024", 1);
+  CHECK(fp4_cpu_threads() == 1024, "FP4KIT_NUM_THREADS=1024 gives %d threads", fp4_cpu_threads());
+  setenv("FP4KIT_NUM_THREADS", "1", 1);
+  CHECK(fp4_cpu_threads() == 1, "FP4KIT_NUM_THREADS=1 gives %d threads", fp4_cpu_threads());
+  setenv("FP4KIT_NUM_THREADS", "1025", 1);
+  CHECK(fp4_cpu_threads() == online, "FP4KIT_NUM_THREADS=1025 gives %d threads, not the online CPUs' %d",
+        fp4_cpu_threads(), online);
+  setenv("FP4KIT_NUM_THREADS", "0", 1);
+  CHECK(fp4_cpu_threads() == online, "FP4KIT_NUM_THREADS=0 gives %d threads", fp4_cpu_threads());
   setenv("FP4KIT_NUM_THREADS", "2", 1);
 
   for (int i = 0; i < n; i++) {
@@ -353,6 +406,7 @@ int main(void) {
   cross_checks(n, avail);
   nan_scales(n, avail);
   g_level = NULL;
+  kernel_choice();
   fork_check();
   if (failures) {
     printf("%d checks failed\n", failures);

@@ -225,6 +225,156 @@ static void test_direct(void) {
   unsetenv("FP4KIT_NUM_THREADS");
 }
 
+/* ---- strided views and the layer's own activation scales, against the reference ---- */
+
+enum { VPAD = 5 };           /* extra elements per row of every strided view */
+static const float kPadMark = 3.5f; /* what the output's padding holds before and after a call */
+
+/* rows x cols of src (f32, packed) into a buffer with ld = cols + VPAD, the padding NaN. */
+static float *strided_copy(const float *src, int64_t rows, int64_t cols) {
+  float *d = malloc(sizeof *d * (size_t)(rows * (cols + VPAD)));
+  if (!d) return NULL;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols + VPAD; c++) d[r * (cols + VPAD) + c] = c < cols ? src[r * cols + c] : NAN;
+  return d;
+}
+
+/* An f32 output [rows, cols] at ld cols + VPAD (strided) or cols, outputs NaN and padding kPadMark. */
+static float *output_buffer(int64_t rows, int64_t cols, int strided) {
+  const int64_t ld = cols + (strided ? VPAD : 0);
+  float *o = malloc(sizeof *o * (size_t)(rows * ld));
+  for (int64_t i = 0; o && i < rows * ld; i++) o[i] = i % ld < cols ? NAN : kPadMark;
+  return o;
+}
+
+/* Output o (ld as output_buffer made it) into the packed dst; 0 when a padding element changed. */
+static int output_unpack(const float *o, int64_t rows, int64_t cols, int strided, float *dst) {
+  const int64_t ld = cols + (strided ? VPAD : 0);
+  int pad_ok = 1;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < ld; c++) {
+      if (c < cols) dst[r * cols + c] = o[r * ld + c];
+      else pad_ok &= o[r * ld + c] == kPadMark;
+    }
+  return pad_ok;
+}
+
+/* The layer of d (shared expert sh with per-token weights) on a backend, hidden states, top-k weights
+ * and output packed or as strided views (ld = cols + VPAD, NaN in the hidden and weight padding),
+ * into out (packed f32 [LT, LH]). */
+static fp4_status layer_view_run(layer_data *d, const fp4_moe_experts *sh, const char *backend, int strided,
+                                 float *out, int *pad_ok) {
+  fp4_moe_layer layer = d->layer;
+  layer.shared = sh;
+  float *hid = strided ? strided_copy(d->hidden, LT, LH) : d->hidden;
+  float *tw = strided ? strided_copy(d->tw, LT, LK) : d->tw;
+  float *o = output_buffer(LT, LH, strided);
+  const int64_t pad = strided ? VPAD : 0;
+  fp4_status st = FP4_ERR_OUT_OF_MEMORY;
+  if (hid && tw && o) {
+    fp4_moe_routing rt = {d->ids, LT, LK, {tw, LT, LK, LK + pad, FP4_DTYPE_F32, FP4_MEMORY_HOST}, d->sw};
+    fp4_matrix x = {hid, LT, LH, LH + pad, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_matrix om = {o, LT, LH, LH + pad, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    const fp4_options opts = {.backend = backend, .config = strcmp(backend, "cpu") ? NULL : g_level};
+    size_t bytes = 0;
+    st = fp4_moe_workspace_size(&layer, LT, LK, &opts, &bytes);
+    void *ws = st == FP4_OK ? malloc(bytes ? bytes : 1) : NULL;
+    if (st == FP4_OK && !ws) st = FP4_ERR_OUT_OF_MEMORY;
+    if (ws) {
+      memset(ws, 0xff, bytes);
+      st = fp4_moe_forward(NULL, &layer, &x, &rt, ws, bytes, &om, &opts);
+      *pad_ok = output_unpack(o, LT, LH, strided, out);
+    }
+    free(ws);
+  }
+  if (strided) free(hid), free(tw);
+  free(o);
+  return st;
+}
+
+/* A grouped GEMM of the first LT hidden states with d's gate_up weights (contiguous row groups of
+ * uneven sizes, one of them empty) on a backend, activations and output packed or strided. */
+static fp4_status grouped_view_run(layer_data *d, int w4a4, const char *backend, int strided, float *out, int *pad_ok) {
+  const int64_t N = 2 * LI;
+  int64_t offsets[LE + 1];
+  for (int64_t e = 0; e <= LE; e++) offsets[e] = e == 3 ? offsets[2] : (e * LT) / LE;
+  float *hid = strided ? strided_copy(d->hidden, LT, LH) : d->hidden;
+  float *o = output_buffer(LT, N, strided);
+  size_t sb = 0;
+  fp4_scales_size(d->w1.format, FP4_LAYOUT_128X4, LT, LH, &sb);
+  uint8_t *qd = malloc(LT * LH / 2), *qs = malloc(sb);
+  const int64_t pad = strided ? VPAD : 0;
+  fp4_status st = FP4_ERR_OUT_OF_MEMORY;
+  if (hid && o && qd && qs) {
+    fp4_matrix x = {hid, LT, LH, LH + pad, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_matrix om = {o, LT, N, N + pad, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    const fp4_options opts = {.backend = backend, .config = strcmp(backend, "cpu") ? NULL : g_level};
+    const fp4_options ref = {.backend = "ref"};
+    if (w4a4) {
+      fp4_qmatrix aq = {qd, qs, LT, LH, d->w1.format, FP4_LAYOUT_128X4, 1.0f, FP4_MEMORY_HOST};
+      st = fp4_quantize(NULL, &x, 0.5f, &aq, &ref);
+      if (!st) st = fp4_grouped_mm(NULL, &aq, &d->w1, offsets, 0.75f, &om, &opts);
+    } else {
+      st = fp4_grouped_mm_w4a16(NULL, &x, &d->w1, offsets, 0.75f, &om, &opts);
+    }
+    *pad_ok = output_unpack(o, LT, N, strided, out);
+  }
+  if (strided) free(hid);
+  free(o), free(qd), free(qs);
+  return st;
+}
+
+/* Strided hidden states, top-k weights and outputs (views into wider rows, as a framework hands over
+ * slices) give the bits of packed ones and leave the output's padding alone, on the cpu backend and
+ * on the reference; the layer's activation encode scales (0.25 and 0.5 for the routed experts, 0.75
+ * and 0.125 for the shared one) reach the result as the reference applies them, so the cpu layer
+ * and grouped GEMM agree with the reference within the f32 tolerance. */
+static void test_views(void) {
+  for (int w4a4 = 0; w4a4 < 2; w4a4++)
+    for (int f = 0; f < 2; f++) {
+      layer_data d;
+      float *r0 = malloc(sizeof(float) * LT * 2 * LI), *r1 = malloc(sizeof(float) * LT * 2 * LI);
+      float *c0 = malloc(sizeof(float) * LT * 2 * LI), *c1 = malloc(sizeof(float) * LT * 2 * LI);
+      if (!layer_make(&d, w4a4, (fp4_format)f) || !r0 || !r1 || !c0 || !c1) {
+        CHECK(0, "test data: %s", fp4_last_error());
+        layer_free(&d);
+        free(r0), free(r1), free(c0), free(c1);
+        continue;
+      }
+      const char *what = w4a4 ? "W4A4" : "W4A16";
+      const char *fmt = fp4_format_name((fp4_format)f);
+      fp4_moe_experts sh = {d.s1, d.s2, 0.75f, 0.125f};
+      for (int op = 0; op < 2; op++) {
+        const char *opname = op ? "grouped" : "moe";
+        const int64_t n = LT * (op ? 2 * LI : LH);
+        int pads[4] = {1, 1, 1, 1};
+        fp4_status st[4];
+        float *outs[4] = {r0, r1, c0, c1};
+        for (int i = 0; i < 4; i++) {
+          const char *backend = i < 2 ? "ref" : "cpu";
+          st[i] = op ? grouped_view_run(&d, w4a4, backend, i & 1, outs[i], &pads[i])
+                     : layer_view_run(&d, &sh, backend, i & 1, outs[i], &pads[i]);
+        }
+        CHECK(st[0] == FP4_OK && st[1] == FP4_OK && st[2] == FP4_OK && st[3] == FP4_OK, "[%s] %s %s %s: %s", g_where,
+              opname, what, fmt, fp4_last_error());
+        if (st[0] || st[1] || st[2] || st[3]) continue;
+        CHECK(!memcmp(r0, r1, sizeof(float) * (size_t)n) && pads[1],
+              "[%s] %s %s %s: the reference with strided views differs from packed ones (padding kept: %d)", g_where,
+              opname, what, fmt, pads[1]);
+        CHECK(!memcmp(c0, c1, sizeof(float) * (size_t)n) && pads[3],
+              "[%s] %s %s %s: cpu with strided views differs from packed ones (padding kept: %d)", g_where, opname,
+              what, fmt, pads[3]);
+        fp4h_result r;
+        memset(&r, 0, sizeof r);
+        r.tolerance = fp4h_tolerance(FP4_DTYPE_F32);
+        fp4h_compare(c0, r0, n, FP4_DTYPE_F32, &r);
+        CHECK(r.passed, "[%s] %s %s %s: cpu against the reference: %s", g_where, opname, what, fmt, r.message);
+      }
+      layer_free(&d);
+      free(r0), free(r1), free(c0), free(c1);
+    }
+}
+
 static const char *const kLevels[] = {"generic", "avx2", "avx512"};
 
 int main(void) {
@@ -248,6 +398,7 @@ int main(void) {
     }
     g_where = kLevels[l];
     test_direct();
+    test_views();
   }
   CHECK(levels >= 1, "no cpu level ran (the generic level is always available)");
   printf("%d checks, %d failures, %d levels\n", g_runs, g_failures, levels);

@@ -104,5 +104,13 @@ int main(void) {
   unsigned char buf[1024];
   CHECK_ERROR(fp4_scales_convert(FP4_FORMAT_NVFP4, 4, 64, buf, FP4_LAYOUT_LINEAR, buf + 8, FP4_LAYOUT_128X4),
               FP4_ERR_INVALID_ARGUMENT, "overlap");
+  /* The other way round: dst starts first and its 512 bytes run into src. The conversion zeroes dst
+   * before copying, so src would be destroyed before it is read. */
+  CHECK_ERROR(fp4_scales_convert(FP4_FORMAT_NVFP4, 4, 64, buf + 8, FP4_LAYOUT_LINEAR, buf, FP4_LAYOUT_128X4),
+              FP4_ERR_INVALID_ARGUMENT, "overlap");
+  /* Adjacent buffers do not overlap: linear [4 x 4] scales end where the 128x4 ones begin. */
+  memset(buf, 0x11, 16);
+  CHECK(fp4_scales_convert(FP4_FORMAT_NVFP4, 4, 64, buf, FP4_LAYOUT_LINEAR, buf + 16, FP4_LAYOUT_128X4) == FP4_OK,
+        "adjacent buffers: %s", fp4_last_error());
   return TEST_SUMMARY();
 }

@@ -112,7 +112,10 @@ static void deepseek_mtp(void) {
                {"\"model.layers.*.eh_proj\", \"re:.*shared_head\"", 2},
                {"\"re:model\\\\.layers\\\\.\\\\d+\\\\.self_attn\"", 2},
                {"\"model.layers.[3-4].mlp.experts.?.down_proj\"", 2},
-               {"\"re:model\\\\.layers\\\\.\\\\d{1}\"", 0}};
+               /* a module name excludes itself and what it holds, not names it is a prefix of */
+               {"\"model.layers.3.eh\", \"model.layers.3.shared_head\"", 1},
+               {"\"model.layers.3.eh_proj\"", 1},
+               {"\"re:model\\\\.layers\\\\.\\\\d{1}\"", 0}}; /* last: the text below reads it */
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     snprintf(cfg, sizeof cfg,
              "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"num_hidden_layers\": 3, \"num_nextn_predict_layers\": 1,"
@@ -141,7 +144,7 @@ static void deepseek_mtp(void) {
       CHECK(gemm_row(doc, "model.layers.*.eh_proj", 1) && !gemm_row(doc, "model.layers.*.eh_proj", 0), "eh_proj is MTP");
       CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(doc, "gemms")) == 8, "8 rows: 3 of the decoder layers, 5 of the MTP layer");
     }
-    if (c == 7) {
+    if (strstr(cases[c].patterns, "{1}")) {
       const cJSON *ne = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "quantization"), "patterns_not_evaluated");
       CHECK(cJSON_GetArraySize(ne) == 1 && strstr(ne->child->valuestring, "{1}"),
             "a regular expression with a repetition count is reported as not evaluated");
@@ -287,6 +290,57 @@ static void gpt_oss(void) {
   fp4_model_free(text);
 }
 
+/* Names of other families, and tensors the gpt-oss reading must not take:
+ *   - Mixtral's experts w1 / w3 (gate / up: column-parallel, TP 2 halves N) and w2 (down:
+ *     row-parallel, TP 2 halves K);
+ *   - the decoder layer of a name is the index after its first "layers.": a module nested in layer 0
+ *     whose own path has "layers.2" stays in layer 0 and is not the MTP layer 2;
+ *   - "_blocks" of 8 bytes a block are not MXFP4 (32 values are 16 bytes): U8 storage;
+ *   - "_blocks" with more experts than an int holds (and no elements) are no GEMM. */
+static void other_names(void) {
+  char dir[600], path[700];
+  subdir(dir, sizeof dir, "mixtral");
+  ckpt_decl ts[24];
+  char names[12][96];
+  int nt = 0;
+  for (int l = 0; l < 2; l++)
+    for (int e = 0; e < 2; e++)
+      for (int w = 1; w <= 3; w++) {
+        snprintf(names[nt], sizeof names[0], "model.layers.%d.block_sparse_moe.experts.%d.w%d.weight", l, e, w);
+        ts[nt] = (ckpt_decl){names[nt], FP4_ST_BF16, 2, {w == 2 ? 32 : 64, w == 2 ? 64 : 32}};
+        nt++;
+      }
+  ts[nt++] = (ckpt_decl){"model.layers.0.adapter.layers.2.proj.weight", FP4_ST_BF16, 2, {16, 32}};
+  ts[nt++] = (ckpt_decl){"model.layers.1.mlp.experts.down_proj_blocks", FP4_ST_U8, 4, {2, 64, 2, 8}};
+  ts[nt++] = (ckpt_decl){"model.layers.1.mlp.experts.down_proj_scales", FP4_ST_U8, 3, {2, 64, 2}};
+  ts[nt++] = (ckpt_decl){"model.layers.1.mlp.experts.up_proj_blocks", FP4_ST_U8, 4, {(int64_t)1 << 31, 0, 1, 16}};
+  ts[nt++] = (ckpt_decl){"model.layers.1.mlp.experts.up_proj_scales", FP4_ST_U8, 3, {(int64_t)1 << 31, 0, 1}};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  CHECK(ckpt_zeros(path, ts, nt), "%s", fp4_last_error());
+  CHECK(ckpt_text(dir, "config.json",
+                  "{\"num_hidden_layers\": 2, \"num_nextn_predict_layers\": 1, \"num_local_experts\": 2,"
+                  " \"num_experts_per_tok\": 1}\n"),
+        "config");
+  char *text = NULL;
+  cJSON *doc = inspect_doc(dir, 2, 1, &text);
+  if (!doc) return;
+  const cJSON *g1 = gemm_row(doc, "model.layers.*.block_sparse_moe.experts.*.w1", 0);
+  const cJSON *g3 = gemm_row(doc, "model.layers.*.block_sparse_moe.experts.*.w3", 0);
+  const cJSON *g2 = gemm_row(doc, "model.layers.*.block_sparse_moe.experts.*.w2", 0);
+  CHECK(g1 && g3 && g2 && num(g1, "n") == 32 && num(g3, "n") == 32 && num(g2, "k") == 32 && num(g1, "k") == 32 &&
+            num(g3, "k") == 32 && num(g2, "n") == 32,
+        "Mixtral w1/w3 split N and w2 splits K over TP 2: %s", text);
+  CHECK(gemm_row(doc, "model.layers.*.adapter.layers.*.proj", 0) && !gemm_row(doc, "model.layers.*.adapter.layers.*.proj", 1),
+        "a nested layers.2 made a module of layer 0 an MTP one: %s", text);
+  const cJSON *b = gemm_row(doc, "model.layers.*.mlp.experts.down_proj", 0);
+  CHECK(b && !strcmp(str(b, "dtype"), "u8") && num(cJSON_GetObjectItem(doc, "census"), "mxfp4") <= 0,
+        "8-byte blocks read as MXFP4: %s", text);
+  CHECK(!gemm_row(doc, "model.layers.*.mlp.experts.up_proj", 0) && !gemm_row(doc, "model.layers.*.mlp.experts.up_proj", 1),
+        "2^31 experts of blocks read as a GEMM: %s", text);
+  fp4_model_free(text);
+  cJSON_Delete(doc);
+}
+
 /* compressed-tensors pack-quantized: 8 int4 values in each I32 of weight_packed [N, K/8]. */
 static void int4_packed(void) {
   char dir[600], path[700];
@@ -346,6 +400,7 @@ int main(void) {
   numeric_components();
   gpt_oss();
   int4_packed();
+  other_names();
   non_utf8_directory();
   fifo_config();
   char path[600], dir[600], cmd[16384], *report = NULL;

@@ -476,6 +476,11 @@ int main(void) {
   CHECK(fp4_model_pattern_match("layers.[!0-4].*", "layers.7.mlp") && !fp4_model_pattern_match("layers.[^0-9]*", "layers.7") &&
             fp4_model_pattern_match("a[", "a[") && !fp4_model_pattern_match("*.x", "a.xy") && fp4_model_pattern_match("**", ""),
         "glob sets, an unclosed '[', anchoring");
+  /* A '-' right before the closing ']' is a member, not a range: [a-] is 'a' or '-'. */
+  CHECK(fp4_model_pattern_match("x[a-]y", "x-y") && fp4_model_pattern_match("x[a-]y", "xay") &&
+            !fp4_model_pattern_match("x[a-]y", "xby") && fp4_model_pattern_match("v[!a-]", "vb") &&
+            !fp4_model_pattern_match("v[!a-]", "v-"),
+        "glob sets ending in '-'");
   { /* many stars against a long name that fails only at its end: linear, where backtracking is not */
     char name[4001];
     memset(name, 'a', 4000);

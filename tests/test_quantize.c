@@ -66,6 +66,34 @@ static void test_runtime_mxfp4_known(void) {
   CHECK(data[0] == 0xA7 && data[16] == 0x16 && data[32] == 0, "codes %02x %02x", data[0], data[16]);
 }
 
+/* An infinite element in an MXFP4 block: vmax / 6 = inf encodes to the largest scale, byte 254
+ * (2^127), whose encode multiplier is 2^-127, so +-inf keep their sign as codes 0x7 / 0xF and the
+ * finite values of the block become (signed) zeros. A multiplier of 0 instead would turn both
+ * infinities into NaN and then into +6. Checked on the reference and at every cpu level. */
+static void test_runtime_mxfp4_infinities(void) {
+  static const char *const backends[][2] = {{"ref", NULL}, {"cpu", "generic"}, {"cpu", "avx2"}, {"cpu", "avx512"}};
+  float x[64] = {0};
+  x[0] = INFINITY;
+  x[1] = -INFINITY;
+  x[2] = 3.0f;
+  x[3] = -3.0f;
+  x[32] = 6.0f; /* a finite block after it keeps its own scale */
+  for (size_t b = 0; b < sizeof backends / sizeof *backends; b++) {
+    if (backends[b][1] && !fp4h_cpu_level_runs(backends[b][1])) continue;
+    uint8_t data[32], scales[2];
+    memset(data, 0x5A, sizeof data);
+    fp4_matrix m = {x, 1, 64, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+    fp4_qmatrix q = {data, scales, 1, 64, FP4_FORMAT_MXFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+    fp4_options o = {.backend = backends[b][0], .config = backends[b][1]};
+    const char *name = backends[b][1] ? backends[b][1] : backends[b][0];
+    CHECK(fp4_quantize(NULL, &m, 1.0f, &q, &o) == FP4_OK, "[%s] quantize: %s", name, fp4_last_error());
+    CHECK(scales[0] == 254 && scales[1] == 127, "[%s] scales %d %d, want 254 127", name, scales[0], scales[1]);
+    CHECK(data[0] == 0xF7 && data[1] == 0x80 && data[2] == 0 && data[15] == 0,
+          "[%s] codes %02x %02x %02x, want f7 80 00", name, data[0], data[1], data[2]);
+    CHECK(data[16] == 0x07, "[%s] finite block codes %02x", name, data[16]);
+  }
+}
+
 static fp4_status quantize_ordered_row(const float *x, int64_t k, float gsf, fp4_quantize_order order, uint8_t *data,
                                        uint8_t *scales, const fp4_options *opt) {
   fp4_matrix m = {(void *)x, 1, k, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
@@ -180,6 +208,65 @@ static void test_modelopt_known(void) {
   CHECK_ERROR(fp4_quantize_modelopt_version(&z, (fp4_modelopt_version)5, &q, &ws2), FP4_ERR_INVALID_ARGUMENT, "version 5");
 }
 
+/* Model Optimizer's recipe takes finite weights only: a NaN or an infinity anywhere is refused with
+ * its position, under both releases' rules, and nothing is written. */
+static void test_modelopt_nonfinite(void) {
+  float w[48];
+  for (int i = 0; i < 48; i++) w[i] = 0.125f * (float)(i - 20);
+  const float bad[3] = {INFINITY, -INFINITY, NAN};
+  for (int b = 0; b < 3; b++)
+    for (int v = 0; v < 2; v++) {
+      float x[48];
+      memcpy(x, w, sizeof x);
+      x[37] = bad[b];
+      uint8_t data[24], scales[3];
+      float ws2 = -1.0f;
+      fp4_matrix m = {x, 1, 48, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+      fp4_qmatrix q = {data, scales, 1, 48, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+      CHECK_ERROR(fp4_quantize_modelopt_version(&m, (fp4_modelopt_version)v, &q, &ws2), FP4_ERR_INVALID_ARGUMENT,
+                  "w[0, 37]");
+      CHECK(ws2 == -1.0f, "weight_scale_2 written for a refused weight (%g, version %d)", (double)bad[b], v);
+    }
+}
+
+/* Scales in a padded layout: the padding bytes (rows up to 128, columns up to 4 in the 128x4 layout;
+ * rows up to 8 in 8x4) are zero whatever the buffer held, and every real scale byte is the one the
+ * linear layout gets. */
+static void test_modelopt_padding(void) {
+  enum { R = 5, K = 32, C = K / 16 };
+  float w[R * K];
+  fp4h_rng g = {2024};
+  fp4h_fill(&g, w, R * K, FP4H_DATA_NORMAL, 16);
+  fp4_matrix m = {w, R, K, 0, FP4_DTYPE_F32, FP4_MEMORY_HOST};
+  uint8_t lin_data[R * K / 2], lin_scales[R * C];
+  float ws2 = 0.0f;
+  fp4_qmatrix lin = {lin_data, lin_scales, R, K, FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR, 0.0f, FP4_MEMORY_HOST};
+  CHECK(fp4_quantize_modelopt(&m, &lin, &ws2) == FP4_OK, "linear: %s", fp4_last_error());
+  const fp4_scale_layout layouts[2] = {FP4_LAYOUT_128X4, FP4_LAYOUT_8X4};
+  for (int l = 0; l < 2; l++) {
+    size_t sb = 0;
+    fp4_scales_size(FP4_FORMAT_NVFP4, layouts[l], R, K, &sb);
+    uint8_t data[R * K / 2], scales[512];
+    memset(scales, 0x5A, sizeof scales);
+    fp4_qmatrix q = {data, scales, R, K, FP4_FORMAT_NVFP4, layouts[l], 0.0f, FP4_MEMORY_HOST};
+    CHECK(sb <= sizeof scales && fp4_quantize_modelopt(&m, &q, &ws2) == FP4_OK, "%s: %s", fp4_layout_name(layouts[l]),
+          fp4_last_error());
+    uint8_t real[512] = {0};
+    int wrong = 0;
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < C; c++) {
+        const int64_t off = fp4_scale_offset(FP4_FORMAT_NVFP4, layouts[l], R, K, r, c);
+        real[off] = 1;
+        wrong += scales[off] != lin_scales[r * C + c];
+      }
+    int dirty = 0;
+    for (size_t i = 0; i < sb; i++) dirty += !real[i] && scales[i] != 0;
+    CHECK(wrong == 0 && dirty == 0 && !memcmp(data, lin_data, sizeof data),
+          "%s: %d scale bytes differ from the linear layout, %d padding bytes are not zero",
+          fp4_layout_name(layouts[l]), wrong, dirty);
+  }
+}
+
 /* Both Model Optimizer rules at the edges of the lower clamp, weight_scale_2 = 1 (amax 2688), so a
  * block's scale is its amax / 6. */
 static void test_modelopt_versions(void) {
@@ -254,8 +341,11 @@ int main(void) {
   test_runtime_nvfp4_known();
   test_runtime_nvfp4_global_scale();
   test_runtime_mxfp4_known();
+  test_runtime_mxfp4_infinities();
   test_runtime_orders();
   test_modelopt_known();
+  test_modelopt_nonfinite();
+  test_modelopt_padding();
   test_modelopt_versions();
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_LINEAR);
   test_error_bound(FP4_FORMAT_NVFP4, FP4_LAYOUT_128X4);

@@ -32,6 +32,87 @@ static void hostile(const char *what, const char *json, size_t data_len, const c
   fp4_safetensors_close(st);
 }
 
+/* An image of one module "m" (weight U8 [2, 16], K = 32) with the scale tensors described by
+ * scales_json (offsets from 32 on) and, when scalar_key is not NULL, a one-element F32 scalar of
+ * that name holding value at the end; opened from memory into *st. */
+static size_t module_image(uint8_t *buf, const char *weight_key, const char *scales_json, size_t scales_bytes,
+                           const char *scalar_key, float value) {
+  char json[600];
+  int len = snprintf(json, sizeof json, "{\"m.%s\": {\"dtype\": \"U8\", \"shape\": [2, 16], \"data_offsets\": [0, 32]}, %s",
+                     weight_key, scales_json);
+  if (scalar_key)
+    len += snprintf(json + len, sizeof json - (size_t)len,
+                    ", \"m.%s\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [%zu, %zu]}", scalar_key,
+                    32 + scales_bytes, 36 + scales_bytes);
+  snprintf(json + len, sizeof json - (size_t)len, "}");
+  const size_t data = 32 + scales_bytes + (scalar_key ? 4 : 0);
+  const size_t n = image(buf, json, data);
+  if (scalar_key) memcpy(buf + n - 4, &value, 4);
+  return n;
+}
+
+/* fp4_safetensors_qmatrix reads the three storage schemes it names (Model Optimizer NVFP4 with its
+ * weight_scale_2 as the multiplier, compressed-tensors with 1/weight_global_scale, MXFP4 with U8 or
+ * F8_E8M0 scales and multiplier 1) as zero-copy views, and refuses scale tensors that do not match
+ * the weight: another row count, another column count than K/16 or K/32, a missing scalar. */
+static void qmatrix_views(void) {
+  static uint8_t buf[2048];
+  static const char nv_scales[] = "\"m.weight_scale\": {\"dtype\": \"F8_E4M3\", \"shape\": [2, 2], "
+                                  "\"data_offsets\": [32, 36]}";
+  const struct {
+    const char *what, *weight, *scales, *scalar;
+    size_t scales_bytes;
+    float value;
+    fp4_status want;
+    fp4_format format;
+    float multiplier;
+  } cases[] = {
+      {"modelopt", "weight", nv_scales, "weight_scale_2", 4, 0.375f, FP4_OK, FP4_FORMAT_NVFP4, 0.375f},
+      {"compressed-tensors", "weight_packed", nv_scales, "weight_global_scale", 4, 4.0f, FP4_OK, FP4_FORMAT_NVFP4,
+       0.25f},
+      {"mxfp4 u8", "weight",
+       "\"m.weight_scale\": {\"dtype\": \"U8\", \"shape\": [2, 1], \"data_offsets\": [32, 34]}", NULL, 2, 0.0f,
+       FP4_OK, FP4_FORMAT_MXFP4, 1.0f},
+      {"mxfp4 e8m0", "weight",
+       "\"m.weight_scale\": {\"dtype\": \"F8_E8M0\", \"shape\": [2, 1], \"data_offsets\": [32, 34]}", NULL, 2,
+       0.0f, FP4_OK, FP4_FORMAT_MXFP4, 1.0f},
+      {"scale rows", "weight",
+       "\"m.weight_scale\": {\"dtype\": \"F8_E4M3\", \"shape\": [3, 2], \"data_offsets\": [32, 38]}",
+       "weight_scale_2", 6, 1.0f, FP4_ERR_FORMAT, FP4_FORMAT_NVFP4, 0.0f},
+      {"scale columns", "weight",
+       "\"m.weight_scale\": {\"dtype\": \"F8_E4M3\", \"shape\": [2, 3], \"data_offsets\": [32, 38]}",
+       "weight_scale_2", 6, 1.0f, FP4_ERR_FORMAT, FP4_FORMAT_NVFP4, 0.0f},
+      {"mxfp4 scale columns", "weight",
+       "\"m.weight_scale\": {\"dtype\": \"U8\", \"shape\": [2, 2], \"data_offsets\": [32, 36]}", NULL, 4, 0.0f,
+       FP4_ERR_FORMAT, FP4_FORMAT_MXFP4, 0.0f},
+      {"no weight_scale_2", "weight", nv_scales, NULL, 4, 0.0f, FP4_ERR_FORMAT, FP4_FORMAT_NVFP4, 0.0f},
+      {"global scale of modelopt", "weight", nv_scales, "weight_global_scale", 4, 4.0f, FP4_ERR_FORMAT,
+       FP4_FORMAT_NVFP4, 0.0f},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const size_t n =
+        module_image(buf, cases[i].weight, cases[i].scales, cases[i].scales_bytes, cases[i].scalar, cases[i].value);
+    fp4_safetensors *st = NULL;
+    CHECK(fp4_safetensors_open_memory(buf, n, &st) == FP4_OK, "%s: %s", cases[i].what, fp4_last_error());
+    if (!st) continue;
+    fp4_qmatrix q;
+    memset(&q, 0, sizeof q);
+    const fp4_status got = fp4_safetensors_qmatrix(st, "m", &q);
+    CHECK(got == cases[i].want, "%s: %s (%s), want %s", cases[i].what, fp4_status_str(got), fp4_last_error(),
+          fp4_status_str(cases[i].want));
+    if (got == FP4_OK && cases[i].want == FP4_OK) {
+      const fp4_st_tensor *w = fp4_safetensors_find(st, cases[i].weight[6] ? "m.weight_packed" : "m.weight");
+      const fp4_st_tensor *sc = fp4_safetensors_find(st, "m.weight_scale");
+      CHECK(w && sc && q.data == w->data && q.scales == sc->data && q.rows == 2 && q.cols == 32 &&
+                q.format == cases[i].format && q.layout == FP4_LAYOUT_LINEAR && q.memory == FP4_MEMORY_HOST &&
+                q.multiplier == cases[i].multiplier,
+            "%s: view rows %lld cols %lld format %d multiplier %g (want %g)", cases[i].what, (long long)q.rows,
+            (long long)q.cols, (int)q.format, (double)q.multiplier, (double)cases[i].multiplier);
+    }
+    fp4_safetensors_close(st);
+  }
+}
+
 int main(void) {
   char dir[] = "/tmp/fp4kit_st_XXXXXX";
   if (!mkdtemp(dir)) return 1;
@@ -241,6 +322,27 @@ int main(void) {
     free(img);
     free(img2);
   }
+
+  qmatrix_views();
+  /* Eight dimensions are the most a tensor may have (nine are refused above). */
+  n = image(buf, "{\"w\": {\"dtype\": \"U8\", \"shape\": [1,1,1,1,1,1,1,2], \"data_offsets\": [0, 2]}}", 2);
+  CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK && fp4_safetensors_find(hs, "w") &&
+            fp4_safetensors_find(hs, "w")->ndim == 8 && fp4_safetensors_find(hs, "w")->shape[7] == 2,
+        "8-D tensor: %s", fp4_last_error());
+  fp4_safetensors_close(hs);
+  hs = NULL;
+  /* The surrogate pairs at both ends of the range decode to U+10000 and U+10FFFF, and \u escapes of
+   * 2- and 3-byte characters at the edges of their ranges to their UTF-8 bytes. */
+  n = image(buf, "{\"a\\ud800\\udc00\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, "
+                 "\"b\\udbff\\udfff\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [1, 2]}, "
+                 "\"c\\u0080\\u07ff\\u0800\\uffff\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [2, 3]}}",
+            3);
+  CHECK(fp4_safetensors_open_memory(buf, n, &hs) == FP4_OK && fp4_safetensors_find(hs, "a\xf0\x90\x80\x80") &&
+            fp4_safetensors_find(hs, "b\xf4\x8f\xbf\xbf") &&
+            fp4_safetensors_find(hs, "c\xc2\x80\xdf\xbf\xe0\xa0\x80\xef\xbf\xbf"),
+        "escapes at the edges of the UTF-8 ranges: %s", fp4_last_error());
+  fp4_safetensors_close(hs);
+  hs = NULL;
 
   /* NULL arguments are refused with a status, never a crash. */
   fp4_st_dtype dt;

@@ -100,7 +100,22 @@ CASES = {
     "zero_blocks": lambda r: np.concatenate([np.zeros((8, 32)), r.standard_normal((8, 32))], axis=1),
     "tiny_blocks": lambda r: np.concatenate([r.standard_normal((8, 16)) * 1e-9, r.standard_normal((8, 48)) * 10], 1),
     "subnormal_scales": lambda r: np.concatenate([r.standard_normal((8, 16)) * 1e-4, np.full((8, 16), 100.0)], 1),
+    "scale_ties": lambda r: scale_tie_blocks(r),
 }
+
+
+def scale_tie_blocks(r):
+    """Blocks whose scale amax / (6 * weight_scale_2) sits next to an E4M3 rounding tie (21/128,
+    between bytes 34 and 35), on a side that depends on how 6 * weight_scale_2 is rounded: with the
+    tensor amax 0.010009765625, amax / 448 is one float32 step away from 6 * (amax / 2688), and the
+    block maximum 3.6656856536865234e-06 gives 0.16406251 (byte 35) by Model Optimizer's order and
+    exactly the tie (byte 34, the even one) by the shortcut amax / 448."""
+    amax, bmax = 0.010009765625, 3.6656856536865234e-06
+    head = r.uniform(-1.0, 1.0, (8, 16)) * amax
+    head[:, 0] = amax
+    tail = r.uniform(-1.0, 1.0, (8, 16)) * bmax
+    tail[:, 3] = -bmax
+    return np.concatenate([head, tail], axis=1)
 
 
 @pytest.mark.parametrize("version", [None, CURRENT, V0_44])
@@ -123,6 +138,13 @@ def test_tiny_block_scale_per_release(lib):
     assert scales[0, 0] == 1 and data[0, 0] == 0x00
     data, scales, _ = fp4kit_quantize(lib, w, V0_44)
     assert scales[0, 0] == 0 and data[0, 0] == 0x77
+
+
+def test_scale_tie_bytes(lib):
+    # The recipe's own order of operations decides a tie of the block scale: byte 35 (0.171875).
+    w = bf16(scale_tie_blocks(np.random.default_rng(5)))
+    _, scales, _ = fp4kit_quantize(lib, w)
+    assert (scales[:, 1] == 35).all(), scales[:, 1]
 
 
 def test_negative_zero_encodes_as_positive_zero(lib):
